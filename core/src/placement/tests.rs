@@ -1,0 +1,117 @@
+use super::*;
+use crate::quantity::MemoryQuantity;
+
+const GIB: u64 = 1 << 30;
+
+fn gpus(n: u32, total: u64) -> Vec<GpuLoad> {
+    (0..n)
+        .map(|i| GpuLoad {
+            index: i,
+            uuid: format!("GPU-{i}"),
+            minor: i,
+            memory_total: total,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        })
+        .collect()
+}
+
+fn slice(memory: u64, policy: Policy) -> SliceRequest {
+    SliceRequest {
+        gpus: 1,
+        memory: Some(MemoryQuantity::Bytes(memory)),
+        cores: None,
+        devices: vec![],
+        gpu_policy: Some(policy),
+        node_policy: None,
+        assignment: None,
+        container: None,
+    }
+}
+
+fn apply(load: &mut [GpuLoad], grants: &[GpuGrant]) {
+    for g in grants {
+        let l = &mut load[g.index as usize];
+        l.memory_allocated += g.memory_bytes;
+        l.cores_allocated += g.cores;
+        l.sharers += 1;
+    }
+}
+
+fn used_gpus(policy: Policy) -> usize {
+    let mut load = gpus(4, 15 * GIB);
+    for _ in 0..4 {
+        let g = place(&slice(15 * GIB / 2, policy), &load, Rules::default(), Policy::Binpack).unwrap();
+        apply(&mut load, &g);
+    }
+    load.iter().filter(|l| l.sharers > 0).count()
+}
+
+#[test]
+fn binpack_puts_four_half_card_slices_on_two_gpus() {
+    assert_eq!(used_gpus(Policy::Binpack), 2);
+}
+
+#[test]
+fn spread_puts_four_half_card_slices_on_four_gpus() {
+    assert_eq!(used_gpus(Policy::Spread), 4);
+}
+
+#[test]
+fn a_slice_too_big_for_any_gpu_names_the_memory_annotation() {
+    let load = gpus(2, 15 * GIB);
+    let e = place(&slice(16 * GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap_err();
+    assert_eq!(e.reason, RefusalReason::InsufficientMemory);
+    assert!(e.message.starts_with("annotation gpuslice.io/memory=\"16Gi\""), "{}", e.message);
+}
+
+#[test]
+fn a_whole_gpu_is_refused_where_a_slice_lives_and_a_slice_where_a_whole_gpu_is_held() {
+    let mut load = gpus(1, 15 * GIB);
+    let whole = SliceRequest { memory: None, ..slice(1, Policy::Binpack) };
+    let first = place(&slice(GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap();
+    apply(&mut load, &first);
+    assert_eq!(place(&whole, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::GpuInUse);
+    let mut load = gpus(1, 15 * GIB);
+    load[0].exclusive = true;
+    load[0].sharers = 1;
+    assert_eq!(
+        place(&slice(GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap_err().reason,
+        RefusalReason::GpuInUse
+    );
+}
+
+#[test]
+fn the_sharer_limit_and_the_core_share_are_enforced() {
+    let mut load = gpus(1, 15 * GIB);
+    load[0].sharers = 2;
+    let e = place(&slice(GIB, Policy::Binpack), &load, Rules { max_sharers: 2 }, Policy::Binpack).unwrap_err();
+    assert_eq!(e.reason, RefusalReason::MaxSharers);
+    let mut load = gpus(1, 15 * GIB);
+    load[0].cores_allocated = 80;
+    let req = SliceRequest { cores: Some(30), ..slice(GIB, Policy::Binpack) };
+    let e = place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err();
+    assert_eq!(e.reason, RefusalReason::InsufficientCores);
+    assert!(e.message.contains("gpuslice.io/cores=\"30\""), "{}", e.message);
+}
+
+#[test]
+fn named_devices_are_used_as_given_or_refused_when_unknown() {
+    let load = gpus(2, 15 * GIB);
+    let req = SliceRequest { devices: vec![DeviceSelector::Uuid("GPU-1".into())], ..slice(GIB, Policy::Binpack) };
+    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap()[0].index, 1);
+    let req = SliceRequest { devices: vec![DeviceSelector::Index(7)], ..slice(GIB, Policy::Binpack) };
+    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::NoSuchDevice);
+}
+
+#[test]
+fn multi_gpu_requests_take_distinct_gpus() {
+    let load = gpus(4, 15 * GIB);
+    let req = SliceRequest { gpus: 3, ..slice(GIB, Policy::Spread) };
+    let g = place(&req, &load, Rules::default(), Policy::Binpack).unwrap();
+    assert_eq!(g.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let req = SliceRequest { gpus: 5, ..slice(GIB, Policy::Spread) };
+    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::NotEnoughGpus);
+}
