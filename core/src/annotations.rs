@@ -29,7 +29,15 @@ pub const NODE_POLICY: &str = "node-policy";
 /// The signed placement written by the cluster scheduler at bind time.
 pub const ASSIGNMENT: &str = "assignment";
 /// Every key gpuslice understands, without the prefix.
-pub const KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES, GPU_POLICY, NODE_POLICY, ASSIGNMENT];
+pub const KEYS: &[&str] = &[
+    GPUS,
+    MEMORY,
+    CORES,
+    DEVICES,
+    GPU_POLICY,
+    NODE_POLICY,
+    ASSIGNMENT,
+];
 /// Keys that may be given per container.
 pub const PER_CONTAINER_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES, GPU_POLICY];
 
@@ -56,7 +64,11 @@ pub struct AnnotationError {
 
 impl AnnotationError {
     pub fn new(key: &str, value: &str, reason: impl Into<String>) -> Self {
-        Self { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+        Self {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -114,13 +126,21 @@ impl SliceRequest {
 }
 
 /// Reads the request of the container whose annotations these are. `Ok(None)`: no GPU.
-pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<SliceRequest>, AnnotationError> {
+pub fn parse(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<SliceRequest>, AnnotationError> {
     let mut pod: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     let mut per_container: BTreeMap<&str, BTreeMap<&str, (&str, &str)>> = BTreeMap::new();
     for (key, value) in annotations {
-        let Some(name) = key.strip_prefix(PREFIX) else { continue };
+        let Some(name) = key.strip_prefix(PREFIX) else {
+            continue;
+        };
         if value.chars().any(char::is_control) {
-            return Err(AnnotationError::new(key, value, "contains control characters"));
+            return Err(AnnotationError::new(
+                key,
+                value,
+                "contains control characters",
+            ));
         }
         match name.split_once('.') {
             None if KEYS.contains(&name) => {
@@ -137,19 +157,28 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<Option<SliceReque
                 }
                 if !PER_CONTAINER_KEYS.contains(&field) {
                     return Err(if KEYS.contains(&field) {
-                        AnnotationError::new(key, value, format!("{PREFIX}{field} is set per pod, not per container"))
+                        AnnotationError::new(
+                            key,
+                            value,
+                            format!("{PREFIX}{field} is set per pod, not per container"),
+                        )
                     } else {
                         unknown_key(key, value)
                     });
                 }
-                per_container.entry(container).or_default().insert(field, (key, value));
+                per_container
+                    .entry(container)
+                    .or_default()
+                    .insert(field, (key, value));
             }
         }
     }
     if pod.is_empty() && per_container.is_empty() {
         return Ok(None);
     }
-    let kind = annotations.get(CRI_CONTAINER_TYPE).or_else(|| annotations.get(CRIO_CONTAINER_TYPE));
+    let kind = annotations
+        .get(CRI_CONTAINER_TYPE)
+        .or_else(|| annotations.get(CRIO_CONTAINER_TYPE));
     if kind.is_some_and(|k| k == "sandbox") {
         return Ok(None);
     }
@@ -180,13 +209,21 @@ fn unknown_key(key: &str, value: &str) -> AnnotationError {
     )
 }
 
-fn build(fields: &BTreeMap<&str, (&str, &str)>, container: Option<String>) -> Result<SliceRequest, AnnotationError> {
+fn build(
+    fields: &BTreeMap<&str, (&str, &str)>,
+    container: Option<String>,
+) -> Result<SliceRequest, AnnotationError> {
     let get = |name: &str| fields.get(name).copied();
     let memory = get(MEMORY)
-        .map(|(k, v)| quantity::parse_memory(v).map_err(|e| AnnotationError::new(k, v, e.to_string())))
+        .map(|(k, v)| {
+            quantity::parse_memory(v).map_err(|e| AnnotationError::new(k, v, e.to_string()))
+        })
         .transpose()?;
     let cores = get(CORES).map(|(k, v)| parse_cores(k, v)).transpose()?;
-    let devices = get(DEVICES).map(|(k, v)| parse_devices(k, v)).transpose()?.unwrap_or_default();
+    let devices = get(DEVICES)
+        .map(|(k, v)| parse_devices(k, v))
+        .transpose()?
+        .unwrap_or_default();
     let gpus = match get(GPUS) {
         Some((k, v)) => {
             let n = parse_count(k, v)?;
@@ -205,7 +242,11 @@ fn build(fields: &BTreeMap<&str, (&str, &str)>, container: Option<String>) -> Re
     };
     let policy = |name: &str| {
         get(name)
-            .map(|(k, v)| v.trim().parse::<Policy>().map_err(|e| AnnotationError::new(k, v, e)))
+            .map(|(k, v)| {
+                v.trim()
+                    .parse::<Policy>()
+                    .map_err(|e| AnnotationError::new(k, v, e))
+            })
             .transpose()
     };
     let assignment = get(ASSIGNMENT).map(|(_, v)| v.to_string());
@@ -230,7 +271,11 @@ fn parse_count(key: &str, value: &str) -> Result<u32, AnnotationError> {
         .parse()
         .map_err(|_| AnnotationError::new(key, value, "not a whole number of GPUs"))?;
     if n == 0 {
-        return Err(AnnotationError::new(key, value, "must be at least 1 (leave the annotations out for no GPU)"));
+        return Err(AnnotationError::new(
+            key,
+            value,
+            "must be at least 1 (leave the annotations out for no GPU)",
+        ));
     }
     if n > MAX_GPUS_PER_CONTAINER {
         return Err(AnnotationError::new(
@@ -248,13 +293,21 @@ fn parse_cores(key: &str, value: &str) -> Result<u32, AnnotationError> {
     if digits.starts_with('-') {
         return Err(AnnotationError::new(key, value, "must not be negative"));
     }
-    let n: u32 = digits
-        .parse()
-        .map_err(|_| AnnotationError::new(key, value, "not a whole percentage of the SMs (1 to 100)"))?;
+    let n: u32 = digits.parse().map_err(|_| {
+        AnnotationError::new(key, value, "not a whole percentage of the SMs (1 to 100)")
+    })?;
     match n {
-        0 => Err(AnnotationError::new(key, value, "must be at least 1 (leave it out for no reserved share)")),
+        0 => Err(AnnotationError::new(
+            key,
+            value,
+            "must be at least 1 (leave it out for no reserved share)",
+        )),
         1..=100 => Ok(n),
-        _ => Err(AnnotationError::new(key, value, "must be at most 100 (percent of the SMs)")),
+        _ => Err(AnnotationError::new(
+            key,
+            value,
+            "must be at most 100 (percent of the SMs)",
+        )),
     }
 }
 
@@ -263,7 +316,11 @@ fn parse_devices(key: &str, value: &str) -> Result<Vec<DeviceSelector>, Annotati
     for raw in value.split(',') {
         let item = raw.trim();
         if item.is_empty() {
-            return Err(AnnotationError::new(key, value, "empty entry in the device list"));
+            return Err(AnnotationError::new(
+                key,
+                value,
+                "empty entry in the device list",
+            ));
         }
         let sel = if let Ok(i) = item.parse::<u32>() {
             DeviceSelector::Index(i)
@@ -273,16 +330,26 @@ fn parse_devices(key: &str, value: &str) -> Result<Vec<DeviceSelector>, Annotati
             return Err(AnnotationError::new(
                 key,
                 value,
-                format!("{item:?} is neither a GPU index nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"),
+                format!(
+                    "{item:?} is neither a GPU index nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
+                ),
             ));
         };
         if out.iter().any(|s| same_device(s, &sel)) {
-            return Err(AnnotationError::new(key, value, format!("device {item} is listed twice")));
+            return Err(AnnotationError::new(
+                key,
+                value,
+                format!("device {item} is listed twice"),
+            ));
         }
         out.push(sel);
     }
     if out.len() > MAX_GPUS_PER_CONTAINER as usize {
-        return Err(AnnotationError::new(key, value, format!("at most {MAX_GPUS_PER_CONTAINER} GPUs per container")));
+        return Err(AnnotationError::new(
+            key,
+            value,
+            format!("at most {MAX_GPUS_PER_CONTAINER} GPUs per container"),
+        ));
     }
     Ok(out)
 }
@@ -297,10 +364,15 @@ fn same_device(a: &DeviceSelector, b: &DeviceSelector) -> bool {
 /// `GPU-` followed by a UUID in 8-4-4-4-12 hex groups.
 #[must_use]
 pub fn is_gpu_uuid(s: &str) -> bool {
-    let Some(rest) = s.strip_prefix("GPU-") else { return false };
+    let Some(rest) = s.strip_prefix("GPU-") else {
+        return false;
+    };
     let groups: Vec<&str> = rest.split('-').collect();
     groups.len() == 5
-        && groups.iter().zip([8, 4, 4, 4, 12]).all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// RFC 1123 label: what Kubernetes allows as a container name.
@@ -308,7 +380,8 @@ pub fn is_gpu_uuid(s: &str) -> bool {
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }

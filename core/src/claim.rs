@@ -54,7 +54,12 @@ pub struct ContainerIdError {
 /// Container ids become directory names under /run/gpuslice, so they are held to what runc
 /// accepts: letters, digits, `_`, `+`, `-`, `.`, at most 1024 bytes, and never `.` or `..`.
 pub fn validate_container_id(id: &str) -> Result<(), ContainerIdError> {
-    let err = |reason| Err(ContainerIdError { id: id.to_string(), reason });
+    let err = |reason| {
+        Err(ContainerIdError {
+            id: id.to_string(),
+            reason,
+        })
+    };
     if id.is_empty() {
         return err("is empty");
     }
@@ -64,7 +69,10 @@ pub fn validate_container_id(id: &str) -> Result<(), ContainerIdError> {
     if id == "." || id == ".." {
         return err("is not a name");
     }
-    if !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-' | '.')) {
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-' | '.'))
+    {
         return err("may hold only letters, digits, '_', '+', '-' and '.'");
     }
     Ok(())

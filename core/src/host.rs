@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn start_time_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        let stat =
+            "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(parse_start_time(stat), Some(987_654));
     }
 

@@ -51,8 +51,15 @@ pub enum LimitsError {
 impl Limits {
     #[must_use]
     pub fn from_claim(claim: &Claim) -> Self {
-        let gpu = |g: &GpuGrant| GpuLimit { uuid: g.uuid.clone(), memory_bytes: g.memory_bytes, cores: g.cores };
-        Self { container_id: claim.container_id.clone(), gpus: claim.gpus.iter().map(gpu).collect() }
+        let gpu = |g: &GpuGrant| GpuLimit {
+            uuid: g.uuid.clone(),
+            memory_bytes: g.memory_bytes,
+            cores: g.cores,
+        };
+        Self {
+            container_id: claim.container_id.clone(),
+            gpus: claim.gpus.iter().map(gpu).collect(),
+        }
     }
 
     #[must_use]
@@ -64,7 +71,11 @@ impl Limits {
             self.gpus.len()
         );
         for (i, g) in self.gpus.iter().enumerate() {
-            let _ = write!(s, "gpu.{i}.uuid={}\ngpu.{i}.memory_bytes={}\ngpu.{i}.cores={}\n", g.uuid, g.memory_bytes, g.cores);
+            let _ = write!(
+                s,
+                "gpu.{i}.uuid={}\ngpu.{i}.memory_bytes={}\ngpu.{i}.cores={}\n",
+                g.uuid, g.memory_bytes, g.cores
+            );
         }
         s
     }
@@ -79,8 +90,13 @@ impl Limits {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let bad = |reason: &str| LimitsError::Line { line: n + 1, reason: reason.to_string() };
-            let (key, value) = line.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+            let bad = |reason: &str| LimitsError::Line {
+                line: n + 1,
+                reason: reason.to_string(),
+            };
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| bad("expected key=value"))?;
             let num = |v: &str| v.parse::<u64>().map_err(|_| bad("expected a number"));
             match key {
                 "version" => {
@@ -103,24 +119,36 @@ impl Limits {
                     let rest = key.strip_prefix("gpu.").ok_or_else(|| bad("unknown key"))?;
                     let (idx, field) = rest.split_once('.').ok_or_else(|| bad("unknown key"))?;
                     let idx: usize = idx.parse().map_err(|_| bad("bad GPU position"))?;
-                    let slot = gpus.get_mut(idx).ok_or_else(|| bad("GPU position beyond `gpus`"))?;
+                    let slot = gpus
+                        .get_mut(idx)
+                        .ok_or_else(|| bad("GPU position beyond `gpus`"))?;
                     match field {
                         "uuid" => slot.0 = Some(value.to_string()),
                         "memory_bytes" => slot.1 = Some(num(value)?),
-                        "cores" => slot.2 = Some(u32::try_from(num(value)?).map_err(|_| bad("cores out of range"))?),
+                        "cores" => {
+                            slot.2 = Some(
+                                u32::try_from(num(value)?)
+                                    .map_err(|_| bad("cores out of range"))?,
+                            )
+                        }
                         _ => return Err(bad("unknown key")),
                     }
                 }
             }
         }
         version.ok_or_else(|| LimitsError::Missing("version".into()))?;
-        let container_id = container_id.ok_or_else(|| LimitsError::Missing("container_id".into()))?;
+        let container_id =
+            container_id.ok_or_else(|| LimitsError::Missing("container_id".into()))?;
         count.ok_or_else(|| LimitsError::Missing("gpus".into()))?;
         let gpus = gpus
             .into_iter()
             .enumerate()
             .map(|(i, g)| match g {
-                (Some(uuid), Some(memory_bytes), cores) => Ok(GpuLimit { uuid, memory_bytes, cores: cores.unwrap_or(0) }),
+                (Some(uuid), Some(memory_bytes), cores) => Ok(GpuLimit {
+                    uuid,
+                    memory_bytes,
+                    cores: cores.unwrap_or(0),
+                }),
                 (None, _, _) => Err(LimitsError::Missing(format!("gpu.{i}.uuid"))),
                 (_, None, _) => Err(LimitsError::Missing(format!("gpu.{i}.memory_bytes"))),
             })
@@ -137,8 +165,16 @@ mod tests {
         Limits {
             container_id: "web-1".into(),
             gpus: vec![
-                GpuLimit { uuid: "GPU-a".into(), memory_bytes: 2 << 30, cores: 50 },
-                GpuLimit { uuid: "GPU-b".into(), memory_bytes: 1 << 30, cores: 0 },
+                GpuLimit {
+                    uuid: "GPU-a".into(),
+                    memory_bytes: 2 << 30,
+                    cores: 50,
+                },
+                GpuLimit {
+                    uuid: "GPU-b".into(),
+                    memory_bytes: 1 << 30,
+                    cores: 0,
+                },
             ],
         }
     }
@@ -151,8 +187,16 @@ mod tests {
     #[test]
     fn an_unknown_version_or_missing_field_is_refused() {
         assert_eq!(Limits::parse("version=2\n"), Err(LimitsError::Version(2)));
-        let text = sample().render().replace("gpu.1.memory_bytes=1073741824\n", "");
-        assert_eq!(Limits::parse(&text), Err(LimitsError::Missing("gpu.1.memory_bytes".into())));
-        assert!(matches!(Limits::parse("version=1\nbogus=1\n"), Err(LimitsError::Line { line: 2, .. })));
+        let text = sample()
+            .render()
+            .replace("gpu.1.memory_bytes=1073741824\n", "");
+        assert_eq!(
+            Limits::parse(&text),
+            Err(LimitsError::Missing("gpu.1.memory_bytes".into()))
+        );
+        assert!(matches!(
+            Limits::parse("version=1\nbogus=1\n"),
+            Err(LimitsError::Line { line: 2, .. })
+        ));
     }
 }

@@ -138,7 +138,10 @@ pub struct PlacementError {
 
 impl PlacementError {
     fn new(reason: RefusalReason, key: &str, value: &str, why: &str) -> Self {
-        Self { reason, message: format!("annotation {key}={value:?}: {why}") }
+        Self {
+            reason,
+            message: format!("annotation {key}={value:?}: {why}"),
+        }
     }
 }
 
@@ -165,15 +168,27 @@ impl Misfit {
         let i = gpu.index;
         match self {
             Self::Exclusive => format!("GPU {i} is held whole by another container"),
-            Self::InUse(n) => format!("GPU {i} is shared by {n} container(s), a whole GPU needs none"),
+            Self::InUse(n) => {
+                format!("GPU {i} is shared by {n} container(s), a whole GPU needs none")
+            }
             Self::MaxSharers(n) => format!("GPU {i} already has {n} slices, the most allowed"),
             Self::Memory { want, free, total } if want > total => {
-                format!("GPU {i} has only {} in all, {} asked", format_bytes(*total), format_bytes(*want))
+                format!(
+                    "GPU {i} has only {} in all, {} asked",
+                    format_bytes(*total),
+                    format_bytes(*want)
+                )
             }
             Self::Memory { want, free, .. } => {
-                format!("GPU {i} has {} free, {} asked", format_bytes(*free), format_bytes(*want))
+                format!(
+                    "GPU {i} has {} free, {} asked",
+                    format_bytes(*free),
+                    format_bytes(*want)
+                )
             }
-            Self::Cores { want, free } => format!("GPU {i} has {free}% of its SMs free, {want}% asked"),
+            Self::Cores { want, free } => {
+                format!("GPU {i} has {free}% of its SMs free, {want}% asked")
+            }
         }
     }
     /// The annotation that best explains the misfit.
@@ -201,21 +216,39 @@ fn fit(req: &SliceRequest, gpu: &GpuLoad, rules: Rules) -> Result<GpuGrant, Misf
     }
     let want = req.memory.map_or(0, |m| m.bytes_of(gpu.memory_total));
     if want > gpu.memory_free() || want == 0 {
-        return Err(Misfit::Memory { want, free: gpu.memory_free(), total: gpu.memory_total });
+        return Err(Misfit::Memory {
+            want,
+            free: gpu.memory_free(),
+            total: gpu.memory_total,
+        });
     }
     let cores = req.cores.unwrap_or(0);
     if cores > gpu.cores_free() {
-        return Err(Misfit::Cores { want: cores, free: gpu.cores_free() });
+        return Err(Misfit::Cores {
+            want: cores,
+            free: gpu.cores_free(),
+        });
     }
     Ok(grant(gpu, want, cores))
 }
 
 fn grant(gpu: &GpuLoad, memory_bytes: u64, cores: u32) -> GpuGrant {
-    GpuGrant { index: gpu.index, uuid: gpu.uuid.clone(), minor: gpu.minor, memory_bytes, cores }
+    GpuGrant {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        minor: gpu.minor,
+        memory_bytes,
+        cores,
+    }
 }
 
 /// Chooses the GPUs for `req` among `gpus`, or says why none can be had.
-pub fn place(req: &SliceRequest, gpus: &[GpuLoad], rules: Rules, default_policy: Policy) -> Result<Vec<GpuGrant>, PlacementError> {
+pub fn place(
+    req: &SliceRequest,
+    gpus: &[GpuLoad],
+    rules: Rules,
+    default_policy: Policy,
+) -> Result<Vec<GpuGrant>, PlacementError> {
     if !req.is_exclusive() && req.memory.is_none() {
         return Err(PlacementError::new(
             RefusalReason::InvalidRequest,
@@ -250,9 +283,16 @@ pub fn place(req: &SliceRequest, gpus: &[GpuLoad], rules: Rules, default_policy:
     }
     let after = |(gpu, g): &(&GpuLoad, GpuGrant)| gpu.memory_free() - g.memory_bytes;
     match policy {
-        Policy::Binpack => fitting.sort_by_key(|c| (after(c), c.0.cores_free() - c.1.cores, c.0.index)),
+        Policy::Binpack => {
+            fitting.sort_by_key(|c| (after(c), c.0.cores_free() - c.1.cores, c.0.index))
+        }
         Policy::Spread => fitting.sort_by_key(|c| {
-            (std::cmp::Reverse(after(c)), c.0.sharers, std::cmp::Reverse(c.0.cores_free()), c.0.index)
+            (
+                std::cmp::Reverse(after(c)),
+                c.0.sharers,
+                std::cmp::Reverse(c.0.cores_free()),
+                c.0.index,
+            )
         }),
         Policy::FragAware => {
             return Err(PlacementError::new(
@@ -263,14 +303,27 @@ pub fn place(req: &SliceRequest, gpus: &[GpuLoad], rules: Rules, default_policy:
             ));
         }
     }
-    let mut chosen: Vec<GpuGrant> = fitting.into_iter().take(req.gpus as usize).map(|(_, g)| g).collect();
+    let mut chosen: Vec<GpuGrant> = fitting
+        .into_iter()
+        .take(req.gpus as usize)
+        .map(|(_, g)| g)
+        .collect();
     chosen.sort_by_key(|g| g.index);
     Ok(chosen)
 }
 
-fn place_named(req: &SliceRequest, gpus: &[GpuLoad], rules: Rules) -> Result<Vec<GpuGrant>, PlacementError> {
+fn place_named(
+    req: &SliceRequest,
+    gpus: &[GpuLoad],
+    rules: Rules,
+) -> Result<Vec<GpuGrant>, PlacementError> {
     let key = req.key(annotations::DEVICES);
-    let value = req.devices.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    let value = req
+        .devices
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let mut chosen = Vec::new();
     for sel in &req.devices {
         let gpu = gpus.iter().find(|g| match sel {
@@ -289,7 +342,12 @@ fn place_named(req: &SliceRequest, gpus: &[GpuLoad], rules: Rules) -> Result<Vec
             Ok(g) => chosen.push(g),
             Err(m) => {
                 let detail = describe_request(req);
-                return Err(PlacementError::new(m.reason(), &key, &value, &format!("{}; {detail}", m.describe(gpu))));
+                return Err(PlacementError::new(
+                    m.reason(),
+                    &key,
+                    &value,
+                    &format!("{}; {detail}", m.describe(gpu)),
+                ));
             }
         }
     }
@@ -307,7 +365,11 @@ fn describe_request(req: &SliceRequest) -> String {
     }
 }
 
-fn explain_shortfall(req: &SliceRequest, fitting: usize, misfits: &[(&GpuLoad, Misfit)]) -> PlacementError {
+fn explain_shortfall(
+    req: &SliceRequest,
+    fitting: usize,
+    misfits: &[(&GpuLoad, Misfit)],
+) -> PlacementError {
     let first = misfits.first().map(|(_, m)| m);
     let (reason, field) = match first {
         Some(m) if fitting > 0 => (RefusalReason::NotEnoughGpus, m.key()),

@@ -156,7 +156,12 @@ fn split_decimal(number: &str) -> Result<(&str, &str), QuantityError> {
 /// Formats bytes with the largest binary unit that divides them exactly (`2Gi`, `1536Mi`).
 #[must_use]
 pub fn format_bytes(bytes: u64) -> String {
-    for (name, m) in [("Ti", 1u64 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+    for (name, m) in [
+        ("Ti", 1u64 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
         if bytes >= m && bytes % m == 0 {
             return format!("{}{name}", bytes / m);
         }
@@ -169,7 +174,12 @@ pub fn format_bytes(bytes: u64) -> String {
 pub fn human_bytes(bytes: u64) -> String {
     #[allow(clippy::cast_precision_loss)]
     let b = bytes as f64;
-    for (name, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+    for (name, m) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
         #[allow(clippy::cast_precision_loss)]
         let mf = m as f64;
         if b >= mf {
@@ -186,7 +196,10 @@ mod tests {
     #[test]
     fn binary_and_decimal_suffixes_give_exact_bytes() {
         assert_eq!(parse_memory("2Gi"), Ok(MemoryQuantity::Bytes(2 << 30)));
-        assert_eq!(parse_memory("1536Mi"), Ok(MemoryQuantity::Bytes(1536 << 20)));
+        assert_eq!(
+            parse_memory("1536Mi"),
+            Ok(MemoryQuantity::Bytes(1536 << 20))
+        );
         assert_eq!(parse_memory("1.5Gi"), Ok(MemoryQuantity::Bytes(3 << 29)));
         assert_eq!(parse_memory("2G"), Ok(MemoryQuantity::Bytes(2_000_000_000)));
         assert_eq!(parse_memory("4096"), Ok(MemoryQuantity::Bytes(4096)));
@@ -195,10 +208,22 @@ mod tests {
 
     #[test]
     fn percentages_are_kept_in_basis_points() {
-        assert_eq!(parse_memory("25%"), Ok(MemoryQuantity::PercentBasisPoints(2500)));
-        assert_eq!(parse_memory("12.5%"), Ok(MemoryQuantity::PercentBasisPoints(1250)));
-        assert_eq!(parse_memory("100%"), Ok(MemoryQuantity::PercentBasisPoints(10_000)));
-        assert_eq!(MemoryQuantity::PercentBasisPoints(5000).bytes_of(16 << 30), 8 << 30);
+        assert_eq!(
+            parse_memory("25%"),
+            Ok(MemoryQuantity::PercentBasisPoints(2500))
+        );
+        assert_eq!(
+            parse_memory("12.5%"),
+            Ok(MemoryQuantity::PercentBasisPoints(1250))
+        );
+        assert_eq!(
+            parse_memory("100%"),
+            Ok(MemoryQuantity::PercentBasisPoints(10_000))
+        );
+        assert_eq!(
+            MemoryQuantity::PercentBasisPoints(5000).bytes_of(16 << 30),
+            8 << 30
+        );
     }
 
     #[test]
@@ -215,7 +240,10 @@ mod tests {
         assert_eq!(parse_memory("0.3"), Err(QuantityError::Fraction));
         assert_eq!(parse_memory("101%"), Err(QuantityError::PercentOver100));
         assert_eq!(parse_memory("1.125%"), Err(QuantityError::PercentPrecision));
-        assert_eq!(parse_memory("99999999999999999999Ti"), Err(QuantityError::Overflow));
+        assert_eq!(
+            parse_memory("99999999999999999999Ti"),
+            Err(QuantityError::Overflow)
+        );
         assert_eq!(parse_memory("20000000Ti"), Err(QuantityError::Overflow));
     }
 

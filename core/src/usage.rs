@@ -62,7 +62,11 @@ pub fn new_region(gpu_count: usize, slots: usize) -> Vec<u8> {
     let mut buf = vec![0u8; region_size(slots)];
     buf[0..8].copy_from_slice(MAGIC);
     put_u32(&mut buf, 8, VERSION);
-    put_u32(&mut buf, 12, u32::try_from(gpu_count.min(MAX_GPUS)).unwrap_or(0));
+    put_u32(
+        &mut buf,
+        12,
+        u32::try_from(gpu_count.min(MAX_GPUS)).unwrap_or(0),
+    );
     put_u32(&mut buf, 16, u32::try_from(slots).unwrap_or(0));
     put_u32(&mut buf, 20, u32::try_from(SLOT_SIZE).unwrap_or(0));
     buf
@@ -129,7 +133,9 @@ impl UsageSnapshot {
                 (pid != 0 && pid != PID_REAPING).then(|| SlotSnapshot {
                     pid,
                     start_time: get_u64(buf, at + SLOT_START_TIME),
-                    used: (0..gpu_count).map(|g| get_u64(buf, at + SLOT_USED + 8 * g)).collect(),
+                    used: (0..gpu_count)
+                        .map(|g| get_u64(buf, at + SLOT_USED + 8 * g))
+                        .collect(),
                 })
             })
             .collect();
@@ -140,7 +146,11 @@ impl UsageSnapshot {
     #[must_use]
     pub fn totals(&self) -> Vec<u64> {
         (0..self.gpu_count)
-            .map(|g| self.slots.iter().fold(0u64, |acc, s| acc.saturating_add(s.used[g])))
+            .map(|g| {
+                self.slots
+                    .iter()
+                    .fold(0u64, |acc, s| acc.saturating_add(s.used[g]))
+            })
             .collect()
     }
 }

@@ -1,7 +1,10 @@
 use super::*;
 
 fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
 }
 
 #[test]
@@ -11,7 +14,12 @@ fn no_gpuslice_keys_means_no_gpu() {
 
 #[test]
 fn pod_level_keys_give_a_shared_slice() {
-    let r = parse(&ann(&[("gpuslice.io/memory", "2Gi"), ("gpuslice.io/cores", "30")])).unwrap().unwrap();
+    let r = parse(&ann(&[
+        ("gpuslice.io/memory", "2Gi"),
+        ("gpuslice.io/cores", "30"),
+    ]))
+    .unwrap()
+    .unwrap();
     assert_eq!(r.gpus, 1);
     assert_eq!(r.memory, Some(MemoryQuantity::Bytes(2 << 30)));
     assert_eq!(r.cores, Some(30));
@@ -27,11 +35,21 @@ fn gpus_alone_asks_for_whole_gpus() {
 
 #[test]
 fn devices_set_the_gpu_count_and_must_agree_with_gpus() {
-    let r = parse(&ann(&[("gpuslice.io/devices", "1,GPU-0123abcd-0000-0000-0000-00000000beef"), ("gpuslice.io/memory", "1Gi")]))
-        .unwrap()
-        .unwrap();
+    let r = parse(&ann(&[
+        (
+            "gpuslice.io/devices",
+            "1,GPU-0123abcd-0000-0000-0000-00000000beef",
+        ),
+        ("gpuslice.io/memory", "1Gi"),
+    ]))
+    .unwrap()
+    .unwrap();
     assert_eq!(r.gpus, 2);
-    let e = parse(&ann(&[("gpuslice.io/devices", "0,1"), ("gpuslice.io/gpus", "1")])).unwrap_err();
+    let e = parse(&ann(&[
+        ("gpuslice.io/devices", "0,1"),
+        ("gpuslice.io/gpus", "1"),
+    ]))
+    .unwrap_err();
     assert_eq!(e.key, "gpuslice.io/devices");
 }
 
@@ -81,6 +99,9 @@ fn every_error_names_the_annotation_the_value_and_the_reason() {
         let e = parse(&ann(&[(k, v)])).unwrap_err();
         let msg = e.to_string();
         assert_eq!(e.key, k);
-        assert!(msg.contains(k) && msg.contains(&format!("{v:?}")) && msg.contains(why), "{msg}");
+        assert!(
+            msg.contains(k) && msg.contains(&format!("{v:?}")) && msg.contains(why),
+            "{msg}"
+        );
     }
 }

@@ -43,7 +43,13 @@ fn apply(load: &mut [GpuLoad], grants: &[GpuGrant]) {
 fn used_gpus(policy: Policy) -> usize {
     let mut load = gpus(4, 15 * GIB);
     for _ in 0..4 {
-        let g = place(&slice(15 * GIB / 2, policy), &load, Rules::default(), Policy::Binpack).unwrap();
+        let g = place(
+            &slice(15 * GIB / 2, policy),
+            &load,
+            Rules::default(),
+            Policy::Binpack,
+        )
+        .unwrap();
         apply(&mut load, &g);
     }
     load.iter().filter(|l| l.sharers > 0).count()
@@ -62,23 +68,55 @@ fn spread_puts_four_half_card_slices_on_four_gpus() {
 #[test]
 fn a_slice_too_big_for_any_gpu_names_the_memory_annotation() {
     let load = gpus(2, 15 * GIB);
-    let e = place(&slice(16 * GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap_err();
+    let e = place(
+        &slice(16 * GIB, Policy::Binpack),
+        &load,
+        Rules::default(),
+        Policy::Binpack,
+    )
+    .unwrap_err();
     assert_eq!(e.reason, RefusalReason::InsufficientMemory);
-    assert!(e.message.starts_with("annotation gpuslice.io/memory=\"16Gi\""), "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("annotation gpuslice.io/memory=\"16Gi\""),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
 fn a_whole_gpu_is_refused_where_a_slice_lives_and_a_slice_where_a_whole_gpu_is_held() {
     let mut load = gpus(1, 15 * GIB);
-    let whole = SliceRequest { memory: None, ..slice(1, Policy::Binpack) };
-    let first = place(&slice(GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap();
+    let whole = SliceRequest {
+        memory: None,
+        ..slice(1, Policy::Binpack)
+    };
+    let first = place(
+        &slice(GIB, Policy::Binpack),
+        &load,
+        Rules::default(),
+        Policy::Binpack,
+    )
+    .unwrap();
     apply(&mut load, &first);
-    assert_eq!(place(&whole, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::GpuInUse);
+    assert_eq!(
+        place(&whole, &load, Rules::default(), Policy::Binpack)
+            .unwrap_err()
+            .reason,
+        RefusalReason::GpuInUse
+    );
     let mut load = gpus(1, 15 * GIB);
     load[0].exclusive = true;
     load[0].sharers = 1;
     assert_eq!(
-        place(&slice(GIB, Policy::Binpack), &load, Rules::default(), Policy::Binpack).unwrap_err().reason,
+        place(
+            &slice(GIB, Policy::Binpack),
+            &load,
+            Rules::default(),
+            Policy::Binpack
+        )
+        .unwrap_err()
+        .reason,
         RefusalReason::GpuInUse
     );
 }
@@ -87,31 +125,69 @@ fn a_whole_gpu_is_refused_where_a_slice_lives_and_a_slice_where_a_whole_gpu_is_h
 fn the_sharer_limit_and_the_core_share_are_enforced() {
     let mut load = gpus(1, 15 * GIB);
     load[0].sharers = 2;
-    let e = place(&slice(GIB, Policy::Binpack), &load, Rules { max_sharers: 2 }, Policy::Binpack).unwrap_err();
+    let e = place(
+        &slice(GIB, Policy::Binpack),
+        &load,
+        Rules { max_sharers: 2 },
+        Policy::Binpack,
+    )
+    .unwrap_err();
     assert_eq!(e.reason, RefusalReason::MaxSharers);
     let mut load = gpus(1, 15 * GIB);
     load[0].cores_allocated = 80;
-    let req = SliceRequest { cores: Some(30), ..slice(GIB, Policy::Binpack) };
+    let req = SliceRequest {
+        cores: Some(30),
+        ..slice(GIB, Policy::Binpack)
+    };
     let e = place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err();
     assert_eq!(e.reason, RefusalReason::InsufficientCores);
-    assert!(e.message.contains("gpuslice.io/cores=\"30\""), "{}", e.message);
+    assert!(
+        e.message.contains("gpuslice.io/cores=\"30\""),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
 fn named_devices_are_used_as_given_or_refused_when_unknown() {
     let load = gpus(2, 15 * GIB);
-    let req = SliceRequest { devices: vec![DeviceSelector::Uuid("GPU-1".into())], ..slice(GIB, Policy::Binpack) };
-    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap()[0].index, 1);
-    let req = SliceRequest { devices: vec![DeviceSelector::Index(7)], ..slice(GIB, Policy::Binpack) };
-    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::NoSuchDevice);
+    let req = SliceRequest {
+        devices: vec![DeviceSelector::Uuid("GPU-1".into())],
+        ..slice(GIB, Policy::Binpack)
+    };
+    assert_eq!(
+        place(&req, &load, Rules::default(), Policy::Binpack).unwrap()[0].index,
+        1
+    );
+    let req = SliceRequest {
+        devices: vec![DeviceSelector::Index(7)],
+        ..slice(GIB, Policy::Binpack)
+    };
+    assert_eq!(
+        place(&req, &load, Rules::default(), Policy::Binpack)
+            .unwrap_err()
+            .reason,
+        RefusalReason::NoSuchDevice
+    );
 }
 
 #[test]
 fn multi_gpu_requests_take_distinct_gpus() {
     let load = gpus(4, 15 * GIB);
-    let req = SliceRequest { gpus: 3, ..slice(GIB, Policy::Spread) };
+    let req = SliceRequest {
+        gpus: 3,
+        ..slice(GIB, Policy::Spread)
+    };
     let g = place(&req, &load, Rules::default(), Policy::Binpack).unwrap();
     assert_eq!(g.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 1, 2]);
-    let req = SliceRequest { gpus: 5, ..slice(GIB, Policy::Spread) };
-    assert_eq!(place(&req, &load, Rules::default(), Policy::Binpack).unwrap_err().reason, RefusalReason::NotEnoughGpus);
+    let req = SliceRequest {
+        gpus: 5,
+        ..slice(GIB, Policy::Spread)
+    };
+    assert_eq!(
+        place(&req, &load, Rules::default(), Policy::Binpack)
+            .unwrap_err()
+            .reason,
+        RefusalReason::NotEnoughGpus
+    );
 }

@@ -1,0 +1,177 @@
+//! The simulated driver's state in one process: the node, the visible devices, contexts and
+//! allocations, and this process's usage record shared with every other process.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use gpuslice_core::host;
+use gpuslice_simnode::{NodeSpec, procs};
+
+use crate::CUresult;
+use crate::codes::*;
+
+pub struct Driver {
+    pub spec: NodeSpec,
+    /// CUDA ordinal → index in the node description (after `CUDA_VISIBLE_DEVICES`).
+    pub visible: Vec<usize>,
+    pid: u32,
+    start_time: u64,
+    record: Option<File>,
+    lock_path: PathBuf,
+    pub inner: Mutex<Inner>,
+}
+
+pub struct Inner {
+    /// Device pointer → (node index, bytes charged, bytes mapped).
+    pub allocs: HashMap<u64, (usize, u64, usize)>,
+    pub used: Box<[u64; procs::MAX_GPUS]>,
+    /// Primary context per node index, with its retain count.
+    pub primary: HashMap<usize, (usize, u32)>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            allocs: HashMap::new(),
+            used: Box::new([0; procs::MAX_GPUS]),
+            primary: HashMap::new(),
+        }
+    }
+}
+
+static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
+
+pub fn init(library_dir: Option<&Path>) -> Result<&'static Driver, CUresult> {
+    DRIVER
+        .get_or_init(|| load(library_dir))
+        .as_ref()
+        .map_err(|e| *e)
+}
+
+pub fn get() -> Result<&'static Driver, CUresult> {
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(*e),
+        None => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
+    let spec = NodeSpec::locate(library_dir).map_err(|e| {
+        if std::env::var_os("GPUSLICE_SIM_DEBUG").is_some() {
+            eprintln!("fake libcuda: {e}");
+        }
+        CUDA_ERROR_NO_DEVICE
+    })?;
+    let visible = visible_devices(&spec, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+    let pid = std::process::id();
+    let start_time = host::process_start_time(Path::new("/proc"), pid).unwrap_or(0);
+    procs::remove_stale(&spec.state_dir);
+    let record = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(procs::record_path(&spec.state_dir, pid))
+        .ok();
+    let lock_path = spec.state_dir.join("lock");
+    let driver = Driver {
+        spec,
+        visible,
+        pid,
+        start_time,
+        record,
+        lock_path,
+        inner: Mutex::new(Inner::default()),
+    };
+    driver.publish(&driver.lock());
+    Ok(driver)
+}
+
+/// Devices CUDA shows, as the real driver reads `CUDA_VISIBLE_DEVICES`: indexes or UUIDs
+/// (or unique UUID prefixes), stopping at the first entry that names no device.
+fn visible_devices(spec: &NodeSpec, env: Option<&str>) -> Vec<usize> {
+    let Some(env) = env else {
+        return (0..spec.gpus.len()).collect();
+    };
+    let mut out = Vec::new();
+    for item in env.split(',').map(str::trim) {
+        let found = if let Ok(i) = item.parse::<usize>() {
+            (i < spec.gpus.len()).then_some(i)
+        } else {
+            let matches: Vec<usize> = (0..spec.gpus.len())
+                .filter(|&i| spec.gpus[i].uuid.starts_with(item) && !item.is_empty())
+                .collect();
+            (matches.len() == 1).then(|| matches[0])
+        };
+        match found {
+            Some(i) if !out.contains(&i) => out.push(i),
+            _ => break,
+        }
+    }
+    out
+}
+
+impl Driver {
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The node index behind a CUDA ordinal.
+    pub fn node_index(&self, ordinal: i32) -> Result<usize, CUresult> {
+        usize::try_from(ordinal)
+            .ok()
+            .and_then(|o| self.visible.get(o).copied())
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// Writes this process's usage record for the other processes (and NVML) to read.
+    pub fn publish(&self, inner: &Inner) {
+        if let Some(f) = &self.record {
+            let _ = f.write_all_at(&procs::encode(self.pid, self.start_time, &inner.used), 0);
+        }
+    }
+
+    /// Charges `bytes` on node GPU `index` if the whole node has room, holding a lock file so
+    /// that two processes cannot both take the last bytes.
+    pub fn charge(&self, inner: &mut Inner, index: usize, bytes: u64) -> Result<(), CUresult> {
+        let lock = File::create(&self.lock_path).ok();
+        if let Some(l) = &lock {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a file descriptor this function owns; released when `l` drops.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::flock(l.as_raw_fd(), libc::LOCK_EX);
+            }
+        }
+        let others: u64 = procs::live(&self.spec.state_dir)
+            .iter()
+            .filter(|p| p.pid != self.pid)
+            .map(|p| p.used.get(index).copied().unwrap_or(0))
+            .sum();
+        let total = self.spec.gpus[index].memory_bytes;
+        let mine = inner.used[index];
+        if others.saturating_add(mine).saturating_add(bytes) > total {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        inner.used[index] = mine + bytes;
+        self.publish(inner);
+        Ok(())
+    }
+
+    pub fn uncharge(&self, inner: &mut Inner, index: usize, bytes: u64) {
+        inner.used[index] = inner.used[index].saturating_sub(bytes);
+        self.publish(inner);
+    }
+
+    /// Free and total bytes of node GPU `index`, across all processes.
+    pub fn mem_info(&self, index: usize) -> (u64, u64) {
+        let total = self.spec.gpus[index].memory_bytes;
+        let used = procs::used_on(&self.spec.state_dir, index);
+        (total.saturating_sub(used), total)
+    }
+}

@@ -1,0 +1,105 @@
+//! `gpuslice-simnode`: creates a simulated GPU node (a fake driver root) for the agent, the
+//! runtime and CUDA test programs to run against.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use gpuslice_core::quantity::{MemoryQuantity, parse_memory};
+use gpuslice_simnode::NodeSpec;
+use gpuslice_simnode::driver_root::{self, Artefacts};
+
+#[derive(Parser)]
+#[command(version, about = "Create and inspect simulated GPU nodes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a fake driver root: device nodes, fake libcuda and libnvidia-ml, nvidia-smi.
+    Create {
+        /// Directory to create the driver root in.
+        #[arg(long)]
+        root: PathBuf,
+        /// Number of GPUs (ignored with --node).
+        #[arg(long, default_value_t = 4)]
+        gpus: u32,
+        /// GPU model: T4, A10, L40S, A100, H100 (ignored with --node).
+        #[arg(long, default_value = "A10")]
+        model: String,
+        /// Memory per GPU instead of the model's, e.g. 15Gi (ignored with --node).
+        #[arg(long)]
+        memory: Option<String>,
+        /// Use this node description (JSON) instead of --gpus/--model.
+        #[arg(long)]
+        node: Option<PathBuf>,
+        /// Directory holding libcuda.so, libnvidia_ml.so and nvidia-smi as built.
+        #[arg(long)]
+        artefacts: Option<PathBuf>,
+        /// Do not create /dev nodes (they need root).
+        #[arg(long)]
+        no_devices: bool,
+    },
+    /// Print the node description a driver root holds.
+    Show {
+        #[arg(long)]
+        root: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Create {
+            root,
+            gpus,
+            model,
+            memory,
+            node,
+            artefacts,
+            no_devices,
+        } => {
+            std::fs::create_dir_all(&root)
+                .with_context(|| format!("failed to create {}", root.display()))?;
+            let root = root.canonicalize()?;
+            let state_dir = root.join("run/gpuslice-sim");
+            let spec = match node {
+                Some(p) => NodeSpec {
+                    state_dir,
+                    ..NodeSpec::load(&p)?
+                },
+                None => {
+                    let memory = memory
+                        .map(|m| match parse_memory(&m) {
+                            Ok(MemoryQuantity::Bytes(b)) => Ok(b),
+                            Ok(MemoryQuantity::PercentBasisPoints(_)) => {
+                                anyhow::bail!("--memory {m:?}: give a size, not a percentage")
+                            }
+                            Err(e) => anyhow::bail!("--memory {m:?}: {e}"),
+                        })
+                        .transpose()?;
+                    NodeSpec::uniform(&model, gpus, memory, state_dir)?
+                }
+            };
+            let dir = match artefacts {
+                Some(d) => d,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("executable has no directory")?
+                    .to_path_buf(),
+            };
+            driver_root::create(&root, &spec, &Artefacts::in_dir(&dir), !no_devices)?;
+            println!("{}", root.display());
+        }
+        Command::Show { root } => {
+            let spec = NodeSpec::load(
+                &root
+                    .join(driver_root::LIB_DIR)
+                    .join(gpuslice_simnode::node::NODE_BESIDE_LIBRARY),
+            )?;
+            println!("{}", serde_json::to_string_pretty(&spec)?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! A small `nvidia-smi` over NVML: the summary table, `-L`, and
+//! `--query-gpu=… --format=csv[,noheader][,nounits]`. It loads `libnvidia-ml.so.1` as the
+//! real one does, so it shows whatever NVML answers: the simulated node, or a slice when the
+//! interception library is loaded.
+
+use std::ffi::OsStr;
+
+use anyhow::{Context, Result, bail};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+
+const MIB: u64 = 1 << 20;
+
+struct Row {
+    index: u32,
+    uuid: String,
+    name: String,
+    bus: String,
+    total: u64,
+    used: u64,
+    free: u64,
+    util: u32,
+    procs: Vec<(u32, u64)>,
+}
+
+fn rows(nvml: &Nvml) -> Result<Vec<Row>> {
+    let mut out = Vec::new();
+    for i in 0..nvml.device_count()? {
+        let d = nvml.device_by_index(i)?;
+        let mem = d.memory_info()?;
+        let procs = d
+            .running_compute_processes()?
+            .into_iter()
+            .map(|p| {
+                (
+                    p.pid,
+                    if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
+                        b
+                    } else {
+                        0
+                    },
+                )
+            })
+            .collect();
+        out.push(Row {
+            index: i,
+            uuid: d.uuid()?,
+            name: d.name()?,
+            bus: d.pci_info()?.bus_id,
+            total: mem.total,
+            used: mem.used,
+            free: mem.free,
+            util: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
+            procs,
+        });
+    }
+    Ok(out)
+}
+
+fn field(row: &Row, name: &str, units: bool) -> Result<String> {
+    let mib = |b: u64| {
+        if units {
+            format!("{} MiB", b / MIB)
+        } else {
+            (b / MIB).to_string()
+        }
+    };
+    Ok(match name {
+        "index" => row.index.to_string(),
+        "uuid" | "gpu_uuid" => row.uuid.clone(),
+        "name" | "gpu_name" => row.name.clone(),
+        "pci.bus_id" | "gpu_bus_id" => row.bus.clone(),
+        "memory.total" => mib(row.total),
+        "memory.used" => mib(row.used),
+        "memory.free" => mib(row.free),
+        "utilization.gpu" => {
+            if units {
+                format!("{} %", row.util)
+            } else {
+                row.util.to_string()
+            }
+        }
+        _ => bail!("Field \"{name}\" is not a valid field to query."),
+    })
+}
+
+fn table(nvml: &Nvml, rows: &[Row]) -> Result<()> {
+    let driver = nvml.sys_driver_version()?;
+    let cuda = nvml.sys_cuda_driver_version()?;
+    let line = format!("+{}+", "-".repeat(87));
+    println!("{line}");
+    let head = format!(
+        "NVIDIA-SMI {driver:<22} Driver Version: {driver:<14} CUDA Version: {}.{}",
+        cuda / 1000,
+        (cuda % 1000) / 10
+    );
+    println!("| {head:<85} |");
+    println!("|{}+{}+{}|", "-".repeat(41), "-".repeat(24), "-".repeat(20));
+    println!(
+        "| GPU  Name                                | Bus-Id                 |  Memory-Usage      |"
+    );
+    println!("|{}+{}+{}|", "=".repeat(41), "=".repeat(24), "=".repeat(20));
+    for r in rows {
+        let mem = format!("{}MiB / {}MiB", r.used / MIB, r.total / MIB);
+        println!(
+            "| {:>3}  {:<34} | {:<22} | {:>18} |",
+            r.index, r.name, r.bus, mem
+        );
+    }
+    println!("{line}");
+    println!("| {:<85} |", "Processes:");
+    println!("| {:<85} |", " GPU        PID   Type   GPU Memory Usage");
+    let mut any = false;
+    for r in rows {
+        for (pid, used) in &r.procs {
+            any = true;
+            println!(
+                "| {:<85} |",
+                format!("{:>4} {:>10}      C   {}MiB", r.index, pid, used / MIB)
+            );
+        }
+    }
+    if !any {
+        println!("| {:<85} |", " No running processes found");
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!(
+            "usage: nvidia-smi [-L] [--query-gpu=FIELD[,FIELD…] --format=csv[,noheader][,nounits]]"
+        );
+        return Ok(());
+    }
+    let nvml = Nvml::builder()
+        .lib_path(OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .context("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")?;
+    let rows = rows(&nvml)?;
+    if args.iter().any(|a| a == "-L" || a == "--list-gpus") {
+        for r in &rows {
+            println!("GPU {}: {} (UUID: {})", r.index, r.name, r.uuid);
+        }
+        return Ok(());
+    }
+    let query = args.iter().find_map(|a| a.strip_prefix("--query-gpu="));
+    let Some(query) = query else {
+        return table(&nvml, &rows);
+    };
+    let format = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--format="))
+        .unwrap_or("csv");
+    let opts: Vec<&str> = format.split(',').collect();
+    if opts.first() != Some(&"csv") {
+        bail!("only --format=csv is supported");
+    }
+    let header = !opts.contains(&"noheader");
+    let units = !opts.contains(&"nounits");
+    let fields: Vec<&str> = query.split(',').map(str::trim).collect();
+    if header {
+        let names: Vec<String> = fields
+            .iter()
+            .map(|f| {
+                if units && f.starts_with("memory.") {
+                    format!("{f} [MiB]")
+                } else {
+                    (*f).to_string()
+                }
+            })
+            .collect();
+        println!("{}", names.join(", "));
+    }
+    for r in &rows {
+        let vals = fields
+            .iter()
+            .map(|f| field(r, f, units))
+            .collect::<Result<Vec<_>>>()?;
+        println!("{}", vals.join(", "));
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Builds a fake driver root: the tree a GPU node has where the NVIDIA driver is installed,
+//! with the fake libraries in place of the real ones and real character devices.
+//!
+//! ```text
+//! <root>/dev/nvidia0..N           char 195:minor
+//! <root>/dev/nvidiactl            char 195:255
+//! <root>/dev/nvidia-uvm           char 510:0   (the real major is assigned at load time)
+//! <root>/dev/nvidia-uvm-tools     char 510:1
+//! <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<ver>, libcuda.so.1, libcuda.so
+//! <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<ver>, libnvidia-ml.so.1, libnvidia-ml.so
+//! <root>/usr/lib/x86_64-linux-gnu/gpuslice-sim/node.json
+//! <root>/usr/bin/nvidia-smi
+//! <root>/run/gpuslice-sim/procs/  per-process usage records
+//! ```
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use crate::node::{NODE_BESIDE_LIBRARY, NodeSpec};
+
+/// Major number of the NVIDIA GPU and control devices.
+pub const NVIDIA_MAJOR: u32 = 195;
+/// Minor number of `/dev/nvidiactl`.
+pub const NVIDIACTL_MINOR: u32 = 255;
+/// Major number given to the simulated `nvidia-uvm` devices.
+pub const UVM_MAJOR: u32 = 510;
+/// Library directory inside the root.
+pub const LIB_DIR: &str = "usr/lib/x86_64-linux-gnu";
+
+/// The build artefacts that go into a driver root.
+#[derive(Debug, Clone)]
+pub struct Artefacts {
+    pub libcuda: PathBuf,
+    pub libnvml: PathBuf,
+    pub nvidia_smi: PathBuf,
+}
+
+impl Artefacts {
+    /// The artefacts beside `dir` (a cargo target directory such as `target/debug`).
+    #[must_use]
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            libcuda: dir.join("libcuda.so"),
+            libnvml: dir.join("libnvidia_ml.so"),
+            nvidia_smi: dir.join("nvidia-smi"),
+        }
+    }
+
+    pub fn check(&self) -> Result<(), DriverRootError> {
+        for p in [&self.libcuda, &self.libnvml, &self.nvidia_smi] {
+            if !p.exists() {
+                return Err(DriverRootError::Missing(p.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverRootError {
+    #[error("{0} is missing: build the workspace first (cargo build --workspace)")]
+    Missing(PathBuf),
+    #[error("failed to write {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "failed to create device node {path} ({major}:{minor}); creating device nodes needs root (or pass --no-devices)"
+    )]
+    Mknod {
+        path: PathBuf,
+        major: u32,
+        minor: u32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DriverRootError + '_ {
+    move |source| DriverRootError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates the driver root at `root` for `spec` (whose `state_dir` should lie inside it).
+pub fn create(
+    root: &Path,
+    spec: &NodeSpec,
+    artefacts: &Artefacts,
+    devices: bool,
+) -> Result<(), DriverRootError> {
+    artefacts.check()?;
+    let lib = root.join(LIB_DIR);
+    let bin = root.join("usr/bin");
+    for d in [
+        &lib,
+        &bin,
+        &root.join("dev"),
+        &crate::procs::dir(&spec.state_dir),
+        &lib.join("gpuslice-sim"),
+    ] {
+        std::fs::create_dir_all(d).map_err(io(d))?;
+    }
+    let ver = &spec.driver_version;
+    install_library(&artefacts.libcuda, &lib, "libcuda.so", ver)?;
+    install_library(&artefacts.libnvml, &lib, "libnvidia-ml.so", ver)?;
+    copy(&artefacts.nvidia_smi, &bin.join("nvidia-smi"))?;
+    let node_file = lib.join(NODE_BESIDE_LIBRARY);
+    let json = serde_json::to_string_pretty(spec).unwrap_or_default();
+    std::fs::write(&node_file, json + "\n").map_err(io(&node_file))?;
+    set_mode(&crate::procs::dir(&spec.state_dir), 0o1777)?;
+    if devices {
+        let dev = root.join("dev");
+        for g in &spec.gpus {
+            mknod(
+                &dev.join(format!("nvidia{}", g.minor)),
+                NVIDIA_MAJOR,
+                g.minor,
+            )?;
+        }
+        mknod(&dev.join("nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR)?;
+        mknod(&dev.join("nvidia-uvm"), UVM_MAJOR, 0)?;
+        mknod(&dev.join("nvidia-uvm-tools"), UVM_MAJOR, 1)?;
+    }
+    Ok(())
+}
+
+fn install_library(
+    src: &Path,
+    lib: &Path,
+    stem: &str,
+    version: &str,
+) -> Result<(), DriverRootError> {
+    let real = format!("{stem}.{version}");
+    copy(src, &lib.join(&real))?;
+    for (link, target) in [
+        (format!("{stem}.1"), real),
+        (stem.to_string(), format!("{stem}.1")),
+    ] {
+        let p = lib.join(link);
+        let _ = std::fs::remove_file(&p);
+        symlink(&target, &p).map_err(io(&p))?;
+    }
+    Ok(())
+}
+
+fn copy(src: &Path, dst: &Path) -> Result<(), DriverRootError> {
+    // Replace rather than overwrite: a running process may have the old file mapped.
+    let tmp = dst.with_extension("gpuslice-tmp");
+    std::fs::copy(src, &tmp).map_err(io(dst))?;
+    std::fs::rename(&tmp, dst).map_err(io(dst))
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), DriverRootError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io(path))
+}
+
+#[allow(unsafe_code)]
+fn mknod(path: &Path, major: u32, minor: u32) -> Result<(), DriverRootError> {
+    use std::os::unix::ffi::OsStrExt;
+    let _ = std::fs::remove_file(path);
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| DriverRootError::Io {
+            path: path.into(),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        })?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; mknod reads it only.
+    let rc = unsafe {
+        libc::mknod(
+            c.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    if rc != 0 {
+        return Err(DriverRootError::Mknod {
+            path: path.into(),
+            major,
+            minor,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    set_mode(path, 0o666)
+}

@@ -1,0 +1,145 @@
+//! The node description file.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Environment variable naming the node description file.
+pub const NODE_ENV: &str = "GPUSLICE_SIM_NODE";
+/// Where the node description sits relative to the fake libraries' directory.
+pub const NODE_BESIDE_LIBRARY: &str = "gpuslice-sim/node.json";
+/// The system-wide fallback.
+pub const NODE_SYSTEM_PATH: &str = "/etc/gpuslice-sim/node.json";
+
+/// One simulated GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimGpu {
+    pub uuid: String,
+    pub name: String,
+    pub memory_bytes: u64,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Minor number of `/dev/nvidiaN`.
+    pub minor: u32,
+    /// `DDDDDDDD:BB:DD.F`.
+    pub pci_bus_id: String,
+    pub numa_node: Option<u32>,
+    /// Compute capability, major and minor.
+    pub compute_capability: (u32, u32),
+    /// Device memory a context takes when it is created (the driver's own reservation).
+    #[serde(default)]
+    pub context_bytes: u64,
+}
+
+/// A simulated node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    pub driver_version: String,
+    /// CUDA driver API version as `cuDriverGetVersion` reports it (12040 = 12.4).
+    pub cuda_driver_version: i32,
+    /// Directory where processes record the device memory they hold (shared by every
+    /// process that loads the fake libcuda).
+    pub state_dir: PathBuf,
+    pub gpus: Vec<SimGpu>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(
+        "no simulated node description: set {NODE_ENV}, or put one at {NODE_BESIDE_LIBRARY} beside the library or at {NODE_SYSTEM_PATH}"
+    )]
+    NotFound,
+    #[error("failed to read node description {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("node description {path} is not valid")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("unknown GPU model {0:?} (known: {1})")]
+    Model(String, String),
+}
+
+/// Models the simulator knows: name, memory, SMs, compute capability.
+pub const MODELS: &[(&str, &str, u64, u32, (u32, u32))] = &[
+    ("T4", "Tesla T4", 15 << 30, 40, (7, 5)),
+    ("A10", "NVIDIA A10", 24 << 30, 72, (8, 6)),
+    ("L40S", "NVIDIA L40S", 48 << 30, 142, (8, 9)),
+    ("A100", "NVIDIA A100-SXM4-80GB", 80 << 30, 108, (8, 0)),
+    ("H100", "NVIDIA H100 80GB HBM3", 80 << 30, 132, (9, 0)),
+];
+
+impl NodeSpec {
+    /// A node of `count` identical GPUs of `model` (see [`MODELS`]); `memory` overrides the
+    /// model's memory.
+    pub fn uniform(
+        model: &str,
+        count: u32,
+        memory: Option<u64>,
+        state_dir: PathBuf,
+    ) -> Result<Self, NodeError> {
+        let (_, name, mem, sms, cc) = MODELS
+            .iter()
+            .find(|m| m.0.eq_ignore_ascii_case(model))
+            .ok_or_else(|| {
+                NodeError::Model(
+                    model.to_string(),
+                    MODELS.iter().map(|m| m.0).collect::<Vec<_>>().join(", "),
+                )
+            })?;
+        let gpus = (0..count)
+            .map(|i| SimGpu {
+                uuid: format!("GPU-5a1ce000-0000-4000-8000-{:012x}", 0x5100 + u64::from(i)),
+                name: (*name).to_string(),
+                memory_bytes: memory.unwrap_or(*mem),
+                sm_count: *sms,
+                minor: i,
+                pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i * 0x10),
+                numa_node: Some(i / 4),
+                compute_capability: *cc,
+                context_bytes: 0,
+            })
+            .collect();
+        Ok(Self {
+            driver_version: "550.54.15".into(),
+            cuda_driver_version: 12040,
+            state_dir,
+            gpus,
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<Self, NodeError> {
+        let text = std::fs::read_to_string(path).map_err(|source| NodeError::Read {
+            path: path.into(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| NodeError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// Finds and loads the node description as the fake libraries do; `library_dir` is the
+    /// directory of the library asking.
+    pub fn locate(library_dir: Option<&Path>) -> Result<Self, NodeError> {
+        if let Some(p) = std::env::var_os(NODE_ENV).filter(|p| !p.is_empty()) {
+            return Self::load(Path::new(&p));
+        }
+        if let Some(dir) = library_dir {
+            let p = dir.join(NODE_BESIDE_LIBRARY);
+            if p.exists() {
+                return Self::load(&p);
+            }
+        }
+        let p = Path::new(NODE_SYSTEM_PATH);
+        if p.exists() {
+            return Self::load(p);
+        }
+        Err(NodeError::NotFound)
+    }
+}
