@@ -1,0 +1,121 @@
+//! `gpuslice-agent`: the node agent daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use gpuslice_core::Policy;
+use gpuslice_core::placement::Rules;
+use gpuslice_nodeagent::duration;
+use gpuslice_nodeagent::gc::{self, Evidence};
+use gpuslice_nodeagent::service::{self, Config};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum GpuPolicy {
+    Binpack,
+    Spread,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The gpuslice node agent: admits GPU slices, keeps the node's ledger, serves D-Bus and metrics.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Root of the driver installation (where libnvidia-ml.so.1 and /dev/nvidia* are).
+    #[arg(long, env = "GPUSLICE_DRIVER_ROOT", default_value = "/")]
+    driver_root: PathBuf,
+    /// NVML library to load instead of the one found in the driver root.
+    #[arg(long, env = "GPUSLICE_NVML_LIBRARY")]
+    nvml_library: Option<PathBuf>,
+    /// Where the ledger lives (one file per claim). Claims describe running containers, so a
+    /// tmpfs such as /run is the right home, as for runc's and containerd's own state.
+    #[arg(long, default_value = "/run/gpuslice-agent")]
+    state_dir: PathBuf,
+    /// Where each container's limits directory is created.
+    #[arg(long, default_value = "/run/gpuslice")]
+    run_dir: PathBuf,
+    /// D-Bus address to serve on instead of the system bus.
+    #[arg(long, env = "GPUSLICE_BUS_ADDRESS")]
+    bus_address: Option<String>,
+    /// Address for the Prometheus endpoint (/metrics), or "off".
+    #[arg(long, default_value = "127.0.0.1:9401")]
+    metrics_address: String,
+    /// Most slices on one GPU.
+    #[arg(long, default_value_t = 16)]
+    max_sharers: u32,
+    /// GPU placement when a request names no policy.
+    #[arg(long, value_enum, default_value = "binpack")]
+    default_gpu_policy: GpuPolicy,
+    /// How often to look for claims of containers that are gone.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    gc_interval: std::time::Duration,
+    /// How long a claim may wait for its container to start before it can be collected
+    /// (only when no OCI runtime knows the container).
+    #[arg(long, default_value = "2m", value_parser = duration::parse)]
+    pending_timeout: std::time::Duration,
+    /// OCI runtime state roots that tell a created container exists (repeatable).
+    #[arg(long = "runtime-root")]
+    runtime_roots: Vec<PathBuf>,
+    /// The proc filesystem holding the containers' processes.
+    #[arg(long, default_value = "/proc")]
+    proc_root: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let sub = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    match args.log_format {
+        LogFormat::Text => sub.init(),
+        LogFormat::Json => sub.json().init(),
+    }
+    let metrics_address = match args.metrics_address.as_str() {
+        "off" | "" => None,
+        a => Some(a.parse::<SocketAddr>().with_context(|| {
+            format!("--metrics-address {a:?}: not an address like 127.0.0.1:9401")
+        })?),
+    };
+    let cfg = Config {
+        driver_root: args.driver_root,
+        nvml_library: args.nvml_library,
+        state_dir: args.state_dir,
+        run_dir: args.run_dir,
+        bus_address: args.bus_address,
+        metrics_address,
+        rules: Rules {
+            max_sharers: args.max_sharers,
+        },
+        default_policy: match args.default_gpu_policy {
+            GpuPolicy::Binpack => Policy::Binpack,
+            GpuPolicy::Spread => Policy::Spread,
+        },
+        gc_interval: args.gc_interval,
+        evidence: Evidence {
+            proc_root: args.proc_root,
+            runtime_roots: if args.runtime_roots.is_empty() {
+                gc::default_runtime_roots()
+            } else {
+                args.runtime_roots
+            },
+            pending_timeout: args.pending_timeout,
+        },
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(service::run(cfg))
+        .inspect_err(|e| tracing::error!("{e:#}"))
+}

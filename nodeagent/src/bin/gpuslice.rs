@@ -1,0 +1,223 @@
+//! `gpuslice`: the operator's command line over the agent's D-Bus API.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use gpuslice_core::quantity::human_bytes;
+use gpuslice_core::{Claim, ClaimState};
+use gpuslice_nodeagent::client::{self, AgentProxy, Status};
+
+#[derive(Parser)]
+#[command(version, about = "Inspect and manage GPU slices on this node")]
+struct Cli {
+    /// D-Bus address of the agent's bus instead of the system bus.
+    #[arg(long, global = true, env = "GPUSLICE_BUS_ADDRESS")]
+    bus_address: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the GPUs, their allocation and every slice.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Claim a slice for a container id from annotations (as the runtime does at create).
+    Claim {
+        container_id: String,
+        /// An annotation KEY=VALUE, e.g. gpuslice.io/memory=2Gi (repeatable).
+        #[arg(short = 'a', long = "annotation", value_name = "KEY=VALUE")]
+        annotations: Vec<OsString>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record the pid of a claimed container (as the poststart hook does).
+    Activate { container_id: String, pid: u32 },
+    /// Release a container's claim (as the poststop hook does).
+    Release { container_id: String },
+}
+
+/// Splits `KEY=VALUE` arguments, refusing ones that are not UTF-8 or have no `=`.
+fn annotations(raw: &[OsString]) -> Result<HashMap<String, String>> {
+    let mut out = HashMap::new();
+    for a in raw {
+        let bytes = a.as_encoded_bytes();
+        let Some(eq) = bytes.iter().position(|b| *b == b'=') else {
+            bail!("annotation {:?}: expected KEY=VALUE", a.to_string_lossy());
+        };
+        let key = String::from_utf8_lossy(&bytes[..eq]).into_owned();
+        let Ok(value) = std::str::from_utf8(&bytes[eq + 1..]) else {
+            bail!(
+                "annotation {key}={:?}: value is not valid UTF-8",
+                String::from_utf8_lossy(&bytes[eq + 1..])
+            );
+        };
+        if std::str::from_utf8(&bytes[..eq]).is_err() {
+            bail!("annotation {key:?}={value:?}: key is not valid UTF-8");
+        }
+        out.insert(key, value.to_string());
+    }
+    Ok(out)
+}
+
+fn describe(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, Some(msg), _) => {
+            let kind = name.as_str().rsplit('.').next().unwrap_or_default();
+            format!("{msg} ({kind})")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn print_claim(c: &Claim) {
+    for g in &c.gpus {
+        let cores = if g.cores == 0 {
+            "-".to_string()
+        } else {
+            format!("{}%", g.cores)
+        };
+        println!(
+            "{}\tGPU {}\t{}\t{}\t{}",
+            c.container_id,
+            g.index,
+            g.uuid,
+            human_bytes(g.memory_bytes),
+            cores
+        );
+    }
+}
+
+fn print_status(s: &Status) {
+    println!(
+        "Driver {}  ({} GPUs)",
+        s.inventory.driver_version,
+        s.gpus.len()
+    );
+    println!(
+        "{:<4} {:<42} {:<24} {:>21} {:>6} {:>7}",
+        "GPU", "UUID", "MODEL", "MEMORY ALLOC/TOTAL", "CORES", "SLICES"
+    );
+    for g in &s.gpus {
+        let model = s
+            .inventory
+            .gpus
+            .iter()
+            .find(|i| i.uuid == g.uuid)
+            .map_or("", |i| i.name.as_str());
+        let mem = format!(
+            "{} / {}",
+            human_bytes(g.memory_allocated),
+            human_bytes(g.memory_total)
+        );
+        let slices = if g.exclusive {
+            "whole".to_string()
+        } else {
+            g.sharers.to_string()
+        };
+        println!(
+            "{:<4} {:<42} {:<24} {:>21} {:>5}% {:>7}",
+            g.index, g.uuid, model, mem, g.cores_allocated, slices
+        );
+    }
+    println!();
+    if s.slices.is_empty() {
+        println!("No slices.");
+        return;
+    }
+    println!(
+        "{:<28} {:<4} {:>10} {:>10} {:>6}  {}",
+        "CONTAINER", "GPU", "LIMIT", "USED", "CORES", "STATE"
+    );
+    for sl in &s.slices {
+        let state = match sl.claim.state {
+            ClaimState::Pending => "pending".to_string(),
+            ClaimState::Active { pid, .. } => format!("running (pid {pid})"),
+        };
+        for (pos, g) in sl.claim.gpus.iter().enumerate() {
+            let used = sl.used_bytes.get(pos).copied().unwrap_or(0);
+            let cores = if g.cores == 0 {
+                "-".to_string()
+            } else {
+                format!("{}%", g.cores)
+            };
+            println!(
+                "{:<28} {:<4} {:>10} {:>10} {:>6}  {}",
+                sl.claim.container_id,
+                g.index,
+                human_bytes(g.memory_bytes),
+                human_bytes(used),
+                cores,
+                state
+            );
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let conn = client::connect(cli.bus_address.as_deref())
+        .await
+        .context("failed to connect to D-Bus")?;
+    let agent = AgentProxy::new(&conn).await?;
+    let fail = |e: zbus::Error| anyhow::anyhow!(describe(&e));
+    match cli.command {
+        Command::Status { json } => {
+            let text = agent.status().await.map_err(fail)?;
+            if json {
+                println!("{text}");
+            } else {
+                print_status(&serde_json::from_str(&text)?);
+            }
+        }
+        Command::Claim {
+            container_id,
+            annotations: raw,
+            json,
+        } => {
+            let ann = annotations(&raw)?;
+            let borrowed: HashMap<&str, &str> =
+                ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let text = agent.claim(&container_id, borrowed).await.map_err(fail)?;
+            if json {
+                println!("{text}");
+            } else {
+                print_claim(&serde_json::from_str(&text)?);
+            }
+        }
+        Command::Activate { container_id, pid } => {
+            agent.activate(&container_id, pid).await.map_err(fail)?;
+        }
+        Command::Release { container_id } => {
+            if !agent.release(&container_id).await.map_err(fail)? {
+                eprintln!("gpuslice: container {container_id:?} held no claim");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpuslice: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpuslice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

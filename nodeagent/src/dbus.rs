@@ -1,0 +1,271 @@
+//! The agent's D-Bus interface, `io.gpuslice.Agent1` at `/io/gpuslice/Agent1`.
+//!
+//! Claim, Activate and Release change the ledger and are allowed to uid 0 only (checked here
+//! from the bus's own record of the caller, in addition to the system bus policy); Inventory,
+//! ListSlices and Status are open to everyone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gpuslice_core::host::process_start_time;
+use zbus::message::Header;
+use zbus::{Connection, interface};
+
+use crate::client::{SliceStatus, Status};
+use crate::ledger::{Admission, Ledger, LedgerError};
+use crate::metrics::{CauseLabels, Metrics};
+
+/// Errors on the wire: `io.gpuslice.Agent1.Error.<Variant>` with a message.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "io.gpuslice.Agent1.Error")]
+pub enum ApiError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// The request is malformed: names the input, the value and the reason.
+    InvalidRequest(String),
+    /// The request is well-formed but cannot be admitted now (capacity, conflicts).
+    Refused(String),
+    NotFound(String),
+    AccessDenied(String),
+    Failed(String),
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> Self {
+        use gpuslice_core::placement::RefusalReason;
+        match e {
+            LedgerError::Refused(r) if r.reason == RefusalReason::InvalidRequest => {
+                Self::InvalidRequest(r.message)
+            }
+            LedgerError::Refused(r) => Self::Refused(r.message),
+            LedgerError::NotFound(id) => Self::NotFound(format!("no claim for container {id:?}")),
+            other => Self::Failed(error_chain(&other)),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// State shared by the D-Bus interface, the metrics endpoint and the collector.
+pub struct Shared {
+    pub ledger: Mutex<Ledger>,
+    pub metrics: Metrics,
+    pub proc_root: PathBuf,
+    uid_cache: Mutex<HashMap<String, u32>>,
+}
+
+impl Shared {
+    #[must_use]
+    pub fn new(ledger: Ledger, metrics: Metrics, proc_root: PathBuf) -> Self {
+        Self {
+            ledger: Mutex::new(ledger),
+            metrics,
+            proc_root,
+            uid_cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The ledger, even if a thread panicked while holding it (every change is committed on
+    /// disk before memory, so the in-memory map is never half-updated).
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    #[must_use]
+    pub fn status(&self) -> Status {
+        let ledger = self.ledger();
+        Status {
+            inventory: ledger.inventory().clone(),
+            gpus: ledger.loads(),
+            slices: slices(&ledger),
+        }
+    }
+}
+
+fn slices(ledger: &Ledger) -> Vec<SliceStatus> {
+    ledger
+        .claims()
+        .map(|c| SliceStatus {
+            used_bytes: ledger
+                .run_dir()
+                .usage(&c.container_id)
+                .unwrap_or_else(|| vec![0; c.gpus.len()]),
+            claim: c.clone(),
+        })
+        .collect()
+}
+
+pub struct AgentApi {
+    shared: Arc<Shared>,
+}
+
+impl AgentApi {
+    #[must_use]
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// Refuses callers other than root. The uid comes from the bus daemon, which took it
+    /// from the caller's socket credentials; it is cached per unique name, which the bus
+    /// never reuses.
+    async fn require_root(&self, header: &Header<'_>, conn: &Connection) -> Result<(), ApiError> {
+        let sender = header
+            .sender()
+            .ok_or_else(|| ApiError::AccessDenied("caller has no bus name".into()))?
+            .to_string();
+        let cached = self
+            .shared
+            .uid_cache
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&sender).copied());
+        let uid = match cached {
+            Some(uid) => uid,
+            None => {
+                let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+                let name =
+                    zbus::names::BusName::try_from(sender.as_str()).map_err(zbus::Error::from)?;
+                let uid = dbus
+                    .get_connection_unix_user(name)
+                    .await
+                    .map_err(zbus::Error::from)?;
+                if let Ok(mut c) = self.shared.uid_cache.lock() {
+                    if c.len() > 4096 {
+                        c.clear();
+                    }
+                    c.insert(sender, uid);
+                }
+                uid
+            }
+        };
+        if uid == 0 {
+            Ok(())
+        } else {
+            Err(ApiError::AccessDenied(format!(
+                "uid {uid} may not change the ledger; only root may"
+            )))
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Shared) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || f(&shared))
+            .await
+            .map_err(|e| ApiError::Failed(format!("agent task failed: {e}")))?
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ApiError> {
+    serde_json::to_string(v).map_err(|e| ApiError::Failed(e.to_string()))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[interface(name = "io.gpuslice.Agent1")]
+impl AgentApi {
+    async fn claim(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        container_id: String,
+        annotations: HashMap<String, String>,
+    ) -> Result<String, ApiError> {
+        self.require_root(&header, conn).await?;
+        let annotations: BTreeMap<String, String> = annotations.into_iter().collect();
+        self.blocking(move |s| {
+            let result = s.ledger().claim(&container_id, &annotations, now_ms());
+            match result {
+                Ok(Admission::New(c)) => {
+                    s.metrics.admitted.inc();
+                    tracing::info!(container = %c.container_id, gpus = ?c.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), "claim admitted");
+                    to_json(&c)
+                }
+                Ok(Admission::Existing(c)) => to_json(&c),
+                Err(LedgerError::Refused(r)) => {
+                    s.metrics.count_refusal(r.reason);
+                    tracing::info!(container = %container_id, reason = r.reason.as_str(), "claim refused: {}", r.message);
+                    Err(LedgerError::Refused(r).into())
+                }
+                Err(e) => {
+                    tracing::error!(container = %container_id, "claim failed: {}", error_chain(&e));
+                    Err(e.into())
+                }
+            }
+        })
+        .await
+    }
+
+    async fn activate(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        container_id: String,
+        pid: u32,
+    ) -> Result<String, ApiError> {
+        self.require_root(&header, conn).await?;
+        self.blocking(move |s| {
+            let start = process_start_time(&s.proc_root, pid)
+                .ok_or_else(|| ApiError::InvalidRequest(format!("pid {pid}: no such process")))?;
+            let claim = s.ledger().activate(&container_id, pid, start)?;
+            to_json(&claim)
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        container_id: String,
+    ) -> Result<bool, ApiError> {
+        self.require_root(&header, conn).await?;
+        self.blocking(move |s| {
+            let released = s.ledger().release(&container_id)?;
+            if released.is_some() {
+                s.metrics
+                    .released
+                    .get_or_create(&CauseLabels::REQUEST)
+                    .inc();
+                tracing::info!(container = %container_id, "claim released");
+            }
+            Ok(released.is_some())
+        })
+        .await
+    }
+
+    async fn inventory(&self) -> Result<String, ApiError> {
+        self.blocking(|s| to_json(s.ledger().inventory())).await
+    }
+
+    async fn list_slices(&self) -> Result<String, ApiError> {
+        self.blocking(|s| to_json(&slices(&s.ledger()))).await
+    }
+
+    async fn status(&self) -> Result<String, ApiError> {
+        self.blocking(|s| to_json(&s.status())).await
+    }
+
+    #[zbus(property)]
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+}

@@ -1,0 +1,284 @@
+//! The ledger: every claim on the node, admitted only when it fits.
+//!
+//! Order of a claim: decide the GPUs, write the container's directory, write the claim file
+//! (the commit point), then answer. Order of a release: remove the claim file (the commit
+//! point), then the directory. A crash between the two steps leaves a directory with no
+//! claim, which [`Ledger::open`] removes; a crash after the commit point leaves a claim whose
+//! answer may not have reached its client, which the client's retry gets again (claims are
+//! idempotent per container id) or garbage collection releases.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpuslice_core::annotations;
+use gpuslice_core::claim::validate_container_id;
+use gpuslice_core::inventory::Inventory;
+use gpuslice_core::placement::{self, RefusalReason, Rules};
+use gpuslice_core::{Claim, ClaimState, GpuLoad, Policy};
+
+use crate::rundir::{RunDir, RunDirError};
+use crate::store::{Store, StoreError};
+
+/// A refused request: why (for metrics) and a message naming the input, value and reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub message: String,
+}
+
+impl Refusal {
+    fn invalid(message: impl Into<String>) -> Self {
+        Self {
+            reason: RefusalReason::InvalidRequest,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("no claim for container {0:?}")]
+    NotFound(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
+}
+
+/// Whether a claim was admitted now or had been admitted before (a retry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    New(Claim),
+    Existing(Claim),
+}
+
+impl Admission {
+    #[must_use]
+    pub fn claim(&self) -> &Claim {
+        match self {
+            Self::New(c) | Self::Existing(c) => c,
+        }
+    }
+}
+
+pub struct Ledger {
+    inventory: Inventory,
+    claims: BTreeMap<String, Claim>,
+    store: Store,
+    run: RunDir,
+    rules: Rules,
+    default_policy: Policy,
+}
+
+/// What [`Ledger::open`] found and mended.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    pub claims: usize,
+    pub orphan_dirs_removed: Vec<String>,
+    pub damaged: Vec<String>,
+    pub over_capacity_gpus: Vec<u32>,
+}
+
+impl Ledger {
+    /// Loads the ledger, recreates missing container directories of stored claims, and
+    /// removes directories that belong to no claim.
+    pub fn open(
+        inventory: Inventory,
+        store: Store,
+        run: RunDir,
+        rules: Rules,
+        default_policy: Policy,
+    ) -> Result<(Self, Recovery), LedgerError> {
+        let (claims, damaged) = store.load()?;
+        let mut recovery = Recovery {
+            damaged: damaged.iter().map(ToString::to_string).collect(),
+            ..Recovery::default()
+        };
+        let claims: BTreeMap<String, Claim> = claims
+            .into_iter()
+            .map(|c| (c.container_id.clone(), c))
+            .collect();
+        for claim in claims.values() {
+            if !run
+                .path(&claim.container_id)
+                .join(gpuslice_core::limits::FILE_NAME)
+                .exists()
+            {
+                run.create(claim)?;
+            }
+        }
+        for id in run.list() {
+            if !claims.contains_key(&id) {
+                run.remove(&id)?;
+                recovery.orphan_dirs_removed.push(id);
+            }
+        }
+        recovery.claims = claims.len();
+        let ledger = Self {
+            inventory,
+            claims,
+            store,
+            run,
+            rules,
+            default_policy,
+        };
+        recovery.over_capacity_gpus = ledger
+            .loads()
+            .iter()
+            .filter(|l| l.memory_allocated > l.memory_total || l.cores_allocated > 100)
+            .map(|l| l.index)
+            .collect();
+        Ok((ledger, recovery))
+    }
+
+    #[must_use]
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    pub fn claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values()
+    }
+
+    #[must_use]
+    pub fn get(&self, id: &str) -> Option<&Claim> {
+        self.claims.get(id)
+    }
+
+    #[must_use]
+    pub fn run_dir(&self) -> &RunDir {
+        &self.run
+    }
+
+    /// Allocation on each GPU, from the claims.
+    #[must_use]
+    pub fn loads(&self) -> Vec<GpuLoad> {
+        let mut by_uuid: HashMap<&str, GpuLoad> = self
+            .inventory
+            .gpus
+            .iter()
+            .map(|g| {
+                let load = GpuLoad {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    minor: g.minor,
+                    memory_total: g.memory_total_bytes,
+                    memory_allocated: 0,
+                    cores_allocated: 0,
+                    sharers: 0,
+                    exclusive: false,
+                };
+                (g.uuid.as_str(), load)
+            })
+            .collect();
+        for claim in self.claims.values() {
+            for grant in &claim.gpus {
+                if let Some(l) = by_uuid.get_mut(grant.uuid.as_str()) {
+                    l.memory_allocated += grant.memory_bytes;
+                    l.cores_allocated += grant.cores;
+                    l.sharers += 1;
+                    l.exclusive |= claim.exclusive;
+                }
+            }
+        }
+        let mut loads: Vec<GpuLoad> = by_uuid.into_values().collect();
+        loads.sort_by_key(|l| l.index);
+        loads
+    }
+
+    /// Admits the request in `annotations` for `container_id`, or says why not. A second
+    /// claim for the same id with the same request returns the first answer.
+    pub fn claim(
+        &mut self,
+        container_id: &str,
+        annotations: &BTreeMap<String, String>,
+        now_ms: u64,
+    ) -> Result<Admission, LedgerError> {
+        validate_container_id(container_id).map_err(|e| Refusal::invalid(e.to_string()))?;
+        let request = annotations::parse(annotations)
+            .map_err(|e| Refusal::invalid(e.to_string()))?
+            .ok_or_else(|| {
+                Refusal::invalid(format!(
+                    "container {container_id:?} has no gpuslice.io annotations: nothing to claim"
+                ))
+            })?;
+        if let Some(existing) = self.claims.get(container_id) {
+            if existing.request == request {
+                return Ok(Admission::Existing(existing.clone()));
+            }
+            return Err(Refusal {
+                reason: RefusalReason::Conflict,
+                message: format!("container {container_id:?} already holds a claim made with other annotations; release it first"),
+            }
+            .into());
+        }
+        if let Some(a) = &request.assignment {
+            return Err(Refusal {
+                reason: RefusalReason::PolicyUnavailable,
+                message: format!(
+                    "annotation {}{}={a:?}: this agent does not verify scheduler assignments yet, so it refuses rather than trust one",
+                    annotations::PREFIX,
+                    annotations::ASSIGNMENT
+                ),
+            }
+            .into());
+        }
+        let gpus = placement::place(&request, &self.loads(), self.rules, self.default_policy)
+            .map_err(|e| Refusal {
+                reason: e.reason,
+                message: e.message,
+            })?;
+        let claim = Claim {
+            container_id: container_id.to_string(),
+            exclusive: request.is_exclusive(),
+            request,
+            gpus,
+            state: ClaimState::Pending,
+            created_unix_ms: now_ms,
+        };
+        self.run.create(&claim)?;
+        if let Err(e) = self.store.put(&claim) {
+            let _ = self.run.remove(container_id);
+            return Err(e.into());
+        }
+        self.claims.insert(container_id.to_string(), claim.clone());
+        Ok(Admission::New(claim))
+    }
+
+    /// Records that the container runs as `pid`, started at `start_time`.
+    pub fn activate(
+        &mut self,
+        container_id: &str,
+        pid: u32,
+        start_time: u64,
+    ) -> Result<Claim, LedgerError> {
+        let claim = self
+            .claims
+            .get(container_id)
+            .ok_or_else(|| LedgerError::NotFound(container_id.to_string()))?;
+        let mut updated = claim.clone();
+        updated.state = ClaimState::Active { pid, start_time };
+        if updated != *claim {
+            self.store.put(&updated)?;
+            self.claims
+                .insert(container_id.to_string(), updated.clone());
+        }
+        Ok(updated)
+    }
+
+    /// Releases the claim of `container_id`; `None` when it held none.
+    pub fn release(&mut self, container_id: &str) -> Result<Option<Claim>, LedgerError> {
+        if !self.claims.contains_key(container_id) {
+            return Ok(None);
+        }
+        self.store.remove(container_id)?;
+        let claim = self.claims.remove(container_id);
+        self.run.remove(container_id)?;
+        Ok(claim)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+use super::*;
+use gpuslice_core::inventory::GpuInfo;
+
+const GIB: u64 = 1 << 30;
+
+fn inventory(n: u32) -> Inventory {
+    Inventory {
+        driver_version: "550.54.15".into(),
+        cuda_driver_version: Some(12040),
+        gpus: (0..n)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "Tesla T4".into(),
+                memory_total_bytes: 15 * GIB,
+                minor: i,
+                pci_bus_id: String::new(),
+                numa_node: None,
+            })
+            .collect(),
+    }
+}
+
+fn open(dir: &std::path::Path) -> Ledger {
+    let store = Store::open(&dir.join("state")).unwrap();
+    let run = RunDir::new(dir.join("run")).unwrap();
+    Ledger::open(inventory(2), store, run, Rules::default(), Policy::Binpack)
+        .unwrap()
+        .0
+}
+
+fn mem(v: &str) -> BTreeMap<String, String> {
+    [("gpuslice.io/memory".to_string(), v.to_string())]
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn a_claim_writes_the_limits_directory_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    let c = l.claim("c1", &mem("2Gi"), 1).unwrap();
+    let limits = std::fs::read_to_string(dir.path().join("run/c1/limits")).unwrap();
+    assert!(limits.contains("gpu.0.memory_bytes=2147483648"), "{limits}");
+    drop(l);
+    let l = open(dir.path());
+    assert_eq!(l.get("c1"), Some(c.claim()));
+}
+
+#[test]
+fn a_retried_claim_gets_the_same_answer_and_a_changed_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    let first = l.claim("c1", &mem("2Gi"), 1).unwrap();
+    let again = l.claim("c1", &mem("2Gi"), 2).unwrap();
+    assert_eq!(again, Admission::Existing(first.claim().clone()));
+    let e = l.claim("c1", &mem("3Gi"), 3).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LedgerError::Refused(Refusal {
+                reason: RefusalReason::Conflict,
+                ..
+            })
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn release_removes_claim_and_directory_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    l.claim("c1", &mem("2Gi"), 1).unwrap();
+    assert!(l.release("c1").unwrap().is_some());
+    assert!(!dir.path().join("run/c1").exists());
+    assert!(l.release("c1").unwrap().is_none());
+    drop(l);
+    assert!(open(dir.path()).get("c1").is_none());
+}
+
+#[test]
+fn a_directory_without_a_claim_is_removed_when_the_ledger_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()));
+    std::fs::create_dir_all(dir.path().join("run/ghost")).unwrap();
+    std::fs::write(dir.path().join("run/ghost/limits"), "version=1\n").unwrap();
+    drop(open(dir.path()));
+    assert!(!dir.path().join("run/ghost").exists());
+}
+
+#[test]
+fn a_second_ledger_on_the_same_state_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = open(dir.path());
+    assert!(matches!(
+        Store::open(&dir.path().join("state")),
+        Err(StoreError::Locked(_))
+    ));
+}
+
+#[test]
+fn capacity_is_never_exceeded_and_refusals_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    for i in 0..4 {
+        l.claim(&format!("c{i}"), &mem("7Gi"), 1).unwrap();
+    }
+    let e = l.claim("c9", &mem("7Gi"), 1).unwrap_err();
+    assert!(e.to_string().contains("gpuslice.io/memory=\"7Gi\""), "{e}");
+    assert!(
+        l.loads()
+            .iter()
+            .all(|g| g.memory_allocated <= g.memory_total)
+    );
+}

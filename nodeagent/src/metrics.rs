@@ -1,0 +1,247 @@
+//! Prometheus metrics, served as OpenMetrics text on `/metrics`.
+//!
+//! GPU and slice gauges are rebuilt from the ledger at every scrape, so they can never drift
+//! from it; counters count events since the agent started.
+
+use std::sync::atomic::AtomicU64;
+
+use gpuslice_core::placement::RefusalReason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::ledger::Ledger;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub gpu: String,
+    pub uuid: String,
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SliceLabels {
+    pub container: String,
+    pub gpu: String,
+    pub uuid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// Why a claim was released: `request` (Release over D-Bus) or `gc` (its container is gone).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+impl CauseLabels {
+    pub const REQUEST: Self = Self { cause: "request" };
+    pub const GC: Self = Self { cause: "gc" };
+}
+
+/// Claim state: `pending` or `active`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    gpu_memory_capacity: Family<GpuLabels, Gauge>,
+    gpu_memory_allocated: Family<GpuLabels, Gauge>,
+    gpu_cores_allocated: Family<GpuLabels, Gauge<f64, AtomicU64>>,
+    gpu_sharers: Family<GpuLabels, Gauge>,
+    slice_memory_limit: Family<SliceLabels, Gauge>,
+    slice_memory_used: Family<SliceLabels, Gauge>,
+    slice_cores: Family<SliceLabels, Gauge<f64, AtomicU64>>,
+    claims: Family<StateLabels, Gauge>,
+    pub admitted: Counter,
+    pub refused: Family<ReasonLabels, Counter>,
+    pub released: Family<CauseLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Self {
+            registry: Registry::default(),
+            gpu_memory_capacity: Family::default(),
+            gpu_memory_allocated: Family::default(),
+            gpu_cores_allocated: Family::default(),
+            gpu_sharers: Family::default(),
+            slice_memory_limit: Family::default(),
+            slice_memory_used: Family::default(),
+            slice_cores: Family::default(),
+            claims: Family::default(),
+            admitted: Counter::default(),
+            refused: Family::default(),
+            released: Family::default(),
+        };
+        registry.register(
+            "gpuslice_gpu_memory_capacity_bytes",
+            "Device memory of the GPU",
+            m.gpu_memory_capacity.clone(),
+        );
+        registry.register(
+            "gpuslice_gpu_memory_allocated_bytes",
+            "Device memory of the GPU given to slices",
+            m.gpu_memory_allocated.clone(),
+        );
+        registry.register(
+            "gpuslice_gpu_cores_allocated_ratio",
+            "Share of the GPU's SMs reserved by slices (0 to 1)",
+            m.gpu_cores_allocated.clone(),
+        );
+        registry.register(
+            "gpuslice_gpu_sharers",
+            "Slices on the GPU",
+            m.gpu_sharers.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_memory_limit_bytes",
+            "Device-memory wall of a container on a GPU",
+            m.slice_memory_limit.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_memory_used_bytes",
+            "Device memory a container holds on a GPU, from its usage region",
+            m.slice_memory_used.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_cores_ratio",
+            "Share of the GPU's SMs reserved for a container (0 for none)",
+            m.slice_cores.clone(),
+        );
+        registry.register(
+            "gpuslice_claims",
+            "Claims in the ledger by state",
+            m.claims.clone(),
+        );
+        registry.register(
+            "gpuslice_claims_admitted",
+            "Claims admitted",
+            m.admitted.clone(),
+        );
+        registry.register(
+            "gpuslice_claims_refused",
+            "Claims refused, by reason",
+            m.refused.clone(),
+        );
+        registry.register(
+            "gpuslice_claims_released",
+            "Claims released, by cause",
+            m.released.clone(),
+        );
+        for cause in [CauseLabels::REQUEST, CauseLabels::GC] {
+            let _ = m.released.get_or_create(&cause);
+        }
+        for reason in RefusalReason::ALL {
+            let _ = m.refused.get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            });
+        }
+        Self { registry, ..m }
+    }
+
+    pub fn count_refusal(&self, reason: RefusalReason) {
+        self.refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    /// Rebuilds the gauges from the ledger and encodes every metric.
+    pub fn render(&self, ledger: &Ledger) -> String {
+        let gpus = &ledger.inventory().gpus;
+        let labels = |index: u32, uuid: &str| GpuLabels {
+            gpu: index.to_string(),
+            uuid: uuid.to_string(),
+            model: gpus
+                .iter()
+                .find(|g| g.uuid == uuid)
+                .map(|g| g.name.clone())
+                .unwrap_or_default(),
+        };
+        for f in [
+            &self.gpu_memory_capacity,
+            &self.gpu_memory_allocated,
+            &self.gpu_sharers,
+        ] {
+            f.clear();
+        }
+        self.gpu_cores_allocated.clear();
+        for l in ledger.loads() {
+            let k = labels(l.index, &l.uuid);
+            self.gpu_memory_capacity
+                .get_or_create(&k)
+                .set(clamp(l.memory_total));
+            self.gpu_memory_allocated
+                .get_or_create(&k)
+                .set(clamp(l.memory_allocated));
+            self.gpu_cores_allocated
+                .get_or_create(&k)
+                .set(f64::from(l.cores_allocated) / 100.0);
+            self.gpu_sharers.get_or_create(&k).set(i64::from(l.sharers));
+        }
+        self.slice_memory_limit.clear();
+        self.slice_memory_used.clear();
+        self.slice_cores.clear();
+        self.claims.clear();
+        let (mut pending, mut active) = (0, 0);
+        for claim in ledger.claims() {
+            match claim.state {
+                gpuslice_core::ClaimState::Pending => pending += 1,
+                gpuslice_core::ClaimState::Active { .. } => active += 1,
+            }
+            let used = ledger
+                .run_dir()
+                .usage(&claim.container_id)
+                .unwrap_or_default();
+            for (pos, g) in claim.gpus.iter().enumerate() {
+                let k = SliceLabels {
+                    container: claim.container_id.clone(),
+                    gpu: g.index.to_string(),
+                    uuid: g.uuid.clone(),
+                };
+                self.slice_memory_limit
+                    .get_or_create(&k)
+                    .set(clamp(g.memory_bytes));
+                self.slice_memory_used
+                    .get_or_create(&k)
+                    .set(clamp(used.get(pos).copied().unwrap_or(0)));
+                self.slice_cores
+                    .get_or_create(&k)
+                    .set(f64::from(g.cores) / 100.0);
+            }
+        }
+        self.claims
+            .get_or_create(&StateLabels { state: "pending" })
+            .set(pending);
+        self.claims
+            .get_or_create(&StateLabels { state: "active" })
+            .set(active);
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+fn clamp(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

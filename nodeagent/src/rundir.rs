@@ -1,0 +1,102 @@
+//! Each admitted container's directory, `<run-dir>/<container-id>/`:
+//!
+//! - `limits`: the limits file (root-owned, mode 0444), read by the interception library;
+//! - `usage`: the usage region (mode 0666), mapped by every process of the container.
+//!
+//! The runtime bind-mounts the directory into the container at /run/gpuslice; the agent
+//! removes it when the claim is released.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use gpuslice_core::{Claim, limits, usage};
+
+#[derive(Debug, thiserror::Error)]
+#[error("failed to write {path}")]
+pub struct RunDirError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
+    move |source| RunDirError {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    root: PathBuf,
+}
+
+impl RunDir {
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, RunDirError> {
+        let root = root.into();
+        std::fs::create_dir_all(&root).map_err(io(&root))?;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(&root))?;
+        Ok(Self { root })
+    }
+
+    #[must_use]
+    pub fn path(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// Creates or refreshes the directory of `claim`. The usage region is created once and
+    /// kept on later calls, since processes may already have it mapped.
+    pub fn create(&self, claim: &Claim) -> Result<PathBuf, RunDirError> {
+        let dir = self.path(&claim.container_id);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(io(&dir))?;
+        let text = limits::Limits::from_claim(claim).render();
+        write_atomic(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o444)?;
+        let usage_path = dir.join(usage::FILE_NAME);
+        if !usage_path.exists() {
+            let region = usage::new_region(claim.gpus.len(), usage::DEFAULT_SLOTS);
+            write_atomic(&usage_path, &region, 0o666)?;
+        }
+        Ok(dir)
+    }
+
+    pub fn remove(&self, id: &str) -> Result<(), RunDirError> {
+        let dir = self.path(id);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ids of the container directories present (those holding a limits file).
+    #[must_use]
+    pub fn list(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().join(limits::FILE_NAME).exists())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
+    }
+
+    /// Bytes in use on each GPU of the container, from its usage region.
+    #[must_use]
+    pub fn usage(&self, id: &str) -> Option<Vec<u64>> {
+        let bytes = std::fs::read(self.path(id).join(usage::FILE_NAME)).ok()?;
+        usage::UsageSnapshot::parse(&bytes).ok().map(|s| s.totals())
+    }
+}
+
+fn write_atomic(path: &Path, body: &[u8], mode: u32) -> Result<(), RunDirError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(body).map_err(io(&tmp))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io(&tmp))?;
+    f.sync_data().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}

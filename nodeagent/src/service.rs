@@ -1,0 +1,188 @@
+//! The agent's main loop: discovery, ledger recovery, D-Bus, metrics, garbage collection and
+//! the systemd protocol (readiness, watchdog, stopping).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use gpuslice_core::Policy;
+use gpuslice_core::host::DriverRoot;
+use gpuslice_core::placement::Rules;
+use sd_notify::NotifyState;
+
+use crate::dbus::{AgentApi, Shared};
+use crate::gc::Evidence;
+use crate::ledger::Ledger;
+use crate::metrics::{CauseLabels, Metrics};
+use crate::rundir::RunDir;
+use crate::store::Store;
+use crate::{BUS_NAME, OBJECT_PATH, discovery};
+
+/// Everything the agent is told on its command line.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub driver_root: PathBuf,
+    pub nvml_library: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub bus_address: Option<String>,
+    pub metrics_address: Option<SocketAddr>,
+    pub rules: Rules,
+    pub default_policy: Policy,
+    pub gc_interval: Duration,
+    pub evidence: Evidence,
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(cfg: Config) -> Result<()> {
+    let library =
+        discovery::nvml_library(cfg.nvml_library.clone(), &DriverRoot::new(&cfg.driver_root));
+    let inventory = discovery::discover(&library).context("GPU discovery failed")?;
+    tracing::info!(
+        gpus = inventory.gpus.len(),
+        driver = %inventory.driver_version,
+        library = %library.display(),
+        "discovered GPUs"
+    );
+    let store = Store::open(&cfg.state_dir)?;
+    let run = RunDir::new(&cfg.run_dir)?;
+    let (ledger, recovery) = Ledger::open(inventory, store, run, cfg.rules, cfg.default_policy)
+        .context("failed to open the ledger")?;
+    tracing::info!(claims = recovery.claims, orphans_removed = ?recovery.orphan_dirs_removed, "ledger loaded");
+    for d in &recovery.damaged {
+        tracing::error!("{d}; moved aside");
+    }
+    if !recovery.over_capacity_gpus.is_empty() {
+        tracing::warn!(gpus = ?recovery.over_capacity_gpus, "stored claims exceed these GPUs' capacity (did the hardware change?); no new claim fits there until some are released");
+    }
+    let shared = Arc::new(Shared::new(
+        ledger,
+        Metrics::new(),
+        cfg.evidence.proc_root.clone(),
+    ));
+    collect_garbage(&shared, &cfg.evidence);
+
+    if let Some(addr) = cfg.metrics_address {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("failed to listen on {addr} for metrics"))?;
+        tracing::info!(address = %listener.local_addr()?, "serving metrics");
+        let app = axum::Router::new()
+            .route("/metrics", axum::routing::get(metrics))
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .with_state(Arc::clone(&shared));
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("metrics server stopped: {e}");
+            }
+        });
+    }
+
+    let builder = match &cfg.bus_address {
+        Some(a) => zbus::connection::Builder::address(a.as_str())?,
+        None => zbus::connection::Builder::system()?,
+    };
+    let conn = builder
+        .serve_at(OBJECT_PATH, AgentApi::new(Arc::clone(&shared)))?
+        .name(BUS_NAME)?
+        .allow_name_replacements(false)
+        .replace_existing_names(false)
+        .build()
+        .await
+        .with_context(|| format!("failed to connect to D-Bus and own {BUS_NAME}"))?;
+    tracing::info!(name = BUS_NAME, "serving D-Bus API");
+
+    let gpus = shared.ledger().inventory().gpus.len();
+    let _ = sd_notify::notify(&[
+        NotifyState::Ready,
+        NotifyState::Status(&format!("serving {gpus} GPU(s)")),
+    ]);
+    if let Some(period) = sd_notify::watchdog_enabled() {
+        tokio::spawn(watchdog(Arc::clone(&shared), period / 2));
+    }
+    let gc_shared = Arc::clone(&shared);
+    let evidence = cfg.evidence.clone();
+    let interval = cfg.gc_interval;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (s, e) = (Arc::clone(&gc_shared), evidence.clone());
+            let _ = tokio::task::spawn_blocking(move || collect_garbage(&s, &e)).await;
+        }
+    });
+
+    shutdown_signal().await;
+    let _ = sd_notify::notify(&[NotifyState::Stopping]);
+    tracing::info!("stopping");
+    drop(conn);
+    Ok(())
+}
+
+/// Releases the claims whose containers are gone (see [`crate::gc`]).
+pub fn collect_garbage(shared: &Shared, evidence: &Evidence) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut ledger = shared.ledger();
+    let gone: Vec<(String, String)> = ledger
+        .claims()
+        .filter_map(|c| {
+            evidence
+                .gone(c, now)
+                .map(|why| (c.container_id.clone(), why))
+        })
+        .collect();
+    for (id, why) in gone {
+        match ledger.release(&id) {
+            Ok(_) => {
+                shared
+                    .metrics
+                    .released
+                    .get_or_create(&CauseLabels::GC)
+                    .inc();
+                tracing::info!(container = %id, "released claim of a container that is gone: {why}");
+            }
+            Err(e) => tracing::error!(container = %id, "failed to release claim: {e}"),
+        }
+    }
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let body = tokio::task::spawn_blocking(move || shared.metrics.render(&shared.ledger()))
+        .await
+        .unwrap_or_default();
+    ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
+}
+
+/// Pings the systemd watchdog while the ledger can still be locked; a deadlocked agent stops
+/// pinging and is restarted.
+async fn watchdog(shared: Arc<Shared>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let s = Arc::clone(&shared);
+        if tokio::task::spawn_blocking(move || drop(s.ledger()))
+            .await
+            .is_ok()
+        {
+            let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    tokio::select! {
+        _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+        _ = async { match int.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
