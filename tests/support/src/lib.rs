@@ -1,1 +1,40 @@
+//! What the end-to-end tests and benchmarks stand on: a simulated GPU node, a private
+//! `dbus-daemon`, and node agents run as real processes.
 
+pub mod agent;
+pub mod bus;
+pub mod http;
+pub mod sim;
+
+use std::path::PathBuf;
+
+/// The cargo target directory of the running test or bench (`target/debug`, `target/release`).
+#[must_use]
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// A binary built by this workspace next to the running test.
+#[must_use]
+pub fn binary(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace` (with --release for benches) first", p.display());
+    p
+}
+
+/// Waits until `cond` holds, polling, for at most `timeout`.
+pub fn wait_for(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}

@@ -1,0 +1,69 @@
+//! Helpers shared by the agent's end-to-end tests.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use gpuslice_nodeagent::client::{AgentProxy, Status};
+
+pub const GIB: u64 = 1 << 30;
+
+pub fn agent_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpuslice-agent"))
+}
+
+/// Runs the `gpuslice` CLI against `bus`.
+pub fn cli(bus: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .arg("--bus-address")
+        .arg(bus)
+        .args(args)
+        .output()
+        .expect("run gpuslice")
+}
+
+/// Runs the `gpuslice` CLI as an unprivileged user (nobody).
+pub fn cli_as_nobody(bus: &str, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_gpuslice"))
+        .arg("--bus-address")
+        .arg(bus)
+        .args(args)
+        .output()
+        .expect("run setpriv gpuslice")
+}
+
+pub async fn proxy(bus: &str) -> AgentProxy<'static> {
+    let conn = gpuslice_nodeagent::client::connect(Some(bus)).await.expect("connect to bus");
+    AgentProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("proxy")
+}
+
+pub async fn status(p: &AgentProxy<'_>) -> Status {
+    serde_json::from_str(&p.status().await.expect("status")).expect("status json")
+}
+
+pub fn ann<'a>(pairs: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
+    pairs.iter().copied().collect()
+}
+
+/// The D-Bus error name and message of a failed call.
+pub fn method_error(e: &zbus::Error) -> Option<(String, String)> {
+    match e {
+        zbus::Error::MethodError(name, msg, _) => Some((name.to_string(), msg.clone().unwrap_or_default())),
+        _ => None,
+    }
+}
+
+/// Fails the test if any GPU holds more than its capacity, by the agent's account.
+pub fn assert_within_capacity(s: &Status) {
+    for g in &s.gpus {
+        assert!(g.memory_allocated <= g.memory_total, "GPU {} over memory capacity: {g:?}", g.index);
+        assert!(g.cores_allocated <= 100, "GPU {} over core capacity: {g:?}", g.index);
+    }
+}

@@ -1,0 +1,36 @@
+//! A simulated GPU node in a temporary directory.
+
+use std::path::{Path, PathBuf};
+
+use gpuslice_simnode::NodeSpec;
+use gpuslice_simnode::driver_root::{self, Artefacts};
+
+pub struct SimNode {
+    dir: tempfile::TempDir,
+    pub spec: NodeSpec,
+}
+
+impl SimNode {
+    /// A node of `gpus` GPUs of `model`, with `memory` bytes each when given. Device nodes are
+    /// created when the tests run as root.
+    #[must_use]
+    pub fn new(gpus: u32, model: &str, memory: Option<u64>) -> Self {
+        let dir = tempfile::Builder::new().prefix("gpuslice-sim-").tempdir().expect("tempdir");
+        let spec = NodeSpec::uniform(model, gpus, memory, dir.path().join("run/gpuslice-sim")).expect("model");
+        // SAFETY: geteuid has no preconditions.
+        #[allow(unsafe_code)]
+        let root = unsafe { libc::geteuid() } == 0;
+        driver_root::create(dir.path(), &spec, &Artefacts::in_dir(&crate::target_dir()), root).expect("driver root");
+        Self { dir, spec }
+    }
+
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    #[must_use]
+    pub fn lib_dir(&self) -> PathBuf {
+        self.root().join(driver_root::LIB_DIR)
+    }
+}
