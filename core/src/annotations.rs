@@ -106,6 +106,10 @@ pub struct SliceRequest {
     pub assignment: Option<String>,
     /// The container this request was read for, when the annotations name one.
     pub container: Option<String>,
+    /// The annotations the request was read from, as written (key with prefix → value), so
+    /// that messages quote what the user wrote.
+    #[serde(default)]
+    pub source: BTreeMap<String, String>,
 }
 
 impl SliceRequest {
@@ -113,6 +117,15 @@ impl SliceRequest {
     #[must_use]
     pub fn is_exclusive(&self) -> bool {
         self.memory.is_none() && self.cores.is_none()
+    }
+
+    /// The value of field `name` as the user wrote it, or `fallback` when it was not given.
+    #[must_use]
+    pub fn written(&self, name: &str, fallback: impl FnOnce() -> String) -> String {
+        self.source
+            .get(&self.key(name))
+            .cloned()
+            .unwrap_or_else(fallback)
     }
 
     /// The annotation key (with prefix) a field of this request came from, for messages.
@@ -250,6 +263,10 @@ fn build(
             .transpose()
     };
     let assignment = get(ASSIGNMENT).map(|(_, v)| v.to_string());
+    let source = fields
+        .values()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
     Ok(SliceRequest {
         gpus,
         memory,
@@ -259,6 +276,7 @@ fn build(
         node_policy: policy(NODE_POLICY)?,
         assignment,
         container,
+        source,
     })
 }
 

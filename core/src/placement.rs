@@ -265,7 +265,7 @@ pub fn place(
         return Err(PlacementError::new(
             RefusalReason::NotEnoughGpus,
             &gpus_key,
-            &req.gpus.to_string(),
+            &req.written(annotations::GPUS, || req.gpus.to_string()),
             &format!("this node has {} GPU(s)", gpus.len()),
         ));
     }
@@ -298,7 +298,7 @@ pub fn place(
             return Err(PlacementError::new(
                 RefusalReason::PolicyUnavailable,
                 &req.key(annotations::GPU_POLICY),
-                "frag-aware",
+                &req.written(annotations::GPU_POLICY, || "frag-aware".to_string()),
                 "frag-aware placement is decided by gpuslice-scheduler; a node agent places with binpack or spread",
             ));
         }
@@ -377,9 +377,13 @@ fn explain_shortfall(
         None => (RefusalReason::NotEnoughGpus, annotations::GPUS),
     };
     let value = match field {
-        annotations::MEMORY => req.memory.map_or_else(String::new, |m| m.to_string()),
-        annotations::CORES => req.cores.map_or_else(String::new, |c| c.to_string()),
-        _ => req.gpus.to_string(),
+        annotations::MEMORY => req.written(field, || {
+            req.memory.map_or_else(String::new, |m| m.to_string())
+        }),
+        annotations::CORES => req.written(field, || {
+            req.cores.map_or_else(String::new, |c| c.to_string())
+        }),
+        _ => req.written(field, || req.gpus.to_string()),
     };
     let details: Vec<String> = misfits.iter().map(|(g, m)| m.describe(g)).collect();
     let why = format!(

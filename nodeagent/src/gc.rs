@@ -97,6 +97,7 @@ mod tests {
                 node_policy: None,
                 assignment: None,
                 container: None,
+                source: std::collections::BTreeMap::new(),
             },
             exclusive: true,
             gpus: vec![],

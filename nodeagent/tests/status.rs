@@ -12,7 +12,11 @@ fn status_lists_the_four_gpus_of_a_simulated_node_with_their_memory() {
     let bus = Bus::start();
     let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
     let out = cli(&bus.address, &["status", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s: Status = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s.gpus.len(), 4);
     for (i, g) in s.gpus.iter().enumerate() {
@@ -23,7 +27,10 @@ fn status_lists_the_four_gpus_of_a_simulated_node_with_their_memory() {
     let table = cli(&bus.address, &["status"]);
     let text = String::from_utf8_lossy(&table.stdout);
     for gpu in &sim.spec.gpus {
-        assert!(text.contains(&gpu.uuid) && text.contains("24.0 GiB"), "{text}");
+        assert!(
+            text.contains(&gpu.uuid) && text.contains("24.0 GiB"),
+            "{text}"
+        );
     }
 }
 
@@ -33,43 +40,91 @@ fn anyone_may_read_the_ledger_but_only_root_may_change_it() {
     let bus = Bus::start();
     let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
     let read = cli_as_nobody(&bus.address, &["status", "--json"]);
-    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
-    let write = cli_as_nobody(&bus.address, &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"]);
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let write = cli_as_nobody(
+        &bus.address,
+        &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"],
+    );
     assert!(!write.status.success());
     let err = String::from_utf8_lossy(&write.stderr);
-    assert!(err.contains("uid 65534 may not change the ledger") && err.contains("AccessDenied"), "{err}");
-    let root = cli(&bus.address, &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"]);
-    assert!(root.status.success(), "{}", String::from_utf8_lossy(&root.stderr));
+    assert!(
+        err.contains("uid 65534 may not change the ledger") && err.contains("AccessDenied"),
+        "{err}"
+    );
+    let root = cli(
+        &bus.address,
+        &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"],
+    );
+    assert!(
+        root.status.success(),
+        "{}",
+        String::from_utf8_lossy(&root.stderr)
+    );
 }
 
 #[test]
 fn the_packaged_bus_policy_lets_root_claim_and_others_only_read() {
-    let policy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/dbus/io.gpuslice.Agent1.conf");
+    let policy = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging/dbus/io.gpuslice.Agent1.conf");
     let policy = policy.canonicalize().expect("packaged policy");
     let bus = Bus::start_system_like(&format!("<include>{}</include>", policy.display()));
     let sim = SimNode::new(1, "T4", None);
     let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
-    let root = cli(&bus.address, &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"]);
-    assert!(root.status.success(), "{}", String::from_utf8_lossy(&root.stderr));
+    let root = cli(
+        &bus.address,
+        &["claim", "c1", "-a", "gpuslice.io/memory=1Gi"],
+    );
+    assert!(
+        root.status.success(),
+        "{}",
+        String::from_utf8_lossy(&root.stderr)
+    );
     let read = cli_as_nobody(&bus.address, &["status"]);
-    assert!(read.status.success(), "{}", String::from_utf8_lossy(&read.stderr));
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
     let write = cli_as_nobody(&bus.address, &["release", "c1"]);
     let err = String::from_utf8_lossy(&write.stderr);
-    assert!(!write.status.success() && err.contains("Rejected send message") && err.contains("(AccessDenied)"), "{err}");
+    assert!(
+        !write.status.success()
+            && err.contains("Rejected send message")
+            && err.contains("(AccessDenied)"),
+        "{err}"
+    );
 }
 
 #[test]
 fn the_agent_reports_ready_pings_the_watchdog_and_stops_on_sigterm() {
     let sim = SimNode::new(1, "T4", None);
     let bus = Bus::start();
-    let mut agent = Agent::start_with_env(&agent_exe(), &bus, &sim, &[], &[("WATCHDOG_USEC", "200000")]);
+    let mut agent = Agent::start_with_env(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &[],
+        &[("WATCHDOG_USEC", "200000")],
+    );
     let ok = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(5), || {
-        agent.notifications().iter().any(|m| m.contains("WATCHDOG=1"))
+        agent
+            .notifications()
+            .iter()
+            .any(|m| m.contains("WATCHDOG=1"))
     });
     assert!(ok, "no watchdog ping:\n{}", agent.log());
     let status = agent.terminate().expect("exit status");
     assert!(status.success(), "{status}");
-    assert!(agent.notifications().iter().any(|m| m.contains("STOPPING=1")));
+    assert!(
+        agent
+            .notifications()
+            .iter()
+            .any(|m| m.contains("STOPPING=1"))
+    );
 }
 
 #[test]
@@ -86,7 +141,10 @@ fn a_second_agent_on_the_same_ledger_refuses_to_start() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("another gpuslice-agent holds the ledger"), "{err}");
+    assert!(
+        err.contains("another gpuslice-agent holds the ledger"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -94,14 +152,36 @@ fn claims_survive_a_restart_and_release_removes_the_container_directory() {
     let sim = SimNode::new(2, "T4", None);
     let bus = Bus::start();
     let mut agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
-    let out = cli(&bus.address, &["claim", "web-1", "-a", "gpuslice.io/memory=2Gi", "-a", "gpuslice.io/cores=25", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(
+        &bus.address,
+        &[
+            "claim",
+            "web-1",
+            "-a",
+            "gpuslice.io/memory=2Gi",
+            "-a",
+            "gpuslice.io/cores=25",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let limits = std::fs::read_to_string(agent.run_dir.join("web-1/limits")).unwrap();
-    assert!(limits.contains("gpu.0.memory_bytes=2147483648") && limits.contains("gpu.0.cores=25"), "{limits}");
+    assert!(
+        limits.contains("gpu.0.memory_bytes=2147483648") && limits.contains("gpu.0.cores=25"),
+        "{limits}"
+    );
     let meta = std::fs::metadata(agent.run_dir.join("web-1/limits")).unwrap();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o444);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o444
+    );
     agent.restart();
-    let s: Status = serde_json::from_slice(&cli(&bus.address, &["status", "--json"]).stdout).unwrap();
+    let s: Status =
+        serde_json::from_slice(&cli(&bus.address, &["status", "--json"]).stdout).unwrap();
     assert_eq!(s.slices.len(), 1);
     assert_eq!(s.slices[0].claim.gpus[0].memory_bytes, 2 * GIB);
     assert!(cli(&bus.address, &["release", "web-1"]).status.success());

@@ -1,5 +1,6 @@
 use super::*;
 use crate::quantity::MemoryQuantity;
+use std::collections::BTreeMap;
 
 const GIB: u64 = 1 << 30;
 
@@ -28,6 +29,7 @@ fn slice(memory: u64, policy: Policy) -> SliceRequest {
         node_policy: None,
         assignment: None,
         container: None,
+        source: BTreeMap::new(),
     }
 }
 

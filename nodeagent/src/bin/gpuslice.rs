@@ -163,7 +163,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     let conn = client::connect(cli.bus_address.as_deref())
         .await
         .context("failed to connect to D-Bus")?;
-    let agent = AgentProxy::builder(&conn).cache_properties(zbus::proxy::CacheProperties::No).build().await?;
+    let agent = AgentProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
     let fail = |e: zbus::Error| anyhow::anyhow!(describe(&e));
     match cli.command {
         Command::Status { json } => {

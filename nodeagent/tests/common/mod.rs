@@ -36,7 +36,9 @@ pub fn cli_as_nobody(bus: &str, args: &[&str]) -> Output {
 }
 
 pub async fn proxy(bus: &str) -> AgentProxy<'static> {
-    let conn = gpuslice_nodeagent::client::connect(Some(bus)).await.expect("connect to bus");
+    let conn = gpuslice_nodeagent::client::connect(Some(bus))
+        .await
+        .expect("connect to bus");
     AgentProxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
@@ -55,7 +57,9 @@ pub fn ann<'a>(pairs: &[(&'a str, &'a str)]) -> HashMap<&'a str, &'a str> {
 /// The D-Bus error name and message of a failed call.
 pub fn method_error(e: &zbus::Error) -> Option<(String, String)> {
     match e {
-        zbus::Error::MethodError(name, msg, _) => Some((name.to_string(), msg.clone().unwrap_or_default())),
+        zbus::Error::MethodError(name, msg, _) => {
+            Some((name.to_string(), msg.clone().unwrap_or_default()))
+        }
         _ => None,
     }
 }
@@ -63,7 +67,15 @@ pub fn method_error(e: &zbus::Error) -> Option<(String, String)> {
 /// Fails the test if any GPU holds more than its capacity, by the agent's account.
 pub fn assert_within_capacity(s: &Status) {
     for g in &s.gpus {
-        assert!(g.memory_allocated <= g.memory_total, "GPU {} over memory capacity: {g:?}", g.index);
-        assert!(g.cores_allocated <= 100, "GPU {} over core capacity: {g:?}", g.index);
+        assert!(
+            g.memory_allocated <= g.memory_total,
+            "GPU {} over memory capacity: {g:?}",
+            g.index
+        );
+        assert!(
+            g.cores_allocated <= 100,
+            "GPU {} over core capacity: {g:?}",
+            g.index
+        );
     }
 }

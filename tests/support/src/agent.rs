@@ -31,11 +31,22 @@ impl Agent {
     }
 
     #[must_use]
-    pub fn start_with_env(exe: &Path, bus: &Bus, sim: &SimNode, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let dir = tempfile::Builder::new().prefix("gpuslice-agent-").tempdir().expect("tempdir");
+    pub fn start_with_env(
+        exe: &Path,
+        bus: &Bus,
+        sim: &SimNode,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gpuslice-agent-")
+            .tempdir()
+            .expect("tempdir");
         let notify_path = dir.path().join("notify");
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
-        notify.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
         let state_dir = dir.path().join("state");
         let run_dir = dir.path().join("run");
         let metrics_address = format!("127.0.0.1:{}", crate::http::free_port());
@@ -54,7 +65,10 @@ impl Agent {
             dir.path().join("no-runtime").display().to_string(),
         ];
         args.extend(extra.iter().map(|s| (*s).to_string()));
-        let mut env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
         env.push(("NOTIFY_SOCKET".into(), notify_path.display().to_string()));
         let mut agent = Self {
             exe: exe.to_path_buf(),
@@ -73,7 +87,11 @@ impl Agent {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log");
         let child = Command::new(&self.exe)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -85,11 +103,22 @@ impl Agent {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.notifications().iter().any(|m| m.lines().any(|l| l == "READY=1")) {
+            if self
+                .notifications()
+                .iter()
+                .any(|m| m.lines().any(|l| l == "READY=1"))
+            {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("gpuslice-agent exited with {status} before it was ready:\n{}", self.log());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "gpuslice-agent exited with {status} before it was ready:\n{}",
+                    self.log()
+                );
             }
         }
         panic!("gpuslice-agent was not ready within 30s:\n{}", self.log());

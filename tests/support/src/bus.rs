@@ -72,9 +72,15 @@ impl Bus {
     }
 
     fn start_with(open: bool, extra: &str) -> Self {
-        let dir = tempfile::Builder::new().prefix("gpuslice-bus-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("gpuslice-bus-")
+            .tempdir()
+            .expect("tempdir");
         // Let unprivileged test clients reach the socket.
-        let _ = std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755));
+        let _ = std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        );
         let socket = dir.path().join("socket");
         let conf = dir.path().join("bus.conf");
         std::fs::write(&conf, config(&socket, extra, open)).expect("bus config");
@@ -86,8 +92,15 @@ impl Bus {
             .stderr(Stdio::null())
             .spawn()
             .expect("dbus-daemon (apt-get install dbus)");
-        assert!(crate::wait_for(Duration::from_secs(10), || socket.exists()), "dbus-daemon did not start");
-        Self { child, address: format!("unix:path={}", socket.display()), dir }
+        assert!(
+            crate::wait_for(Duration::from_secs(10), || socket.exists()),
+            "dbus-daemon did not start"
+        );
+        Self {
+            child,
+            address: format!("unix:path={}", socket.display()),
+            dir,
+        }
     }
 
     #[must_use]

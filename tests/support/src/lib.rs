@@ -23,7 +23,11 @@ pub fn target_dir() -> PathBuf {
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
     let p = target_dir().join(name);
-    assert!(p.exists(), "{} is missing: run `cargo build --workspace` (with --release for benches) first", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` (with --release for benches) first",
+        p.display()
+    );
     p
 }
 

@@ -15,12 +15,22 @@ impl SimNode {
     /// created when the tests run as root.
     #[must_use]
     pub fn new(gpus: u32, model: &str, memory: Option<u64>) -> Self {
-        let dir = tempfile::Builder::new().prefix("gpuslice-sim-").tempdir().expect("tempdir");
-        let spec = NodeSpec::uniform(model, gpus, memory, dir.path().join("run/gpuslice-sim")).expect("model");
+        let dir = tempfile::Builder::new()
+            .prefix("gpuslice-sim-")
+            .tempdir()
+            .expect("tempdir");
+        let spec = NodeSpec::uniform(model, gpus, memory, dir.path().join("run/gpuslice-sim"))
+            .expect("model");
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         let root = unsafe { libc::geteuid() } == 0;
-        driver_root::create(dir.path(), &spec, &Artefacts::in_dir(&crate::target_dir()), root).expect("driver root");
+        driver_root::create(
+            dir.path(),
+            &spec,
+            &Artefacts::in_dir(&crate::target_dir()),
+            root,
+        )
+        .expect("driver root");
         Self { dir, spec }
     }
 

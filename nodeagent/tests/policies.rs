@@ -1,0 +1,106 @@
+//! GPU-axis binpack and spread, whole GPUs and multi-GPU claims through the agent.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use gpuslice_core::Claim;
+use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
+
+async fn gpus_used_by_four_half_card_slices(policy: &str) -> usize {
+    let sim = SimNode::new(4, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let p = proxy(&bus.address).await;
+    let mut used = BTreeSet::new();
+    for i in 0..4 {
+        let json = p
+            .claim(
+                &format!("worker-{i}"),
+                ann(&[
+                    ("gpuslice.io/memory", "7.5Gi"),
+                    ("gpuslice.io/gpu-policy", policy),
+                ]),
+            )
+            .await
+            .expect("claim");
+        let c: Claim = serde_json::from_str(&json).unwrap();
+        used.insert(c.gpus[0].index);
+    }
+    used.len()
+}
+
+#[tokio::test]
+async fn binpack_puts_four_7_5_gib_slices_on_two_15_gib_gpus() {
+    assert_eq!(gpus_used_by_four_half_card_slices("binpack").await, 2);
+}
+
+#[tokio::test]
+async fn spread_puts_four_7_5_gib_slices_on_four_15_gib_gpus() {
+    assert_eq!(gpus_used_by_four_half_card_slices("spread").await, 4);
+}
+
+#[tokio::test]
+async fn whole_gpu_claims_exclude_slices_and_multi_gpu_claims_take_distinct_gpus() {
+    let sim = SimNode::new(4, "A10", None);
+    let bus = Bus::start();
+    let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let p = proxy(&bus.address).await;
+    let whole: Claim = serde_json::from_str(
+        &p.claim("trainer", ann(&[("gpuslice.io/gpus", "2")]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(whole.exclusive);
+    assert_eq!(whole.gpus.len(), 2);
+    assert!(
+        whole
+            .gpus
+            .iter()
+            .all(|g| g.memory_bytes == 24 * GIB && g.cores == 100)
+    );
+    let named = sim.spec.gpus[whole.gpus[0].index as usize].uuid.clone();
+    let e = p
+        .claim(
+            "intruder",
+            ann(&[
+                ("gpuslice.io/devices", &named),
+                ("gpuslice.io/memory", "1Gi"),
+            ]),
+        )
+        .await
+        .unwrap_err();
+    let (_, msg) = method_error(&e).unwrap();
+    assert!(
+        msg.contains("gpuslice.io/devices") && msg.contains("held whole"),
+        "{msg}"
+    );
+    let multi: Claim = serde_json::from_str(
+        &p.claim(
+            "pair",
+            ann(&[("gpuslice.io/gpus", "2"), ("gpuslice.io/memory", "25%")]),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let idx: BTreeSet<u32> = multi.gpus.iter().map(|g| g.index).collect();
+    assert_eq!(idx.len(), 2);
+    assert!(multi.gpus.iter().all(|g| g.memory_bytes == 6 * GIB));
+    assert!(
+        idx.iter()
+            .all(|i| !whole.gpus.iter().any(|w| w.index == *i))
+    );
+    let e = p
+        .claim(
+            "third",
+            ann(&[("gpuslice.io/gpus", "3"), ("gpuslice.io/memory", "1Gi")]),
+        )
+        .await
+        .unwrap_err();
+    let (name, msg) = method_error(&e).unwrap();
+    assert_eq!(name, "io.gpuslice.Agent1.Error.Refused");
+    assert!(msg.contains("gpuslice.io/gpus=\"3\""), "{msg}");
+}
