@@ -70,7 +70,9 @@ impl RunDir {
         }
     }
 
-    /// Ids of the container directories present (those holding a limits file).
+    /// Ids of the container directories present: every directory here, including one whose
+    /// creation a crash interrupted before its limits file was in place (the run directory
+    /// belongs to the agent alone).
     #[must_use]
     pub fn list(&self) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(&self.root) else {
@@ -78,7 +80,7 @@ impl RunDir {
         };
         entries
             .flatten()
-            .filter(|e| e.path().join(limits::FILE_NAME).exists())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
             .filter_map(|e| e.file_name().into_string().ok())
             .collect()
     }

@@ -85,8 +85,14 @@ fn a_directory_without_a_claim_is_removed_when_the_ledger_opens() {
     drop(open(dir.path()));
     std::fs::create_dir_all(dir.path().join("run/ghost")).unwrap();
     std::fs::write(dir.path().join("run/ghost/limits"), "version=1\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("run/half")).unwrap();
+    std::fs::write(dir.path().join("run/half/limits.tmp"), "vers").unwrap();
     drop(open(dir.path()));
     assert!(!dir.path().join("run/ghost").exists());
+    assert!(
+        !dir.path().join("run/half").exists(),
+        "a directory whose creation was interrupted is left behind"
+    );
 }
 
 #[test]
