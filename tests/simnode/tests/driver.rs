@@ -1,0 +1,199 @@
+//! The simulated driver seen from outside: a C program linked with -lcuda, NVML through
+//! nvml-wrapper, and nvidia-smi, across processes.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use gpuslice_testsupport::sim::SimNode;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+
+const GIB: u64 = 1 << 30;
+
+fn compile_client(sim: &SimNode) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/cuda_client.c");
+    let out = sim.root().join("cuda_client");
+    let status = Command::new("gcc")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .arg("-lcuda")
+        .status()
+        .expect("gcc (apt-get install gcc)");
+    assert!(status.success());
+    out
+}
+
+/// A running client holding its allocation, and the facts it printed.
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    facts: HashMap<String, String>,
+}
+
+impl Client {
+    fn start(exe: &Path, sim: &SimNode, ordinal: u32, bytes: u64, env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(exe)
+            .arg(ordinal.to_string())
+            .arg(bytes.to_string())
+            .env("LD_LIBRARY_PATH", sim.lib_dir())
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let facts = line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let stdin = child.stdin.take();
+        Self { child, stdin, facts }
+    }
+
+    fn get(&self, k: &str) -> &str {
+        self.facts.get(k).map_or("", String::as_str)
+    }
+
+    fn num(&self, k: &str) -> u64 {
+        self.get(k).parse().unwrap_or_else(|_| panic!("{k} in {:?}", self.facts))
+    }
+
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+fn nvml(sim: &SimNode) -> Nvml {
+    Nvml::builder().lib_path(sim.lib_dir().join("libnvidia-ml.so.1").as_os_str()).init().unwrap()
+}
+
+#[test]
+fn a_c_program_linked_with_lcuda_sees_the_simulated_gpus() {
+    let sim = SimNode::new(2, "T4", None);
+    let exe = compile_client(&sim);
+    let c = Client::start(&exe, &sim, 1, GIB, &[]);
+    assert_eq!(c.get("version"), "12040");
+    assert_eq!(c.get("count"), "2");
+    assert_eq!(c.get("name"), "Tesla");
+    assert_eq!(c.get("sms"), "40");
+    assert_eq!(c.num("total"), 15 * GIB);
+    assert_eq!(c.get("proc_status"), "0");
+    assert_eq!(c.get("alloc"), "CUDA_SUCCESS");
+    assert_eq!(c.get("roundtrip"), "1");
+    assert_eq!(c.num("free_before") - c.num("free_after"), GIB);
+    c.finish();
+}
+
+#[test]
+fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
+    let sim = SimNode::new(2, "T4", None);
+    let exe = compile_client(&sim);
+    let a = Client::start(&exe, &sim, 0, 6 * GIB, &[]);
+    assert_eq!(a.get("alloc"), "CUDA_SUCCESS");
+    let b = Client::start(&exe, &sim, 0, 10 * GIB, &[]);
+    assert_eq!(b.get("alloc"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", b.facts);
+    assert_eq!(b.num("free_before"), 9 * GIB);
+    b.finish();
+    let c = Client::start(&exe, &sim, 0, 9 * GIB, &[]);
+    assert_eq!(c.get("alloc"), "CUDA_SUCCESS");
+    assert_eq!(c.num("free_after"), 0);
+
+    let nvml = nvml(&sim);
+    let dev = nvml.device_by_index(0).unwrap();
+    assert_eq!(dev.memory_info().unwrap().used, 15 * GIB);
+    let mut procs: Vec<(u32, u64)> = dev
+        .running_compute_processes()
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.pid, if let UsedGpuMemory::Used(b) = p.used_gpu_memory { b } else { 0 }))
+        .collect();
+    procs.sort_unstable();
+    let mut want = vec![(a.child.id(), 6 * GIB), (c.child.id(), 9 * GIB)];
+    want.sort_unstable();
+    assert_eq!(procs, want);
+    assert!(nvml.device_by_index(1).unwrap().running_compute_processes().unwrap().is_empty());
+
+    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
+        .args(["--query-gpu=index,memory.used,memory.free", "--format=csv,noheader,nounits"])
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&smi.stdout);
+    assert_eq!(text.lines().next(), Some("0, 15360, 0"), "{text}");
+
+    let a_pid = a.child.id();
+    a.finish();
+    let after: Vec<u32> = dev.running_compute_processes().unwrap().into_iter().map(|p| p.pid).collect();
+    assert!(!after.contains(&a_pid));
+    assert_eq!(dev.memory_info().unwrap().used, 9 * GIB);
+    c.finish();
+}
+
+#[test]
+fn a_killed_process_gives_its_device_memory_back() {
+    let sim = SimNode::new(1, "T4", None);
+    let exe = compile_client(&sim);
+    let mut a = Client::start(&exe, &sim, 0, 12 * GIB, &[]);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let b = Client::start(&exe, &sim, 0, 12 * GIB, &[]);
+    assert_eq!(b.get("alloc"), "CUDA_SUCCESS", "{:?}", b.facts);
+    b.finish();
+}
+
+#[test]
+fn cuda_visible_devices_selects_and_renumbers_gpus() {
+    let sim = SimNode::new(4, "A10", None);
+    let exe = compile_client(&sim);
+    let uuid = sim.spec.gpus[2].uuid.clone();
+    let c = Client::start(&exe, &sim, 0, GIB, &[("CUDA_VISIBLE_DEVICES", &uuid)]);
+    assert_eq!(c.get("count"), "1");
+    c.finish();
+    let nvml = nvml(&sim);
+    let used = nvml.device_by_index(2).unwrap();
+    assert_eq!(used.uuid().unwrap(), uuid);
+    let c = Client::start(&exe, &sim, 1, GIB, &[("CUDA_VISIBLE_DEVICES", "3,1")]);
+    assert_eq!(c.get("count"), "2");
+    assert_eq!(nvml.device_by_index(1).unwrap().memory_info().unwrap().used, GIB);
+    c.finish();
+}
+
+#[test]
+fn nvml_reports_the_inventory_of_the_node_description() {
+    let sim = SimNode::new(4, "L40S", None);
+    let nvml = nvml(&sim);
+    assert_eq!(nvml.device_count().unwrap(), 4);
+    assert_eq!(nvml.sys_driver_version().unwrap(), "550.54.15");
+    assert_eq!(nvml.sys_cuda_driver_version().unwrap(), 12040);
+    for (i, g) in sim.spec.gpus.iter().enumerate() {
+        let d = nvml.device_by_index(u32::try_from(i).unwrap()).unwrap();
+        assert_eq!(d.uuid().unwrap(), g.uuid);
+        assert_eq!(d.name().unwrap(), "NVIDIA L40S");
+        assert_eq!(d.memory_info().unwrap().total, 48 * GIB);
+        assert_eq!(d.minor_number().unwrap(), g.minor);
+        assert_eq!(d.pci_info().unwrap().bus_id, g.pci_bus_id);
+        assert_eq!(d.numa_node_id().unwrap(), g.numa_node.unwrap());
+        assert_eq!(nvml.device_by_uuid(g.uuid.as_str()).unwrap().index().unwrap(), u32::try_from(i).unwrap());
+    }
+}
+
+#[test]
+fn the_driver_root_has_real_character_devices_with_nvidia_numbers() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(root, "this test creates device nodes and must run as root");
+    let sim = SimNode::new(2, "T4", None);
+    for (name, major, minor) in [("nvidia0", 195, 0), ("nvidia1", 195, 1), ("nvidiactl", 195, 255), ("nvidia-uvm", 510, 0), ("nvidia-uvm-tools", 510, 1)] {
+        let meta = std::fs::metadata(sim.root().join("dev").join(name)).unwrap();
+        assert!(meta.file_type().is_char_device(), "{name}");
+        let rdev = meta.rdev();
+        assert_eq!((libc::major(rdev), libc::minor(rdev)), (major, minor), "{name}");
+    }
+    let err = std::fs::File::open(sim.root().join("dev/nvidia0")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "opening a GPU node with no driver gives ENXIO");
+}
