@@ -38,9 +38,23 @@ impl Agent {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_in(&crate::runtime_tmp(), exe, bus, sim, extra, env)
+    }
+
+    /// Starts an agent whose state and run directories live under `base` (a tmpfs like the
+    /// agent's default /run, or a disk).
+    #[must_use]
+    pub fn start_in(
+        base: &Path,
+        exe: &Path,
+        bus: &Bus,
+        sim: &SimNode,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuslice-agent-")
-            .tempdir()
+            .tempdir_in(base)
             .expect("tempdir");
         let notify_path = dir.path().join("notify");
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");

@@ -31,6 +31,15 @@ pub fn binary(name: &str) -> PathBuf {
     p
 }
 
+/// Where agents keep their state in tests: /dev/shm (a tmpfs, as /run is for the agent in
+/// production) when it is writable, else the system's temporary directory.
+#[must_use]
+pub fn runtime_tmp() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    let writable = tempfile::tempdir_in(&shm).is_ok();
+    if writable { shm } else { std::env::temp_dir() }
+}
+
 /// Waits until `cond` holds, polling, for at most `timeout`.
 pub fn wait_for(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
