@@ -162,7 +162,7 @@ pub fn format_bytes(bytes: u64) -> String {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ] {
-        if bytes >= m && bytes % m == 0 {
+        if bytes >= m && bytes.is_multiple_of(m) {
             return format!("{}{name}", bytes / m);
         }
     }

@@ -12,15 +12,26 @@ use gpuslice_nodeagent::client::AgentProxy;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
 }
 
 async fn client(address: String, name: String, pairs: usize) -> Vec<Duration> {
-    let conn = gpuslice_nodeagent::client::connect(Some(&address)).await.expect("bus");
-    let p = AgentProxy::builder(&conn).cache_properties(zbus::proxy::CacheProperties::No).build().await.expect("proxy");
-    let annotations: std::collections::HashMap<&str, &str> = [("gpuslice.io/memory", "256Mi"), ("gpuslice.io/cores", "1")].into();
+    let conn = gpuslice_nodeagent::client::connect(Some(&address))
+        .await
+        .expect("bus");
+    let p = AgentProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .expect("proxy");
+    let annotations: std::collections::HashMap<&str, &str> =
+        [("gpuslice.io/memory", "256Mi"), ("gpuslice.io/cores", "1")].into();
     let mut out = Vec::with_capacity(pairs);
     for i in 0..pairs {
         let id = format!("{name}-{i}");
@@ -37,12 +48,24 @@ fn run(base: &Path, label: &str, clients: usize, pairs: usize) {
     let bus = Bus::start();
     let agent_exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice-agent"));
     let _agent = Agent::start_in(base, &agent_exe, &bus, &sim, &["--max-sharers", "64"], &[]);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     // Warm up the agent and the bus.
     rt.block_on(client(bus.address.clone(), "warmup".into(), 200));
     let start = Instant::now();
     let mut all: Vec<Duration> = rt.block_on(async {
-        let tasks: Vec<_> = (0..clients).map(|c| tokio::spawn(client(bus.address.clone(), format!("c{c}"), pairs / clients))).collect();
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                tokio::spawn(client(
+                    bus.address.clone(),
+                    format!("c{c}"),
+                    pairs / clients,
+                ))
+            })
+            .collect();
         let mut all = Vec::new();
         for t in tasks {
             all.extend(t.await.expect("client"));
@@ -68,7 +91,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let pairs: usize = std::env::var("BENCH_PAIRS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let pairs: usize = std::env::var("BENCH_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
     let clients: Vec<usize> = std::env::var("BENCH_CLIENTS")
         .unwrap_or_else(|_| "1,8".into())
         .split(',')

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::*;
 use gpuslice_core::{Claim, GpuGrant};
-use gpuslice_nodeagent::client::AgentProxy;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
 use rand::{Rng, SeedableRng};
 
@@ -158,7 +157,7 @@ async fn kill_9_during_a_claim_storm_loses_nothing_and_doubles_nothing() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let p = proxy(&bus.address).await;
-    let r = record.lock().unwrap();
+    let r = std::mem::take(&mut *record.lock().unwrap());
     let before_gc = status(&p).await;
     let abandoned_admitted = before_gc
         .slices

@@ -131,8 +131,8 @@ fn print_status(s: &Status) {
         return;
     }
     println!(
-        "{:<28} {:<4} {:>10} {:>10} {:>6}  {}",
-        "CONTAINER", "GPU", "LIMIT", "USED", "CORES", "STATE"
+        "{:<28} {:<4} {:>10} {:>10} {:>6}  STATE",
+        "CONTAINER", "GPU", "LIMIT", "USED", "CORES"
     );
     for sl in &s.slices {
         let state = match sl.claim.state {

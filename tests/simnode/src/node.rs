@@ -65,8 +65,11 @@ pub enum NodeError {
     Model(String, String),
 }
 
-/// Models the simulator knows: name, memory, SMs, compute capability.
-pub const MODELS: &[(&str, &str, u64, u32, (u32, u32))] = &[
+/// A GPU model: short name, product name, memory, SMs, compute capability.
+pub type Model = (&'static str, &'static str, u64, u32, (u32, u32));
+
+/// Models the simulator knows.
+pub const MODELS: &[Model] = &[
     ("T4", "Tesla T4", 15 << 30, 40, (7, 5)),
     ("A10", "NVIDIA A10", 24 << 30, 72, (8, 6)),
     ("L40S", "NVIDIA L40S", 48 << 30, 142, (8, 9)),

@@ -46,10 +46,20 @@ impl Client {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let facts = line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let facts = line
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let stdin = child.stdin.take();
-        Self { child, stdin, facts }
+        Self {
+            child,
+            stdin,
+            facts,
+        }
     }
 
     fn get(&self, k: &str) -> &str {
@@ -57,7 +67,9 @@ impl Client {
     }
 
     fn num(&self, k: &str) -> u64 {
-        self.get(k).parse().unwrap_or_else(|_| panic!("{k} in {:?}", self.facts))
+        self.get(k)
+            .parse()
+            .unwrap_or_else(|_| panic!("{k} in {:?}", self.facts))
     }
 
     fn finish(mut self) {
@@ -67,7 +79,10 @@ impl Client {
 }
 
 fn nvml(sim: &SimNode) -> Nvml {
-    Nvml::builder().lib_path(sim.lib_dir().join("libnvidia-ml.so.1").as_os_str()).init().unwrap()
+    Nvml::builder()
+        .lib_path(sim.lib_dir().join("libnvidia-ml.so.1").as_os_str())
+        .init()
+        .unwrap()
 }
 
 #[test]
@@ -108,16 +123,34 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
         .running_compute_processes()
         .unwrap()
         .into_iter()
-        .map(|p| (p.pid, if let UsedGpuMemory::Used(b) = p.used_gpu_memory { b } else { 0 }))
+        .map(|p| {
+            (
+                p.pid,
+                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
+                    b
+                } else {
+                    0
+                },
+            )
+        })
         .collect();
     procs.sort_unstable();
     let mut want = vec![(a.child.id(), 6 * GIB), (c.child.id(), 9 * GIB)];
     want.sort_unstable();
     assert_eq!(procs, want);
-    assert!(nvml.device_by_index(1).unwrap().running_compute_processes().unwrap().is_empty());
+    assert!(
+        nvml.device_by_index(1)
+            .unwrap()
+            .running_compute_processes()
+            .unwrap()
+            .is_empty()
+    );
 
     let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
-        .args(["--query-gpu=index,memory.used,memory.free", "--format=csv,noheader,nounits"])
+        .args([
+            "--query-gpu=index,memory.used,memory.free",
+            "--format=csv,noheader,nounits",
+        ])
         .env("LD_LIBRARY_PATH", sim.lib_dir())
         .output()
         .unwrap();
@@ -126,7 +159,12 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
 
     let a_pid = a.child.id();
     a.finish();
-    let after: Vec<u32> = dev.running_compute_processes().unwrap().into_iter().map(|p| p.pid).collect();
+    let after: Vec<u32> = dev
+        .running_compute_processes()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.pid)
+        .collect();
     assert!(!after.contains(&a_pid));
     assert_eq!(dev.memory_info().unwrap().used, 9 * GIB);
     c.finish();
@@ -157,7 +195,10 @@ fn cuda_visible_devices_selects_and_renumbers_gpus() {
     assert_eq!(used.uuid().unwrap(), uuid);
     let c = Client::start(&exe, &sim, 1, GIB, &[("CUDA_VISIBLE_DEVICES", "3,1")]);
     assert_eq!(c.get("count"), "2");
-    assert_eq!(nvml.device_by_index(1).unwrap().memory_info().unwrap().used, GIB);
+    assert_eq!(
+        nvml.device_by_index(1).unwrap().memory_info().unwrap().used,
+        GIB
+    );
     c.finish();
 }
 
@@ -176,7 +217,13 @@ fn nvml_reports_the_inventory_of_the_node_description() {
         assert_eq!(d.minor_number().unwrap(), g.minor);
         assert_eq!(d.pci_info().unwrap().bus_id, g.pci_bus_id);
         assert_eq!(d.numa_node_id().unwrap(), g.numa_node.unwrap());
-        assert_eq!(nvml.device_by_uuid(g.uuid.as_str()).unwrap().index().unwrap(), u32::try_from(i).unwrap());
+        assert_eq!(
+            nvml.device_by_uuid(g.uuid.as_str())
+                .unwrap()
+                .index()
+                .unwrap(),
+            u32::try_from(i).unwrap()
+        );
     }
 }
 
@@ -188,12 +235,26 @@ fn the_driver_root_has_real_character_devices_with_nvidia_numbers() {
     let root = unsafe { libc::geteuid() } == 0;
     assert!(root, "this test creates device nodes and must run as root");
     let sim = SimNode::new(2, "T4", None);
-    for (name, major, minor) in [("nvidia0", 195, 0), ("nvidia1", 195, 1), ("nvidiactl", 195, 255), ("nvidia-uvm", 510, 0), ("nvidia-uvm-tools", 510, 1)] {
+    for (name, major, minor) in [
+        ("nvidia0", 195, 0),
+        ("nvidia1", 195, 1),
+        ("nvidiactl", 195, 255),
+        ("nvidia-uvm", 510, 0),
+        ("nvidia-uvm-tools", 510, 1),
+    ] {
         let meta = std::fs::metadata(sim.root().join("dev").join(name)).unwrap();
         assert!(meta.file_type().is_char_device(), "{name}");
         let rdev = meta.rdev();
-        assert_eq!((libc::major(rdev), libc::minor(rdev)), (major, minor), "{name}");
+        assert_eq!(
+            (libc::major(rdev), libc::minor(rdev)),
+            (major, minor),
+            "{name}"
+        );
     }
     let err = std::fs::File::open(sim.root().join("dev/nvidia0")).unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "opening a GPU node with no driver gives ENXIO");
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENXIO),
+        "opening a GPU node with no driver gives ENXIO"
+    );
 }
