@@ -15,7 +15,7 @@ mod state;
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use codes::*;
 use state::Driver;
@@ -59,22 +59,23 @@ fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
 }
 
 fn library_dir() -> Option<PathBuf> {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads the address of a function of this library and fills `info`.
-    if unsafe { libc::dladdr(cuInit as *const c_void, info.as_mut_ptr()) } == 0 {
-        return None;
+    gpuslice_simnode::library_dir_of(cuInit as *const c_void)
+}
+
+/// Copies `s` into a caller buffer of `len` bytes as a NUL-terminated string, truncating as
+/// the driver does.
+fn write_c_str(s: &str, buf: *mut c_char, len: c_int) -> Result<(), CUresult> {
+    let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    if buf.is_null() || len == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // SAFETY: dladdr returned non-zero, so `info` is initialised.
-    let info = unsafe { info.assume_init() };
-    if info.dli_fname.is_null() {
-        return None;
+    let n = s.len().min(len - 1);
+    // SAFETY: `buf` holds `len` bytes per the API; we write n + 1 <= len bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), buf, n);
+        *buf.add(n) = 0;
     }
-    // SAFETY: dli_fname is a NUL-terminated string owned by the dynamic loader.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) };
-    let path =
-        Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes()));
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    path.parent().map(Path::to_path_buf)
+    Ok(())
 }
 
 fn current_ctx() -> Result<&'static Ctx, CUresult> {
@@ -158,18 +159,7 @@ pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> C
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     guard(|| {
         let d = state::get()?;
-        let s = &d.spec.gpus[d.node_index(dev)?].name;
-        let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        if name.is_null() || len == 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let n = s.len().min(len - 1);
-        // SAFETY: `name` holds `len` bytes per the API; we write n + 1 <= len bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), name, n);
-            *name.add(n) = 0;
-        }
-        Ok(())
+        write_c_str(&d.spec.gpus[d.node_index(dev)?].name, name, len)
     })
 }
 
@@ -259,18 +249,7 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
     guard(|| {
         let d = state::get()?;
         let id = d.spec.gpus[d.node_index(dev)?].pci_bus_id.clone();
-        let s = id.get(4..).unwrap_or(&id).to_string();
-        let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-        if bus.is_null() || len == 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let n = s.len().min(len - 1);
-        // SAFETY: `bus` holds `len` bytes per the API; we write n + 1 <= len bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), bus, n);
-            *bus.add(n) = 0;
-        }
-        Ok(())
+        write_c_str(id.get(4..).unwrap_or(&id), bus, len)
     })
 }
 

@@ -9,7 +9,7 @@
 )]
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -91,23 +91,7 @@ fn guard(f: impl FnOnce() -> nvmlReturn_t) -> nvmlReturn_t {
 }
 
 fn library_dir() -> Option<PathBuf> {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr reads the address of a function of this library and fills `info`.
-    let ok = unsafe { libc::dladdr(nvmlInit_v2 as *const c_void, info.as_mut_ptr()) };
-    if ok == 0 {
-        return None;
-    }
-    // SAFETY: dladdr returned non-zero, so `info` is initialised.
-    let info = unsafe { info.assume_init() };
-    if info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated string owned by the dynamic loader.
-    let name = unsafe { CStr::from_ptr(info.dli_fname) };
-    let path =
-        Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes()));
-    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    path.parent().map(Path::to_path_buf)
+    gpuslice_simnode::library_dir_of(nvmlInit_v2 as *const c_void)
 }
 
 fn loaded() -> Option<&'static Loaded> {
