@@ -79,6 +79,8 @@ pub struct Recovery {
     pub orphan_dirs_removed: Vec<String>,
     pub damaged: Vec<String>,
     pub over_capacity_gpus: Vec<u32>,
+    /// Containers whose claims name GPUs this node no longer has.
+    pub on_missing_gpus: Vec<String>,
 }
 
 impl Ledger {
@@ -116,6 +118,15 @@ impl Ledger {
             }
         }
         recovery.claims = claims.len();
+        recovery.on_missing_gpus = claims
+            .values()
+            .filter(|c| {
+                c.gpus
+                    .iter()
+                    .any(|g| !inventory.gpus.iter().any(|i| i.uuid == g.uuid))
+            })
+            .map(|c| c.container_id.clone())
+            .collect();
         let ledger = Self {
             inventory,
             claims,

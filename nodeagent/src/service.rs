@@ -57,6 +57,9 @@ pub async fn run(cfg: Config) -> Result<()> {
     for d in &recovery.damaged {
         tracing::error!("{d}; moved aside");
     }
+    if !recovery.on_missing_gpus.is_empty() {
+        tracing::warn!(containers = ?recovery.on_missing_gpus, "claims name GPUs this node no longer has; they are kept until released or collected");
+    }
     if !recovery.over_capacity_gpus.is_empty() {
         tracing::warn!(gpus = ?recovery.over_capacity_gpus, "stored claims exceed these GPUs' capacity (did the hardware change?); no new claim fits there until some are released");
     }
@@ -118,12 +121,47 @@ pub async fn run(cfg: Config) -> Result<()> {
         }
     });
 
-    shutdown_signal().await;
+    let lost = tokio::select! {
+        () = shutdown_signal() => None,
+        e = bus_lost(&conn) => Some(e),
+    };
     let _ = sd_notify::notify(&[NotifyState::Stopping]);
-    tracing::info!("stopping");
     drop(conn);
-    Ok(())
+    match lost {
+        None => {
+            tracing::info!("stopping");
+            Ok(())
+        }
+        // Exit non-zero so that the service manager starts a fresh agent, which connects
+        // to the new bus and loads the same ledger.
+        Some(e) => Err(anyhow::anyhow!("lost the D-Bus connection: {e}")),
+    }
 }
+
+/// Resolves when the bus stops answering (dbus-daemon restarted or gone): an agent that can
+/// no longer be reached must not keep running as if it could.
+async fn bus_lost(conn: &zbus::Connection) -> zbus::Error {
+    let mut tick = tokio::time::interval(BUS_CHECK_INTERVAL);
+    loop {
+        tick.tick().await;
+        let ping = conn.call_method(
+            Some("org.freedesktop.DBus"),
+            "/org/freedesktop/DBus",
+            // The bus interface itself: the system bus policy allows it to everyone.
+            Some("org.freedesktop.DBus"),
+            "GetId",
+            &(),
+        );
+        match tokio::time::timeout(BUS_CHECK_INTERVAL * 5, ping).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return e,
+            Err(_) => return zbus::Error::Failure("the bus did not answer".into()),
+        }
+    }
+}
+
+/// How often the agent checks that its bus is still there.
+const BUS_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Releases the claims whose containers are gone (see [`crate::gc`]).
 pub fn collect_garbage(shared: &Shared, evidence: &Evidence) {

@@ -187,3 +187,20 @@ fn claims_survive_a_restart_and_release_removes_the_container_directory() {
     assert!(cli(&bus.address, &["release", "web-1"]).status.success());
     assert!(!agent.run_dir.join("web-1").exists());
 }
+
+#[test]
+fn the_agent_exits_with_an_error_when_its_bus_goes_away() {
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let mut agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    drop(bus);
+    let status = agent
+        .wait_exit(std::time::Duration::from_secs(15))
+        .expect("agent still running without its bus");
+    assert!(!status.success());
+    assert!(
+        agent.log().contains("lost the D-Bus connection"),
+        "{}",
+        agent.log()
+    );
+}

@@ -179,6 +179,19 @@ impl Agent {
         self.spawn();
     }
 
+    /// Waits up to `timeout` for the agent to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut()?.try_wait().ok().flatten() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
