@@ -7,11 +7,14 @@
 
 pub mod annotations;
 pub mod claim;
+pub mod driver;
+pub mod edits;
 pub mod host;
 pub mod inventory;
 pub mod limits;
 pub mod placement;
 pub mod quantity;
+pub mod spec;
 pub mod usage;
 
 pub use annotations::{AnnotationError, SliceRequest};

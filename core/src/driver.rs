@@ -1,0 +1,220 @@
+//! The driver's files a GPU container needs, found in a driver root: device nodes (with the
+//! major and minor numbers the host has), the driver's user-space libraries and tools.
+//! On a simulated node, the node description and its shared state directory come along so
+//! that the fake libraries work inside the container exactly as outside.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::host::{DriverRoot, LIBRARY_DIRS};
+
+/// A device node to create in the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// Path in the container, e.g. `/dev/nvidia0`.
+    pub path: String,
+    pub major: u32,
+    pub minor: u32,
+    /// Permission bits, from the host node.
+    pub mode: u32,
+}
+
+/// A file or directory of the host to bind-mount into the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    pub source: PathBuf,
+    pub destination: String,
+    pub read_only: bool,
+}
+
+/// Control devices every GPU container needs besides its GPUs.
+pub const CONTROL_DEVICES: &[&str] = &["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"];
+
+/// Library name prefixes of the driver's user-space libraries that CUDA programs load.
+pub const LIBRARY_PREFIXES: &[&str] = &[
+    "libcuda.so",
+    "libnvidia-ml.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so",
+    "libcudadebugger.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-allocator.so",
+    "libnvidia-opencl.so",
+];
+
+/// Tools of the driver mounted into GPU containers.
+pub const BINARIES: &[&str] = &[
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("driver device {path} is missing or not a character device")]
+    Device { path: PathBuf },
+    #[error("no CUDA driver library (libcuda.so.*) under driver root {0}")]
+    NoLibcuda(PathBuf),
+    #[error("failed to read {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a driver root offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFiles {
+    pub root: DriverRoot,
+    pub control_devices: Vec<DeviceNode>,
+    pub mounts: Vec<BindMount>,
+}
+
+impl DriverFiles {
+    /// Finds the control devices, libraries, tools and simulation files of `root`.
+    pub fn discover(root: &DriverRoot) -> Result<Self, DriverError> {
+        let control_devices = CONTROL_DEVICES
+            .iter()
+            .map(|d| device_node(root, d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut mounts = Vec::new();
+        for dir in LIBRARY_DIRS {
+            let host_dir = root.root.join(dir);
+            let Ok(entries) = std::fs::read_dir(&host_dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect();
+            names.sort();
+            for name in names {
+                let wanted = LIBRARY_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p) && name.len() > p.len());
+                if !wanted {
+                    continue;
+                }
+                let host = host_dir.join(&name);
+                let real = std::fs::canonicalize(&host).map_err(|source| DriverError::Io {
+                    path: host.clone(),
+                    source,
+                })?;
+                mounts.push(BindMount {
+                    source: real,
+                    destination: format!("/{dir}/{name}"),
+                    read_only: true,
+                });
+            }
+            let sim = host_dir.join("gpuslice-sim/node.json");
+            if sim.exists() {
+                mounts.push(BindMount {
+                    source: sim.clone(),
+                    destination: format!("/{dir}/gpuslice-sim/node.json"),
+                    read_only: true,
+                });
+                if let Some(state) = simulated_state_dir(&sim) {
+                    let dest = state.display().to_string();
+                    mounts.push(BindMount {
+                        source: state,
+                        destination: dest,
+                        read_only: false,
+                    });
+                }
+            }
+        }
+        if !mounts
+            .iter()
+            .any(|m| m.destination.contains("/libcuda.so."))
+        {
+            return Err(DriverError::NoLibcuda(root.root.clone()));
+        }
+        for bin in BINARIES {
+            let host = root.root.join("usr/bin").join(bin);
+            if host.exists() {
+                let real = std::fs::canonicalize(&host).map_err(|source| DriverError::Io {
+                    path: host.clone(),
+                    source,
+                })?;
+                mounts.push(BindMount {
+                    source: real,
+                    destination: format!("/usr/bin/{bin}"),
+                    read_only: true,
+                });
+            }
+        }
+        Ok(Self {
+            root: root.clone(),
+            control_devices,
+            mounts,
+        })
+    }
+
+    /// The device node of the GPU with minor number `minor`.
+    pub fn gpu_device(&self, minor: u32) -> Result<DeviceNode, DriverError> {
+        device_node(&self.root, &format!("nvidia{minor}"))
+    }
+}
+
+fn device_node(root: &DriverRoot, name: &str) -> Result<DeviceNode, DriverError> {
+    let path = root.device(name);
+    let meta = std::fs::metadata(&path).map_err(|_| DriverError::Device { path: path.clone() })?;
+    if !meta.file_type().is_char_device() {
+        return Err(DriverError::Device { path });
+    }
+    let rdev = meta.rdev();
+    Ok(DeviceNode {
+        path: format!("/dev/{name}"),
+        major: major(rdev),
+        minor: minor(rdev),
+        mode: meta.mode() & 0o777,
+    })
+}
+
+/// Major number of a Linux `dev_t` (glibc's encoding).
+#[must_use]
+pub fn major(dev: u64) -> u32 {
+    u32::try_from(((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)).unwrap_or(0)
+}
+
+/// Minor number of a Linux `dev_t` (glibc's encoding).
+#[must_use]
+pub fn minor(dev: u64) -> u32 {
+    u32::try_from(((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)).unwrap_or(0)
+}
+
+fn simulated_state_dir(node_json: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(node_json).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("state_dir")?.as_str().map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn major_and_minor_decode_as_glibc_does() {
+        // makedev(195, 255) and makedev(510, 1) as glibc encodes them.
+        let dev = |ma: u64, mi: u64| {
+            ((ma & 0xfff) << 8) | ((ma & !0xfff) << 32) | (mi & 0xff) | ((mi & !0xff) << 12)
+        };
+        assert_eq!((major(dev(195, 255)), minor(dev(195, 255))), (195, 255));
+        assert_eq!((major(dev(510, 1)), minor(dev(510, 1))), (510, 1));
+        assert_eq!(
+            (major(dev(4100, 70000)), minor(dev(4100, 70000))),
+            (4100, 70000)
+        );
+    }
+
+    #[test]
+    fn a_root_without_devices_is_refused_naming_the_device() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-empty-root-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = DriverFiles::discover(&DriverRoot::new(&dir)).unwrap_err();
+        assert!(e.to_string().contains("nvidiactl"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,125 @@
+//! What a GPU container gets, as data: device nodes with their cgroup rules, bind mounts and
+//! hooks. Built from a claim and the driver's files; applied to an OCI spec by
+//! [`crate::spec::apply`], and imperatively by the prestart hook.
+
+use std::path::PathBuf;
+
+use crate::claim::Claim;
+use crate::driver::{BindMount, DeviceNode, DriverError, DriverFiles};
+
+/// Where the container's own directory appears inside it.
+pub const CONTAINER_RUN_DIR: &str = "/run/gpuslice";
+/// Where the interception library appears inside every GPU container.
+pub const INTERCEPTION_LIBRARY: &str = "/usr/lib/gpuslice/libgpuslice.so";
+/// Name of the preload list in the container's host directory, mounted on
+/// `/etc/ld.so.preload`.
+pub const PRELOAD_FILE: &str = "ld.so.preload";
+
+/// A lifecycle point of the OCI runtime spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookPoint {
+    CreateContainer,
+    Poststart,
+    Poststop,
+}
+
+impl HookPoint {
+    /// The key under `hooks` in config.json.
+    #[must_use]
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::CreateContainer => "createContainer",
+            Self::Poststart => "poststart",
+            Self::Poststop => "poststop",
+        }
+    }
+}
+
+/// An OCI hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub point: HookPoint,
+    pub path: String,
+    pub args: Vec<String>,
+    pub timeout_seconds: Option<u32>,
+}
+
+/// Host paths the edits refer to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPaths {
+    /// The container's directory made by the agent (`/run/gpuslice/<id>`).
+    pub container_dir: PathBuf,
+    /// `libgpuslice.so` on the host.
+    pub interception_library: PathBuf,
+    /// `gpuslice-hook` on the host.
+    pub hook: PathBuf,
+}
+
+/// Everything to add to a container for its claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edits {
+    pub devices: Vec<DeviceNode>,
+    pub mounts: Vec<BindMount>,
+    pub hooks: Vec<Hook>,
+}
+
+impl Edits {
+    /// The edits for `claim`: its GPUs' device nodes and the control devices, the driver's
+    /// files, the container directory (with the limits file mounted read-only on top), the
+    /// interception library and `/etc/ld.so.preload` naming it, and the hooks that report
+    /// the container's start and stop to the agent.
+    pub fn for_claim(
+        claim: &Claim,
+        driver: &DriverFiles,
+        host: &HostPaths,
+    ) -> Result<Self, DriverError> {
+        let mut devices = driver.control_devices.clone();
+        for g in &claim.gpus {
+            devices.push(driver.gpu_device(g.minor)?);
+        }
+        let mut mounts = vec![
+            BindMount {
+                source: host.container_dir.clone(),
+                destination: CONTAINER_RUN_DIR.into(),
+                read_only: false,
+            },
+            BindMount {
+                source: host.container_dir.join(crate::limits::FILE_NAME),
+                destination: format!("{CONTAINER_RUN_DIR}/{}", crate::limits::FILE_NAME),
+                read_only: true,
+            },
+        ];
+        mounts.extend(driver.mounts.iter().cloned());
+        mounts.push(BindMount {
+            source: host.interception_library.clone(),
+            destination: INTERCEPTION_LIBRARY.into(),
+            read_only: true,
+        });
+        mounts.push(BindMount {
+            source: host.container_dir.join(PRELOAD_FILE),
+            destination: "/etc/ld.so.preload".into(),
+            read_only: true,
+        });
+        let hook = |point: HookPoint, verb: &str| Hook {
+            point,
+            path: host.hook.display().to_string(),
+            args: vec!["gpuslice-hook".into(), verb.into()],
+            timeout_seconds: Some(10),
+        };
+        Ok(Self {
+            devices,
+            mounts,
+            hooks: vec![
+                hook(HookPoint::CreateContainer, "update-ldcache"),
+                hook(HookPoint::Poststart, "poststart"),
+                hook(HookPoint::Poststop, "poststop"),
+            ],
+        })
+    }
+
+    /// The text of the container's `/etc/ld.so.preload`.
+    #[must_use]
+    pub fn preload_text() -> String {
+        format!("{INTERCEPTION_LIBRARY}\n")
+    }
+}

@@ -1,0 +1,162 @@
+//! Applying [`Edits`] to an OCI runtime spec (`config.json`) held as JSON, so that every
+//! field this code does not know survives. Remove-then-add: applying twice equals applying
+//! once.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::edits::Edits;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("failed to read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid JSON")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("failed to write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config.json field `{0}` is not an object")]
+    NotObject(&'static str),
+    #[error("config.json field `{0}` is not an array")]
+    NotArray(&'static str),
+}
+
+/// The annotations of a spec (empty when it has none).
+#[must_use]
+pub fn annotations(spec: &Value) -> std::collections::BTreeMap<String, String> {
+    spec.get("annotations")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn object<'a>(
+    parent: &'a mut Value,
+    key: &'static str,
+) -> Result<&'a mut Map<String, Value>, SpecError> {
+    let map = parent.as_object_mut().ok_or(SpecError::NotObject(key))?;
+    let v = map.entry(key).or_insert_with(|| json!({}));
+    if v.is_null() {
+        *v = json!({});
+    }
+    v.as_object_mut().ok_or(SpecError::NotObject(key))
+}
+
+fn array<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &'static str,
+) -> Result<&'a mut Vec<Value>, SpecError> {
+    let v = parent.entry(key).or_insert_with(|| json!([]));
+    if v.is_null() {
+        *v = json!([]);
+    }
+    v.as_array_mut().ok_or(SpecError::NotArray(key))
+}
+
+/// Applies `edits` to `spec`.
+pub fn apply(spec: &mut Value, edits: &Edits) -> Result<(), SpecError> {
+    {
+        let linux = object(spec, "linux")?;
+        let devices = array(linux, "devices")?;
+        for d in &edits.devices {
+            devices.retain(|v| v.get("path").and_then(Value::as_str) != Some(&d.path));
+            devices.push(json!({
+                "path": d.path, "type": "c", "major": d.major, "minor": d.minor,
+                "fileMode": 0o020_000 | d.mode, "uid": 0, "gid": 0
+            }));
+        }
+        let resources = linux.entry("resources").or_insert_with(|| json!({}));
+        if resources.is_null() {
+            *resources = json!({});
+        }
+        let resources = resources
+            .as_object_mut()
+            .ok_or(SpecError::NotObject("resources"))?;
+        let rules = array(resources, "devices")?;
+        for d in &edits.devices {
+            rules.retain(|r| {
+                !(r.get("allow") == Some(&json!(true))
+                    && r.get("type").and_then(Value::as_str) == Some("c")
+                    && r.get("major") == Some(&json!(d.major))
+                    && r.get("minor") == Some(&json!(d.minor)))
+            });
+            rules.push(json!({"allow": true, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}));
+        }
+    }
+    {
+        let root = spec.as_object_mut().ok_or(SpecError::NotObject("(root)"))?;
+        let mounts = array(root, "mounts")?;
+        for m in &edits.mounts {
+            mounts.retain(|v| v.get("destination").and_then(Value::as_str) != Some(&m.destination));
+            let mode = if m.read_only { "ro" } else { "rw" };
+            mounts.push(json!({
+                "destination": m.destination, "type": "bind", "source": m.source,
+                "options": ["rbind", "rprivate", "nosuid", "nodev", mode]
+            }));
+        }
+    }
+    let hooks = object(spec, "hooks")?;
+    for h in &edits.hooks {
+        let list = array(hooks, h.point.key())?;
+        list.retain(|v| {
+            !(v.get("path").and_then(Value::as_str) == Some(&h.path)
+                && v.get("args") == Some(&json!(h.args)))
+        });
+        let mut hook = json!({"path": h.path, "args": h.args});
+        if let Some(t) = h.timeout_seconds {
+            hook["timeout"] = json!(t);
+        }
+        list.push(hook);
+    }
+    Ok(())
+}
+
+/// Reads `config.json`.
+pub fn read(path: &Path) -> Result<Value, SpecError> {
+    let text = std::fs::read(path).map_err(|source| SpecError::Read {
+        path: path.into(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| SpecError::Parse {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Writes `config.json` atomically: a temporary file beside it, synced, renamed over it.
+pub fn write(path: &Path, spec: &Value) -> Result<(), SpecError> {
+    let err = |source| SpecError::Write {
+        path: path.into(),
+        source,
+    };
+    let tmp = path.with_extension("json.gpuslice-tmp");
+    let body = serde_json::to_vec(spec).map_err(|e| err(e.into()))?;
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(&body).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,117 @@
+use super::*;
+use crate::driver::{BindMount, DeviceNode};
+use crate::edits::{Hook, HookPoint};
+
+fn edits() -> Edits {
+    Edits {
+        devices: vec![
+            DeviceNode {
+                path: "/dev/nvidiactl".into(),
+                major: 195,
+                minor: 255,
+                mode: 0o666,
+            },
+            DeviceNode {
+                path: "/dev/nvidia1".into(),
+                major: 195,
+                minor: 1,
+                mode: 0o666,
+            },
+        ],
+        mounts: vec![BindMount {
+            source: "/run/gpuslice/c1".into(),
+            destination: "/run/gpuslice".into(),
+            read_only: false,
+        }],
+        hooks: vec![Hook {
+            point: HookPoint::Poststop,
+            path: "/usr/bin/gpuslice-hook".into(),
+            args: vec!["gpuslice-hook".into(), "poststop".into()],
+            timeout_seconds: None,
+        }],
+    }
+}
+
+fn base() -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {"args": ["sh"], "x-vendor-field": {"kept": true}},
+        "root": {"path": "rootfs"},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+        "linux": {"namespaces": [{"type": "pid"}], "resources": {"devices": [{"allow": false, "access": "rwm"}]}},
+        "annotations": {"gpuslice.io/memory": "2Gi"},
+        "unknownTopLevel": [1, 2, 3]
+    })
+}
+
+#[test]
+fn applying_edits_adds_devices_rules_mounts_and_hooks_and_keeps_unknown_fields() {
+    let mut spec = base();
+    apply(&mut spec, &edits()).unwrap();
+    assert_eq!(spec["unknownTopLevel"], json!([1, 2, 3]));
+    assert_eq!(spec["process"]["x-vendor-field"], json!({"kept": true}));
+    assert_eq!(spec["linux"]["devices"][1]["path"], "/dev/nvidia1");
+    assert_eq!(spec["linux"]["devices"][1]["fileMode"], json!(0o020_666));
+    let rules = spec["linux"]["resources"]["devices"].as_array().unwrap();
+    assert_eq!(
+        rules[0],
+        json!({"allow": false, "access": "rwm"}),
+        "the deny-all rule stays first"
+    );
+    assert_eq!(
+        rules[2],
+        json!({"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rwm"})
+    );
+    assert_eq!(spec["mounts"][0]["destination"], "/proc");
+    assert_eq!(
+        spec["mounts"][1]["options"],
+        json!(["rbind", "rprivate", "nosuid", "nodev", "rw"])
+    );
+    assert_eq!(
+        spec["hooks"]["poststop"][0]["args"],
+        json!(["gpuslice-hook", "poststop"])
+    );
+}
+
+#[test]
+fn applying_edits_twice_equals_applying_once() {
+    let mut once = base();
+    apply(&mut once, &edits()).unwrap();
+    let mut twice = once.clone();
+    apply(&mut twice, &edits()).unwrap();
+    assert_eq!(once, twice);
+}
+
+#[test]
+fn a_spec_with_null_or_missing_sections_is_filled_in() {
+    let mut spec = json!({"ociVersion": "1.0.2", "linux": {"resources": null}, "hooks": null});
+    apply(&mut spec, &edits()).unwrap();
+    assert_eq!(
+        spec["linux"]["resources"]["devices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(spec["hooks"]["poststop"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_spec_whose_sections_have_the_wrong_type_is_refused() {
+    let mut spec = json!({"linux": {"devices": "nope"}});
+    assert!(matches!(
+        apply(&mut spec, &edits()),
+        Err(SpecError::NotArray("devices"))
+    ));
+}
+
+#[test]
+fn annotations_are_read_as_strings() {
+    assert_eq!(
+        annotations(&base())
+            .get("gpuslice.io/memory")
+            .map(String::as_str),
+        Some("2Gi")
+    );
+    assert!(annotations(&json!({})).is_empty());
+}
