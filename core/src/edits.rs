@@ -41,6 +41,8 @@ pub struct Hook {
     pub point: HookPoint,
     pub path: String,
     pub args: Vec<String>,
+    /// `KEY=value` entries; runtimes start hooks with this environment only.
+    pub env: Vec<String>,
     pub timeout_seconds: Option<u32>,
 }
 
@@ -53,6 +55,8 @@ pub struct HostPaths {
     pub interception_library: PathBuf,
     /// `gpuslice-hook` on the host.
     pub hook: PathBuf,
+    /// Environment of the hooks (e.g. the agent's bus address when it is not the system bus).
+    pub hook_env: Vec<String>,
 }
 
 /// Everything to add to a container for its claim.
@@ -104,6 +108,7 @@ impl Edits {
             point,
             path: host.hook.display().to_string(),
             args: vec!["gpuslice-hook".into(), verb.into()],
+            env: host.hook_env.clone(),
             timeout_seconds: Some(10),
         };
         Ok(Self {

@@ -121,6 +121,9 @@ pub fn apply(spec: &mut Value, edits: &Edits) -> Result<(), SpecError> {
                 && v.get("args") == Some(&json!(h.args)))
         });
         let mut hook = json!({"path": h.path, "args": h.args});
+        if !h.env.is_empty() {
+            hook["env"] = json!(h.env);
+        }
         if let Some(t) = h.timeout_seconds {
             hook["timeout"] = json!(t);
         }

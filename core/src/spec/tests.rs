@@ -27,6 +27,7 @@ fn edits() -> Edits {
             point: HookPoint::Poststop,
             path: "/usr/bin/gpuslice-hook".into(),
             args: vec!["gpuslice-hook".into(), "poststop".into()],
+            env: vec!["GPUSLICE_BUS_ADDRESS=unix:path=/run/bus".into()],
             timeout_seconds: None,
         }],
     }

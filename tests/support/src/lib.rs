@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bus;
 pub mod http;
+pub mod rootfs;
 pub mod sim;
 
 use std::path::PathBuf;

@@ -1,0 +1,145 @@
+//! `gpuslice-hook`: one subcommand per OCI lifecycle point, the container's state on stdin.
+//!
+//! - `poststart`: tells the agent the container's pid (`Activate`), the evidence that lets it
+//!   collect the claim when the container is gone;
+//! - `poststop`: releases the claim (`Release`; idempotent);
+//! - `update-ldcache` (createContainer): refreshes the container's dynamic-linker cache so that
+//!   the mounted driver libraries are found (best effort: they sit in the standard directory).
+//!
+//! An unknown subcommand is warned about and ignored (exit 0), so that a newer runtime spec
+//! does not break containers.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, anyhow};
+use gpuslice_nodeagent::client::{self, AgentProxy};
+
+/// The fields of the OCI state this hook reads.
+struct State {
+    id: String,
+    pid: Option<u32>,
+    bundle: PathBuf,
+}
+
+fn read_state() -> Result<State> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("failed to read the container state from stdin")?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).context("the container state on stdin is not JSON")?;
+    Ok(State {
+        id: v["id"]
+            .as_str()
+            .context("the container state has no id")?
+            .to_string(),
+        pid: v["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+        bundle: v["bundle"].as_str().map(PathBuf::from).unwrap_or_default(),
+    })
+}
+
+async fn agent() -> Result<AgentProxy<'static>> {
+    let address = std::env::var("GPUSLICE_BUS_ADDRESS")
+        .ok()
+        .filter(|a| !a.is_empty());
+    let conn = client::connect(address.as_deref())
+        .await
+        .context("failed to reach the gpuslice agent over D-Bus")?;
+    Ok(AgentProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+fn agent_error(e: zbus::Error) -> anyhow::Error {
+    match e {
+        zbus::Error::MethodError(_, Some(msg), _) => anyhow!(msg),
+        other => anyhow!(other),
+    }
+}
+
+fn run(verb: &str) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match verb {
+        "poststart" => {
+            let state = read_state()?;
+            let pid = state
+                .pid
+                .with_context(|| format!("container {}: the state has no pid", state.id))?;
+            rt.block_on(async {
+                agent()
+                    .await?
+                    .activate(&state.id, pid)
+                    .await
+                    .map_err(agent_error)
+            })
+            .with_context(|| format!("container {}: failed to report pid {pid}", state.id))?;
+        }
+        "poststop" => {
+            let state = read_state()?;
+            rt.block_on(async { agent().await?.release(&state.id).await.map_err(agent_error) })
+                .with_context(|| {
+                    format!("container {}: failed to release its GPU slice", state.id)
+                })?;
+        }
+        "update-ldcache" => {
+            let state = read_state()?;
+            if let Err(e) = update_ldcache(&state.bundle) {
+                eprintln!(
+                    "gpuslice-hook: container {}: {e:#} (libraries are still found in their standard directory)",
+                    state.id
+                );
+            }
+        }
+        other => eprintln!("gpuslice-hook: unknown subcommand {other:?}; ignored"),
+    }
+    Ok(())
+}
+
+/// Runs the host's ldconfig on the container's root filesystem (createContainer hooks run in
+/// the container's mount namespace, with its mounts in place, before it pivots into it).
+fn update_ldcache(bundle: &Path) -> Result<()> {
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)?;
+    let root = spec["root"]["path"]
+        .as_str()
+        .context("config.json has no root.path")?;
+    let rootfs = if Path::new(root).is_absolute() {
+        PathBuf::from(root)
+    } else {
+        bundle.join(root)
+    };
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("no ldconfig on the host")?;
+    let status = Command::new(ldconfig).arg("-r").arg(&rootfs).status()?;
+    anyhow::ensure!(
+        status.success(),
+        "ldconfig -r {} exited with {status}",
+        rootfs.display()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Some(verb) = std::env::args().nth(1) else {
+        eprintln!("usage: gpuslice-hook poststart|poststop|update-ldcache < state.json");
+        return ExitCode::from(2);
+    };
+    if verb == "--help" || verb == "-h" {
+        println!("usage: gpuslice-hook poststart|poststop|update-ldcache < state.json");
+        return ExitCode::SUCCESS;
+    }
+    match run(&verb) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuslice-hook {verb}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

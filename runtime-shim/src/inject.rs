@@ -1,0 +1,119 @@
+//! The create path: claim, then edit the bundle's spec; undo the claim if anything after it
+//! fails.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result, anyhow, bail};
+use gpuslice_core::driver::DriverFiles;
+use gpuslice_core::edits::{Edits, HostPaths, PRELOAD_FILE};
+use gpuslice_core::host::DriverRoot;
+use gpuslice_core::{Claim, annotations, spec};
+use gpuslice_nodeagent::client::{self, AgentProxy};
+
+use crate::args::Invocation;
+use crate::config::Config;
+
+async fn agent(cfg: &Config) -> Result<AgentProxy<'static>> {
+    let conn = client::connect(cfg.bus_address.as_deref())
+        .await
+        .context("failed to reach the gpuslice agent over D-Bus")?;
+    AgentProxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .context("failed to reach the gpuslice agent over D-Bus")
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(rt.block_on(f))
+}
+
+/// The message of an agent error: its own text for refusals, the transport error otherwise.
+fn agent_error(e: zbus::Error) -> anyhow::Error {
+    match e {
+        zbus::Error::MethodError(name, Some(msg), _)
+            if name.as_str().starts_with("io.gpuslice.") =>
+        {
+            anyhow!(msg)
+        }
+        other => anyhow!(other).context("the gpuslice agent did not answer"),
+    }
+}
+
+/// Claims a slice for the container and edits its spec, when it asks for one.
+pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
+    let bundle = inv.bundle.as_ref().context("no bundle directory")?;
+    let config_path = bundle.join("config.json");
+    let mut spec = spec::read(&config_path)?;
+    let ann = spec::annotations(&spec);
+    // Checked here first so that a malformed request fails without a round trip; the agent
+    // checks again and is the authority.
+    if annotations::parse(&ann)?.is_none() {
+        return Ok(());
+    }
+    let id = inv
+        .container_id
+        .as_deref()
+        .context("no container id in the arguments")?;
+    let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let json = block_on(async {
+        let agent = agent(cfg).await?;
+        agent.claim(id, borrowed).await.map_err(agent_error)
+    })??;
+    let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
+    let edited = edit(&claim, &mut spec, cfg)
+        .and_then(|()| spec::write(&config_path, &spec).map_err(Into::into));
+    if let Err(e) = edited {
+        let _ = release(id, cfg);
+        return Err(e.context(format!(
+            "container {id}: the GPU slice could not be set up, so the container is not created"
+        )));
+    }
+    Ok(())
+}
+
+fn edit(claim: &Claim, spec: &mut serde_json::Value, cfg: &Config) -> Result<()> {
+    if !cfg.interception_library.exists() {
+        bail!(
+            "interception library {} is missing: without it the memory limit cannot be enforced",
+            cfg.interception_library.display()
+        );
+    }
+    let driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root))?;
+    let container_dir = cfg.run_dir.join(&claim.container_id);
+    let preload = container_dir.join(PRELOAD_FILE);
+    std::fs::write(&preload, Edits::preload_text())
+        .with_context(|| format!("failed to write {}", preload.display()))?;
+    let host = HostPaths {
+        container_dir,
+        interception_library: cfg.interception_library.clone(),
+        hook: cfg.hook.clone(),
+        hook_env: cfg
+            .bus_address
+            .iter()
+            .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
+            .collect(),
+    };
+    let edits = Edits::for_claim(claim, &driver, &host)?;
+    spec::apply(spec, &edits)?;
+    Ok(())
+}
+
+fn release(id: &str, cfg: &Config) -> Result<bool> {
+    block_on(async {
+        let agent = agent(cfg).await?;
+        agent.release(id).await.map_err(agent_error)
+    })?
+}
+
+/// Releases the claim of `id` if the container has a gpuslice directory (so that deleting a
+/// container without a GPU costs no round trip to the agent).
+pub fn release_if_claimed(id: &str, cfg: &Config) -> Result<()> {
+    if cfg.run_dir.join(id).exists() {
+        release(id, cfg)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! `gpuslice-runtime`: an OCI runtime wrapper. On `create` (and `run`) of a container with
+//! gpuslice annotations it asks the node agent for a claim and edits the bundle's
+//! `config.json` to give the container its GPUs, the driver, the interception library and its
+//! limits; then, for every command, it executes the low-level runtime (runc, crun) with argv
+//! unchanged. Containers without gpuslice annotations pass through with their spec untouched.
+
+mod args;
+mod config;
+mod inject;
+mod log;
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode};
+
+use config::Config;
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let inv = args::parse(&argv);
+    let fail = |msg: &str| {
+        log::error(inv.log.as_deref(), inv.log_format.as_deref(), msg);
+        ExitCode::FAILURE
+    };
+    let cfg = match Config::load() {
+        Ok(c) => c,
+        Err(e) => return fail(&format!("{e:#}")),
+    };
+    let runtime = match cfg.runtime_path() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("{e:#}")),
+    };
+    if inv.creates() {
+        // Fail closed: a GPU container whose injection failed is not created.
+        if let Err(e) = inject::prepare(&inv, &cfg) {
+            return fail(&format!("{e:#}"));
+        }
+    }
+    if inv.command.as_deref() == Some("delete") {
+        return delete(&runtime, &argv, &inv, &cfg);
+    }
+    let err = Command::new(&runtime)
+        .arg0(&runtime)
+        .args(&argv[1..])
+        .exec();
+    fail(&format!("failed to execute {}: {err}", runtime.display()))
+}
+
+/// Runs the runtime's `delete`, then releases the container's claim if it had one. The claim
+/// outlives a failed delete: the container may still run.
+fn delete(
+    runtime: &std::path::Path,
+    argv: &[OsString],
+    inv: &args::Invocation,
+    cfg: &Config,
+) -> ExitCode {
+    let status = match Command::new(runtime)
+        .arg0(runtime)
+        .args(&argv[1..])
+        .status()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            log::error(
+                inv.log.as_deref(),
+                inv.log_format.as_deref(),
+                &format!("failed to execute {}: {e}", runtime.display()),
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if status.success()
+        && let Some(id) = &inv.container_id
+        && let Err(e) = inject::release_if_claimed(id, cfg)
+    {
+        log::error(
+            inv.log.as_deref(),
+            inv.log_format.as_deref(),
+            &format!("container {id}: {e:#}"),
+        );
+    }
+    ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))
+}
