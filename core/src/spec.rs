@@ -144,7 +144,9 @@ pub fn read(path: &Path) -> Result<Value, SpecError> {
     })
 }
 
-/// Writes `config.json` atomically: a temporary file beside it, synced, renamed over it.
+/// Writes `config.json` atomically: a temporary file beside it renamed over it, so that a
+/// crash leaves the old spec or the new one, never half of one. It is not synced: a bundle
+/// does not outlive a reboot of the host.
 pub fn write(path: &Path, spec: &Value) -> Result<(), SpecError> {
     let err = |source| SpecError::Write {
         path: path.into(),
@@ -154,7 +156,6 @@ pub fn write(path: &Path, spec: &Value) -> Result<(), SpecError> {
     let body = serde_json::to_vec(spec).map_err(|e| err(e.into()))?;
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
     f.write_all(&body).map_err(err)?;
-    f.sync_all().map_err(err)?;
     if let Ok(meta) = std::fs::metadata(path) {
         let _ = std::fs::set_permissions(&tmp, meta.permissions());
     }

@@ -100,7 +100,7 @@ fn run(verb: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs the host's ldconfig on the container's root filesystem (createContainer hooks run in
+/// Runs the host's ldconfig on the container's root filesystem when it has a linker cache (createContainer hooks run in
 /// the container's mount namespace, with its mounts in place, before it pivots into it).
 fn update_ldcache(bundle: &Path) -> Result<()> {
     let spec: serde_json::Value =
@@ -113,6 +113,11 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
     } else {
         bundle.join(root)
     };
+    // An image without a linker cache finds libraries in the standard directories, where the
+    // driver's are mounted; only a cache, which the loader reads first, needs refreshing.
+    if !rootfs.join("etc/ld.so.cache").exists() {
+        return Ok(());
+    }
     let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .into_iter()
         .find(|p| Path::new(p).exists())

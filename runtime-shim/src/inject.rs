@@ -59,13 +59,21 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
         .as_deref()
         .context("no container id in the arguments")?;
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let started = std::time::Instant::now();
     let json = block_on(async {
         let agent = agent(cfg).await?;
         agent.claim(id, borrowed).await.map_err(agent_error)
     })??;
+    let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    let edited = edit(&claim, &mut spec, cfg)
+    let edited = edit(&claim, &mut spec, &bundle, cfg)
         .and_then(|()| spec::write(&config_path, &spec).map_err(Into::into));
+    if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+        eprintln!(
+            "gpuslice-runtime: container {id}: claim {claimed:?}, edit and write {:?}",
+            started.elapsed() - claimed
+        );
+    }
     if let Err(e) = edited {
         let _ = release(id, cfg);
         return Err(e.context(format!(
@@ -75,7 +83,12 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
-fn edit(claim: &Claim, spec: &mut serde_json::Value, cfg: &Config) -> Result<()> {
+fn edit(
+    claim: &Claim,
+    spec: &mut serde_json::Value,
+    bundle: &std::path::Path,
+    cfg: &Config,
+) -> Result<()> {
     if !cfg.interception_library.exists() {
         bail!(
             "interception library {} is missing: without it the memory limit cannot be enforced",
@@ -97,7 +110,20 @@ fn edit(claim: &Claim, spec: &mut serde_json::Value, cfg: &Config) -> Result<()>
             .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
             .collect(),
     };
-    let edits = Edits::for_claim(claim, &driver, &host)?;
+    let mut edits = Edits::for_claim(claim, &driver, &host)?;
+    // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
+    // leaving the hook out otherwise saves a process per container start.
+    let root = spec["root"]["path"].as_str().unwrap_or("rootfs");
+    let rootfs = if std::path::Path::new(root).is_absolute() {
+        root.into()
+    } else {
+        bundle.join(root)
+    };
+    if !rootfs.join("etc/ld.so.cache").exists() {
+        edits
+            .hooks
+            .retain(|h| h.point != gpuslice_core::edits::HookPoint::CreateContainer);
+    }
     spec::apply(spec, &edits)?;
     Ok(())
 }

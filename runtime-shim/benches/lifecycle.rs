@@ -1,0 +1,179 @@
+//! create+start+delete of a trivial container (`/bin/true`), plain runc against the wrapper,
+//! interleaved in one run: a container without a GPU (pure pass-through) and a GPU container
+//! (claim, spec edit, hooks, release). Prints medians and the ratio / difference.
+//!
+//! Run: `cargo build --release --workspace && cargo bench -p gpuslice-runtime-shim --bench lifecycle`
+//! (`BENCH_ROUNDS`, default 30). Needs root, runc, busybox and gcc.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode};
+
+struct Setup {
+    work: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+fn bundle(work: &Path, name: &str, annotations: &[(&str, &str)]) -> PathBuf {
+    let b = work.join(name);
+    rootfs::busybox(&b.join("rootfs"), &[]);
+    assert!(
+        Command::new("runc")
+            .arg("spec")
+            .current_dir(&b)
+            .status()
+            .expect("runc")
+            .success()
+    );
+    let path = b.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("spec")).expect("json");
+    spec["process"]["terminal"] = false.into();
+    spec["process"]["args"] = serde_json::json!(["/bin/true"]);
+    spec["annotations"] = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+        .collect();
+    std::fs::write(&path, serde_json::to_vec(&spec).expect("json")).expect("write");
+    b
+}
+
+/// One create+start+delete with `exe`; returns its wall time and that of each command.
+fn lifecycle(setup: &Setup, exe: &Path, bundle: &Path, id: &str) -> (Duration, [Duration; 3]) {
+    // The bundle's spec is edited in place by the wrapper: start from the pristine copy.
+    std::fs::copy(bundle.join("config.json.orig"), bundle.join("config.json"))
+        .expect("restore spec");
+    let root = setup.work.join("runc-root");
+    let run = |args: &[&str]| {
+        let st = Command::new(exe)
+            .arg("--root")
+            .arg(&root)
+            .args(args)
+            .envs(setup.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .status()
+            .expect("runtime");
+        assert!(st.success(), "{} {args:?} failed", exe.display());
+    };
+    let b = bundle.display().to_string();
+    let t = Instant::now();
+    run(&["create", "--bundle", &b, id]);
+    let created = t.elapsed();
+    run(&["start", id]);
+    let started = t.elapsed();
+    run(&["delete", "--force", id]);
+    let total = t.elapsed();
+    (total, [created, started - created, total - started])
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let sim = SimNode::new(2, "T4", None);
+    let bus = Bus::start();
+    let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
+    let work = tempfile::tempdir().expect("tempdir");
+    let lib = work.path().join("libmarker.so");
+    let src = work.path().join("marker.c");
+    std::fs::write(&src, "int gpuslice_bench_marker(void) { return 1; }\n").expect("src");
+    assert!(
+        Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .expect("gcc")
+            .success()
+    );
+    let setup = Setup {
+        work: work.path().to_path_buf(),
+        env: vec![
+            (
+                "GPUSLICE_RUNTIME_CONFIG".into(),
+                work.path().join("absent.json").display().to_string(),
+            ),
+            ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
+            (
+                "GPUSLICE_DRIVER_ROOT".into(),
+                sim.root().display().to_string(),
+            ),
+            (
+                "GPUSLICE_RUN_DIR".into(),
+                agent.run_dir.display().to_string(),
+            ),
+            ("GPUSLICE_BUS_ADDRESS".into(), bus.address.clone()),
+            (
+                "GPUSLICE_INTERCEPTION_LIBRARY".into(),
+                lib.display().to_string(),
+            ),
+            (
+                "GPUSLICE_HOOK".into(),
+                binary("gpuslice-hook").display().to_string(),
+            ),
+        ],
+    };
+    let plain = bundle(work.path(), "plain", &[]);
+    let gpu = bundle(work.path(), "gpu", &[("gpuslice.io/memory", "1Gi")]);
+    for b in [&plain, &gpu] {
+        std::fs::copy(b.join("config.json"), b.join("config.json.orig")).expect("copy");
+    }
+    let runc = PathBuf::from("runc");
+    let wrapper = binary("gpuslice-runtime");
+    let (mut base, mut wrapped_plain, mut wrapped_gpu) = (Vec::new(), Vec::new(), Vec::new());
+    let mut phases: [[Vec<Duration>; 3]; 2] = Default::default();
+    for i in 0..rounds + 3 {
+        let samples = [
+            lifecycle(&setup, &runc, &plain, &format!("r{i}")),
+            lifecycle(&setup, &wrapper, &plain, &format!("w{i}")),
+            lifecycle(&setup, &wrapper, &gpu, &format!("g{i}")),
+        ];
+        if i >= 3 {
+            base.push(samples[0].0);
+            wrapped_plain.push(samples[1].0);
+            wrapped_gpu.push(samples[2].0);
+            for k in 0..3 {
+                phases[0][k].push(samples[0].1[k]);
+                phases[1][k].push(samples[2].1[k]);
+            }
+        }
+    }
+    let (b, p, g) = (median(base), median(wrapped_plain), median(wrapped_gpu));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "bench=lifecycle rounds={rounds} runc_ms={:.2} wrapper_plain_ms={:.2} wrapper_gpu_ms={:.2}",
+        ms(b),
+        ms(p),
+        ms(g)
+    );
+    for (name, p) in [("runc", &phases[0]), ("wrapper_gpu", &phases[1])] {
+        let m: Vec<String> = ["create", "start", "delete"]
+            .iter()
+            .zip(p.iter())
+            .map(|(verb, v)| format!("{verb}_ms={:.2}", ms(median(v.clone()))))
+            .collect();
+        println!("bench=lifecycle phases={name} {}", m.join(" "));
+    }
+    println!(
+        "bench=lifecycle non_gpu_ratio={:.3} gpu_over_runc_ms={:.2}",
+        p.as_secs_f64() / b.as_secs_f64(),
+        ms(g) - ms(b)
+    );
+}
