@@ -66,7 +66,7 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     })??;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    let edited = edit(&claim, &mut spec, &bundle, cfg)
+    let edited = edit(&claim, &mut spec, bundle, cfg)
         .and_then(|()| spec::write(&config_path, &spec).map_err(Into::into));
     if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
         eprintln!(
