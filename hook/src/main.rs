@@ -1,5 +1,8 @@
 //! `gpuslice-hook`: one subcommand per OCI lifecycle point, the container's state on stdin.
 //!
+//! - `precreate` (podman hooks.d): the OCI spec on stdin; claims a slice for a container with
+//!   gpuslice annotations and writes the edited spec to stdout (the same edit as
+//!   `gpuslice-runtime`); any other spec is written back byte for byte;
 //! - `poststart`: tells the agent the container's pid (`Activate`), the evidence that lets it
 //!   collect the claim when the container is gone;
 //! - `poststop`: releases the claim (`Release`; idempotent);
@@ -65,6 +68,7 @@ fn run(verb: &str) -> Result<()> {
         .enable_all()
         .build()?;
     match verb {
+        "precreate" => precreate()?,
         "poststart" => {
             let state = read_state()?;
             let pid = state
@@ -100,6 +104,63 @@ fn run(verb: &str) -> Result<()> {
     Ok(())
 }
 
+/// The container id in a spec: podman and CRI-O end `linux.cgroupsPath` with it
+/// (`machine.slice:libpod:<id>`, `/libpod_parent/libpod-<id>`, `…:crio:<id>`).
+fn container_id(spec: &serde_json::Value) -> Result<String> {
+    let path = spec["linux"]["cgroupsPath"]
+        .as_str()
+        .context("the spec has no linux.cgroupsPath to tell the container id from")?;
+    let last = path.rsplit([':', '/']).next().unwrap_or_default();
+    let id = last
+        .trim_end_matches(".scope")
+        .trim_start_matches("libpod-")
+        .trim_start_matches("crio-");
+    gpuslice_core::claim::validate_container_id(id)
+        .with_context(|| format!("linux.cgroupsPath {path:?} holds no container id"))?;
+    Ok(id.to_string())
+}
+
+/// The precreate stage. When the container cannot have its slice, the hook still answers
+/// with a spec, one whose process is the refusal itself: podman (4.x) discards a failing
+/// hook's stderr and shows only "exit status 1", but it shows the runtime's error in full, so
+/// `exec: "gpuslice refused this container: annotation …": executable file not found` is how
+/// the reason reaches the user. The container never runs: the runtime fails before any
+/// process of the image starts, and no claim is held.
+fn precreate() -> Result<()> {
+    use std::io::Write;
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("failed to read the spec from stdin")?;
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&input).context("the spec on stdin is not JSON")?;
+    let out = match edit_for_precreate(&mut spec) {
+        Ok(false) => input,
+        Ok(true) => serde_json::to_vec(&spec)?,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            eprintln!("gpuslice-hook precreate: {msg}");
+            spec["process"]["args"] = serde_json::json!([format!("{REFUSAL_PREFIX}{msg}")]);
+            serde_json::to_vec(&spec)?
+        }
+    };
+    std::io::stdout().write_all(&out)?;
+    Ok(())
+}
+
+/// The start of the process name of a refused container.
+const REFUSAL_PREFIX: &str = "gpuslice refused this container: ";
+
+fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
+    let annotations = gpuslice_core::spec::annotations(spec);
+    if gpuslice_core::annotations::parse(&annotations)?.is_none() {
+        return Ok(false);
+    }
+    let id = container_id(spec)?;
+    let cfg = gpuslice_runtime_shim::config::Config::load()?;
+    gpuslice_runtime_shim::inject::claim_and_edit(&id, spec, None, &cfg)
+}
+
 /// Runs the host's ldconfig on the container's root filesystem when it has a linker cache (createContainer hooks run in
 /// the container's mount namespace, with its mounts in place, before it pivots into it).
 fn update_ldcache(bundle: &Path) -> Result<()> {
@@ -133,11 +194,11 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
 
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {
-        eprintln!("usage: gpuslice-hook poststart|poststop|update-ldcache < state.json");
+        eprintln!("usage: gpuslice-hook precreate|poststart|poststop|update-ldcache < state.json");
         return ExitCode::from(2);
     };
     if verb == "--help" || verb == "-h" {
-        println!("usage: gpuslice-hook poststart|poststop|update-ldcache < state.json");
+        println!("usage: gpuslice-hook precreate|poststart|poststop|update-ldcache < state.json");
         return ExitCode::SUCCESS;
     }
     match run(&verb) {

@@ -2,6 +2,7 @@
 //! fails.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use gpuslice_core::driver::DriverFiles;
@@ -43,21 +44,40 @@ fn agent_error(e: zbus::Error) -> anyhow::Error {
     }
 }
 
-/// Claims a slice for the container and edits its spec, when it asks for one.
+/// Claims a slice for the container and edits its bundle's spec, when it asks for one.
 pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     let bundle = inv.bundle.as_ref().context("no bundle directory")?;
     let config_path = bundle.join("config.json");
     let mut spec = spec::read(&config_path)?;
-    let ann = spec::annotations(&spec);
-    // Checked here first so that a malformed request fails without a round trip; the agent
-    // checks again and is the authority.
-    if annotations::parse(&ann)?.is_none() {
-        return Ok(());
-    }
     let id = inv
         .container_id
         .as_deref()
         .context("no container id in the arguments")?;
+    if claim_and_edit(id, &mut spec, Some(bundle), cfg)? {
+        if let Err(e) = spec::write(&config_path, &spec) {
+            let _ = release(id, cfg);
+            return Err(anyhow::Error::from(e).context(format!(
+                "container {id}: the GPU slice could not be set up, so the container is not created"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Claims a slice for container `id` and edits `spec` in memory; `false` when the container
+/// asks for no GPU (the spec is untouched). On failure after the claim, the claim is released.
+pub fn claim_and_edit(
+    id: &str,
+    spec: &mut serde_json::Value,
+    bundle: Option<&Path>,
+    cfg: &Config,
+) -> Result<bool> {
+    let ann = spec::annotations(spec);
+    // Checked here first so that a malformed request fails without a round trip; the agent
+    // checks again and is the authority.
+    if annotations::parse(&ann)?.is_none() {
+        return Ok(false);
+    }
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = std::time::Instant::now();
     let json = block_on(async {
@@ -66,27 +86,25 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     })??;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    let edited = edit(&claim, &mut spec, bundle, cfg)
-        .and_then(|()| spec::write(&config_path, &spec).map_err(Into::into));
-    if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
-        eprintln!(
-            "gpuslice-runtime: container {id}: claim {claimed:?}, edit and write {:?}",
-            started.elapsed() - claimed
-        );
-    }
-    if let Err(e) = edited {
+    if let Err(e) = edit(&claim, spec, bundle, cfg) {
         let _ = release(id, cfg);
         return Err(e.context(format!(
             "container {id}: the GPU slice could not be set up, so the container is not created"
         )));
     }
-    Ok(())
+    if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+        eprintln!(
+            "gpuslice-runtime: container {id}: claim {claimed:?}, edit {:?}",
+            started.elapsed() - claimed
+        );
+    }
+    Ok(true)
 }
 
 fn edit(
     claim: &Claim,
     spec: &mut serde_json::Value,
-    bundle: &std::path::Path,
+    bundle: Option<&Path>,
     cfg: &Config,
 ) -> Result<()> {
     if !cfg.interception_library.exists() {
@@ -114,10 +132,9 @@ fn edit(
     // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
     // leaving the hook out otherwise saves a process per container start.
     let root = spec["root"]["path"].as_str().unwrap_or("rootfs");
-    let rootfs = if std::path::Path::new(root).is_absolute() {
-        root.into()
-    } else {
-        bundle.join(root)
+    let rootfs = match bundle {
+        Some(b) if !Path::new(root).is_absolute() => b.join(root),
+        _ => PathBuf::from(root),
     };
     if !rootfs.join("etc/ld.so.cache").exists() {
         edits
@@ -128,7 +145,8 @@ fn edit(
     Ok(())
 }
 
-fn release(id: &str, cfg: &Config) -> Result<bool> {
+/// Releases the claim of `id`.
+pub fn release(id: &str, cfg: &Config) -> Result<bool> {
     block_on(async {
         let agent = agent(cfg).await?;
         agent.release(id).await.map_err(agent_error)

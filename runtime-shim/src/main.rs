@@ -4,16 +4,12 @@
 //! limits; then, for every command, it executes the low-level runtime (runc, crun) with argv
 //! unchanged. Containers without gpuslice annotations pass through with their spec untouched.
 
-mod args;
-mod config;
-mod inject;
-mod log;
-
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 
-use config::Config;
+use gpuslice_runtime_shim::config::Config;
+use gpuslice_runtime_shim::{args, inject, log};
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();

@@ -1,0 +1,201 @@
+//! The node the container tests run on: a simulated GPU node, a private bus, a real agent, a
+//! stand-in interception library, and bundles with a busybox root filesystem.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use gpuslice_nodeagent::client::Status;
+use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode};
+
+pub struct Node {
+    pub sim: SimNode,
+    pub bus: Bus,
+    pub agent: Agent,
+    pub work: tempfile::TempDir,
+    pub interception_library: PathBuf,
+}
+
+impl Node {
+    pub fn new() -> Self {
+        let sim = SimNode::new(2, "T4", None);
+        let bus = Bus::start();
+        let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
+        let work = tempfile::tempdir().unwrap();
+        // Stands in for libgpuslice.so, which is built by the interception-library work: any
+        // shared object shows that the file is mounted and preloaded.
+        let src = work.path().join("marker.c");
+        std::fs::write(&src, "int gpuslice_test_marker(void) { return 1; }\n").unwrap();
+        let interception_library = work.path().join("libmarker.so");
+        let ok = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&interception_library)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        Self {
+            sim,
+            bus,
+            agent,
+            work,
+            interception_library,
+        }
+    }
+
+    pub fn runc_root(&self) -> PathBuf {
+        self.work.path().join("runc-root")
+    }
+
+    /// A bundle whose container runs `args`, with `annotations`.
+    pub fn bundle(&self, name: &str, args: &[&str], annotations: &[(&str, &str)]) -> PathBuf {
+        let bundle = self.work.path().join(name);
+        let smi = binary("nvidia-smi");
+        rootfs::busybox(&bundle.join("rootfs"), &[&smi]);
+        let ok = Command::new("runc")
+            .arg("spec")
+            .current_dir(&bundle)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let path = bundle.join("config.json");
+        let mut spec: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        spec["process"]["terminal"] = false.into();
+        spec["process"]["args"] = serde_json::json!(args);
+        if !annotations.is_empty() {
+            spec["annotations"] = annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+                .collect();
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+        bundle
+    }
+
+    /// Runs the wrapper; its output goes to files, since a created container keeps the
+    /// stdio it was given open.
+    pub fn wrapper(&self, args: &[&str]) -> Output {
+        let out = tempfile::tempfile().unwrap();
+        let err = tempfile::tempfile().unwrap();
+        let status = Command::new(binary("gpuslice-runtime"))
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(args)
+            .env(
+                "GPUSLICE_RUNTIME_CONFIG",
+                self.work.path().join("absent.json"),
+            )
+            .env("GPUSLICE_LOW_LEVEL_RUNTIME", "runc")
+            .env("GPUSLICE_DRIVER_ROOT", self.sim.root())
+            .env("GPUSLICE_RUN_DIR", &self.agent.run_dir)
+            .env("GPUSLICE_BUS_ADDRESS", &self.bus.address)
+            .env("GPUSLICE_INTERCEPTION_LIBRARY", &self.interception_library)
+            .env("GPUSLICE_HOOK", binary("gpuslice-hook"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(err.try_clone().unwrap())
+            .status()
+            .unwrap();
+        Output {
+            status,
+            stdout: read_all(out),
+            stderr: read_all(err),
+        }
+    }
+
+    /// The environment that points the wrapper and the hook at this node.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "GPUSLICE_RUNTIME_CONFIG".into(),
+                self.work.path().join("absent.json").display().to_string(),
+            ),
+            ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
+            (
+                "GPUSLICE_DRIVER_ROOT".into(),
+                self.sim.root().display().to_string(),
+            ),
+            (
+                "GPUSLICE_RUN_DIR".into(),
+                self.agent.run_dir.display().to_string(),
+            ),
+            ("GPUSLICE_BUS_ADDRESS".into(), self.bus.address.clone()),
+            (
+                "GPUSLICE_INTERCEPTION_LIBRARY".into(),
+                self.interception_library.display().to_string(),
+            ),
+            (
+                "GPUSLICE_HOOK".into(),
+                binary("gpuslice-hook").display().to_string(),
+            ),
+        ]
+    }
+
+    pub fn runc(&self, args: &[&str]) -> Output {
+        Command::new("runc")
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    pub fn status(&self) -> Status {
+        let out = Command::new(binary("gpuslice"))
+            .args(["--bus-address", &self.bus.address, "status", "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+pub fn read_all(mut f: std::fs::File) -> Vec<u8> {
+    use std::io::{Read, Seek};
+    let mut v = Vec::new();
+    f.rewind().unwrap();
+    f.read_to_end(&mut v).unwrap();
+    v
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Checks run inside a GPU container; each prints a line the tests look for.
+pub const CHECKS: &str = r#"
+for d in nvidia0 nvidia1 nvidiactl nvidia-uvm nvidia-uvm-tools; do
+  if [ -c /dev/$d ]; then echo "dev $d present"; else echo "dev $d absent"; fi
+done
+cat /dev/nvidia0 2>&1 | sed 's/^/open nvidia0: /'
+echo "preload $(cat /etc/ld.so.preload)"
+[ -f /usr/lib/gpuslice/libgpuslice.so ] && echo "interception library mounted"
+grep memory_bytes /run/gpuslice/limits
+touch /run/gpuslice/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
+/usr/bin/nvidia-smi -L
+"#;
+
+/// Fails unless `output` of [`CHECKS`] shows a container holding GPU 0 of the node, with a
+/// 2 GiB wall.
+pub fn assert_gpu_checks(t: &str) {
+    for want in [
+        "dev nvidia0 present",
+        "dev nvidia1 absent",
+        "dev nvidiactl present",
+        "dev nvidia-uvm present",
+        "dev nvidia-uvm-tools present",
+        "open nvidia0: cat: can't open '/dev/nvidia0': No such device or address",
+        "preload /usr/lib/gpuslice/libgpuslice.so",
+        "interception library mounted",
+        "gpu.0.memory_bytes=2147483648",
+        "limits read-only",
+        "GPU 0: Tesla T4",
+    ] {
+        assert!(t.contains(want), "{want:?} not in:\n{t}");
+    }
+}

@@ -1,0 +1,108 @@
+//! podman with the packaged precreate hook (hooks.d): the hook claims the slice and edits the
+//! spec; runc runs the poststart and poststop hooks it added.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{CHECKS, Node, text};
+use gpuslice_testsupport::{binary, rootfs};
+
+/// The packaged hooks.d file, pointed at the built hook and at this node.
+fn hooks_dir(node: &Node) -> std::path::PathBuf {
+    let packaged = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../packaging/oci-hooks/gpuslice-precreate.json");
+    let mut hook: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(packaged).unwrap()).unwrap();
+    hook["hook"]["path"] = binary("gpuslice-hook").display().to_string().into();
+    hook["hook"]["env"] = node
+        .env()
+        .iter()
+        .map(|(k, v)| serde_json::Value::from(format!("{k}={v}")))
+        .collect();
+    let dir = node.work.path().join("hooks.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("gpuslice-precreate.json"),
+        serde_json::to_vec_pretty(&hook).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+fn podman(node: &Node, args: &[&str]) -> std::process::Output {
+    let w = node.work.path();
+    Command::new("podman")
+        .arg("--root")
+        .arg(w.join("podman-root"))
+        .arg("--runroot")
+        .arg(w.join("podman-runroot"))
+        .args([
+            "--runtime",
+            "runc",
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+        ])
+        .arg("--hooks-dir")
+        .arg(hooks_dir(node))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman (apt-get install podman)")
+}
+
+#[test]
+fn podman_run_with_gpuslice_annotations_gets_the_slice_through_the_precreate_hook() {
+    let node = Node::new();
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    let r = rootfs.display().to_string();
+    let base = [
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ];
+    let mut args = base.to_vec();
+    args.extend([
+        "--annotation",
+        "gpuslice.io/memory=2Gi",
+        "--rootfs",
+        &r,
+        "/bin/sh",
+        "-c",
+        CHECKS,
+    ]);
+    let out = podman(&node, &args);
+    assert!(out.status.success(), "podman run failed:\n{}", text(&out));
+    common::assert_gpu_checks(&text(&out));
+    assert!(
+        node.status().slices.is_empty(),
+        "the claim outlived the container (poststop)"
+    );
+
+    let mut args = base.to_vec();
+    args.extend([
+        "--annotation",
+        "gpuslice.io/memory=lots",
+        "--rootfs",
+        &r,
+        "/bin/true",
+    ]);
+    let out = podman(&node, &args);
+    assert!(!out.status.success(), "a malformed request ran");
+    let t = text(&out);
+    eprintln!("podman said:\n{t}");
+    assert!(
+        t.contains("gpuslice refused this container: annotation gpuslice.io/memory=\\\"lots\\\"")
+            && t.contains("not a number"),
+        "podman does not show why:\n{t}"
+    );
+    assert!(node.status().slices.is_empty());
+}
