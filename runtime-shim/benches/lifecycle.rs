@@ -149,9 +149,9 @@ fn main() {
             base.push(samples[0].0);
             wrapped_plain.push(samples[1].0);
             wrapped_gpu.push(samples[2].0);
-            for k in 0..3 {
-                phases[0][k].push(samples[0].1[k]);
-                phases[1][k].push(samples[2].1[k]);
+            for (k, (plain, gpu)) in samples[0].1.iter().zip(samples[2].1.iter()).enumerate() {
+                phases[0][k].push(*plain);
+                phases[1][k].push(*gpu);
             }
         }
     }

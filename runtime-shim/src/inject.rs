@@ -53,13 +53,13 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
         .container_id
         .as_deref()
         .context("no container id in the arguments")?;
-    if claim_and_edit(id, &mut spec, Some(bundle), cfg)? {
-        if let Err(e) = spec::write(&config_path, &spec) {
-            let _ = release(id, cfg);
-            return Err(anyhow::Error::from(e).context(format!(
-                "container {id}: the GPU slice could not be set up, so the container is not created"
-            )));
-        }
+    if claim_and_edit(id, &mut spec, Some(bundle), cfg)?
+        && let Err(e) = spec::write(&config_path, &spec)
+    {
+        let _ = release(id, cfg);
+        return Err(anyhow::Error::from(e).context(format!(
+            "container {id}: the GPU slice could not be set up, so the container is not created"
+        )));
     }
     Ok(())
 }
