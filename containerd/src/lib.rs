@@ -1,0 +1,105 @@
+//! Adding the `gpuslice` runtime handler to a containerd configuration, in place or as a
+//! drop-in, for configuration versions 1, 2 (containerd 1.x) and 3 (containerd 2.x), keeping
+//! everything else in the file (other tables, comments, formatting) as it was.
+//!
+//! The handler runs pods with `runtime_type = "io.containerd.runc.v2"` and
+//! `options.BinaryName` pointing at `gpuslice-runtime`, and lets `gpuslice.io/*` pod
+//! annotations through to the containers' OCI specs (`pod_annotations`).
+
+use toml_edit::{Array, DocumentMut, Item, Table, value};
+
+/// Annotation patterns containerd passes from pods to containers for the handler.
+pub const POD_ANNOTATIONS: &str = "gpuslice.io/*";
+/// The runtime type of the handler: containerd's runc shim, which runs `BinaryName`.
+pub const RUNTIME_TYPE: &str = "io.containerd.runc.v2";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("containerd configuration is not valid TOML: {0}")]
+    Parse(#[from] toml_edit::TomlError),
+    #[error("containerd configuration version {0} is not supported (versions 1, 2 and 3 are)")]
+    Version(i64),
+    #[error("containerd configuration: `{0}` is not a table")]
+    NotTable(String),
+    #[error("containerd configuration: `imports` is not an array of strings")]
+    Imports,
+}
+
+/// What to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handler {
+    /// The runtime handler name (the RuntimeClass's `handler`).
+    pub name: String,
+    /// Path of `gpuslice-runtime`.
+    pub binary: String,
+}
+
+/// The configuration version of `doc` (1 when the file does not say, as containerd reads it).
+pub fn version(doc: &DocumentMut) -> Result<i64, ConfigError> {
+    let v = doc.get("version").and_then(Item::as_integer).unwrap_or(1);
+    if (1..=3).contains(&v) { Ok(v) } else { Err(ConfigError::Version(v)) }
+}
+
+/// The key path of the CRI plugin's runtimes table for a configuration version.
+fn runtimes_path(version: i64) -> [&'static str; 4] {
+    match version {
+        1 => ["plugins", "cri", "containerd", "runtimes"],
+        2 => ["plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"],
+        _ => ["plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"],
+    }
+}
+
+fn child<'a>(table: &'a mut Table, key: &str, path: &str) -> Result<&'a mut Table, ConfigError> {
+    let item = table.entry(key).or_insert_with(|| {
+        let mut t = Table::new();
+        t.set_implicit(true);
+        Item::Table(t)
+    });
+    item.as_table_mut().ok_or_else(|| ConfigError::NotTable(path.to_string()))
+}
+
+/// Adds (or updates) the handler in `doc`, a configuration of its own version.
+pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), ConfigError> {
+    let version = version(doc)?;
+    let mut table = doc.as_table_mut();
+    let mut path = String::new();
+    for key in runtimes_path(version) {
+        path = if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+        table = child(table, key, &path)?;
+    }
+    let runtime = child(table, &handler.name, &format!("{path}.{}", handler.name))?;
+    runtime.set_implicit(false);
+    runtime.insert("runtime_type", value(RUNTIME_TYPE));
+    let mut annotations = Array::new();
+    annotations.push(POD_ANNOTATIONS);
+    runtime.insert("pod_annotations", value(annotations));
+    let options = child(runtime, "options", &format!("{path}.{}.options", handler.name))?;
+    options.set_implicit(false);
+    options.insert("BinaryName", value(handler.binary.as_str()));
+    Ok(())
+}
+
+/// A drop-in file holding only the handler, in `version`.
+pub fn drop_in(version: i64, handler: &Handler) -> Result<String, ConfigError> {
+    let mut doc: DocumentMut = format!("# Written by gpuslice-containerd: the gpuslice runtime handler.\nversion = {version}\n").parse()?;
+    add_handler(&mut doc, handler)?;
+    Ok(doc.to_string())
+}
+
+/// Makes `doc` import `path` (unless an entry already names it).
+pub fn add_import(doc: &mut DocumentMut, path: &str) -> Result<(), ConfigError> {
+    if doc.get("version").is_none() {
+        // Imports need version 2 or later; containerd 1.x reads an unversioned file as 1.
+        return Err(ConfigError::Version(1));
+    }
+    let imports = doc.entry("imports").or_insert_with(|| value(Array::new()));
+    let array = imports.as_array_mut().ok_or(ConfigError::Imports)?;
+    if array.iter().any(|v| v.as_str() == Some(path)) {
+        return Ok(());
+    }
+    array.push(path);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
