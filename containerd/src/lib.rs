@@ -37,15 +37,29 @@ pub struct Handler {
 /// The configuration version of `doc` (1 when the file does not say, as containerd reads it).
 pub fn version(doc: &DocumentMut) -> Result<i64, ConfigError> {
     let v = doc.get("version").and_then(Item::as_integer).unwrap_or(1);
-    if (1..=3).contains(&v) { Ok(v) } else { Err(ConfigError::Version(v)) }
+    if (1..=3).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::Version(v))
+    }
 }
 
 /// The key path of the CRI plugin's runtimes table for a configuration version.
 fn runtimes_path(version: i64) -> [&'static str; 4] {
     match version {
         1 => ["plugins", "cri", "containerd", "runtimes"],
-        2 => ["plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"],
-        _ => ["plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"],
+        2 => [
+            "plugins",
+            "io.containerd.grpc.v1.cri",
+            "containerd",
+            "runtimes",
+        ],
+        _ => [
+            "plugins",
+            "io.containerd.cri.v1.runtime",
+            "containerd",
+            "runtimes",
+        ],
     }
 }
 
@@ -55,7 +69,8 @@ fn child<'a>(table: &'a mut Table, key: &str, path: &str) -> Result<&'a mut Tabl
         t.set_implicit(true);
         Item::Table(t)
     });
-    item.as_table_mut().ok_or_else(|| ConfigError::NotTable(path.to_string()))
+    item.as_table_mut()
+        .ok_or_else(|| ConfigError::NotTable(path.to_string()))
 }
 
 /// Adds (or updates) the handler in `doc`, a configuration of its own version.
@@ -64,7 +79,11 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
     let mut table = doc.as_table_mut();
     let mut path = String::new();
     for key in runtimes_path(version) {
-        path = if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+        path = if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        };
         table = child(table, key, &path)?;
     }
     let runtime = child(table, &handler.name, &format!("{path}.{}", handler.name))?;
@@ -73,7 +92,11 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
     let mut annotations = Array::new();
     annotations.push(POD_ANNOTATIONS);
     runtime.insert("pod_annotations", value(annotations));
-    let options = child(runtime, "options", &format!("{path}.{}.options", handler.name))?;
+    let options = child(
+        runtime,
+        "options",
+        &format!("{path}.{}.options", handler.name),
+    )?;
     options.set_implicit(false);
     options.insert("BinaryName", value(handler.binary.as_str()));
     Ok(())
@@ -81,7 +104,10 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
 
 /// A drop-in file holding only the handler, in `version`.
 pub fn drop_in(version: i64, handler: &Handler) -> Result<String, ConfigError> {
-    let mut doc: DocumentMut = format!("# Written by gpuslice-containerd: the gpuslice runtime handler.\nversion = {version}\n").parse()?;
+    let mut doc: DocumentMut = format!(
+        "# Written by gpuslice-containerd: the gpuslice runtime handler.\nversion = {version}\n"
+    )
+    .parse()?;
     add_handler(&mut doc, handler)?;
     Ok(doc.to_string())
 }

@@ -39,7 +39,9 @@ enum Command {
 
 fn read(path: &Path) -> Result<DocumentMut> {
     match std::fs::read_to_string(path) {
-        Ok(text) => text.parse().with_context(|| format!("{} is not valid TOML", path.display())),
+        Ok(text) => text
+            .parse()
+            .with_context(|| format!("{} is not valid TOML", path.display())),
         // containerd 1.6+ reads configuration version 2 by default.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok("version = 2\n".parse()?),
         Err(e) => Err(e).with_context(|| format!("failed to read {}", path.display())),
@@ -52,7 +54,8 @@ fn write(path: &Path, text: &str, dry_run: bool) -> Result<()> {
         return Ok(());
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
     }
     let tmp = path.with_extension("toml.gpuslice-tmp");
     std::fs::write(&tmp, text).with_context(|| format!("failed to write {}", tmp.display()))?;
@@ -60,20 +63,33 @@ fn write(path: &Path, text: &str, dry_run: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let Command::Configure { config, drop_in: drop, handler, runtime_path, dry_run } = Cli::parse().command;
-    let handler = Handler { name: handler, binary: runtime_path };
+    let Command::Configure {
+        config,
+        drop_in: drop,
+        handler,
+        runtime_path,
+        dry_run,
+    } = Cli::parse().command;
+    let handler = Handler {
+        name: handler,
+        binary: runtime_path,
+    };
     let mut doc = read(&config)?;
     let v = version(&doc).with_context(|| config.display().to_string())?;
     match drop {
         Some(path) => {
             write(&path, &drop_in(v, &handler)?, dry_run)?;
-            add_import(&mut doc, &path.display().to_string()).with_context(|| format!("{}: cannot import a drop-in", config.display()))?;
+            add_import(&mut doc, &path.display().to_string())
+                .with_context(|| format!("{}: cannot import a drop-in", config.display()))?;
         }
         None => add_handler(&mut doc, &handler).with_context(|| config.display().to_string())?,
     }
     write(&config, &doc.to_string(), dry_run)?;
     if !dry_run {
-        eprintln!("gpuslice-containerd: runtime handler {:?} configured; restart containerd to load it", handler.name);
+        eprintln!(
+            "gpuslice-containerd: runtime handler {:?} configured; restart containerd to load it",
+            handler.name
+        );
     }
     Ok(())
 }

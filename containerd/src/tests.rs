@@ -1,7 +1,10 @@
 use super::*;
 
 fn handler() -> Handler {
-    Handler { name: "gpuslice".into(), binary: "/usr/bin/gpuslice-runtime".into() }
+    Handler {
+        name: "gpuslice".into(),
+        binary: "/usr/bin/gpuslice-runtime".into(),
+    }
 }
 
 const V2: &str = r#"# node config, kept as written
@@ -23,16 +26,41 @@ fn a_version_2_config_gets_the_handler_and_keeps_everything_else() {
     let mut doc: DocumentMut = V2.parse().unwrap();
     add_handler(&mut doc, &handler()).unwrap();
     let out = doc.to_string();
-    assert!(out.starts_with("# node config, kept as written\nversion = 2\n"), "{out}");
-    assert!(out.contains("sandbox_image = \"registry.k8s.io/pause:3.9\" # pinned"), "{out}");
+    assert!(
+        out.starts_with("# node config, kept as written\nversion = 2\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("sandbox_image = \"registry.k8s.io/pause:3.9\" # pinned"),
+        "{out}"
+    );
     assert!(out.contains("default_runtime_name = \"runc\""));
-    assert!(out.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuslice]"), "{out}");
-    assert!(out.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuslice.options]"), "{out}");
+    assert!(
+        out.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuslice]"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuslice.options]"
+        ),
+        "{out}"
+    );
     let reread: DocumentMut = out.parse().unwrap();
     let rt = &reread["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"];
     assert_eq!(rt["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
-    assert_eq!(rt["pod_annotations"].as_array().unwrap().get(0).unwrap().as_str(), Some("gpuslice.io/*"));
-    assert_eq!(rt["options"]["BinaryName"].as_str(), Some("/usr/bin/gpuslice-runtime"));
+    assert_eq!(
+        rt["pod_annotations"]
+            .as_array()
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .as_str(),
+        Some("gpuslice.io/*")
+    );
+    assert_eq!(
+        rt["options"]["BinaryName"].as_str(),
+        Some("/usr/bin/gpuslice-runtime")
+    );
     assert_eq!(reread["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
 }
 
@@ -47,13 +75,22 @@ fn adding_the_handler_twice_changes_nothing_the_second_time() {
 
 #[test]
 fn versions_1_and_3_use_their_own_plugin_names() {
-    let mut v1: DocumentMut = "[plugins.cri]\nstream_server_port = \"0\"\n".parse().unwrap();
+    let mut v1: DocumentMut = "[plugins.cri]\nstream_server_port = \"0\"\n"
+        .parse()
+        .unwrap();
     add_handler(&mut v1, &handler()).unwrap();
-    assert_eq!(v1["plugins"]["cri"]["containerd"]["runtimes"]["gpuslice"]["options"]["BinaryName"].as_str(), Some("/usr/bin/gpuslice-runtime"));
+    assert_eq!(
+        v1["plugins"]["cri"]["containerd"]["runtimes"]["gpuslice"]["options"]["BinaryName"]
+            .as_str(),
+        Some("/usr/bin/gpuslice-runtime")
+    );
     let mut v3: DocumentMut = "version = 3\n".parse().unwrap();
     add_handler(&mut v3, &handler()).unwrap();
     let out = v3.to_string();
-    assert!(out.contains("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.gpuslice]"), "{out}");
+    assert!(
+        out.contains("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.gpuslice]"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -61,7 +98,10 @@ fn a_drop_in_has_the_version_and_the_handler_and_the_main_config_imports_it() {
     let d = drop_in(2, &handler()).unwrap();
     let doc: DocumentMut = d.parse().unwrap();
     assert_eq!(doc["version"].as_integer(), Some(2));
-    assert!(doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"].is_table());
+    assert!(
+        doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"]
+            .is_table()
+    );
     let mut main: DocumentMut = V2.parse().unwrap();
     add_import(&mut main, "/etc/containerd/conf.d/gpuslice.toml").unwrap();
     add_import(&mut main, "/etc/containerd/conf.d/gpuslice.toml").unwrap();
@@ -72,11 +112,20 @@ fn a_drop_in_has_the_version_and_the_handler_and_the_main_config_imports_it() {
 #[test]
 fn unsupported_or_broken_configs_are_refused_with_a_reason() {
     let mut doc: DocumentMut = "version = 4\n".parse().unwrap();
-    assert!(matches!(add_handler(&mut doc, &handler()), Err(ConfigError::Version(4))));
+    assert!(matches!(
+        add_handler(&mut doc, &handler()),
+        Err(ConfigError::Version(4))
+    ));
     let mut doc: DocumentMut = "version = 2\nplugins = 3\n".parse().unwrap();
     let e = add_handler(&mut doc, &handler()).unwrap_err();
-    assert_eq!(e.to_string(), "containerd configuration: `plugins` is not a table");
+    assert_eq!(
+        e.to_string(),
+        "containerd configuration: `plugins` is not a table"
+    );
     let mut doc: DocumentMut = "[plugins.cri]\n".parse().unwrap();
-    assert!(matches!(add_import(&mut doc, "/x.toml"), Err(ConfigError::Version(1))));
+    assert!(matches!(
+        add_import(&mut doc, "/x.toml"),
+        Err(ConfigError::Version(1))
+    ));
     assert!("version = ".parse::<DocumentMut>().is_err());
 }
