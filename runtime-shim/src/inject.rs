@@ -53,7 +53,7 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
         .container_id
         .as_deref()
         .context("no container id in the arguments")?;
-    if claim_and_edit(id, &mut spec, Some(bundle), cfg)?
+    if claim_and_edit(id, &mut spec, Some(bundle), Release::ByRuntime, cfg)?
         && let Err(e) = spec::write(&config_path, &spec)
     {
         let _ = release(id, cfg);
@@ -64,14 +64,19 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Who releases a container's claim when it is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The wrapper, after the runtime's `delete` (and after a foreground `run`): no poststop
+    /// hook is needed, which saves a process per container.
+    ByRuntime,
+    /// A poststop hook, for engines that create containers without the wrapper.
+    ByHook,
+}
+
 /// Claims a slice for container `id` and edits `spec` in memory; `false` when the container
 /// asks for no GPU (the spec is untouched). On failure after the claim, the claim is released.
-pub fn claim_and_edit(
-    id: &str,
-    spec: &mut serde_json::Value,
-    bundle: Option<&Path>,
-    cfg: &Config,
-) -> Result<bool> {
+pub fn claim_and_edit(id: &str, spec: &mut serde_json::Value, bundle: Option<&Path>, release_by: Release, cfg: &Config) -> Result<bool> {
     let ann = spec::annotations(spec);
     // Checked here first so that a malformed request fails without a round trip; the agent
     // checks again and is the authority.
@@ -86,7 +91,7 @@ pub fn claim_and_edit(
     })??;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    if let Err(e) = edit(&claim, spec, bundle, cfg) {
+    if let Err(e) = edit(&claim, spec, bundle, release_by, cfg) {
         let _ = release(id, cfg);
         return Err(e.context(format!(
             "container {id}: the GPU slice could not be set up, so the container is not created"
@@ -101,12 +106,7 @@ pub fn claim_and_edit(
     Ok(true)
 }
 
-fn edit(
-    claim: &Claim,
-    spec: &mut serde_json::Value,
-    bundle: Option<&Path>,
-    cfg: &Config,
-) -> Result<()> {
+fn edit(claim: &Claim, spec: &mut serde_json::Value, bundle: Option<&Path>, release_by: Release, cfg: &Config) -> Result<()> {
     if !cfg.interception_library.exists() {
         bail!(
             "interception library {} is missing: without it the memory limit cannot be enforced",
@@ -140,6 +140,9 @@ fn edit(
         edits
             .hooks
             .retain(|h| h.point != gpuslice_core::edits::HookPoint::CreateContainer);
+    }
+    if release_by == Release::ByRuntime {
+        edits.hooks.retain(|h| h.point != gpuslice_core::edits::HookPoint::Poststop);
     }
     spec::apply(spec, &edits)?;
     Ok(())

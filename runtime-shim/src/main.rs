@@ -32,8 +32,14 @@ fn main() -> ExitCode {
             return fail(&format!("{e:#}"));
         }
     }
-    if inv.command.as_deref() == Some("delete") {
-        return delete(&runtime, &argv, &inv, &cfg);
+    // After these the container is gone: run the runtime, then release the claim.
+    let ends_container = match inv.command.as_deref() {
+        Some("delete") => true,
+        Some("run") => !inv.detach,
+        _ => false,
+    };
+    if ends_container {
+        return run_then_release(&runtime, &argv, &inv, &cfg);
     }
     let err = Command::new(&runtime)
         .arg0(&runtime)
@@ -42,9 +48,9 @@ fn main() -> ExitCode {
     fail(&format!("failed to execute {}: {err}", runtime.display()))
 }
 
-/// Runs the runtime's `delete`, then releases the container's claim if it had one. The claim
-/// outlives a failed delete: the container may still run.
-fn delete(
+/// Runs the runtime's `delete` (or a foreground `run`), then releases the container's claim
+/// if it had one. The claim outlives a failed delete: the container may still run.
+fn run_then_release(
     runtime: &std::path::Path,
     argv: &[OsString],
     inv: &args::Invocation,
@@ -65,7 +71,8 @@ fn delete(
             return ExitCode::FAILURE;
         }
     };
-    if status.success()
+    let gone = status.success() || inv.command.as_deref() == Some("run");
+    if gone
         && let Some(id) = &inv.container_id
         && let Err(e) = inject::release_if_claimed(id, cfg)
     {
