@@ -44,24 +44,22 @@ pub fn version(doc: &DocumentMut) -> Result<i64, ConfigError> {
     }
 }
 
-/// The key path of the CRI plugin's runtimes table for a configuration version.
-fn runtimes_path(version: i64) -> [&'static str; 4] {
+/// The name of the CRI plugin (the one holding the runtimes) in a configuration version.
+fn cri_plugin(version: i64) -> &'static str {
     match version {
-        1 => ["plugins", "cri", "containerd", "runtimes"],
-        2 => [
-            "plugins",
-            "io.containerd.grpc.v1.cri",
-            "containerd",
-            "runtimes",
-        ],
-        _ => [
-            "plugins",
-            "io.containerd.cri.v1.runtime",
-            "containerd",
-            "runtimes",
-        ],
+        1 => "cri",
+        2 => "io.containerd.grpc.v1.cri",
+        _ => "io.containerd.cri.v1.runtime",
     }
 }
+
+/// The key path of the CRI plugin's runtimes table for a configuration version.
+fn runtimes_path(version: i64) -> [&'static str; 4] {
+    ["plugins", cri_plugin(version), "containerd", "runtimes"]
+}
+
+/// The runtime containerd uses when a pod names no handler.
+const DEFAULT_RUNTIME: &str = "runc";
 
 fn child<'a>(table: &'a mut Table, key: &str, path: &str) -> Result<&'a mut Table, ConfigError> {
     let item = table.entry(key).or_insert_with(|| {
@@ -78,13 +76,27 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
     let version = version(doc)?;
     let mut table = doc.as_table_mut();
     let mut path = String::new();
+    let mut default_runtime = DEFAULT_RUNTIME.to_string();
     for key in runtimes_path(version) {
         path = if path.is_empty() {
             key.to_string()
         } else {
             format!("{path}.{key}")
         };
+        if key == "runtimes" {
+            if let Some(name) = table.get("default_runtime_name").and_then(Item::as_str) {
+                default_runtime = name.to_string();
+            }
+        }
         table = child(table, key, &path)?;
+    }
+    // A `runtimes` table written in the file replaces containerd's built-in one, which holds
+    // `runc`: without it the CRI plugin refuses to load ("no corresponding runtime configured
+    // ... default_runtime_name"). Write the built-in definition when the file has none.
+    if default_runtime == DEFAULT_RUNTIME && !table.contains_key(DEFAULT_RUNTIME) {
+        let mut runc = Table::new();
+        runc.insert("runtime_type", value(RUNTIME_TYPE));
+        table.insert(DEFAULT_RUNTIME, Item::Table(runc));
     }
     let runtime = child(table, &handler.name, &format!("{path}.{}", handler.name))?;
     runtime.set_implicit(false);
@@ -102,12 +114,28 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
     Ok(())
 }
 
-/// A drop-in file holding only the handler, in `version`.
-pub fn drop_in(version: i64, handler: &Handler) -> Result<String, ConfigError> {
+/// A drop-in file for the main configuration `main`: its CRI plugin table with the handler
+/// added. containerd 1.x replaces a plugin's whole table with an imported one (checked with
+/// `containerd config dump`: a drop-in holding only the handler loses `sandbox_image` and the
+/// `runc` options of the main file), so the drop-in carries a copy of the main file's table;
+/// run `configure` again after changing that table in the main file.
+pub fn drop_in(main: &DocumentMut, handler: &Handler) -> Result<String, ConfigError> {
+    let version = version(main)?;
     let mut doc: DocumentMut = format!(
-        "# Written by gpuslice-containerd: the gpuslice runtime handler.\nversion = {version}\n"
+        "# Written by gpuslice-containerd: the gpuslice runtime handler, with a copy of the\n\
+         # main configuration's CRI plugin table (imports replace whole plugin tables).\nversion = {version}\n"
     )
     .parse()?;
+    let plugin = cri_plugin(version);
+    let main_table = main
+        .get("plugins")
+        .and_then(Item::as_table)
+        .and_then(|p| p.get(plugin))
+        .and_then(Item::as_table);
+    if let Some(table) = main_table {
+        let plugins = child(doc.as_table_mut(), "plugins", "plugins")?;
+        plugins.insert(plugin, Item::Table(table.clone()));
+    }
     add_handler(&mut doc, handler)?;
     Ok(doc.to_string())
 }

@@ -75,10 +75,10 @@ fn main() -> Result<()> {
         binary: runtime_path,
     };
     let mut doc = read(&config)?;
-    let v = version(&doc).with_context(|| config.display().to_string())?;
+    version(&doc).with_context(|| config.display().to_string())?;
     match drop {
         Some(path) => {
-            write(&path, &drop_in(v, &handler)?, dry_run)?;
+            write(&path, &drop_in(&doc, &handler)?, dry_run)?;
             add_import(&mut doc, &path.display().to_string())
                 .with_context(|| format!("{}: cannot import a drop-in", config.display()))?;
         }

@@ -95,18 +95,43 @@ fn versions_1_and_3_use_their_own_plugin_names() {
 
 #[test]
 fn a_drop_in_has_the_version_and_the_handler_and_the_main_config_imports_it() {
-    let d = drop_in(2, &handler()).unwrap();
+    let mut main: DocumentMut = V2.parse().unwrap();
+    let d = drop_in(&main, &handler()).unwrap();
     let doc: DocumentMut = d.parse().unwrap();
     assert_eq!(doc["version"].as_integer(), Some(2));
-    assert!(
-        doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"]
-            .is_table()
+    let cri = &doc["plugins"]["io.containerd.grpc.v1.cri"];
+    assert!(cri["containerd"]["runtimes"]["gpuslice"].is_table());
+    assert_eq!(
+        cri["sandbox_image"].as_str(),
+        Some("registry.k8s.io/pause:3.9"),
+        "the drop-in lost the main table:\n{d}"
     );
-    let mut main: DocumentMut = V2.parse().unwrap();
+    assert_eq!(
+        cri["containerd"]["runtimes"]["runc"]["runtime_type"].as_str(),
+        Some("io.containerd.runc.v2")
+    );
     add_import(&mut main, "/etc/containerd/conf.d/gpuslice.toml").unwrap();
     add_import(&mut main, "/etc/containerd/conf.d/gpuslice.toml").unwrap();
     assert_eq!(main["imports"].as_array().unwrap().len(), 1);
     assert!(main.to_string().contains("sandbox_image"));
+}
+
+#[test]
+fn a_config_without_runtimes_keeps_the_default_runc_runtime() {
+    let mut doc: DocumentMut = "version = 2\n".parse().unwrap();
+    add_handler(&mut doc, &handler()).unwrap();
+    let runtimes = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
+    assert_eq!(
+        runtimes["runc"]["runtime_type"].as_str(),
+        Some("io.containerd.runc.v2")
+    );
+    let mut custom: DocumentMut = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"crun\"\n".parse().unwrap();
+    add_handler(&mut custom, &handler()).unwrap();
+    assert!(
+        custom["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+            .get("runc")
+            .is_none()
+    );
 }
 
 #[test]

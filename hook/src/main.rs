@@ -158,7 +158,13 @@ fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
     }
     let id = container_id(spec)?;
     let cfg = gpuslice_runtime_shim::config::Config::load()?;
-    gpuslice_runtime_shim::inject::claim_and_edit(&id, spec, None, gpuslice_runtime_shim::inject::Release::ByHook, &cfg)
+    gpuslice_runtime_shim::inject::claim_and_edit(
+        &id,
+        spec,
+        None,
+        gpuslice_runtime_shim::inject::Release::ByHook,
+        &cfg,
+    )
 }
 
 /// Runs the host's ldconfig on the container's root filesystem when it has a linker cache (createContainer hooks run in

@@ -76,7 +76,13 @@ pub enum Release {
 
 /// Claims a slice for container `id` and edits `spec` in memory; `false` when the container
 /// asks for no GPU (the spec is untouched). On failure after the claim, the claim is released.
-pub fn claim_and_edit(id: &str, spec: &mut serde_json::Value, bundle: Option<&Path>, release_by: Release, cfg: &Config) -> Result<bool> {
+pub fn claim_and_edit(
+    id: &str,
+    spec: &mut serde_json::Value,
+    bundle: Option<&Path>,
+    release_by: Release,
+    cfg: &Config,
+) -> Result<bool> {
     let ann = spec::annotations(spec);
     // Checked here first so that a malformed request fails without a round trip; the agent
     // checks again and is the authority.
@@ -106,7 +112,13 @@ pub fn claim_and_edit(id: &str, spec: &mut serde_json::Value, bundle: Option<&Pa
     Ok(true)
 }
 
-fn edit(claim: &Claim, spec: &mut serde_json::Value, bundle: Option<&Path>, release_by: Release, cfg: &Config) -> Result<()> {
+fn edit(
+    claim: &Claim,
+    spec: &mut serde_json::Value,
+    bundle: Option<&Path>,
+    release_by: Release,
+    cfg: &Config,
+) -> Result<()> {
     if !cfg.interception_library.exists() {
         bail!(
             "interception library {} is missing: without it the memory limit cannot be enforced",
@@ -142,7 +154,9 @@ fn edit(claim: &Claim, spec: &mut serde_json::Value, bundle: Option<&Path>, rele
             .retain(|h| h.point != gpuslice_core::edits::HookPoint::CreateContainer);
     }
     if release_by == Release::ByRuntime {
-        edits.hooks.retain(|h| h.point != gpuslice_core::edits::HookPoint::Poststop);
+        edits
+            .hooks
+            .retain(|h| h.point != gpuslice_core::edits::HookPoint::Poststop);
     }
     spec::apply(spec, &edits)?;
     Ok(())

@@ -111,7 +111,10 @@ impl Node {
                 "GPUSLICE_RUNTIME_CONFIG".into(),
                 self.work.path().join("absent.json").display().to_string(),
             ),
-            ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
+            (
+                "GPUSLICE_LOW_LEVEL_RUNTIME".into(),
+                std::env::var("GPUSLICE_TEST_LOW_LEVEL_RUNTIME").unwrap_or_else(|_| "runc".into()),
+            ),
             (
                 "GPUSLICE_DRIVER_ROOT".into(),
                 self.sim.root().display().to_string(),
