@@ -305,6 +305,7 @@ async fn a_bad_pod_annotation_fails_create_container_with_the_reason() {
             e.message().to_string()
         }
     };
+    eprintln!("containerd said: {msg}");
     assert!(
         msg.contains("annotation gpuslice.io/memory=") && msg.contains("negative"),
         "{msg}"
