@@ -84,9 +84,10 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
             format!("{path}.{key}")
         };
         if key == "runtimes"
-            && let Some(name) = table.get("default_runtime_name").and_then(Item::as_str) {
-                default_runtime = name.to_string();
-            }
+            && let Some(name) = table.get("default_runtime_name").and_then(Item::as_str)
+        {
+            default_runtime = name.to_string();
+        }
         table = child(table, key, &path)?;
     }
     // A `runtimes` table written in the file replaces containerd's built-in one, which holds

@@ -3,6 +3,8 @@
 //! - `precreate` (podman hooks.d): the OCI spec on stdin; claims a slice for a container with
 //!   gpuslice annotations and writes the edited spec to stdout (the same edit as
 //!   `gpuslice-runtime`); any other spec is written back byte for byte;
+//! - `prestart` / `createRuntime`: for engines that can only run hooks, claims the slice and
+//!   injects it imperatively (see [`prestart`]);
 //! - `poststart`: tells the agent the container's pid (`Activate`), the evidence that lets it
 //!   collect the claim when the container is gone;
 //! - `poststop`: releases the claim (`Release`; idempotent);
@@ -18,6 +20,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, anyhow};
 use gpuslice_nodeagent::client::{self, AgentProxy};
+
+mod prestart;
 
 /// The fields of the OCI state this hook reads.
 struct State {
@@ -69,6 +73,13 @@ fn run(verb: &str) -> Result<()> {
         .build()?;
     match verb {
         "precreate" => precreate()?,
+        "prestart" | "createRuntime" => {
+            let state = read_state()?;
+            let pid = state
+                .pid
+                .with_context(|| format!("container {}: the state has no pid", state.id))?;
+            prestart::prestart(&state.id, pid, &state.bundle)?;
+        }
         "poststart" => {
             let state = read_state()?;
             let pid = state
@@ -200,11 +211,26 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
 
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {
-        eprintln!("usage: gpuslice-hook precreate|poststart|poststop|update-ldcache < state.json");
+        eprintln!(
+            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json"
+        );
         return ExitCode::from(2);
     };
+    // Before anything else: joining a mount namespace needs a single-threaded process.
+    if verb == "enter-mount-namespace" {
+        let pid = std::env::args().nth(2).unwrap_or_default();
+        return match prestart::enter_mount_namespace(&pid) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpuslice-hook: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if verb == "--help" || verb == "-h" {
-        println!("usage: gpuslice-hook precreate|poststart|poststop|update-ldcache < state.json");
+        println!(
+            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json"
+        );
         return ExitCode::SUCCESS;
     }
     match run(&verb) {

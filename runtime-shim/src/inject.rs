@@ -83,11 +83,33 @@ pub fn claim_and_edit(
     release_by: Release,
     cfg: &Config,
 ) -> Result<bool> {
+    let Some(edits) = claim_and_plan(id, spec, bundle, release_by, cfg)? else {
+        return Ok(false);
+    };
+    if let Err(e) = spec::apply(spec, &edits) {
+        let _ = release(id, cfg);
+        return Err(anyhow::Error::from(e).context(format!(
+            "container {id}: the GPU slice could not be set up, so the container is not created"
+        )));
+    }
+    Ok(true)
+}
+
+/// Claims a slice for container `id` from the annotations of `spec` and returns what the
+/// container must get; `None` when it asks for no GPU. On failure after the claim, the claim
+/// is released.
+pub fn claim_and_plan(
+    id: &str,
+    spec: &serde_json::Value,
+    bundle: Option<&Path>,
+    release_by: Release,
+    cfg: &Config,
+) -> Result<Option<Edits>> {
     let ann = spec::annotations(spec);
     // Checked here first so that a malformed request fails without a round trip; the agent
     // checks again and is the authority.
     if annotations::parse(&ann)?.is_none() {
-        return Ok(false);
+        return Ok(None);
     }
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = std::time::Instant::now();
@@ -97,28 +119,41 @@ pub fn claim_and_edit(
     })??;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    if let Err(e) = edit(&claim, spec, bundle, release_by, cfg) {
-        let _ = release(id, cfg);
-        return Err(e.context(format!(
-            "container {id}: the GPU slice could not be set up, so the container is not created"
-        )));
-    }
+    let edits = match plan(&claim, spec, bundle, release_by, cfg) {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = release(id, cfg);
+            return Err(e.context(format!(
+                "container {id}: the GPU slice could not be set up, so the container is not created"
+            )));
+        }
+    };
     if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
         eprintln!(
-            "gpuslice-runtime: container {id}: claim {claimed:?}, edit {:?}",
+            "gpuslice-runtime: container {id}: claim {claimed:?}, plan {:?}",
             started.elapsed() - claimed
         );
     }
-    Ok(true)
+    Ok(Some(edits))
 }
 
-fn edit(
+/// The container's root filesystem on the host.
+#[must_use]
+pub fn rootfs(spec: &serde_json::Value, bundle: Option<&Path>) -> PathBuf {
+    let root = spec["root"]["path"].as_str().unwrap_or("rootfs");
+    match bundle {
+        Some(b) if !Path::new(root).is_absolute() => b.join(root),
+        _ => PathBuf::from(root),
+    }
+}
+
+fn plan(
     claim: &Claim,
-    spec: &mut serde_json::Value,
+    spec: &serde_json::Value,
     bundle: Option<&Path>,
     release_by: Release,
     cfg: &Config,
-) -> Result<()> {
+) -> Result<Edits> {
     if !cfg.interception_library.exists() {
         bail!(
             "interception library {} is missing: without it the memory limit cannot be enforced",
@@ -143,12 +178,7 @@ fn edit(
     let mut edits = Edits::for_claim(claim, &driver, &host)?;
     // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
     // leaving the hook out otherwise saves a process per container start.
-    let root = spec["root"]["path"].as_str().unwrap_or("rootfs");
-    let rootfs = match bundle {
-        Some(b) if !Path::new(root).is_absolute() => b.join(root),
-        _ => PathBuf::from(root),
-    };
-    if !rootfs.join("etc/ld.so.cache").exists() {
+    if !rootfs(spec, bundle).join("etc/ld.so.cache").exists() {
         edits
             .hooks
             .retain(|h| h.point != gpuslice_core::edits::HookPoint::CreateContainer);
@@ -158,8 +188,7 @@ fn edit(
             .hooks
             .retain(|h| h.point != gpuslice_core::edits::HookPoint::Poststop);
     }
-    spec::apply(spec, &edits)?;
-    Ok(())
+    Ok(edits)
 }
 
 /// Releases the claim of `id`.

@@ -135,14 +135,24 @@ impl Node {
         ]
     }
 
+    /// Runs runc itself; output goes to files, as for the wrapper.
     pub fn runc(&self, args: &[&str]) -> Output {
-        Command::new("runc")
+        let out = tempfile::tempfile().unwrap();
+        let err = tempfile::tempfile().unwrap();
+        let status = Command::new("runc")
             .arg("--root")
             .arg(self.runc_root())
             .args(args)
             .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdout(out.try_clone().unwrap())
+            .stderr(err.try_clone().unwrap())
+            .status()
+            .unwrap();
+        Output {
+            status,
+            stdout: read_all(out),
+            stderr: read_all(err),
+        }
     }
 
     pub fn status(&self) -> Status {
