@@ -21,7 +21,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, anyhow};
 use gpuslice_nodeagent::client::{self, AgentProxy};
 
-mod prestart;
+pub mod prestart;
 
 /// The fields of the OCI state this hook reads.
 struct State {

@@ -35,7 +35,7 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
     else {
         return Ok(());
     };
-    let result = inject_into(pid, &inject::rootfs(&spec, Some(bundle)), &edits);
+    let result = inject_into(pid, &inject::rootfs(&spec, Some(bundle)), &edits, &spec);
     if result.is_err() {
         let _ = inject::release(id, &cfg);
     }
@@ -46,7 +46,7 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
     })
 }
 
-fn inject_into(pid: u32, rootfs: &Path, edits: &Edits) -> Result<()> {
+fn inject_into(pid: u32, rootfs: &Path, edits: &Edits, spec: &serde_json::Value) -> Result<()> {
     let plan = MountPlan {
         rootfs: rootfs.to_path_buf(),
         devices: edits
@@ -72,32 +72,135 @@ fn inject_into(pid: u32, rootfs: &Path, edits: &Edits) -> Result<()> {
         status.success(),
         "injecting into the container's mount namespace failed ({status})"
     );
-    allow_devices(pid, edits)
+    allow_devices(pid, edits, spec)
 }
 
-/// Opens the container's device cgroup to its devices.
-fn allow_devices(pid: u32, edits: &Edits) -> Result<()> {
+/// Opens the container's device cgroup to its devices: on cgroup v1 by writing its
+/// `devices.allow`; on cgroup v2 by replacing the runtime's eBPF device program with one that
+/// allows the spec's rules, the runtime's default devices and the GPU's.
+fn allow_devices(pid: u32, edits: &Edits, spec: &serde_json::Value) -> Result<()> {
     let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .context("failed to read the container's cgroups")?;
-    let v1 = cgroups.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        controllers
-            .split(',')
-            .any(|c| c == "devices")
-            .then(|| path.to_string())
-    });
-    let Some(path) = v1 else {
-        bail!(
-            "the container has no cgroup v1 devices controller; on cgroup v2 use gpuslice-runtime, which hands the device rules to the runtime"
-        );
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "devices") {
+            v1 = Some(path.to_string());
+        } else if id == "0" && controllers.is_empty() {
+            v2 = Some(path.to_string());
+        }
+    }
+    if let Some(path) = v1 {
+        let allow = Path::new("/sys/fs/cgroup/devices")
+            .join(path.trim_start_matches('/'))
+            .join("devices.allow");
+        for d in &edits.devices {
+            std::fs::write(&allow, format!("c {}:{} rwm", d.major, d.minor))
+                .with_context(|| format!("failed to write {}", allow.display()))?;
+        }
+        return Ok(());
+    }
+    let path =
+        v2.context("the container is in neither a cgroup v1 devices cgroup nor a cgroup v2 one")?;
+    let root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        "/sys/fs/cgroup"
+    } else {
+        "/sys/fs/cgroup/unified"
     };
-    let allow = Path::new("/sys/fs/cgroup/devices")
-        .join(path.trim_start_matches('/'))
-        .join("devices.allow");
-    for d in &edits.devices {
-        std::fs::write(&allow, format!("c {}:{} rwm", d.major, d.minor))
-            .with_context(|| format!("failed to write {}", allow.display()))?;
+    let dir = Path::new(root).join(path.trim_start_matches('/'));
+    allow_devices_v2(&dir, &spec["linux"]["resources"]["devices"], &edits.devices)
+}
+
+/// The devices runc allows every container besides the spec's rules (its `AllowedDevices`):
+/// (type, major, minor, access), `None` for a wildcard.
+const RUNTIME_DEFAULT_DEVICES: &[(char, Option<i64>, Option<i64>, &str)] = &[
+    ('c', None, None, "m"),
+    ('b', None, None, "m"),
+    ('c', Some(1), Some(3), "rwm"),    // /dev/null
+    ('c', Some(1), Some(8), "rwm"),    // /dev/random
+    ('c', Some(1), Some(7), "rwm"),    // /dev/full
+    ('c', Some(5), Some(0), "rwm"),    // /dev/tty
+    ('c', Some(1), Some(5), "rwm"),    // /dev/zero
+    ('c', Some(1), Some(9), "rwm"),    // /dev/urandom
+    ('c', Some(5), Some(1), "rwm"),    // /dev/console
+    ('c', Some(136), None, "rwm"),     // /dev/pts/*
+    ('c', Some(5), Some(2), "rwm"),    // /dev/ptmx
+    ('c', Some(10), Some(200), "rwm"), // /dev/net/tun
+];
+
+/// Replaces the eBPF device program of the cgroup v2 `dir` by one allowing `spec_rules`
+/// (the spec's `linux.resources.devices`), the devices runc allows every container, and
+/// `devices`. The rules are folded and compiled into a program by youki's libcgroups.
+pub fn allow_devices_v2(
+    dir: &Path,
+    spec_rules: &serde_json::Value,
+    devices: &[gpuslice_core::driver::DeviceNode],
+) -> Result<()> {
+    use libcgroups::v2::devices::bpf::prog;
+    use libcgroups::v2::devices::emulator::Emulator;
+    use libcgroups::v2::devices::program::Program;
+    use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceCgroupBuilder, LinuxDeviceType};
+    use std::os::fd::AsRawFd;
+
+    let rule = |typ: char,
+                major: Option<i64>,
+                minor: Option<i64>,
+                access: &str|
+     -> Result<LinuxDeviceCgroup> {
+        let mut b = LinuxDeviceCgroupBuilder::default()
+            .allow(true)
+            .typ(if typ == 'b' {
+                LinuxDeviceType::B
+            } else {
+                LinuxDeviceType::C
+            })
+            .access(access);
+        if let Some(m) = major {
+            b = b.major(m);
+        }
+        if let Some(m) = minor {
+            b = b.minor(m);
+        }
+        Ok(b.build()?)
+    };
+    let mut emulator = Emulator::with_default_allow(false);
+    if !spec_rules.is_null() {
+        let rules: Vec<LinuxDeviceCgroup> = serde_json::from_value(spec_rules.clone())
+            .context("linux.resources.devices in config.json is not a list of device rules")?;
+        emulator.add_rules(&rules);
+    }
+    for (typ, major, minor, access) in RUNTIME_DEFAULT_DEVICES {
+        emulator.add_rule(&rule(*typ, *major, *minor, access)?);
+    }
+    for d in devices {
+        emulator.add_rule(&rule(
+            'c',
+            Some(i64::from(d.major)),
+            Some(i64::from(d.minor)),
+            "rwm",
+        )?);
+    }
+    let program = Program::from_rules(&emulator.rules, emulator.default_allow)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Kernels before 5.11 charge BPF programs to RLIMIT_MEMLOCK; later ones to the memory
+    // cgroup. Raising the limit may be refused (it is in containers) and is then not needed.
+    let _ = prog::bump_memlock_rlimit();
+    let fd = prog::load("Apache", program.bytecodes())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("failed to load the eBPF device program")?;
+    let cgroup =
+        std::fs::File::open(dir).with_context(|| format!("failed to open {}", dir.display()))?;
+    let old = prog::query(cgroup.as_raw_fd()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    prog::attach(fd, cgroup.as_raw_fd())
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("failed to attach the device program to {}", dir.display()))?;
+    for p in old {
+        prog::detach2(p.fd, cgroup.as_raw_fd()).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     Ok(())
 }
@@ -189,6 +292,71 @@ pub fn enter_mount_namespace(pid: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuslice_core::driver::DeviceNode;
+    use gpuslice_testsupport::sim::SimNode;
+
+    /// Opens `dev` from a shell moved into the cgroup `dir` first; returns what `cat` said.
+    fn open_in(dir: &Path, dev: &Path) -> String {
+        let script = format!(
+            "echo $$ > {}/cgroup.procs && exec cat {} 2>&1",
+            dir.display(),
+            dev.display()
+        );
+        let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    #[test]
+    fn on_cgroup_v2_the_gpu_is_opened_in_the_ebpf_device_program() {
+        let root = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/unified"
+        };
+        assert!(
+            Path::new(root).join("cgroup.procs").exists(),
+            "no cgroup v2 hierarchy at {root}"
+        );
+        let dir = Path::new(root).join(format!("gpuslice-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sim = SimNode::new(2, "T4", None);
+        let deny_all = serde_json::json!([{"allow": false, "access": "rwm"}]);
+        // What a runtime attaches: the spec's rules (deny all) and the default devices.
+        allow_devices_v2(&dir, &deny_all, &[]).unwrap();
+        let gpu0 = sim.root().join("dev/nvidia0");
+        let gpu1 = sim.root().join("dev/nvidia1");
+        assert!(
+            open_in(&dir, &gpu0).contains("Operation not permitted"),
+            "the runtime's program let the GPU through"
+        );
+
+        let node = DeviceNode {
+            path: "/dev/nvidia0".into(),
+            major: 195,
+            minor: 0,
+            mode: 0o666,
+        };
+        allow_devices_v2(&dir, &deny_all, &[node]).unwrap();
+        let after = open_in(&dir, &gpu0);
+        assert!(
+            after.contains("No such device or address"),
+            "allowed GPU: {after}"
+        );
+        assert!(
+            open_in(&dir, &gpu1).contains("Operation not permitted"),
+            "another GPU was let through"
+        );
+        assert_eq!(
+            open_in(&dir, Path::new("/dev/null")),
+            "",
+            "a default device was lost"
+        );
+        let _ = std::fs::remove_dir(&dir);
+    }
 
     #[test]
     fn a_symbolic_link_in_the_root_filesystem_is_not_followed() {
