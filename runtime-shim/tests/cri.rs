@@ -6,10 +6,10 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{CHECKS, Node, text};
+use common::{CHECKS, Containerd, Node, text};
 use gpuslice_testsupport::{binary, rootfs, wait_for};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -22,19 +22,6 @@ use k8s_cri::v1::{
 use tonic::transport::{Channel, Endpoint, Uri};
 
 const IMAGE: &str = "localhost/gpuslice-test:latest";
-
-struct Containerd {
-    child: Child,
-    socket: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn sh(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
@@ -75,40 +62,10 @@ fn image_archive(rootfs: &Path, dir: &Path) -> PathBuf {
 /// A containerd with its CRI plugin. `restrict_oom_score_adj`: root on the test machines may not
 /// lower a process's OOM score (no CAP_SYS_RESOURCE), which the pause container asks for.
 fn containerd_with_cri(node: &Node) -> Containerd {
-    let dir = node.work.path().join("containerd-cri");
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("containerd.sock");
-    let config = dir.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\n[grpc]\n  address = \"{1}\"\n\n\
-             [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  disable_apparmor = true\n  restrict_oom_score_adj = true\n",
-            dir.display(),
-            socket.display()
-        ),
-    )
-    .unwrap();
-    sh(Command::new(binary("gpuslice-containerd"))
-        .args(["configure", "--config"])
-        .arg(&config)
-        .arg("--runtime-path")
-        .arg(binary("gpuslice-runtime")));
-    let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-    let child = Command::new("containerd")
-        .arg("--config")
-        .arg(&config)
-        .envs(node.env())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("containerd");
-    assert!(
-        wait_for(Duration::from_secs(20), || socket.exists()),
-        "containerd did not start"
+    let extra = format!(
+        "\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{IMAGE}\"\n  disable_apparmor = true\n  restrict_oom_score_adj = true\n"
     );
-    Containerd { child, socket, dir }
+    Containerd::start(node, "containerd-cri", &extra, false)
 }
 
 async fn cri(socket: &Path) -> RuntimeServiceClient<Channel> {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use gpuslice_nodeagent::client::Status;
-use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode};
+use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode, wait_for};
 
 pub struct Node {
     pub sim: SimNode,
@@ -210,5 +210,83 @@ pub fn assert_gpu_checks(t: &str) {
         "GPU 0: Tesla T4",
     ] {
         assert!(t.contains(want), "{want:?} not in:\n{t}");
+    }
+}
+
+/// A private containerd, configured by `gpuslice-containerd`.
+pub struct Containerd {
+    child: std::process::Child,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Containerd {
+    /// Starts containerd in `node`'s work directory under `name`, with `extra` appended to
+    /// its configuration, after `gpuslice-containerd configure` (as a drop-in when asked).
+    pub fn start(node: &Node, name: &str, extra: &str, drop_in: bool) -> Self {
+        let dir = node.work.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("containerd.sock");
+        let config = dir.join("config.toml");
+        let base = format!(
+            "# private containerd for a test\nversion = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\n[grpc]\n  address = \"{1}\"\n",
+            dir.display(),
+            socket.display()
+        );
+        std::fs::write(&config, base + extra).unwrap();
+        let mut configure = Command::new(binary("gpuslice-containerd"));
+        configure.args(["configure", "--config"]).arg(&config);
+        if drop_in {
+            configure
+                .arg("--drop-in")
+                .arg(dir.join("conf.d/gpuslice.toml"));
+        }
+        let out = configure
+            .arg("--runtime-path")
+            .arg(binary("gpuslice-runtime"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .envs(node.env())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (apt-get install containerd)");
+        let up = wait_for(std::time::Duration::from_secs(20), || socket.exists());
+        assert!(
+            up,
+            "containerd did not start:\n{}",
+            std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+        );
+        Self {
+            child,
+            socket,
+            config,
+            dir,
+        }
+    }
+
+    /// Runs `ctr` against this containerd.
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
     }
 }
