@@ -10,6 +10,7 @@
 )]
 
 mod codes;
+mod paths;
 mod proc_address;
 mod state;
 
@@ -27,7 +28,7 @@ pub type CUcontext = *mut Ctx;
 
 /// A context; `CUcontext` points at one.
 pub struct Ctx {
-    node_index: usize,
+    pub(crate) node_index: usize,
     ordinal: CUdevice,
     primary: bool,
 }
@@ -49,7 +50,7 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     }
 }
 
-fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
+pub(crate) fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
     if p.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -78,7 +79,7 @@ fn write_c_str(s: &str, buf: *mut c_char, len: c_int) -> Result<(), CUresult> {
     Ok(())
 }
 
-fn current_ctx() -> Result<&'static Ctx, CUresult> {
+pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
     let p = CURRENT.with(Cell::get);
     if p == 0 {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
@@ -366,42 +367,13 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
         if dptr.is_null() || bytesize == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let mut inner = d.lock();
-        d.charge(&mut inner, ctx.node_index, bytesize as u64)?;
-        // SAFETY: an anonymous private mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytesize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            d.uncharge(&mut inner, ctx.node_index, bytesize as u64);
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let addr = p as u64;
-        inner
-            .allocs
-            .insert(addr, (ctx.node_index, bytesize as u64, bytesize));
-        out(dptr, addr)
+        out(dptr, d.allocate(ctx.node_index, bytesize as u64, bytesize)?)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    guard(|| {
-        let d = state::get()?;
-        let mut inner = d.lock();
-        let (index, bytes, len) = inner.allocs.remove(&dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        // SAFETY: `dptr`/`len` is a mapping this library made in cuMemAlloc and still owns.
-        unsafe { libc::munmap(dptr as *mut c_void, len) };
-        d.uncharge(&mut inner, index, bytes);
-        Ok(())
-    })
+    guard(|| state::get()?.free(dptr))
 }
 
 #[unsafe(no_mangle)]

@@ -55,16 +55,107 @@ fn table() -> Vec<(&'static str, i32, *mut c_void)> {
         e!("cuMemsetD8", 3020, crate::cuMemsetD8_v2),
         e!("cuGetErrorName", 6000, crate::cuGetErrorName),
         e!("cuGetErrorString", 6000, crate::cuGetErrorString),
+        e!("cuMemAllocPitch", 3020, crate::paths::cuMemAllocPitch_v2),
+        e!("cuMemAllocManaged", 6000, crate::paths::cuMemAllocManaged),
+        e!(
+            "cuDeviceGetDefaultMemPool",
+            11020,
+            crate::paths::cuDeviceGetDefaultMemPool
+        ),
+        e!("cuMemPoolCreate", 11020, crate::paths::cuMemPoolCreate),
+        e!("cuMemPoolDestroy", 11020, crate::paths::cuMemPoolDestroy),
+        e!("cuMemAllocAsync", 11020, crate::paths::cuMemAllocAsync),
+        e!(
+            "cuMemAllocAsync_ptsz",
+            11020,
+            crate::paths::cuMemAllocAsync_ptsz
+        ),
+        e!("cuMemFreeAsync", 11020, crate::paths::cuMemFreeAsync),
+        e!(
+            "cuMemFreeAsync_ptsz",
+            11020,
+            crate::paths::cuMemFreeAsync_ptsz
+        ),
+        e!(
+            "cuMemAllocFromPoolAsync",
+            11020,
+            crate::paths::cuMemAllocFromPoolAsync
+        ),
+        e!("cuArrayCreate", 3020, crate::paths::cuArrayCreate_v2),
+        e!("cuArray3DCreate", 3020, crate::paths::cuArray3DCreate_v2),
+        e!("cuArrayDestroy", 2000, crate::paths::cuArrayDestroy),
+        e!(
+            "cuMipmappedArrayCreate",
+            5000,
+            crate::paths::cuMipmappedArrayCreate
+        ),
+        e!(
+            "cuMipmappedArrayDestroy",
+            5000,
+            crate::paths::cuMipmappedArrayDestroy
+        ),
+        e!(
+            "cuMemGetAllocationGranularity",
+            10020,
+            crate::paths::cuMemGetAllocationGranularity
+        ),
+        e!("cuMemCreate", 10020, crate::paths::cuMemCreate),
+        e!("cuMemRelease", 10020, crate::paths::cuMemRelease),
+        e!(
+            "cuMemAddressReserve",
+            10020,
+            crate::paths::cuMemAddressReserve
+        ),
+        e!("cuMemAddressFree", 10020, crate::paths::cuMemAddressFree),
+        e!("cuMemMap", 10020, crate::paths::cuMemMap),
+        e!("cuMemUnmap", 10020, crate::paths::cuMemUnmap),
+        e!("cuMemSetAccess", 10020, crate::paths::cuMemSetAccess),
+        e!("cuStreamCreate", 2000, crate::paths::cuStreamCreate),
+        e!("cuStreamDestroy", 4000, crate::paths::cuStreamDestroy_v2),
+        e!(
+            "cuStreamSynchronize",
+            2000,
+            crate::paths::cuStreamSynchronize
+        ),
+        e!("cuModuleLoadData", 2000, crate::paths::cuModuleLoadData),
+        e!("cuModuleUnload", 2000, crate::paths::cuModuleUnload),
+        e!(
+            "cuModuleGetFunction",
+            2000,
+            crate::paths::cuModuleGetFunction
+        ),
+        e!("cuLaunchKernel", 4000, crate::paths::cuLaunchKernel),
+        e!(
+            "cuLaunchKernel_ptsz",
+            7000,
+            crate::paths::cuLaunchKernel_ptsz
+        ),
         e!("cuGetProcAddress", 11030, crate::cuGetProcAddress),
         e!("cuGetProcAddress", 12000, crate::cuGetProcAddress_v2),
     ]
 }
 
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+pub const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
+
 /// The newest variant of `name` no newer than `cuda_version`, and the
-/// `CUdriverProcAddressQueryResult` to report. The per-thread default-stream flag selects
-/// the same entry points here: none of the simulated functions take a stream.
-pub fn lookup(name: &str, cuda_version: i32, _flags: u64) -> (Option<*mut c_void>, i32) {
-    let entries: Vec<_> = table().into_iter().filter(|(n, _, _)| *n == name).collect();
+/// `CUdriverProcAddressQueryResult` to report. With the per-thread default-stream flag, the
+/// `_ptsz`/`_ptds` variant is returned where the driver has one, as the real driver does.
+pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>, i32) {
+    let table = table();
+    if flags & PER_THREAD_DEFAULT_STREAM != 0 {
+        for suffix in ["_ptsz", "_ptds"] {
+            let variant = format!("{name}{suffix}");
+            if let Some((_, _, f)) = table
+                .iter()
+                .filter(|(n, v, _)| *n == variant && *v <= cuda_version)
+                .max_by_key(|(_, v, _)| *v)
+            {
+                return (Some(*f), CU_GET_PROC_ADDRESS_SUCCESS);
+            }
+        }
+    }
+    let entries: Vec<_> = table.into_iter().filter(|(n, _, _)| *n == name).collect();
     if entries.is_empty() {
         return (None, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     }

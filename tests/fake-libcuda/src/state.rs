@@ -168,6 +168,41 @@ impl Driver {
         self.publish(inner);
     }
 
+    /// Maps `len` bytes of host memory as device memory of node GPU `index`, charging
+    /// `charge` bytes (the two differ where the driver pads, e.g. pitched allocations).
+    pub fn allocate(&self, index: usize, charge: u64, len: usize) -> Result<u64, CUresult> {
+        let mut inner = self.lock();
+        self.charge(&mut inner, index, charge)?;
+        // SAFETY: an anonymous private mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            self.uncharge(&mut inner, index, charge);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let addr = p as u64;
+        inner.allocs.insert(addr, (index, charge, len.max(1)));
+        Ok(addr)
+    }
+
+    /// Frees an allocation made by [`Driver::allocate`], giving back what it charged.
+    pub fn free(&self, ptr: u64) -> Result<(), CUresult> {
+        let mut inner = self.lock();
+        let (index, charge, len) = inner.allocs.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: `ptr`/`len` is a mapping this library made in `allocate` and still owns.
+        unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+        self.uncharge(&mut inner, index, charge);
+        Ok(())
+    }
+
     /// Free and total bytes of node GPU `index`, across all processes.
     pub fn mem_info(&self, index: usize) -> (u64, u64) {
         let total = self.spec.gpus[index].memory_bytes;

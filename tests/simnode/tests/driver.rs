@@ -315,3 +315,46 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         libcuda.source
     );
 }
+
+#[test]
+fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
+    let sim = SimNode::new(1, "T4", None);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/alloc_paths.c");
+    let exe = sim.root().join("alloc_paths");
+    let ok = Command::new("gcc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .arg("-lcuda")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let mipmapped = 8 * 4 + 4 * 2 + 2 + 1;
+    for (path, bytes) in [
+        ("pitch", 1024 * 3),
+        ("managed", 12345),
+        ("async", 4096),
+        ("pool", 8192),
+        ("array2d", 100 * 10 * 4 * 4),
+        ("array3d", 8 * 8 * 8 * 2 * 2),
+        ("mipmapped", mipmapped),
+        ("vmm", 4 << 20),
+    ] {
+        let want = format!("path={path} rc=0 charged={bytes} restored=1");
+        assert!(text.lines().any(|l| l == want), "{want:?} not in:\n{text}");
+    }
+    for want in [
+        "pitch=1024",
+        "granularity=2097152 vmm_map=0 vmm_access=0 vmm_readback=1",
+        "lookup_legacy=1 lookup_per_thread=1 launch=0 empty_grid=1",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+}

@@ -1,0 +1,668 @@
+//! The allocation paths besides `cuMemAlloc` (pitched, managed, stream-ordered from the
+//! default and from user pools, CUDA arrays, the virtual-memory API), and the streams, modules
+//! and launches a CUDA program touches. What each path charges on the device is what the
+//! interception library must count:
+//!
+//! | path | charged |
+//! |---|---|
+//! | `cuMemAllocPitch` | pitch × height, pitch = width rounded up to 512 bytes |
+//! | `cuMemAllocManaged` | bytes, on the current context's device |
+//! | `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` | bytes, at once; freed at once (release threshold 0) |
+//! | `cuArrayCreate`, `cuArray3DCreate` | width × max(height,1) × max(depth,1) × channels × element size |
+//! | `cuMipmappedArrayCreate` | the sum of that over the levels, each halving every extent (at least 1) |
+//! | `cuMemCreate` | size (a multiple of the 2 MiB granularity), until `cuMemRelease` |
+#![allow(clippy::missing_safety_doc)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use crate::codes::*;
+use crate::{CUdevice, CUdeviceptr, CUresult, current_ctx, guard, out, state};
+
+/// Pitch alignment of pitched allocations.
+pub const PITCH_ALIGNMENT: usize = 512;
+/// Granularity of the virtual-memory API.
+pub const VMM_GRANULARITY: usize = 2 << 20;
+
+pub type CUstream = *mut c_void;
+pub type CUmemoryPool = *mut Pool;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUmemGenericAllocationHandle = u64;
+
+#[repr(C)]
+pub struct CudaArrayDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+}
+
+#[repr(C)]
+pub struct CudaArray3dDescriptor {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+#[repr(C)]
+pub struct CUmemLocation {
+    pub typ: c_int,
+    pub id: c_int,
+}
+
+/// The leading fields of `CUmemAllocationProp` and `CUmemPoolProps` (same prefix).
+#[repr(C)]
+pub struct CUmemAllocationProp {
+    pub typ: c_int,
+    pub requested_handle_types: c_int,
+    pub location: CUmemLocation,
+}
+
+#[repr(C)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_int,
+}
+
+/// A memory pool: the device it allocates on.
+pub struct Pool {
+    node_index: usize,
+}
+
+const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+
+fn element_size(format: c_int) -> Result<u64, CUresult> {
+    Ok(match format {
+        0x01 | 0x08 => 1,
+        0x02 | 0x09 | 0x10 => 2,
+        0x03 | 0x0a | 0x20 => 4,
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+/// Bytes of an array of these extents.
+#[must_use]
+pub fn array_bytes(
+    width: usize,
+    height: usize,
+    depth: usize,
+    format: c_int,
+    channels: c_uint,
+) -> Option<u64> {
+    let e = element_size(format).ok()?;
+    if width == 0 || !matches!(channels, 1 | 2 | 4) {
+        return None;
+    }
+    let n = (width as u64)
+        .checked_mul(height.max(1) as u64)?
+        .checked_mul(depth.max(1) as u64)?;
+    n.checked_mul(e * u64::from(channels))
+}
+
+fn alloc_on_current(dptr: *mut CUdeviceptr, bytes: u64) -> Result<(), CUresult> {
+    let d = state::get()?;
+    let ctx = current_ctx()?;
+    if dptr.is_null() || bytes == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let len = usize::try_from(bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    out(dptr, d.allocate(ctx.node_index, bytes, len)?)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size_bytes: c_uint,
+) -> CUresult {
+    guard(|| {
+        if pitch.is_null() || width == 0 || height == 0 || !matches!(element_size_bytes, 4 | 8 | 16)
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = width.div_ceil(PITCH_ALIGNMENT) * PITCH_ALIGNMENT;
+        let bytes = (p as u64)
+            .checked_mul(height as u64)
+            .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        alloc_on_current(dptr, bytes)?;
+        out(pitch, p)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    guard(|| {
+        if !matches!(flags, 1 | 2) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        alloc_on_current(dptr, bytesize as u64)
+    })
+}
+
+static DEFAULT_POOLS: LazyLock<Mutex<HashMap<usize, usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
+    pool: *mut CUmemoryPool,
+    dev: CUdevice,
+) -> CUresult {
+    guard(|| {
+        let index = state::get()?.node_index(dev)?;
+        let mut pools = DEFAULT_POOLS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let p = *pools
+            .entry(index)
+            .or_insert_with(|| Box::into_raw(Box::new(Pool { node_index: index })) as usize);
+        out(pool, p as CUmemoryPool)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolCreate(
+    pool: *mut CUmemoryPool,
+    props: *const CUmemAllocationProp,
+) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        if props.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: non-null, points at the caller's CUmemPoolProps, whose prefix we read.
+        let props = unsafe { &*props };
+        if props.location.typ != CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        let index = d.node_index(props.location.id)?;
+        out(pool, Box::into_raw(Box::new(Pool { node_index: index })))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
+    guard(|| {
+        if pool.is_null()
+            || DEFAULT_POOLS
+                .lock()
+                .map_err(|_| CUDA_ERROR_UNKNOWN)?
+                .values()
+                .any(|p| *p == pool as usize)
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a pool from cuMemPoolCreate, destroyed once by the API's contract.
+        drop(unsafe { Box::from_raw(pool) });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    _stream: CUstream,
+) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        if pool.is_null() || dptr.is_null() || bytesize == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a pool handle this library gave out.
+        let index = unsafe { (*pool).node_index };
+        out(dptr, d.allocate(index, bytesize as u64, bytesize)?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    _stream: CUstream,
+) -> CUresult {
+    guard(|| alloc_on_current(dptr, bytesize as u64))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuMemAllocAsync(dptr, bytesize, stream) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, _stream: CUstream) -> CUresult {
+    guard(|| state::get()?.free(dptr))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    cuMemFreeAsync(dptr, stream)
+}
+
+fn create_array(handle: *mut *mut c_void, bytes: Option<u64>) -> Result<(), CUresult> {
+    let d = state::get()?;
+    let ctx = current_ctx()?;
+    let bytes = bytes.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let len = usize::try_from(bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    out(
+        handle,
+        d.allocate(ctx.node_index, bytes, len)? as *mut c_void,
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayCreate_v2(
+    array: *mut CUarray,
+    desc: *const CudaArrayDescriptor,
+) -> CUresult {
+    guard(|| {
+        // SAFETY: checked for null; the caller's descriptor.
+        let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        create_array(
+            array,
+            array_bytes(desc.width, desc.height, 1, desc.format, desc.num_channels),
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArray3DCreate_v2(
+    array: *mut CUarray,
+    desc: *const CudaArray3dDescriptor,
+) -> CUresult {
+    guard(|| {
+        // SAFETY: checked for null; the caller's descriptor.
+        let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        create_array(
+            array,
+            array_bytes(
+                desc.width,
+                desc.height,
+                desc.depth,
+                desc.format,
+                desc.num_channels,
+            ),
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
+    guard(|| state::get()?.free(array as u64))
+}
+
+/// Bytes of a mipmapped array: every level halves each extent, down to 1.
+#[must_use]
+pub fn mipmapped_bytes(desc: &CudaArray3dDescriptor, levels: c_uint) -> Option<u64> {
+    let (mut w, mut h, mut d) = (desc.width, desc.height, desc.depth);
+    let mut total: u64 = 0;
+    for _ in 0..levels {
+        total = total.checked_add(array_bytes(w, h, d, desc.format, desc.num_channels)?)?;
+        w = (w / 2).max(1);
+        h = if h == 0 { 0 } else { (h / 2).max(1) };
+        d = if d == 0 { 0 } else { (d / 2).max(1) };
+    }
+    (levels > 0).then_some(total)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayCreate(
+    array: *mut CUmipmappedArray,
+    desc: *const CudaArray3dDescriptor,
+    levels: c_uint,
+) -> CUresult {
+    guard(|| {
+        // SAFETY: checked for null; the caller's descriptor.
+        let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        create_array(array, mipmapped_bytes(desc, levels))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
+    cuArrayDestroy(array)
+}
+
+/// Physical allocations of the virtual-memory API: handle → (node index, size, memfd).
+static HANDLES: LazyLock<Mutex<HashMap<u64, (usize, usize, c_int)>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    _prop: *const CUmemAllocationProp,
+    _option: c_int,
+) -> CUresult {
+    guard(|| out(granularity, VMM_GRANULARITY))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    _flags: u64,
+) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        // SAFETY: checked for null; the caller's CUmemAllocationProp, whose prefix we read.
+        let prop = unsafe { prop.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if size == 0
+            || size % VMM_GRANULARITY != 0
+            || prop.location.typ != CU_MEM_LOCATION_TYPE_DEVICE
+            || handle.is_null()
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let index = d.node_index(prop.location.id)?;
+        {
+            let mut inner = d.lock();
+            d.charge(&mut inner, index, size as u64)?;
+        }
+        // SAFETY: memfd_create with a static NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"gpuslice-sim-vmm".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: ftruncate on the descriptor just created.
+        if fd < 0 || unsafe { libc::ftruncate(fd, i64::try_from(size).unwrap_or(i64::MAX)) } != 0 {
+            let mut inner = d.lock();
+            d.uncharge(&mut inner, index, size as u64);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
+        HANDLES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(h, (index, size, fd));
+        out(handle, h)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let (index, size, fd) = HANDLES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .remove(&handle)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: closing the memfd this handle owned; mappings keep their own reference.
+        unsafe { libc::close(fd) };
+        let mut inner = d.lock();
+        d.uncharge(&mut inner, index, size as u64);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    _alignment: usize,
+    _addr: CUdeviceptr,
+    _flags: u64,
+) -> CUresult {
+    guard(|| {
+        state::get()?;
+        if size == 0 || size % VMM_GRANULARITY != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a fresh inaccessible anonymous mapping that reserves address space only.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        out(ptr, p as u64)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    guard(|| {
+        // SAFETY: the caller gives back a range it reserved with cuMemAddressReserve.
+        if unsafe { libc::munmap(ptr as *mut c_void, size) } != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    _flags: u64,
+) -> CUresult {
+    guard(|| {
+        let (_, hsize, fd) = *HANDLES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .get(&handle)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        if offset.checked_add(size).is_none_or(|end| end > hsize) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: MAP_FIXED over a range the caller reserved with cuMemAddressReserve.
+        let p = unsafe {
+            libc::mmap(
+                ptr as *mut c_void,
+                size,
+                libc::PROT_NONE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                i64::try_from(offset).unwrap_or(0),
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        } else {
+            Ok(())
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemSetAccess(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    guard(|| {
+        if desc.is_null() || count == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the range was mapped with cuMemMap by the caller.
+        if unsafe { libc::mprotect(ptr as *mut c_void, size, libc::PROT_READ | libc::PROT_WRITE) }
+            != 0
+        {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    guard(|| {
+        // SAFETY: replaces the caller's mapped range by a reservation again.
+        let p = unsafe {
+            libc::mmap(
+                ptr as *mut c_void,
+                size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Launches made through the fake driver (no code runs on the simulated device).
+pub static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, _flags: c_uint) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        out(stream, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    guard(|| {
+        if stream.is_null() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        // SAFETY: a stream from cuStreamCreate, destroyed once by the API's contract.
+        drop(unsafe { Box::from_raw(stream.cast::<u8>()) });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(_stream: CUstream) -> CUresult {
+    guard(|| current_ctx().map(|_| ()))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        if image.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(module, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
+    guard(|| {
+        if module.is_null() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        // SAFETY: a module from cuModuleLoadData, unloaded once by the API's contract.
+        drop(unsafe { Box::from_raw(module.cast::<u8>()) });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    function: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    guard(|| {
+        if module.is_null() || name.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(function, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: CUfunction,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    _shared_mem_bytes: c_uint,
+    _stream: CUstream,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> CUresult {
+    guard(|| {
+        if f.is_null() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        if [grid_x, grid_y, grid_z, block_x, block_y, block_z].contains(&0) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_sizes_follow_the_documented_rule() {
+        assert_eq!(array_bytes(100, 0, 0, 0x20, 4), Some(1600));
+        assert_eq!(array_bytes(100, 10, 0, 0x01, 1), Some(1000));
+        assert_eq!(array_bytes(8, 8, 8, 0x10, 2), Some(2048));
+        assert_eq!(array_bytes(8, 8, 8, 0x77, 2), None);
+        assert_eq!(array_bytes(8, 8, 8, 0x10, 3), None);
+        let d = CudaArray3dDescriptor {
+            width: 8,
+            height: 4,
+            depth: 0,
+            format: 0x01,
+            num_channels: 1,
+            flags: 0,
+        };
+        // 8x4 + 4x2 + 2x1 + 1x1
+        assert_eq!(mipmapped_bytes(&d, 4), Some(32 + 8 + 2 + 1));
+    }
+}

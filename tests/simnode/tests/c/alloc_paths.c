@@ -1,0 +1,131 @@
+/* Every allocation path of the simulated driver, called as cuda.h declares it: prints, per
+ * path, the bytes the device lost (from cuMemGetInfo) and whether freeing gave them back. */
+#include <stdio.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
+typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int type; int requestedHandleTypes; CUmemLocation location; void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+typedef struct {
+    int allocType; int handleTypes; CUmemLocation location; void *win32SecurityAttributes;
+    size_t maxSize; unsigned short usage; unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+CUresult cuMemAddressFree(CUdeviceptr, size_t);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+
+static size_t free_now(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f; }
+
+static void report(const char *path, CUresult rc, size_t before, size_t during, size_t after) {
+    printf("path=%s rc=%d charged=%zu restored=%d\n", path, rc, before - during, after == before);
+}
+
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUstream stream;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev)) { puts("init failed"); return 1; }
+    cuStreamCreate(&stream, 0);
+    size_t b, d; CUdeviceptr p; CUresult rc;
+
+    size_t pitch = 0;
+    b = free_now(); rc = cuMemAllocPitch_v2(&p, &pitch, 1000, 3, 4); d = free_now(); cuMemFree_v2(p);
+    report("pitch", rc, b, d, free_now()); printf("pitch=%zu\n", pitch);
+
+    b = free_now(); rc = cuMemAllocManaged(&p, 12345, 1); d = free_now(); cuMemFree_v2(p);
+    report("managed", rc, b, d, free_now());
+
+    b = free_now(); rc = cuMemAllocAsync(&p, 4096, stream); d = free_now(); cuMemFreeAsync(p, stream); cuStreamSynchronize(stream);
+    report("async", rc, b, d, free_now());
+
+    CUmemPoolProps props; memset(&props, 0, sizeof props);
+    props.allocType = 1; props.location.type = 1; props.location.id = 0;
+    CUmemoryPool pool;
+    cuMemPoolCreate(&pool, &props);
+    b = free_now(); rc = cuMemAllocFromPoolAsync(&p, 8192, pool, stream); d = free_now(); cuMemFreeAsync(p, stream);
+    report("pool", rc, b, d, free_now()); cuMemPoolDestroy(pool);
+
+    CUDA_ARRAY_DESCRIPTOR a2 = { 100, 10, 0x20, 4 }; CUarray arr;
+    b = free_now(); rc = cuArrayCreate_v2(&arr, &a2); d = free_now(); cuArrayDestroy(arr);
+    report("array2d", rc, b, d, free_now());
+
+    CUDA_ARRAY3D_DESCRIPTOR a3 = { 8, 8, 8, 0x10, 2, 0 };
+    b = free_now(); rc = cuArray3DCreate_v2(&arr, &a3); d = free_now(); cuArrayDestroy(arr);
+    report("array3d", rc, b, d, free_now());
+
+    CUDA_ARRAY3D_DESCRIPTOR m = { 8, 4, 0, 0x01, 1, 0 }; CUmipmappedArray mip;
+    b = free_now(); rc = cuMipmappedArrayCreate(&mip, &m, 4); d = free_now(); cuMipmappedArrayDestroy(mip);
+    report("mipmapped", rc, b, d, free_now());
+
+    CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);
+    prop.type = 1; prop.location.type = 1; prop.location.id = 0;
+    size_t gran = 0; cuMemGetAllocationGranularity(&gran, &prop, 0);
+    CUmemGenericAllocationHandle h; CUdeviceptr va;
+    b = free_now(); rc = cuMemCreate(&h, 2 * gran, &prop, 0); d = free_now();
+    cuMemAddressReserve(&va, 2 * gran, 0, 0, 0);
+    int mapped = cuMemMap(va, 2 * gran, 0, h, 0);
+    CUmemAccessDesc access = { { 1, 0 }, 3 };
+    int accessible = cuMemSetAccess(va, 2 * gran, &access, 1);
+    memset((void *)va, 7, 64);
+    int readback = ((unsigned char *)va)[63] == 7;
+    cuMemUnmap(va, 2 * gran); cuMemAddressFree(va, 2 * gran); cuMemRelease(h);
+    report("vmm", rc, b, d, free_now());
+    printf("granularity=%zu vmm_map=%d vmm_access=%d vmm_readback=%d\n", gran, mapped, accessible, readback);
+
+    void *f = 0; int status = -1;
+    cuGetProcAddress_v2("cuLaunchKernel", &f, 12000, 0, &status);
+    int legacy = f == (void *)cuLaunchKernel;
+    cuGetProcAddress_v2("cuLaunchKernel", &f, 12000, 2, &status);
+    int per_thread = f == (void *)cuLaunchKernel_ptsz;
+    CUmodule mod; CUfunction fn;
+    cuModuleLoadData(&mod, "fake image");
+    cuModuleGetFunction(&fn, mod, "kernel");
+    int launch = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0);
+    int empty_grid = cuLaunchKernel(fn, 0, 1, 1, 32, 1, 1, 0, stream, 0, 0);
+    printf("lookup_legacy=%d lookup_per_thread=%d launch=%d empty_grid=%d\n", legacy, per_thread, launch, empty_grid);
+    return 0;
+}
