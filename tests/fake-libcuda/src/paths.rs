@@ -340,8 +340,11 @@ pub extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
     cuArrayDestroy(array)
 }
 
-/// Physical allocations of the virtual-memory API: handle → (node index, size, memfd).
-static HANDLES: LazyLock<Mutex<HashMap<u64, (usize, usize, c_int)>>> =
+/// A physical allocation of the virtual-memory API: (node index, size, memfd).
+type Physical = (usize, usize, c_int);
+
+/// Physical allocations of the virtual-memory API by handle.
+static HANDLES: LazyLock<Mutex<HashMap<u64, Physical>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
@@ -366,7 +369,7 @@ pub unsafe extern "C" fn cuMemCreate(
         // SAFETY: checked for null; the caller's CUmemAllocationProp, whose prefix we read.
         let prop = unsafe { prop.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         if size == 0
-            || size % VMM_GRANULARITY != 0
+            || !size.is_multiple_of(VMM_GRANULARITY)
             || prop.location.typ != CU_MEM_LOCATION_TYPE_DEVICE
             || handle.is_null()
         {
@@ -421,7 +424,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 ) -> CUresult {
     guard(|| {
         state::get()?;
-        if size == 0 || size % VMM_GRANULARITY != 0 {
+        if size == 0 || !size.is_multiple_of(VMM_GRANULARITY) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a fresh inaccessible anonymous mapping that reserves address space only.
