@@ -35,8 +35,6 @@ pub struct Invocation {
     pub log: Option<PathBuf>,
     /// `--log-format`: `text` or `json`.
     pub log_format: Option<String>,
-    /// `run --detach`: the runtime returns while the container runs on.
-    pub detach: bool,
 }
 
 impl Invocation {
@@ -93,9 +91,6 @@ pub fn parse(argv: &[OsString]) -> Invocation {
         }
         if a.starts_with('-') && a.len() > 1 {
             let (flag, inline) = split_flag(a);
-            if creates && (flag == "-d" || flag == "--detach") {
-                inv.detach = true;
-            }
             let takes_value = creates && CREATE_WITH_VALUE.contains(&flag);
             if takes_value {
                 let value = match inline {
@@ -156,8 +151,6 @@ mod tests {
         assert_eq!(inv.container_id.as_deref(), Some("id9"));
         assert_eq!(inv.bundle, Some(PathBuf::from("/bundle")));
         let inv = parse(&argv("crun --cgroup-manager systemd run --bundle=/x myid"));
-        assert!(!inv.detach);
-        assert!(parse(&argv("runc run -d --bundle /x myid")).detach);
         assert_eq!(
             (inv.command.as_deref(), inv.container_id.as_deref()),
             (Some("run"), Some("myid"))

@@ -53,7 +53,14 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
         .container_id
         .as_deref()
         .context("no container id in the arguments")?;
-    if claim_and_edit(id, &mut spec, Some(bundle), Release::ByRuntime, cfg)?
+    // `create` is followed by the runtime's `delete` through this wrapper, which releases;
+    // `run` deletes the container inside the runtime, so a poststop hook releases.
+    let release_by = if inv.command.as_deref() == Some("run") {
+        Release::ByHook
+    } else {
+        Release::ByRuntime
+    };
+    if claim_and_edit(id, &mut spec, Some(bundle), release_by, cfg)?
         && let Err(e) = spec::write(&config_path, &spec)
     {
         let _ = release(id, cfg);
@@ -67,10 +74,11 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
 /// Who releases a container's claim when it is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
-    /// The wrapper, after the runtime's `delete` (and after a foreground `run`): no poststop
-    /// hook is needed, which saves a process per container.
+    /// The wrapper, after the runtime's `delete`: no poststop hook is needed, which saves a
+    /// process per container.
     ByRuntime,
-    /// A poststop hook, for engines that create containers without the wrapper.
+    /// A poststop hook: for `run`, which deletes inside the runtime, and for engines that
+    /// create containers without the wrapper.
     ByHook,
 }
 

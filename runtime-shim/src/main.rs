@@ -32,13 +32,14 @@ fn main() -> ExitCode {
             return fail(&format!("{e:#}"));
         }
     }
-    // After these the container is gone: run the runtime, then release the claim.
-    let ends_container = match inv.command.as_deref() {
-        Some("delete") => true,
-        Some("run") => !inv.detach,
-        _ => false,
-    };
-    if ends_container {
+    // After a delete the container is gone: run the runtime, then release the claim. Only a
+    // container with a slice needs that; every other command is handed over with exec, so
+    // signals reach the runtime as before.
+    let claimed = inv
+        .container_id
+        .as_ref()
+        .is_some_and(|id| cfg.run_dir.join(id).exists());
+    if inv.command.as_deref() == Some("delete") && claimed {
         return run_then_release(&runtime, &argv, &inv, &cfg);
     }
     let err = Command::new(&runtime)
@@ -48,8 +49,8 @@ fn main() -> ExitCode {
     fail(&format!("failed to execute {}: {err}", runtime.display()))
 }
 
-/// Runs the runtime's `delete` (or a foreground `run`), then releases the container's claim
-/// if it had one. The claim outlives a failed delete: the container may still run.
+/// Runs the runtime's `delete`, then releases the container's claim. The claim outlives a
+/// failed delete: the container may still run.
 fn run_then_release(
     runtime: &std::path::Path,
     argv: &[OsString],
@@ -71,8 +72,7 @@ fn run_then_release(
             return ExitCode::FAILURE;
         }
     };
-    let gone = status.success() || inv.command.as_deref() == Some("run");
-    if gone
+    if status.success()
         && let Some(id) = &inv.container_id
         && let Err(e) = inject::release_if_claimed(id, cfg)
     {
