@@ -134,7 +134,16 @@ fn a_gpu_container_run_in_the_foreground_gives_its_slice_back_when_it_exits() {
     let b = bundle.display().to_string();
     let out = node.wrapper(&["run", "--bundle", &b, "fg1"]);
     assert!(out.status.success(), "run failed: {}", text(&out));
-    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(spec_path).unwrap()).unwrap();
-    assert!(spec["hooks"]["poststop"].as_array().is_some_and(|h| !h.is_empty()), "run needs a poststop hook");
-    assert!(node.status().slices.is_empty(), "the claim outlived the container");
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(spec_path).unwrap()).unwrap();
+    assert!(
+        spec["hooks"]["poststop"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty()),
+        "run needs a poststop hook"
+    );
+    assert!(
+        node.status().slices.is_empty(),
+        "the claim outlived the container"
+    );
 }
