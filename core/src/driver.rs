@@ -97,16 +97,10 @@ impl DriverFiles {
                 if !wanted {
                     continue;
                 }
-                let host = host_dir.join(&name);
-                let real = std::fs::canonicalize(&host).map_err(|source| DriverError::Io {
-                    path: host.clone(),
-                    source,
-                })?;
-                mounts.push(BindMount {
-                    source: real,
-                    destination: format!("/{dir}/{name}"),
-                    read_only: true,
-                });
+                mounts.push(resolved_mount(
+                    &host_dir.join(&name),
+                    format!("/{dir}/{name}"),
+                )?);
             }
             let sim = host_dir.join("gpuslice-sim/node.json");
             if sim.exists() {
@@ -134,15 +128,7 @@ impl DriverFiles {
         for bin in BINARIES {
             let host = root.root.join("usr/bin").join(bin);
             if host.exists() {
-                let real = std::fs::canonicalize(&host).map_err(|source| DriverError::Io {
-                    path: host.clone(),
-                    source,
-                })?;
-                mounts.push(BindMount {
-                    source: real,
-                    destination: format!("/usr/bin/{bin}"),
-                    read_only: true,
-                });
+                mounts.push(resolved_mount(&host, format!("/usr/bin/{bin}"))?);
             }
         }
         Ok(Self {
@@ -156,6 +142,20 @@ impl DriverFiles {
     pub fn gpu_device(&self, minor: u32) -> Result<DeviceNode, DriverError> {
         device_node(&self.root, &format!("nvidia{minor}"))
     }
+}
+
+/// A read-only mount of the file `host` (symbolic links resolved, since a link cannot be
+/// bind-mounted) at `destination`.
+fn resolved_mount(host: &Path, destination: String) -> Result<BindMount, DriverError> {
+    let source = std::fs::canonicalize(host).map_err(|source| DriverError::Io {
+        path: host.to_path_buf(),
+        source,
+    })?;
+    Ok(BindMount {
+        source,
+        destination,
+        read_only: true,
+    })
 }
 
 fn device_node(root: &DriverRoot, name: &str) -> Result<DeviceNode, DriverError> {

@@ -111,24 +111,26 @@ fn sandbox_config(annotations: &[(&str, &str)]) -> PodSandboxConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_api() {
-    let node = Node::new();
-    let rootfs = rootfs::busybox(
-        &node.work.path().join("image-rootfs"),
-        &[&binary("nvidia-smi")],
-    );
-    let c = containerd_with_cri(&node);
+/// A containerd with its CRI plugin and the test image imported, holding `programs`.
+fn containerd_with_image(node: &Node, programs: &[&Path]) -> Containerd {
+    let rootfs = rootfs::busybox(&node.work.path().join("image-rootfs"), programs);
+    let c = containerd_with_cri(node);
     let archive = image_archive(&rootfs, &c.dir);
     sh(Command::new("ctr")
         .arg("--address")
         .arg(&c.socket)
         .args(["-n", "k8s.io", "images", "import"])
         .arg(&archive));
+    c
+}
 
-    let mut client = cri(&c.socket).await;
-    let config = sandbox_config(&[("gpuslice.io/memory", "2Gi")]);
-    let sandbox = client
+/// RunPodSandbox with the gpuslice handler; the sandbox id.
+async fn run_sandbox(
+    client: &mut RuntimeServiceClient<Channel>,
+    c: &Containerd,
+    config: &PodSandboxConfig,
+) -> String {
+    client
         .run_pod_sandbox(RunPodSandboxRequest {
             config: Some(config.clone()),
             runtime_handler: "gpuslice".into(),
@@ -141,31 +143,67 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
             )
         })
         .into_inner()
-        .pod_sandbox_id;
-    assert!(node.status().slices.is_empty(), "the pod sandbox got a GPU");
+        .pod_sandbox_id
+}
 
-    let container = client
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: sandbox.clone(),
-            config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "worker".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["/bin/sleep".into(), "60".into()],
-                log_path: "worker.log".into(),
+/// CreateContainer of a container named `worker` running `command` in the test image.
+async fn create_worker(
+    client: &mut RuntimeServiceClient<Channel>,
+    sandbox: &str,
+    config: &PodSandboxConfig,
+    command: &[&str],
+) -> Result<String, tonic::Status> {
+    let request = CreateContainerRequest {
+        pod_sandbox_id: sandbox.to_string(),
+        config: Some(ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "worker".into(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: IMAGE.into(),
                 ..Default::default()
             }),
-            sandbox_config: Some(config.clone()),
+            command: command.iter().map(|c| (*c).to_string()).collect(),
+            log_path: "worker.log".into(),
+            ..Default::default()
+        }),
+        sandbox_config: Some(config.clone()),
+    };
+    client
+        .create_container(request)
+        .await
+        .map(|r| r.into_inner().container_id)
+}
+
+/// StopPodSandbox then RemovePodSandbox.
+async fn remove_sandbox(client: &mut RuntimeServiceClient<Channel>, sandbox: String) {
+    client
+        .stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: sandbox.clone(),
         })
         .await
-        .unwrap_or_else(|e| panic!("CreateContainer: {e}"))
-        .into_inner()
-        .container_id;
+        .expect("StopPodSandbox");
+    client
+        .remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: sandbox,
+        })
+        .await
+        .expect("RemovePodSandbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_api() {
+    let node = Node::new();
+    let c = containerd_with_image(&node, &[&binary("nvidia-smi")]);
+    let mut client = cri(&c.socket).await;
+    let config = sandbox_config(&[("gpuslice.io/memory", "2Gi")]);
+    let sandbox = run_sandbox(&mut client, &c, &config).await;
+    assert!(node.status().slices.is_empty(), "the pod sandbox got a GPU");
+
+    let container = create_worker(&mut client, &sandbox, &config, &["/bin/sleep", "60"])
+        .await
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}"));
     client
         .start_container(StartContainerRequest {
             container_id: container.clone(),
@@ -192,18 +230,7 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
     );
     common::assert_gpu_checks(&t);
 
-    client
-        .stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: sandbox.clone(),
-        })
-        .await
-        .expect("StopPodSandbox");
-    client
-        .remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: sandbox,
-        })
-        .await
-        .expect("RemovePodSandbox");
+    remove_sandbox(&mut client, sandbox).await;
     assert!(
         wait_for(Duration::from_secs(10), || node.status().slices.is_empty()),
         "the claim outlived the pod"
@@ -213,48 +240,13 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_pod_annotation_fails_create_container_with_the_reason() {
     let node = Node::new();
-    let rootfs = rootfs::busybox(&node.work.path().join("image-rootfs"), &[]);
-    let c = containerd_with_cri(&node);
-    let archive = image_archive(&rootfs, &c.dir);
-    sh(Command::new("ctr")
-        .arg("--address")
-        .arg(&c.socket)
-        .args(["-n", "k8s.io", "images", "import"])
-        .arg(&archive));
+    let c = containerd_with_image(&node, &[]);
     let mut client = cri(&c.socket).await;
     let config = sandbox_config(&[("gpuslice.io/memory", "-2Gi")]);
-    let sandbox = client
-        .run_pod_sandbox(RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: "gpuslice".into(),
-        })
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
-    let created = client
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: sandbox.clone(),
-            config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "worker".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec!["/bin/true".into()],
-                log_path: "worker.log".into(),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config),
-        })
-        .await;
-    let msg = match created {
+    let sandbox = run_sandbox(&mut client, &c, &config).await;
+    let msg = match create_worker(&mut client, &sandbox, &config, &["/bin/true"]).await {
         Err(status) => status.message().to_string(),
-        Ok(r) => {
-            let id = r.into_inner().container_id;
+        Ok(id) => {
             let e = client
                 .start_container(StartContainerRequest { container_id: id })
                 .await
@@ -268,16 +260,5 @@ async fn a_bad_pod_annotation_fails_create_container_with_the_reason() {
         "{msg}"
     );
     assert!(node.status().slices.is_empty());
-    client
-        .stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: sandbox.clone(),
-        })
-        .await
-        .expect("StopPodSandbox");
-    client
-        .remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: sandbox,
-        })
-        .await
-        .expect("RemovePodSandbox");
+    remove_sandbox(&mut client, sandbox).await;
 }

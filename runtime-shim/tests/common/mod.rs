@@ -73,35 +73,14 @@ impl Node {
         bundle
     }
 
-    /// Runs the wrapper; its output goes to files, since a created container keeps the
-    /// stdio it was given open.
+    /// Runs the wrapper against this node.
     pub fn wrapper(&self, args: &[&str]) -> Output {
-        let out = tempfile::tempfile().unwrap();
-        let err = tempfile::tempfile().unwrap();
-        let status = Command::new(binary("gpuslice-runtime"))
-            .arg("--root")
+        let mut cmd = Command::new(binary("gpuslice-runtime"));
+        cmd.arg("--root")
             .arg(self.runc_root())
             .args(args)
-            .env(
-                "GPUSLICE_RUNTIME_CONFIG",
-                self.work.path().join("absent.json"),
-            )
-            .env("GPUSLICE_LOW_LEVEL_RUNTIME", "runc")
-            .env("GPUSLICE_DRIVER_ROOT", self.sim.root())
-            .env("GPUSLICE_RUN_DIR", &self.agent.run_dir)
-            .env("GPUSLICE_BUS_ADDRESS", &self.bus.address)
-            .env("GPUSLICE_INTERCEPTION_LIBRARY", &self.interception_library)
-            .env("GPUSLICE_HOOK", binary("gpuslice-hook"))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(err.try_clone().unwrap())
-            .status()
-            .unwrap();
-        Output {
-            status,
-            stdout: read_all(out),
-            stderr: read_all(err),
-        }
+            .envs(self.env());
+        output_via_files(&mut cmd)
     }
 
     /// The environment that points the wrapper and the hook at this node.
@@ -111,10 +90,7 @@ impl Node {
                 "GPUSLICE_RUNTIME_CONFIG".into(),
                 self.work.path().join("absent.json").display().to_string(),
             ),
-            (
-                "GPUSLICE_LOW_LEVEL_RUNTIME".into(),
-                std::env::var("GPUSLICE_TEST_LOW_LEVEL_RUNTIME").unwrap_or_else(|_| "runc".into()),
-            ),
+            ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
             (
                 "GPUSLICE_DRIVER_ROOT".into(),
                 self.sim.root().display().to_string(),
@@ -135,24 +111,11 @@ impl Node {
         ]
     }
 
-    /// Runs runc itself; output goes to files, as for the wrapper.
+    /// Runs runc itself against this node's runc root.
     pub fn runc(&self, args: &[&str]) -> Output {
-        let out = tempfile::tempfile().unwrap();
-        let err = tempfile::tempfile().unwrap();
-        let status = Command::new("runc")
-            .arg("--root")
-            .arg(self.runc_root())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(err.try_clone().unwrap())
-            .status()
-            .unwrap();
-        Output {
-            status,
-            stdout: read_all(out),
-            stderr: read_all(err),
-        }
+        let mut cmd = Command::new("runc");
+        cmd.arg("--root").arg(self.runc_root()).args(args);
+        output_via_files(&mut cmd)
     }
 
     pub fn status(&self) -> Status {
@@ -164,7 +127,25 @@ impl Node {
     }
 }
 
-pub fn read_all(mut f: std::fs::File) -> Vec<u8> {
+/// Runs `cmd` with its output going to files rather than pipes: a created container keeps the
+/// stdio it was given open, so reading a pipe to its end would wait for the container.
+pub fn output_via_files(cmd: &mut Command) -> Output {
+    let out = tempfile::tempfile().unwrap();
+    let err = tempfile::tempfile().unwrap();
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .status()
+        .unwrap();
+    Output {
+        status,
+        stdout: read_all(out),
+        stderr: read_all(err),
+    }
+}
+
+fn read_all(mut f: std::fs::File) -> Vec<u8> {
     use std::io::{Read, Seek};
     let mut v = Vec::new();
     f.rewind().unwrap();

@@ -8,11 +8,16 @@ use crate::codes::{
     CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
 };
 
-/// (base name, first CUDA version of this variant, entry point).
-fn table() -> Vec<(&'static str, i32, *mut c_void)> {
+/// (base name, first CUDA version of this variant, entry point address).
+type Entry = (&'static str, i32, usize);
+
+/// Built once: lookups happen on every `cuGetProcAddress`.
+static TABLE: std::sync::LazyLock<Vec<Entry>> = std::sync::LazyLock::new(build_table);
+
+fn build_table() -> Vec<Entry> {
     macro_rules! e {
         ($base:literal, $ver:expr, $f:path) => {
-            ($base, $ver, $f as *mut c_void)
+            ($base, $ver, $f as *const () as usize)
         };
     }
     vec![
@@ -142,7 +147,7 @@ pub const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 /// `CUdriverProcAddressQueryResult` to report. With the per-thread default-stream flag, the
 /// `_ptsz`/`_ptds` variant is returned where the driver has one, as the real driver does.
 pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>, i32) {
-    let table = table();
+    let table: &[Entry] = &TABLE;
     if flags & PER_THREAD_DEFAULT_STREAM != 0 {
         for suffix in ["_ptsz", "_ptds"] {
             let variant = format!("{name}{suffix}");
@@ -151,11 +156,11 @@ pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>
                 .filter(|(n, v, _)| *n == variant && *v <= cuda_version)
                 .max_by_key(|(_, v, _)| *v)
             {
-                return (Some(*f), CU_GET_PROC_ADDRESS_SUCCESS);
+                return (Some(*f as *mut c_void), CU_GET_PROC_ADDRESS_SUCCESS);
             }
         }
     }
-    let entries: Vec<_> = table.into_iter().filter(|(n, _, _)| *n == name).collect();
+    let entries: Vec<&Entry> = table.iter().filter(|(n, _, _)| *n == name).collect();
     if entries.is_empty() {
         return (None, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     }
@@ -164,7 +169,7 @@ pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>
         .filter(|(_, v, _)| *v <= cuda_version)
         .max_by_key(|(_, v, _)| *v)
     {
-        Some((_, _, f)) => (Some(*f), CU_GET_PROC_ADDRESS_SUCCESS),
+        Some((_, _, f)) => (Some(*f as *mut c_void), CU_GET_PROC_ADDRESS_SUCCESS),
         None => (None, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
     }
 }

@@ -161,8 +161,10 @@ unsafe fn with_device(
     })
 }
 
-fn memory_used(l: &Loaded, index: usize) -> u64 {
-    procs::used_on(&l.spec.state_dir, index).min(l.spec.gpus[index].memory_bytes)
+/// Total and used bytes of GPU `index`, used from every live process's record.
+fn memory_of(l: &Loaded, index: usize) -> (u64, u64) {
+    let total = l.spec.gpus[index].memory_bytes;
+    (total, procs::used_on(&l.spec.state_dir, index).min(total))
 }
 
 #[unsafe(no_mangle)]
@@ -491,8 +493,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
             if memory.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let total = l.spec.gpus[i].memory_bytes;
-            let used = memory_used(l, i);
+            let (total, used) = memory_of(l, i);
             *memory = nvmlMemory_t {
                 total,
                 free: total - used,
@@ -514,8 +515,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             if memory.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let total = l.spec.gpus[i].memory_bytes;
-            let used = memory_used(l, i);
+            let (total, used) = memory_of(l, i);
             let version = (*memory).version;
             *memory = nvmlMemory_v2_t {
                 version,
@@ -540,9 +540,8 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
             if u.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let total = l.spec.gpus[i].memory_bytes.max(1);
-            let mem_pct =
-                u32::try_from(memory_used(l, i).saturating_mul(100) / total).unwrap_or(100);
+            let (total, used) = memory_of(l, i);
+            let mem_pct = u32::try_from(used.saturating_mul(100) / total.max(1)).unwrap_or(100);
             *u = nvmlUtilization_t {
                 gpu: 0,
                 memory: mem_pct,

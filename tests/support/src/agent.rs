@@ -160,11 +160,6 @@ impl Agent {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    #[must_use]
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     /// SIGKILL, as a crash at an arbitrary instant.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

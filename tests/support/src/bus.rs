@@ -1,12 +1,13 @@
 //! A private `dbus-daemon` for one test.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 pub struct Bus {
     child: Child,
-    dir: tempfile::TempDir,
+    /// Holds the socket and configuration; removed when the bus is dropped.
+    _dir: tempfile::TempDir,
     pub address: String,
 }
 
@@ -99,13 +100,8 @@ impl Bus {
         Self {
             child,
             address: format!("unix:path={}", socket.display()),
-            dir,
+            _dir: dir,
         }
-    }
-
-    #[must_use]
-    pub fn dir(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
     }
 }
 
