@@ -10,13 +10,19 @@
 //! gpu.0.uuid=GPU-00000000-0000-0000-0000-000000000000
 //! gpu.0.memory_bytes=2147483648
 //! gpu.0.cores=50
+//! gpu.0.context_bytes=0
 //! ```
 //!
 //! Lines starting with `#` and blank lines are ignored. A reader refuses a version it does
 //! not know. GPU positions (`gpu.N`) are the container's view, in the order of the claim;
-//! the UUID ties each one to the driver's device.
+//! the UUID ties each one to the driver's device. `context_bytes` (optional, default 0) is the
+//! device memory the driver reserves for each CUDA context, charged to the slice once per
+//! context because the driver takes it from the same card.
 
 use crate::claim::{Claim, GpuGrant};
+
+/// A GPU's fields as read so far: uuid, memory_bytes, cores, context_bytes.
+type PartialGpu = (Option<String>, Option<u64>, Option<u32>, Option<u64>);
 
 pub const VERSION: u32 = 1;
 /// File name inside the container's directory.
@@ -29,6 +35,8 @@ pub struct GpuLimit {
     pub memory_bytes: u64,
     /// Percent of the SMs; 0 for no reserved share (not throttled).
     pub cores: u32,
+    /// Device memory charged for each context a process creates on this GPU.
+    pub context_bytes: u64,
 }
 
 /// Everything the limits file says.
@@ -55,6 +63,7 @@ impl Limits {
             uuid: g.uuid.clone(),
             memory_bytes: g.memory_bytes,
             cores: g.cores,
+            context_bytes: 0,
         };
         Self {
             container_id: claim.container_id.clone(),
@@ -73,8 +82,8 @@ impl Limits {
         for (i, g) in self.gpus.iter().enumerate() {
             let _ = write!(
                 s,
-                "gpu.{i}.uuid={}\ngpu.{i}.memory_bytes={}\ngpu.{i}.cores={}\n",
-                g.uuid, g.memory_bytes, g.cores
+                "gpu.{i}.uuid={}\ngpu.{i}.memory_bytes={}\ngpu.{i}.cores={}\ngpu.{i}.context_bytes={}\n",
+                g.uuid, g.memory_bytes, g.cores, g.context_bytes
             );
         }
         s
@@ -84,7 +93,7 @@ impl Limits {
         let mut version = None;
         let mut container_id = None;
         let mut count: Option<usize> = None;
-        let mut gpus: Vec<(Option<String>, Option<u64>, Option<u32>)> = Vec::new();
+        let mut gpus: Vec<PartialGpu> = Vec::new();
         for (n, raw) in text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -113,7 +122,7 @@ impl Limits {
                         return Err(bad("too many GPUs"));
                     }
                     count = Some(c);
-                    gpus.resize(c, (None, None, None));
+                    gpus.resize(c, (None, None, None, None));
                 }
                 _ => {
                     let rest = key.strip_prefix("gpu.").ok_or_else(|| bad("unknown key"))?;
@@ -131,6 +140,7 @@ impl Limits {
                                     .map_err(|_| bad("cores out of range"))?,
                             )
                         }
+                        "context_bytes" => slot.3 = Some(num(value)?),
                         _ => return Err(bad("unknown key")),
                     }
                 }
@@ -144,13 +154,14 @@ impl Limits {
             .into_iter()
             .enumerate()
             .map(|(i, g)| match g {
-                (Some(uuid), Some(memory_bytes), cores) => Ok(GpuLimit {
+                (Some(uuid), Some(memory_bytes), cores, context_bytes) => Ok(GpuLimit {
                     uuid,
                     memory_bytes,
                     cores: cores.unwrap_or(0),
+                    context_bytes: context_bytes.unwrap_or(0),
                 }),
-                (None, _, _) => Err(LimitsError::Missing(format!("gpu.{i}.uuid"))),
-                (_, None, _) => Err(LimitsError::Missing(format!("gpu.{i}.memory_bytes"))),
+                (None, ..) => Err(LimitsError::Missing(format!("gpu.{i}.uuid"))),
+                (_, None, ..) => Err(LimitsError::Missing(format!("gpu.{i}.memory_bytes"))),
             })
             .collect::<Result<_, _>>()?;
         Ok(Self { container_id, gpus })
@@ -169,11 +180,13 @@ mod tests {
                     uuid: "GPU-a".into(),
                     memory_bytes: 2 << 30,
                     cores: 50,
+                    context_bytes: 300 << 20,
                 },
                 GpuLimit {
                     uuid: "GPU-b".into(),
                     memory_bytes: 1 << 30,
                     cores: 0,
+                    context_bytes: 0,
                 },
             ],
         }

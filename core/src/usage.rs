@@ -12,14 +12,18 @@
 //! | 12 | 4 | GPU count of the container (≤ 16) |
 //! | 16 | 4 | slot count |
 //! | 20 | 4 | slot size in bytes (192) |
-//! | 24 | 40 | reserved, zero |
+//! | 24 | 4 | high-water mark: one past the highest slot ever claimed (readers scan below it) |
+//! | 28 | 36 | reserved, zero |
 //! | 64 + i·192 | 192 | slot i |
 //!
-//! Slot: `pid: u32` at 0 (0 free; `u32::MAX` being reaped), `reserved: u32` at 4,
+//! Slot: `pid: u32` at 0 (0 free; top bit set: being reaped by the process whose pid is in the
+//! low 31 bits, so that a reaper killed half-way is itself recognised as dead), `reserved: u32` at 4,
 //! `start_time: u64` at 8 (clock ticks since boot of the owner, to tell a reused pid apart),
 //! `used: [u64; 16]` at 16 (bytes held on each of the container's GPUs), zero padding to 192.
 //! A process claims a free slot by compare-and-swap of `pid` from 0, and updates only its own
-//! `used` counters with atomic adds; readers sum the slots whose `pid` is not 0.
+//! `used` counters with atomic adds; readers sum the slots whose `pid` is neither 0 nor being
+//! reaped. A process that dies (even by SIGKILL mid-update) leaves only its own slot behind,
+//! which any other process of the container may reap: mark it with its own pid, zero it, free it.
 
 pub const MAGIC: &[u8; 8] = b"GPSLUSG1";
 pub const VERSION: u32 = 1;
@@ -35,8 +39,16 @@ pub const SLOT_PID: usize = 0;
 pub const SLOT_START_TIME: usize = 8;
 /// Offset of `used[0]` in a slot.
 pub const SLOT_USED: usize = 16;
-/// The `pid` value of a slot being reaped.
-pub const PID_REAPING: u32 = u32::MAX;
+/// Offset of the high-water mark in the header.
+pub const HEADER_HIGH_WATER: usize = 24;
+/// Set in `pid` while a slot is being reaped; the low 31 bits name the reaper.
+pub const PID_REAPING: u32 = 1 << 31;
+
+/// Whether a slot's `pid` field names a live owner (not free, not being reaped).
+#[must_use]
+pub fn pid_is_owner(pid: u32) -> bool {
+    pid != 0 && pid & PID_REAPING == 0
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
@@ -130,7 +142,7 @@ impl UsageSnapshot {
             .map(|i| HEADER_SIZE + i * SLOT_SIZE)
             .filter_map(|at| {
                 let pid = get_u32(buf, at + SLOT_PID);
-                (pid != 0 && pid != PID_REAPING).then(|| SlotSnapshot {
+                pid_is_owner(pid).then(|| SlotSnapshot {
                     pid,
                     start_time: get_u64(buf, at + SLOT_START_TIME),
                     used: (0..gpu_count)
@@ -172,7 +184,7 @@ mod tests {
     fn totals_sum_live_slots_and_skip_free_and_reaping_ones() {
         let mut r = new_region(2, 4);
         let slot = |i: usize| HEADER_SIZE + i * SLOT_SIZE;
-        for (i, pid, used0) in [(0, 10u32, 100u64), (1, PID_REAPING, 1000), (3, 12, 5)] {
+        for (i, pid, used0) in [(0, 10u32, 100u64), (1, PID_REAPING | 7, 1000), (3, 12, 5)] {
             r[slot(i)..slot(i) + 4].copy_from_slice(&pid.to_le_bytes());
             r[slot(i) + SLOT_USED..slot(i) + SLOT_USED + 8].copy_from_slice(&used0.to_le_bytes());
         }

@@ -1,4 +1,5 @@
+//! Calls between the library's own exported functions bind inside the library, as in the real
+//! driver: an interposer (libgpuslice.so) sees each call a program makes exactly once.
 fn main() {
-    // The real library's soname, so that programs linked against it record the right name.
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
 }

@@ -315,6 +315,31 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     })
 }
 
+/// CUDA 11.4's variant with execution-affinity parameters (ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    _num_params: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// CUDA 12.5's variant with `CUctxCreateParams` (ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     guard(|| {

@@ -228,6 +228,17 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: same contract as cuMemAllocFromPoolAsync.
+    unsafe { cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream) }
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocAsync(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
@@ -306,6 +317,57 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
     guard(|| state::get()?.free(array as u64))
+}
+
+/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
+#[repr(C)]
+pub struct CudaArrayMemoryRequirements {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+/// Alignment the simulated driver reports for arrays.
+const ARRAY_ALIGNMENT: usize = 512;
+
+fn array_requirements(
+    req: *mut CudaArrayMemoryRequirements,
+    array: *mut c_void,
+) -> Result<(), CUresult> {
+    let d = state::get()?;
+    let charge = d
+        .lock()
+        .allocs
+        .get(&(array as u64))
+        .map(|a| a.1)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    out(
+        req,
+        CudaArrayMemoryRequirements {
+            size: usize::try_from(charge).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
+            alignment: ARRAY_ALIGNMENT,
+            reserved: [0; 4],
+        },
+    )
+}
+
+/// The device memory an array takes: here exactly what it was charged.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
+    req: *mut CudaArrayMemoryRequirements,
+    array: CUarray,
+    _device: CUdevice,
+) -> CUresult {
+    guard(|| array_requirements(req, array))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
+    req: *mut CudaArrayMemoryRequirements,
+    array: CUmipmappedArray,
+    _device: CUdevice,
+) -> CUresult {
+    guard(|| array_requirements(req, array))
 }
 
 /// Bytes of a mipmapped array: every level halves each extent, down to 1.

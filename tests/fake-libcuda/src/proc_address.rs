@@ -47,6 +47,8 @@ fn build_table() -> Vec<Entry> {
             crate::cuDevicePrimaryCtxRelease_v2
         ),
         e!("cuCtxCreate", 3020, crate::cuCtxCreate_v2),
+        e!("cuCtxCreate", 11040, crate::cuCtxCreate_v3),
+        e!("cuCtxCreate", 12050, crate::cuCtxCreate_v4),
         e!("cuCtxDestroy", 4000, crate::cuCtxDestroy_v2),
         e!("cuCtxSetCurrent", 4000, crate::cuCtxSetCurrent),
         e!("cuCtxGetCurrent", 4000, crate::cuCtxGetCurrent),
@@ -85,6 +87,21 @@ fn build_table() -> Vec<Entry> {
             "cuMemAllocFromPoolAsync",
             11020,
             crate::paths::cuMemAllocFromPoolAsync
+        ),
+        e!(
+            "cuMemAllocFromPoolAsync_ptsz",
+            11020,
+            crate::paths::cuMemAllocFromPoolAsync_ptsz
+        ),
+        e!(
+            "cuArrayGetMemoryRequirements",
+            11060,
+            crate::paths::cuArrayGetMemoryRequirements
+        ),
+        e!(
+            "cuMipmappedArrayGetMemoryRequirements",
+            11060,
+            crate::paths::cuMipmappedArrayGetMemoryRequirements
         ),
         e!("cuArrayCreate", 3020, crate::paths::cuArrayCreate_v2),
         e!("cuArray3DCreate", 3020, crate::paths::cuArray3DCreate_v2),

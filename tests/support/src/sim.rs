@@ -15,12 +15,27 @@ impl SimNode {
     /// created when the tests run as root.
     #[must_use]
     pub fn new(gpus: u32, model: &str, memory: Option<u64>) -> Self {
+        Self::with_context_bytes(gpus, model, memory, 0)
+    }
+
+    /// As [`SimNode::new`], each context taking `context_bytes` of device memory.
+    #[must_use]
+    pub fn with_context_bytes(
+        gpus: u32,
+        model: &str,
+        memory: Option<u64>,
+        context_bytes: u64,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuslice-sim-")
             .tempdir()
             .expect("tempdir");
         let spec = NodeSpec::uniform(model, gpus, memory, dir.path().join("run/gpuslice-sim"))
             .expect("model");
+        let mut spec = spec;
+        for g in &mut spec.gpus {
+            g.context_bytes = context_bytes;
+        }
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         let root = unsafe { libc::geteuid() } == 0;

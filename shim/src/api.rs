@@ -1,0 +1,233 @@
+//! The one table of intercepted functions. From it come the exported symbols (each calling its
+//! hook inside a panic guard), typed pointers to the real functions, and the lookups that
+//! `dlsym` and `cuGetProcAddress` use to hand out the exports instead of the real functions.
+//! Helpers are real functions the hooks call but do not replace.
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::ffi::*;
+
+/// The library a function lives in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Library {
+    Cuda,
+    Nvml,
+}
+
+impl Library {
+    fn soname(self) -> &'static CStr {
+        match self {
+            Self::Cuda => c"libcuda.so.1",
+            Self::Nvml => c"libnvidia-ml.so.1",
+        }
+    }
+}
+
+static HANDLES: [AtomicPtr<c_void>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
+
+/// The already loaded library's handle (it is loaded if one of its functions is being called
+/// or looked up); loaded by soname as a last resort.
+fn handle(lib: Library) -> *mut c_void {
+    let slot = &HANDLES[lib as usize];
+    let h = slot.load(Ordering::Acquire);
+    if !h.is_null() {
+        return h;
+    }
+    // SAFETY: dlopen with a NUL-terminated soname; RTLD_NOLOAD only finds a loaded object.
+    let mut h = unsafe { libc::dlopen(lib.soname().as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        // SAFETY: as above, loading it.
+        h = unsafe { libc::dlopen(lib.soname().as_ptr(), libc::RTLD_NOW) };
+    }
+    if !h.is_null() {
+        slot.store(h, Ordering::Release);
+    }
+    h
+}
+
+/// The library's own definition of `name`.
+fn lookup(lib: Library, name: &CStr) -> *mut c_void {
+    let h = handle(lib);
+    if h.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a handle from dlopen and a NUL-terminated name; dlsym on a library handle
+    // searches that library and its dependencies, never this preloaded one.
+    unsafe { crate::dlsym::real_dlsym(h, name.as_ptr()) }
+}
+
+const fn c_name(s: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(s.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("function name with a NUL byte"),
+    }
+}
+
+macro_rules! table {
+    (
+        intercepted {
+            $( $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) -> $ret:ty = $hook:path; )*
+        }
+        helpers {
+            $( $hlib:ident fn $hname:ident ( $($harg:ident : $hty:ty),* $(,)? ) -> $hret:ty; )*
+        }
+    ) => {
+        /// Every function of the table, intercepted ones first.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        pub enum Entry { $($name,)* $($hname,)* }
+
+        /// (entry, library, name, intercepted).
+        pub const ENTRIES: &[(Entry, Library, &CStr, bool)] = &[
+            $( (Entry::$name, Library::$lib, c_name(concat!(stringify!($name), "\0")), true), )*
+            $( (Entry::$hname, Library::$hlib, c_name(concat!(stringify!($hname), "\0")), false), )*
+        ];
+
+        static REAL: [AtomicPtr<c_void>; ENTRIES.len()] =
+            [const { AtomicPtr::new(std::ptr::null_mut()) }; ENTRIES.len()];
+
+        /// Typed pointers to the libraries' own functions; None where the library lacks one.
+        #[allow(non_snake_case, dead_code)]
+        pub mod real {
+            use super::*;
+            $(
+                #[inline]
+                pub fn $name() -> Option<unsafe extern "C" fn($($ty),*) -> $ret> {
+                    let p = super::real_address(Entry::$name);
+                    // SAFETY: p is the library's function of this name, and its C signature is
+                    // the one declared in the table (from cuda.h / nvml.h).
+                    (!p.is_null()).then(|| unsafe {
+                        std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> $ret>(p)
+                    })
+                }
+            )*
+            $(
+                pub fn $hname() -> Option<unsafe extern "C" fn($($hty),*) -> $hret> {
+                    let p = super::real_address(Entry::$hname);
+                    // SAFETY: as above.
+                    (!p.is_null()).then(|| unsafe {
+                        std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($hty),*) -> $hret>(p)
+                    })
+                }
+            )*
+        }
+
+        $(
+            /// Exported in place of the driver's function of the same name.
+            ///
+            /// # Safety
+            /// The contract of the driver's function.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                // SAFETY: the caller keeps the driver function's contract, which the hook
+                // relies on and passes on.
+                crate::guard(|| unsafe { $hook($($arg),*) })
+            }
+        )*
+
+        /// The exported replacement of an intercepted entry.
+        pub fn export_of(e: Entry) -> Option<*mut c_void> {
+            match e {
+                $( Entry::$name => Some($name as *const () as *mut c_void), )*
+                #[allow(unreachable_patterns)]
+                _ => None,
+            }
+        }
+    };
+}
+
+/// The real function of `e`, resolved on first use.
+#[inline]
+pub fn real_address(e: Entry) -> *mut c_void {
+    let slot = &REAL[e as usize];
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    let (_, lib, name, _) = ENTRIES[e as usize];
+    let p = lookup(lib, name);
+    if !p.is_null() {
+        slot.store(p, Ordering::Release);
+    }
+    p
+}
+
+/// Records what a lookup through `dlsym` found for an intercepted name, where the library's
+/// handle could not be had by soname (a driver loaded under another name).
+pub fn remember(e: Entry, p: *mut c_void) {
+    let _ = REAL[e as usize].compare_exchange(
+        std::ptr::null_mut(),
+        p,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}
+
+/// The intercepted entry of this name.
+pub fn intercepted_by_name(name: &CStr) -> Option<Entry> {
+    ENTRIES
+        .iter()
+        .find(|(_, _, n, intercepted)| *intercepted && *n == name)
+        .map(|(e, ..)| *e)
+}
+
+/// The intercepted entry whose real function is at `p` (what `cuGetProcAddress` returned).
+pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
+    ENTRIES
+        .iter()
+        .filter(|(_, lib, _, intercepted)| *intercepted && *lib == Library::Cuda)
+        .find(|(e, ..)| real_address(*e) == p)
+        .map(|(e, ..)| *e)
+}
+
+use crate::hooks::{alloc, context, info, proc_address};
+
+table! {
+    intercepted {
+        Cuda fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult = alloc::mem_alloc;
+        Cuda fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult = alloc::mem_free;
+        Cuda fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) -> CUresult = alloc::mem_alloc_pitch;
+        Cuda fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> CUresult = alloc::mem_alloc_managed;
+        Cuda fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult = alloc::mem_alloc_async;
+        Cuda fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult = alloc::mem_alloc_async_ptsz;
+        Cuda fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult = alloc::mem_alloc_from_pool;
+        Cuda fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult = alloc::mem_alloc_from_pool_ptsz;
+        Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult = alloc::mem_free_async;
+        Cuda fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult = alloc::mem_free_async_ptsz;
+        Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = alloc::mem_pool_create;
+        Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = alloc::mem_pool_destroy;
+        Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = alloc::default_mem_pool;
+        Cuda fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult = alloc::array_create;
+        Cuda fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult = alloc::array_3d_create;
+        Cuda fn cuArrayDestroy(array: CUarray) -> CUresult = alloc::array_destroy;
+        Cuda fn cuMipmappedArrayCreate(array: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> CUresult = alloc::mipmapped_array_create;
+        Cuda fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult = alloc::mipmapped_array_destroy;
+        Cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemPropHead, flags: u64) -> CUresult = alloc::mem_create;
+        Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult = alloc::mem_release;
+        Cuda fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
+        Cuda fn cuCtxCreate_v3(ctx: *mut CUcontext, params: *mut c_void, count: c_int, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v3;
+        Cuda fn cuCtxCreate_v4(ctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v4;
+        Cuda fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult = context::ctx_destroy;
+        Cuda fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult = context::primary_retain;
+        Cuda fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult = context::primary_release_v1;
+        Cuda fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult = context::primary_release;
+        Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult = context::primary_reset;
+        Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;
+        Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult = info::device_total_mem;
+        Cuda fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel;
+        Cuda fn cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel_ptsz;
+        Cuda fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult = proc_address::get_proc_address;
+        Cuda fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CUresult = proc_address::get_proc_address_v2;
+        Nvml fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t = info::nvml_memory_info;
+        Nvml fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t = info::nvml_memory_info_v2;
+    }
+    helpers {
+        Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
+        Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
+        Cuda fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
+        Cuda fn cuArrayGetMemoryRequirements(req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, array: CUarray, dev: CUdevice) -> CUresult;
+        Cuda fn cuMipmappedArrayGetMemoryRequirements(req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, array: CUmipmappedArray, dev: CUdevice) -> CUresult;
+        Nvml fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, len: c_uint) -> nvmlReturn_t;
+    }
+}

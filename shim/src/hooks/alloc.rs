@@ -1,0 +1,467 @@
+//! Every path that takes device memory, and the frees that give it back.
+//!
+//! | path | charged |
+//! |---|---|
+//! | `cuMemAlloc`, managed, stream-ordered (default and user pools) | the bytes asked for |
+//! | `cuMemAllocPitch` | pitch × height, the pitch the driver chose |
+//! | CUDA arrays 1D/2D/3D, mipmapped | the driver's own memory requirements where it reports them (CUDA ≥ 11.6), else the element bytes of every level |
+//! | `cuMemCreate` on a device | the size |
+//!
+//! Managed memory is charged in full to the current context's device, although the driver
+//! may keep part of it in host memory: the wall errs on the side of holding. Stream-ordered
+//! frees give the charge back when they are enqueued, not when the stream reaches them.
+
+use std::ffi::c_uint;
+
+use super::{charged, current_device, real_or_return, uncharged};
+use crate::api::real;
+use crate::ffi::*;
+use crate::slice::{self, Kind};
+
+macro_rules! slice_or_pass {
+    ($call:expr) => {
+        match slice::get() {
+            Some(s) => s,
+            None => return $call,
+        }
+    };
+}
+
+/// Reads what the driver wrote through an out-pointer it was given.
+fn written<T: Copy>(p: *const T) -> Option<T> {
+    // SAFETY: only called after the driver reported success, so a non-null out-pointer
+    // points at the value it wrote.
+    (!p.is_null()).then(|| unsafe { p.read() })
+}
+
+pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    let f = real_or_return!(cuMemAlloc_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, bytes) };
+    let s = slice_or_pass!(call());
+    let dev = match current_device(s) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+        written(dptr).unwrap_or(0)
+    })
+}
+
+pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) -> CUresult {
+    let f = real_or_return!(cuMemAllocManaged);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, bytes, flags) };
+    let s = slice_or_pass!(call());
+    let dev = match current_device(s) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+        written(dptr).unwrap_or(0)
+    })
+}
+
+pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
+    let f = real_or_return!(cuMemFree_v2);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(dptr) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::Memory, dptr, call)
+}
+
+pub unsafe fn mem_alloc_pitch(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element: c_uint,
+) -> CUresult {
+    let f = real_or_return!(cuMemAllocPitch_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, pitch, width, height, element) };
+    let s = slice_or_pass!(call());
+    let dev = match current_device(s) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let Some(gpu) = s.position(dev) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    // The pitch is at least the width: charge that first, then what the padding adds.
+    let Some(least) = (width as u64).checked_mul(height as u64) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    if !s.charge(gpu, least) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let r = call();
+    if r != CUDA_SUCCESS {
+        s.refund(gpu, least);
+        return r;
+    }
+    let actual = (written(pitch).unwrap_or(0) as u64).saturating_mul(height as u64);
+    if actual > least && !s.charge(gpu, actual - least) {
+        if let Some(free) = real::cuMemFree_v2() {
+            // SAFETY: freeing the allocation the driver just made.
+            unsafe { free(written(dptr).unwrap_or(0)) };
+        }
+        s.refund(gpu, least);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if actual < least {
+        s.refund(gpu, least - actual);
+    }
+    s.record(Kind::Memory, written(dptr).unwrap_or(0), gpu, actual);
+    CUDA_SUCCESS
+}
+
+type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
+
+unsafe fn alloc_async(
+    f: AllocAsync,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, bytes, stream) };
+    let s = slice_or_pass!(call());
+    let dev = match current_device(s) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+        written(dptr).unwrap_or(0)
+    })
+}
+
+pub unsafe fn mem_alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult {
+    // SAFETY: the caller's contract.
+    unsafe { alloc_async(real_or_return!(cuMemAllocAsync), dptr, bytes, stream) }
+}
+
+pub unsafe fn mem_alloc_async_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's contract.
+    unsafe { alloc_async(real_or_return!(cuMemAllocAsync_ptsz), dptr, bytes, stream) }
+}
+
+type AllocFromPool =
+    unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
+
+unsafe fn alloc_from_pool(
+    f: AllocFromPool,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, bytes, pool, stream) };
+    let s = slice_or_pass!(call());
+    let known = s
+        .pools
+        .lock()
+        .ok()
+        .and_then(|p| p.get(&(pool as usize)).copied());
+    let dev = match known.map_or_else(|| current_device(s), Ok) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+        written(dptr).unwrap_or(0)
+    })
+}
+
+pub unsafe fn mem_alloc_from_pool(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    // SAFETY: the caller's contract.
+    unsafe {
+        alloc_from_pool(
+            real_or_return!(cuMemAllocFromPoolAsync),
+            dptr,
+            bytes,
+            pool,
+            stream,
+        )
+    }
+}
+
+pub unsafe fn mem_alloc_from_pool_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let f = real_or_return!(cuMemAllocFromPoolAsync_ptsz);
+    // SAFETY: the caller's contract.
+    unsafe { alloc_from_pool(f, dptr, bytes, pool, stream) }
+}
+
+pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuMemFreeAsync);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, stream) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::Memory, dptr, call)
+}
+
+pub unsafe fn mem_free_async_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuMemFreeAsync_ptsz);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(dptr, stream) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::Memory, dptr, call)
+}
+
+fn remember_pool(pool: CUmemoryPool, dev: CUdevice) {
+    if let Some(s) = slice::get()
+        && let Ok(mut pools) = s.pools.lock()
+    {
+        pools.insert(pool as usize, dev);
+    }
+}
+
+pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult {
+    let f = real_or_return!(cuMemPoolCreate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(pool, props) };
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    // SAFETY: props was accepted by the driver, so a non-null one points at CUmemPoolProps.
+    let location = unsafe { props.as_ref() }.map(|p| (p.location.typ, p.location.id));
+    if let (Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)), Some(p)) = (location, written(pool)) {
+        remember_pool(p, dev);
+    }
+    r
+}
+
+pub unsafe fn default_mem_pool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuDeviceGetDefaultMemPool);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(pool, dev) };
+    if r == CUDA_SUCCESS
+        && let Some(p) = written(pool)
+    {
+        remember_pool(p, dev);
+    }
+    r
+}
+
+pub unsafe fn mem_pool_destroy(pool: CUmemoryPool) -> CUresult {
+    let f = real_or_return!(cuMemPoolDestroy);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = unsafe { f(pool) };
+    if r == CUDA_SUCCESS
+        && let Some(s) = slice::get()
+        && let Ok(mut pools) = s.pools.lock()
+    {
+        pools.remove(&(pool as usize));
+    }
+    r
+}
+
+/// Element bytes of an array of the given extents (0 where the format is unknown).
+fn array_estimate(width: usize, height: usize, depth: usize, format: i32, channels: c_uint) -> u64 {
+    let e = array_format_bytes(format).unwrap_or(0);
+    (width as u64)
+        .saturating_mul(height.max(1) as u64)
+        .saturating_mul(depth.max(1) as u64)
+        .saturating_mul(e)
+        .saturating_mul(u64::from(channels))
+}
+
+fn mipmapped_estimate(d: &CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> u64 {
+    let (mut w, mut h, mut z) = (d.width, d.height, d.depth);
+    let mut total = 0u64;
+    for _ in 0..levels {
+        total = total.saturating_add(array_estimate(w, h, z, d.format, d.num_channels));
+        w = (w / 2).max(1);
+        h = if h == 0 { 0 } else { (h / 2).max(1) };
+        z = if z == 0 { 0 } else { (z / 2).max(1) };
+    }
+    total
+}
+
+type Requirements = unsafe extern "C" fn(
+    *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
+    *mut std::ffi::c_void,
+    CUdevice,
+) -> CUresult;
+
+/// Creates an array charging `estimate` first, then settles on the driver's own figure.
+fn create_array(
+    kind: Kind,
+    estimate: u64,
+    create: impl FnOnce() -> CUresult,
+    handle: impl Fn() -> *mut std::ffi::c_void,
+    requirements: Option<Requirements>,
+    destroy: impl FnOnce(*mut std::ffi::c_void),
+) -> CUresult {
+    let s = slice_or_pass!(create());
+    let dev = match current_device(s) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    let Some(gpu) = s.position(dev) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    if !s.charge(gpu, estimate) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let r = create();
+    if r != CUDA_SUCCESS {
+        s.refund(gpu, estimate);
+        return r;
+    }
+    let array = handle();
+    let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS {
+        size: 0,
+        alignment: 0,
+        reserved: [0; 4],
+    };
+    // SAFETY: the driver fills the requirements of the array it just created.
+    let exact = requirements
+        .filter(|f| unsafe { f(&raw mut req, array, dev) } == CUDA_SUCCESS)
+        .map_or(estimate, |_| req.size as u64);
+    if exact > estimate && !s.charge(gpu, exact - estimate) {
+        destroy(array);
+        s.refund(gpu, estimate);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if exact < estimate {
+        s.refund(gpu, estimate - exact);
+    }
+    s.record(kind, array as u64, gpu, exact);
+    CUDA_SUCCESS
+}
+
+pub unsafe fn array_create(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
+    let f = real_or_return!(cuArrayCreate_v2);
+    // SAFETY: read only if non-null; the caller's descriptor.
+    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
+        array_estimate(d.width, d.height, 0, d.format, d.num_channels)
+    });
+    let destroy = |a| {
+        if let Some(d) = real::cuArrayDestroy() {
+            // SAFETY: destroying the array just created.
+            unsafe { d(a) };
+        }
+    };
+    create_array(
+        Kind::Array,
+        estimate,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        || unsafe { f(array, desc) },
+        || written(array).unwrap_or(std::ptr::null_mut()),
+        real::cuArrayGetMemoryRequirements(),
+        destroy,
+    )
+}
+
+pub unsafe fn array_3d_create(
+    array: *mut CUarray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+) -> CUresult {
+    let f = real_or_return!(cuArray3DCreate_v2);
+    // SAFETY: read only if non-null; the caller's descriptor.
+    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
+        array_estimate(d.width, d.height, d.depth, d.format, d.num_channels)
+    });
+    let destroy = |a| {
+        if let Some(d) = real::cuArrayDestroy() {
+            // SAFETY: destroying the array just created.
+            unsafe { d(a) };
+        }
+    };
+    create_array(
+        Kind::Array,
+        estimate,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        || unsafe { f(array, desc) },
+        || written(array).unwrap_or(std::ptr::null_mut()),
+        real::cuArrayGetMemoryRequirements(),
+        destroy,
+    )
+}
+
+pub unsafe fn array_destroy(array: CUarray) -> CUresult {
+    let f = real_or_return!(cuArrayDestroy);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(array) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::Array, array as u64, call)
+}
+
+pub unsafe fn mipmapped_array_create(
+    array: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
+) -> CUresult {
+    let f = real_or_return!(cuMipmappedArrayCreate);
+    // SAFETY: read only if non-null; the caller's descriptor.
+    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| mipmapped_estimate(d, levels));
+    let destroy = |a| {
+        if let Some(d) = real::cuMipmappedArrayDestroy() {
+            // SAFETY: destroying the array just created.
+            unsafe { d(a) };
+        }
+    };
+    create_array(
+        Kind::MipmappedArray,
+        estimate,
+        // SAFETY: the caller's arguments, passed on unchanged.
+        || unsafe { f(array, desc, levels) },
+        || written(array).unwrap_or(std::ptr::null_mut()),
+        real::cuMipmappedArrayGetMemoryRequirements(),
+        destroy,
+    )
+}
+
+pub unsafe fn mipmapped_array_destroy(array: CUmipmappedArray) -> CUresult {
+    let f = real_or_return!(cuMipmappedArrayDestroy);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(array) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::MipmappedArray, array as u64, call)
+}
+
+pub unsafe fn mem_create(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemPropHead,
+    flags: u64,
+) -> CUresult {
+    let f = real_or_return!(cuMemCreate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(handle, size, prop, flags) };
+    let s = slice_or_pass!(call());
+    // SAFETY: read only if non-null; the caller's CUmemAllocationProp.
+    let location = unsafe { prop.as_ref() }.map(|p| (p.location.typ, p.location.id));
+    match location {
+        Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)) => {
+            charged(s, Kind::Physical, dev, size as u64, call, || {
+                written(handle).unwrap_or(0)
+            })
+        }
+        // Host memory, or a request the driver will refuse.
+        _ => call(),
+    }
+}
+
+pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
+    let f = real_or_return!(cuMemRelease);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(handle) };
+    let s = slice_or_pass!(call());
+    uncharged(s, Kind::Physical, handle, call)
+}

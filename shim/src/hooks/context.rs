@@ -1,0 +1,137 @@
+//! Contexts: the driver reserves device memory for each one, out of the same card, so each
+//! context a process creates is charged the limits file's `context_bytes` for its GPU. The
+//! primary context is charged once per device while this process holds it retained.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use super::{charged, real_or_return, uncharged};
+use crate::ffi::*;
+use crate::slice::{self, Kind};
+
+fn create(ctx: *mut CUcontext, dev: CUdevice, call: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let bytes = s.position(dev).map_or(0, |g| s.context_bytes(g));
+    let key = || {
+        if ctx.is_null() {
+            return 0;
+        }
+        // SAFETY: read after the driver reported success, so `ctx` was written.
+        unsafe { ctx.read() as u64 }
+    };
+    charged(s, Kind::Context, dev, bytes, call, key)
+}
+
+pub unsafe fn ctx_create_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuCtxCreate_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe { f(ctx, flags, dev) })
+}
+
+pub unsafe fn ctx_create_v3(
+    ctx: *mut CUcontext,
+    params: *mut c_void,
+    count: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    let f = real_or_return!(cuCtxCreate_v3);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe { f(ctx, params, count, flags, dev) })
+}
+
+pub unsafe fn ctx_create_v4(
+    ctx: *mut CUcontext,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    let f = real_or_return!(cuCtxCreate_v4);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe { f(ctx, params, flags, dev) })
+}
+
+pub unsafe fn ctx_destroy(ctx: CUcontext) -> CUresult {
+    let f = real_or_return!(cuCtxDestroy_v2);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(ctx) };
+    match slice::get() {
+        Some(s) => uncharged(s, Kind::Context, ctx as u64, call),
+        None => call(),
+    }
+}
+
+pub unsafe fn primary_retain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuDevicePrimaryCtxRetain);
+    let Some(s) = slice::get() else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(ctx, dev) };
+    };
+    let Ok(mut retained) = s.primary.lock() else {
+        return CUDA_ERROR_UNKNOWN;
+    };
+    let count = retained.entry(dev).or_insert(0);
+    if *count > 0 {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        let r = unsafe { f(ctx, dev) };
+        if r == CUDA_SUCCESS {
+            *count += 1;
+        }
+        return r;
+    }
+    let Some(gpu) = s.position(dev) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let bytes = s.context_bytes(gpu);
+    if !s.charge(gpu, bytes) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(ctx, dev) };
+    if r == CUDA_SUCCESS {
+        *count = 1;
+    } else {
+        s.refund(gpu, bytes);
+    }
+    r
+}
+
+type ByDevice = unsafe extern "C" fn(CUdevice) -> CUresult;
+
+/// Release (`drop_all` false) or reset (true) of the primary context.
+fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
+    let Some(s) = slice::get() else {
+        // SAFETY: the caller's argument, passed on unchanged.
+        return unsafe { f(dev) };
+    };
+    let Ok(mut retained) = s.primary.lock() else {
+        return CUDA_ERROR_UNKNOWN;
+    };
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = unsafe { f(dev) };
+    if r == CUDA_SUCCESS
+        && let Some(count) = retained.get_mut(&dev)
+        && *count > 0
+    {
+        *count = if drop_all { 0 } else { *count - 1 };
+        if *count == 0
+            && let Some(gpu) = s.position(dev)
+        {
+            s.refund(gpu, s.context_bytes(gpu));
+        }
+    }
+    r
+}
+
+pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
+    primary_drop(real_or_return!(cuDevicePrimaryCtxRelease_v2), dev, false)
+}
+
+pub unsafe fn primary_release_v1(dev: CUdevice) -> CUresult {
+    primary_drop(real_or_return!(cuDevicePrimaryCtxRelease), dev, false)
+}
+
+pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
+    primary_drop(real_or_return!(cuDevicePrimaryCtxReset_v2), dev, true)
+}

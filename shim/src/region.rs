@@ -1,0 +1,375 @@
+//! The container's usage region, mapped shared: this process's slot, the wall check, reaping.
+//!
+//! The wall without a lock: a process first adds an allocation to its own slot, then sums all
+//! slots. Every add and every load is sequentially consistent, so of two processes that reserve
+//! at the same time at least one sees the other's reservation; an allocation is kept only if
+//! the sum it saw, its own reservation included, is within the limit. So the allocations kept
+//! never exceed the limit together. A process that saw an overshoot takes its reservation back
+//! and looks again: if the rest now leaves room (another reservation was withdrawn meanwhile),
+//! it tries again, a few times, before it reports out of memory.
+//!
+//! Counters only ever change by the owner's own adds and subtracts (saturating), so usage never
+//! underflows; a dead owner's slot is zeroed as a whole by a reaper.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+
+use gpuslice_core::usage::{
+    HEADER_HIGH_WATER, HEADER_SIZE, MAGIC, PID_REAPING, SLOT_PID, SLOT_SIZE, SLOT_START_TIME,
+    SLOT_USED, VERSION, pid_is_owner,
+};
+
+/// Attempts before an allocation that keeps meeting other processes' reservations gives up.
+const ATTEMPTS: usize = 16;
+
+/// Tells whether a process is alive and which one it is.
+pub trait Processes {
+    /// Start time of `pid` (clock ticks since boot), or None if there is no such process.
+    fn start_time(&self, pid: u32) -> Option<u64>;
+}
+
+/// A region in memory shared with the container's other processes.
+pub struct Region {
+    base: *mut u8,
+    len: usize,
+    gpus: usize,
+    slots: usize,
+}
+
+// SAFETY: every access to the shared bytes goes through atomics; the pointer itself never
+// changes after construction and the mapping lives as long as the Region.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum RegionError {
+    Layout(&'static str),
+    NoFreeSlot,
+}
+
+impl Region {
+    /// # Safety
+    /// `base` must point at `len` bytes, aligned to 8, that stay mapped for the Region's life
+    /// and are only accessed through this module's atomics (in this and other processes).
+    pub unsafe fn new(base: *mut u8, len: usize) -> Result<Self, RegionError> {
+        if len < HEADER_SIZE || !(base as usize).is_multiple_of(8) {
+            return Err(RegionError::Layout("shorter than its header"));
+        }
+        // SAFETY: `base` points at at least HEADER_SIZE readable bytes (checked above).
+        let header = unsafe { std::slice::from_raw_parts(base, HEADER_SIZE) };
+        if &header[0..8] != MAGIC {
+            return Err(RegionError::Layout("bad magic"));
+        }
+        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or([0; 4]));
+        if word(8) != VERSION {
+            return Err(RegionError::Layout("unknown version"));
+        }
+        let gpus = word(12) as usize;
+        let slots = word(16) as usize;
+        if word(20) as usize != SLOT_SIZE || gpus > gpuslice_core::usage::MAX_GPUS {
+            return Err(RegionError::Layout("inconsistent header"));
+        }
+        if len < HEADER_SIZE + slots * SLOT_SIZE {
+            return Err(RegionError::Layout("shorter than its slots"));
+        }
+        Ok(Self {
+            base,
+            len,
+            gpus,
+            slots,
+        })
+    }
+
+    pub fn gpus(&self) -> usize {
+        self.gpus
+    }
+
+    fn u32_at(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at + 4 <= self.len && at.is_multiple_of(4));
+        // SAFETY: `at` is inside the mapping and 4-aligned (slot and field offsets are multiples
+        // of 8 from an 8-aligned base); the bytes are only accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.base.add(at).cast()) }
+    }
+
+    fn u64_at(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at + 8 <= self.len && at.is_multiple_of(8));
+        // SAFETY: as in u32_at, with 8-byte alignment.
+        unsafe { AtomicU64::from_ptr(self.base.add(at).cast()) }
+    }
+
+    fn slot(&self, i: usize) -> usize {
+        HEADER_SIZE + i * SLOT_SIZE
+    }
+
+    fn pid(&self, i: usize) -> &AtomicU32 {
+        self.u32_at(self.slot(i) + SLOT_PID)
+    }
+
+    fn start(&self, i: usize) -> &AtomicU64 {
+        self.u64_at(self.slot(i) + SLOT_START_TIME)
+    }
+
+    fn used(&self, i: usize, gpu: usize) -> &AtomicU64 {
+        self.u64_at(self.slot(i) + SLOT_USED + 8 * gpu)
+    }
+
+    fn high_water(&self) -> usize {
+        (self.u32_at(HEADER_HIGH_WATER).load(SeqCst) as usize).min(self.slots)
+    }
+
+    /// Takes a free slot for `pid`, reaping dead owners' slots if none is free.
+    pub fn claim(
+        &self,
+        pid: u32,
+        start_time: u64,
+        procs: &impl Processes,
+    ) -> Result<usize, RegionError> {
+        for round in 0..2 {
+            for i in 0..self.slots {
+                if self.pid(i).compare_exchange(0, pid, SeqCst, SeqCst).is_ok() {
+                    self.start(i).store(start_time, SeqCst);
+                    self.u32_at(HEADER_HIGH_WATER)
+                        .fetch_max(u32::try_from(i + 1).unwrap_or(u32::MAX), SeqCst);
+                    return Ok(i);
+                }
+            }
+            if round == 0 {
+                self.reap(pid, procs);
+            }
+        }
+        Err(RegionError::NoFreeSlot)
+    }
+
+    /// Whether slot `i` still belongs to `pid` (a reaper may have taken it from a process it
+    /// wrongly judged dead, e.g. one in another pid namespace).
+    pub fn owns(&self, i: usize, pid: u32) -> bool {
+        self.pid(i).load(SeqCst) == pid
+    }
+
+    /// Bytes held on `gpu` by all live slots.
+    pub fn total(&self, gpu: usize) -> u64 {
+        (0..self.high_water())
+            .filter(|&i| pid_is_owner(self.pid(i).load(SeqCst)))
+            .fold(0u64, |acc, i| {
+                acc.saturating_add(self.used(i, gpu).load(SeqCst))
+            })
+    }
+
+    /// Adds `bytes` on `gpu` to slot `mine` if the container stays within `limit`.
+    pub fn charge(
+        &self,
+        mine: usize,
+        gpu: usize,
+        bytes: u64,
+        limit: u64,
+        me: u32,
+        procs: &impl Processes,
+    ) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        if bytes > limit || gpu >= self.gpus {
+            return false;
+        }
+        let counter = self.used(mine, gpu);
+        let mut reaped = false;
+        for _ in 0..ATTEMPTS {
+            counter.fetch_add(bytes, SeqCst);
+            if self.total(gpu) <= limit {
+                return true;
+            }
+            self.sub(mine, gpu, bytes);
+            if self.total(gpu).saturating_add(bytes) > limit {
+                if reaped {
+                    return false;
+                }
+                reaped = true;
+                if self.reap(me, procs) == 0 {
+                    return false;
+                }
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    /// Takes `bytes` on `gpu` back from slot `mine`, never below zero.
+    pub fn refund(&self, mine: usize, gpu: usize, bytes: u64) {
+        if gpu < self.gpus {
+            self.sub(mine, gpu, bytes);
+        }
+    }
+
+    fn sub(&self, i: usize, gpu: usize, bytes: u64) {
+        let _ = self
+            .used(i, gpu)
+            .fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(bytes)));
+    }
+
+    /// Gives slot `mine` back (the process is exiting or forked away from it).
+    pub fn release(&self, mine: usize, pid: u32) {
+        if self
+            .pid(mine)
+            .compare_exchange(pid, PID_REAPING | pid, SeqCst, SeqCst)
+            .is_ok()
+        {
+            self.wipe(mine);
+        }
+    }
+
+    fn wipe(&self, i: usize) {
+        for g in 0..self.gpus {
+            self.used(i, g).store(0, SeqCst);
+        }
+        self.start(i).store(0, SeqCst);
+        self.pid(i).store(0, SeqCst);
+    }
+
+    /// Frees the slots of dead processes, including those of reapers that died half-way.
+    /// Returns how many slots were freed.
+    pub fn reap(&self, me: u32, procs: &impl Processes) -> usize {
+        let mut freed = 0;
+        for i in 0..self.high_water() {
+            let pid = self.pid(i).load(SeqCst);
+            if pid == 0 || pid == me {
+                continue;
+            }
+            let dead = if pid & PID_REAPING != 0 {
+                let reaper = pid & !PID_REAPING;
+                reaper != me && procs.start_time(reaper).is_none()
+            } else {
+                let recorded = self.start(i).load(SeqCst);
+                match procs.start_time(pid) {
+                    None => true,
+                    // 0: the owner has not written its start time yet; a different start
+                    // time: the pid now belongs to another process.
+                    Some(now) => recorded != 0 && now != recorded,
+                }
+            };
+            if dead
+                && self
+                    .pid(i)
+                    .compare_exchange(pid, PID_REAPING | me, SeqCst, SeqCst)
+                    .is_ok()
+            {
+                self.wipe(i);
+                freed += 1;
+            }
+        }
+        freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Fake(HashMap<u32, u64>);
+    impl Processes for Fake {
+        fn start_time(&self, pid: u32) -> Option<u64> {
+            self.0.get(&pid).copied()
+        }
+    }
+
+    fn region(gpus: usize, slots: usize) -> (Vec<u64>, Region) {
+        let bytes = gpuslice_core::usage::new_region(gpus, slots);
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: words has at least bytes.len() bytes; u64 storage is 8-aligned.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len())
+        };
+        // SAFETY: the Vec outlives the Region in each test (returned together, dropped after).
+        let r = unsafe { Region::new(words.as_mut_ptr().cast(), bytes.len()) }.unwrap();
+        (words, r)
+    }
+
+    #[test]
+    fn charges_stop_at_the_exact_limit_across_slots() {
+        let (_m, r) = region(1, 4);
+        let procs = Fake(HashMap::from([(10, 1), (11, 2)]));
+        let a = r.claim(10, 1, &procs).unwrap();
+        let b = r.claim(11, 2, &procs).unwrap();
+        assert!(r.charge(a, 0, 600, 1000, 10, &procs));
+        assert!(!r.charge(b, 0, 401, 1000, 11, &procs));
+        assert!(r.charge(b, 0, 400, 1000, 11, &procs));
+        assert_eq!(r.total(0), 1000);
+        r.refund(a, 0, 600);
+        assert_eq!(r.total(0), 400);
+    }
+
+    #[test]
+    fn refunds_never_take_a_counter_below_zero() {
+        let (_m, r) = region(1, 2);
+        let procs = Fake(HashMap::from([(10, 1)]));
+        let a = r.claim(10, 1, &procs).unwrap();
+        assert!(r.charge(a, 0, 5, 100, 10, &procs));
+        r.refund(a, 0, 50);
+        r.refund(a, 0, 50);
+        assert_eq!(r.total(0), 0);
+    }
+
+    #[test]
+    fn a_dead_process_slot_is_reaped_when_its_memory_is_needed() {
+        let (_m, r) = region(1, 2);
+        let mut procs = Fake(HashMap::from([(10, 1), (11, 2)]));
+        let a = r.claim(10, 1, &procs).unwrap();
+        assert!(r.charge(a, 0, 900, 1000, 10, &procs));
+        procs.0.remove(&10);
+        let b = r.claim(11, 2, &procs).unwrap();
+        assert!(r.charge(b, 0, 1000, 1000, 11, &procs));
+        assert_eq!(r.total(0), 1000);
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_keep_a_dead_owner_slot() {
+        let (_m, r) = region(1, 2);
+        let mut procs = Fake(HashMap::from([(10, 1), (11, 2)]));
+        let a = r.claim(10, 1, &procs).unwrap();
+        assert!(r.charge(a, 0, 900, 1000, 10, &procs));
+        procs.0.insert(10, 77);
+        assert_eq!(r.reap(11, &procs), 1);
+        assert_eq!(r.total(0), 0);
+    }
+
+    #[test]
+    fn a_slot_left_by_a_dead_reaper_is_reaped_again() {
+        let (_m, r) = region(1, 2);
+        let procs = Fake(HashMap::from([(11, 2)]));
+        let a = r.claim(10, 1, &procs).unwrap();
+        r.used(a, 0).store(300, SeqCst);
+        r.pid(a).store(PID_REAPING | 12, SeqCst);
+        assert_eq!(r.total(0), 0, "a slot being reaped does not count");
+        assert_eq!(r.reap(11, &procs), 1);
+        assert_eq!(r.pid(a).load(SeqCst), 0);
+        assert_eq!(r.used(a, 0).load(SeqCst), 0);
+    }
+
+    #[test]
+    fn concurrent_chargers_never_exceed_the_limit_together() {
+        let (_m, r) = region(1, 16);
+        let procs = Fake((1..=8).map(|p| (p, u64::from(p))).collect());
+        let limit = 1_000_003u64;
+        let kept = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for p in 1..=8u32 {
+                let (r, procs, kept) = (&r, &procs, &kept);
+                s.spawn(move || {
+                    let mine = r.claim(p, u64::from(p), procs).unwrap();
+                    for _ in 0..5000 {
+                        if r.charge(mine, 0, 997, limit, p, procs) {
+                            kept.fetch_add(997, SeqCst);
+                            assert!(r.total(0) <= limit);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(kept.load(SeqCst) <= limit);
+        assert_eq!(kept.load(SeqCst), r.total(0));
+        assert!(
+            limit - kept.load(SeqCst) < 997,
+            "the limit is filled, not left half empty"
+        );
+    }
+}

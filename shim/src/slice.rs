@@ -1,0 +1,403 @@
+//! The container's slice as this process sees it: limits read once from the limits file, the
+//! usage region mapped shared, this process's slot in it, and what this process holds.
+//!
+//! The limits file is `/run/gpuslice/limits`, mounted read-only by the runtime. Only where no
+//! such file exists may `GPUSLICE_LIMITS` name one (for use outside containers); the usage
+//! region is the file `usage` beside it. A limits file that exists but cannot be read or
+//! parsed, or a usage region that cannot be mapped, closes the wall: every allocation fails.
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use gpuslice_core::edits::CONTAINER_RUN_DIR;
+use gpuslice_core::limits::{self, GpuLimit, Limits};
+use gpuslice_core::usage;
+
+use crate::api::real;
+use crate::ffi::*;
+use crate::log::log;
+use crate::region::{Processes, Region};
+
+/// Device ordinals this library caches positions for; higher ones are looked up every time.
+const ORDINALS: usize = 64;
+const NO_SLOT: usize = usize::MAX;
+
+/// What a pointer or handle was charged.
+#[derive(Clone, Copy, Debug)]
+pub struct Charge {
+    pub gpu: usize,
+    pub bytes: u64,
+    /// The process that was charged (a forked child frees nothing of its parent's).
+    pub pid: u32,
+}
+
+/// Kinds of things charged, each with its own key space.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Kind {
+    Memory,
+    Array,
+    MipmappedArray,
+    Physical,
+    Context,
+}
+
+pub struct Slice {
+    pub gpus: Vec<GpuLimit>,
+    region: Option<Region>,
+    /// Device ordinal → position + 1; 0 not looked up yet; -1 not part of the slice.
+    positions: [AtomicI32; ORDINALS],
+    nvml_positions: Mutex<HashMap<usize, Option<usize>>>,
+    charges: Mutex<HashMap<(Kind, u64), Charge>>,
+    pub pools: Mutex<HashMap<usize, CUdevice>>,
+    pub primary: Mutex<HashMap<CUdevice, u32>>,
+    /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
+    held: [AtomicU64; usage::MAX_GPUS],
+    slot: AtomicUsize,
+    pid: AtomicU32,
+}
+
+static SLICE: OnceLock<Option<Slice>> = OnceLock::new();
+
+/// The slice, read on first use; None means pass-through.
+pub fn get() -> Option<&'static Slice> {
+    SLICE.get_or_init(load).as_ref()
+}
+
+fn load() -> Option<Slice> {
+    crate::log::init();
+    let mounted = Path::new(CONTAINER_RUN_DIR).join(limits::FILE_NAME);
+    let path = if mounted.symlink_metadata().is_ok() {
+        mounted
+    } else {
+        PathBuf::from(std::env::var_os("GPUSLICE_LIMITS")?)
+    };
+    let limits = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| Limits::parse(&t).map_err(|e| e.to_string()));
+    let limits = match limits {
+        Ok(l) => l,
+        Err(e) => {
+            log!(
+                "limits file {}: {e}; every allocation will fail",
+                path.display()
+            );
+            return Some(Slice::new(Vec::new(), None));
+        }
+    };
+    let region_path = path.with_file_name(usage::FILE_NAME);
+    let region = match map_region(&region_path, limits.gpus.len()) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            log!(
+                "usage region {}: {e}; every allocation will fail",
+                region_path.display()
+            );
+            None
+        }
+    };
+    log!(
+        "container {}: {}",
+        limits.container_id,
+        limits
+            .gpus
+            .iter()
+            .map(|g| format!("{} {} bytes", g.uuid, g.memory_bytes))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // SAFETY: registering plain extern "C" functions without arguments.
+    unsafe {
+        pthread_atfork(None, None, Some(after_fork_in_child));
+        libc::atexit(at_exit);
+    }
+    Some(Slice::new(limits.gpus, region))
+}
+
+unsafe extern "C" {
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> libc::c_int;
+}
+
+/// A forked child has its own pid and holds none of its parent's device memory: it takes a
+/// slot of its own when it first allocates. Only atomics here (no lock is safe after fork).
+unsafe extern "C" fn after_fork_in_child() {
+    if let Some(Some(s)) = SLICE.get() {
+        s.slot.store(NO_SLOT, Ordering::SeqCst);
+        s.pid.store(std::process::id(), Ordering::SeqCst);
+        for h in &s.held {
+            h.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    if let Some(Some(s)) = SLICE.get() {
+        let slot = s.slot.load(Ordering::SeqCst);
+        if let (Some(r), true) = (&s.region, slot != NO_SLOT) {
+            r.release(slot, s.pid.load(Ordering::SeqCst));
+        }
+    }
+}
+
+/// Opens the usage region, creating it (atomically, by link) where the agent has not, and maps it.
+fn map_region(path: &Path, gpus: usize) -> Result<Region, String> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+    };
+    let file = match open() {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+            std::fs::write(&tmp, usage::new_region(gpus, usage::DEFAULT_SLOTS))
+                .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+            let linked = std::fs::hard_link(&tmp, path);
+            let _ = std::fs::remove_file(&tmp);
+            if let Err(e) = linked
+                && e.kind() != std::io::ErrorKind::AlreadyExists
+            {
+                return Err(format!("creating: {e}"));
+            }
+            open().map_err(|e| e.to_string())?
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let len = usize::try_from(file.metadata().map_err(|e| e.to_string())?.len())
+        .map_err(|e| e.to_string())?;
+    if len < usage::HEADER_SIZE {
+        return Err(format!("{len} bytes, shorter than its header"));
+    }
+    // SAFETY: mapping `len` bytes of an open file shared; checked for MAP_FAILED below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh page-aligned shared mapping of `len` bytes, never unmapped, accessed
+    // only through Region's atomics.
+    let region = unsafe { Region::new(base.cast(), len) }.map_err(|e| format!("{e:?}"))?;
+    if region.gpus() < gpus {
+        return Err(format!("counts {} GPUs, the limits {gpus}", region.gpus()));
+    }
+    Ok(region)
+}
+
+/// Processes as /proc shows them.
+pub struct Proc;
+
+impl Processes for Proc {
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        gpuslice_core::host::process_start_time(Path::new("/proc"), pid)
+    }
+}
+
+impl Slice {
+    fn new(gpus: Vec<GpuLimit>, region: Option<Region>) -> Self {
+        Self {
+            gpus,
+            region,
+            positions: [const { AtomicI32::new(0) }; ORDINALS],
+            nvml_positions: Mutex::new(HashMap::new()),
+            charges: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+            primary: Mutex::new(HashMap::new()),
+            held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
+            slot: AtomicUsize::new(NO_SLOT),
+            pid: AtomicU32::new(std::process::id()),
+        }
+    }
+
+    fn position_of_uuid(&self, uuid: &str) -> Option<usize> {
+        self.gpus
+            .iter()
+            .position(|g| g.uuid.eq_ignore_ascii_case(uuid))
+    }
+
+    /// The slice position of CUDA device `dev`, or None where the container has no slice.
+    pub fn position(&self, dev: CUdevice) -> Option<usize> {
+        let cache = usize::try_from(dev)
+            .ok()
+            .and_then(|d| self.positions.get(d));
+        if let Some(c) = cache {
+            match c.load(Ordering::Relaxed) {
+                0 => {}
+                -1 => return None,
+                p => return usize::try_from(p - 1).ok(),
+            }
+        }
+        let found = cuda_uuid(dev).and_then(|u| self.position_of_uuid(&u));
+        if let Some(c) = cache {
+            c.store(found.map_or(-1, |p| p as i32 + 1), Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// The slice position of an NVML device handle.
+    pub fn nvml_position(&self, dev: nvmlDevice_t) -> Option<usize> {
+        let key = dev as usize;
+        if let Some(p) = self.nvml_positions.lock().ok()?.get(&key) {
+            return *p;
+        }
+        let found = nvml_uuid(dev).and_then(|u| self.position_of_uuid(&u));
+        self.nvml_positions.lock().ok()?.insert(key, found);
+        found
+    }
+
+    /// The device of the calling thread's current context.
+    pub fn current_device(&self) -> Result<CUdevice, CUresult> {
+        let f = real::cuCtxGetDevice().ok_or(CUDA_ERROR_NOT_FOUND)?;
+        let mut dev: CUdevice = 0;
+        // SAFETY: cuCtxGetDevice writes one CUdevice.
+        match unsafe { f(&raw mut dev) } {
+            CUDA_SUCCESS => Ok(dev),
+            e => Err(e),
+        }
+    }
+
+    fn my_slot(&self, region: &Region) -> Option<usize> {
+        let pid = self.pid.load(Ordering::SeqCst);
+        let slot = self.slot.load(Ordering::SeqCst);
+        if slot != NO_SLOT && region.owns(slot, pid) {
+            return Some(slot);
+        }
+        let start = Proc.start_time(pid).unwrap_or(0);
+        let slot = region.claim(pid, start, &Proc).ok()?;
+        if self.slot.swap(slot, Ordering::SeqCst) != NO_SLOT {
+            // The old slot was taken from under us: carry what we hold over.
+            for (g, h) in self.held.iter().enumerate().take(region.gpus()) {
+                let _ = region.charge(slot, g, h.load(Ordering::SeqCst), u64::MAX, pid, &Proc);
+            }
+        }
+        Some(slot)
+    }
+
+    /// Charges `bytes` on slice position `gpu` if the container stays within its limit.
+    pub fn charge(&self, gpu: usize, bytes: u64) -> bool {
+        let (Some(region), Some(limit)) = (&self.region, self.gpus.get(gpu)) else {
+            return false;
+        };
+        let Some(slot) = self.my_slot(region) else {
+            log!("no free slot in the usage region");
+            return false;
+        };
+        let pid = self.pid.load(Ordering::SeqCst);
+        if region.charge(slot, gpu, bytes, limit.memory_bytes, pid, &Proc) {
+            self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
+            true
+        } else {
+            log!(
+                "refused {bytes} bytes on {}: {} of {} in use",
+                limit.uuid,
+                region.total(gpu),
+                limit.memory_bytes
+            );
+            false
+        }
+    }
+
+    pub fn refund(&self, gpu: usize, bytes: u64) {
+        let slot = self.slot.load(Ordering::SeqCst);
+        if let (Some(region), true) = (&self.region, slot != NO_SLOT) {
+            region.refund(slot, gpu, bytes);
+            let _ = self.held[gpu].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_sub(bytes))
+            });
+        }
+    }
+
+    /// Bytes the container holds on position `gpu`, after reaping dead processes.
+    pub fn used(&self, gpu: usize) -> u64 {
+        match &self.region {
+            Some(r) => {
+                r.reap(self.pid.load(Ordering::SeqCst), &Proc);
+                r.total(gpu)
+            }
+            None => 0,
+        }
+    }
+
+    pub fn limit(&self, gpu: usize) -> u64 {
+        self.gpus.get(gpu).map_or(0, |g| g.memory_bytes)
+    }
+
+    pub fn context_bytes(&self, gpu: usize) -> u64 {
+        self.gpus.get(gpu).map_or(0, |g| g.context_bytes)
+    }
+
+    pub fn record(&self, kind: Kind, key: u64, gpu: usize, bytes: u64) {
+        let charge = Charge {
+            gpu,
+            bytes,
+            pid: self.pid.load(Ordering::SeqCst),
+        };
+        if let Ok(mut m) = self.charges.lock() {
+            m.insert((kind, key), charge);
+        }
+    }
+
+    /// Takes the charge of a pointer or handle out of the books (None: not charged here).
+    pub fn take(&self, kind: Kind, key: u64) -> Option<Charge> {
+        self.charges.lock().ok()?.remove(&(kind, key))
+    }
+
+    /// Puts a charge back (the driver refused to free it).
+    pub fn put_back(&self, kind: Kind, key: u64, charge: Charge) {
+        if let Ok(mut m) = self.charges.lock() {
+            m.insert((kind, key), charge);
+        }
+    }
+
+    /// Gives a freed charge back, if this process is the one that was charged.
+    pub fn settle(&self, charge: Charge) {
+        if charge.pid == self.pid.load(Ordering::SeqCst) {
+            self.refund(charge.gpu, charge.bytes);
+        }
+    }
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML writes it, from the driver's bytes.
+fn cuda_uuid(dev: CUdevice) -> Option<String> {
+    let f = real::cuDeviceGetUuid_v2().or_else(real::cuDeviceGetUuid)?;
+    let mut u = CUuuid { bytes: [0; 16] };
+    // SAFETY: cuDeviceGetUuid writes one CUuuid.
+    if unsafe { f(&raw mut u, dev) } != CUDA_SUCCESS {
+        return None;
+    }
+    let h: String = u.bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+fn nvml_uuid(dev: nvmlDevice_t) -> Option<String> {
+    let f = real::nvmlDeviceGetUUID()?;
+    let mut buf = [0 as std::ffi::c_char; 96];
+    // SAFETY: nvmlDeviceGetUUID writes a NUL-terminated string of at most `len` bytes.
+    if unsafe { f(dev, buf.as_mut_ptr(), buf.len() as u32) } != NVML_SUCCESS {
+        return None;
+    }
+    // SAFETY: NUL-terminated within the buffer on success.
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(s.to_string_lossy().into_owned())
+}

@@ -1,0 +1,258 @@
+/* The device-memory wall, path by path, reached three ways:
+ *   link      calls the functions it was linked against (-lcuda),
+ *   dlsym     dlopen("libcuda.so.1") and dlsym of the versioned names,
+ *   procaddr  dlsym of cuGetProcAddress_v2 only, then every function by base name and CUDA
+ *             version, as the CUDA 12 runtime does; procaddr_ptds adds the per-thread
+ *             default-stream flag.
+ * Usage: wall MODE PATH REMAINING [HOLD]
+ * With REMAINING bytes left in the slice, the path allocates exactly REMAINING ("fit", then
+ * cuMemGetInfo's free), frees, then asks for the least that exceeds it ("over"). Prints
+ * key=value pairs on one line. Paths that keep running: "hold" allocates REMAINING and waits
+ * for stdin to close; "fill" allocates chunks of REMAINING bytes until refused, prints how many
+ * it got, and waits; "churn" allocates and frees chunks of REMAINING bytes until killed. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext, *CUstream, *CUmemoryPool, *CUarray, *CUmipmappedArray;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
+typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+    int type; int requestedHandleTypes; CUmemLocation location; void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+typedef struct {
+    int allocType; int handleTypes; CUmemLocation location; void *win32SecurityAttributes;
+    size_t maxSize; unsigned short usage; unsigned char reserved[54];
+} CUmemPoolProps;
+
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr, CUstream);
+CUresult cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
+CUresult cuMemPoolDestroy(CUmemoryPool);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *, CUdevice);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuMemGetAllocationGranularity(size_t *, const CUmemAllocationProp *, int);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+CUresult cuGetErrorName(CUresult, const char **);
+
+#define API(X) \
+    X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain) \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2) \
+    X(cuCtxSetCurrent, cuCtxSetCurrent) X(cuCtxCreate, cuCtxCreate_v2) X(cuCtxDestroy, cuCtxDestroy_v2) \
+    X(cuMemGetInfo, cuMemGetInfo_v2) X(cuDeviceTotalMem, cuDeviceTotalMem_v2) \
+    X(cuMemAlloc, cuMemAlloc_v2) X(cuMemFree, cuMemFree_v2) X(cuMemAllocPitch, cuMemAllocPitch_v2) \
+    X(cuMemAllocManaged, cuMemAllocManaged) X(cuMemAllocAsync, cuMemAllocAsync) \
+    X(cuMemFreeAsync, cuMemFreeAsync) X(cuMemPoolCreate, cuMemPoolCreate) \
+    X(cuMemPoolDestroy, cuMemPoolDestroy) X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool) \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync) X(cuArrayCreate, cuArrayCreate_v2) \
+    X(cuArray3DCreate, cuArray3DCreate_v2) X(cuArrayDestroy, cuArrayDestroy) \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy) \
+    X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) X(cuMemCreate, cuMemCreate) \
+    X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName)
+
+static struct {
+#define FIELD(base, versioned) __typeof__(versioned) *base;
+    API(FIELD)
+} A;
+
+static const char *mode;
+
+static void load(void) {
+    if (!strcmp(mode, "link")) {
+#define LINKED(base, versioned) A.base = versioned;
+        API(LINKED)
+        return;
+    }
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) { printf("error=dlopen\n"); exit(1); }
+    if (!strcmp(mode, "dlsym")) {
+#define LOOKED_UP(base, versioned) A.base = dlsym(h, #versioned);
+        API(LOOKED_UP)
+        if (!strcmp(getenv("WALL_ASYNC_PTSZ") ? getenv("WALL_ASYNC_PTSZ") : "", "1")) {
+            A.cuMemAllocAsync = dlsym(h, "cuMemAllocAsync_ptsz");
+            A.cuMemFreeAsync = dlsym(h, "cuMemFreeAsync_ptsz");
+        }
+        return;
+    }
+    __typeof__(cuGetProcAddress_v2) *gpa = dlsym(h, "cuGetProcAddress_v2");
+    unsigned long long flags = !strcmp(mode, "procaddr_ptds") ? 2 : 0;
+    int status = 0;
+#define BY_PROC_ADDRESS(base, versioned) \
+    if (gpa(#base, (void **)&A.base, 12040, flags, &status) || !A.base) { printf("error=%s\n", #base); exit(1); }
+    API(BY_PROC_ADDRESS)
+    /* Asking for cuGetProcAddress itself must give a function that keeps catching. */
+    __typeof__(cuGetProcAddress_v2) *again = 0;
+    gpa("cuGetProcAddress", (void **)&again, 12040, 0, &status);
+    if (!again || again("cuMemAlloc", (void **)&A.cuMemAlloc, 12040, flags, &status)) {
+        printf("error=cuGetProcAddress-again\n"); exit(1);
+    }
+}
+
+static const char *name(CUresult r) {
+    const char *n = "?";
+    A.cuGetErrorName(r, &n);
+    return n;
+}
+
+static size_t free_now(void) { size_t f = 0, t = 0; A.cuMemGetInfo(&f, &t); return f; }
+
+int main(int argc, char **argv) {
+    if (argc < 4) { fprintf(stderr, "usage: wall MODE PATH REMAINING [hold]\n"); return 2; }
+    mode = argv[1];
+    const char *path = argv[2];
+    size_t r = strtoull(argv[3], 0, 10);
+    load();
+    CUdevice dev; CUcontext ctx;
+    if (A.cuInit(0) || A.cuDeviceGet(&dev, 0) || A.cuDevicePrimaryCtxRetain(&ctx, dev) || A.cuCtxSetCurrent(ctx)) {
+        printf("error=init\n"); return 1;
+    }
+    size_t f = 0, t = 0, dt = 0;
+    A.cuMemGetInfo(&f, &t);
+    A.cuDeviceTotalMem(&dt, dev);
+    printf("start_free=%zu total=%zu device_total=%zu ", f, t, dt);
+    CUresult fit = -1, over = -1;
+    size_t free_at_fit = 0;
+    CUdeviceptr p = 0;
+    const size_t MiB = 1 << 20;
+
+    if (!strcmp(path, "hold") || !strcmp(path, "fill")) {
+        unsigned long chunks = 0;
+        if (!strcmp(path, "hold")) {
+            fit = A.cuMemAlloc(&p, r);
+        } else {
+            while (!(fit = A.cuMemAlloc(&p, r))) chunks++;
+        }
+        printf("fit=%s chunks=%lu free_at_fit=%zu\n", name(fit), chunks, free_now());
+        fflush(stdout);
+        char buf[16];
+        while (fread(buf, 1, sizeof buf, stdin) > 0) {}
+        return 0;
+    } else if (!strcmp(path, "churn")) {
+        printf("churning\n");
+        fflush(stdout);
+        for (;;) {
+            if (!A.cuMemAlloc(&p, r)) A.cuMemFree(p);
+        }
+    } else if (!strcmp(path, "alloc") || !strcmp(path, "managed")) {
+        int managed = !strcmp(path, "managed");
+        fit = managed ? A.cuMemAllocManaged(&p, r, 1) : A.cuMemAlloc(&p, r);
+        free_at_fit = free_now();
+        if (!fit) A.cuMemFree(p);
+        over = managed ? A.cuMemAllocManaged(&p, r + 1, 1) : A.cuMemAlloc(&p, r + 1);
+        if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "async") || !strcmp(path, "pool") || !strcmp(path, "default_pool")) {
+        CUmemoryPool pool = 0;
+        if (!strcmp(path, "pool")) {
+            CUmemPoolProps props; memset(&props, 0, sizeof props);
+            props.allocType = 1; props.location.type = 1; props.location.id = dev;
+            if (A.cuMemPoolCreate(&pool, &props)) { printf("error=pool\n"); return 1; }
+        } else if (!strcmp(path, "default_pool")) {
+            if (A.cuDeviceGetDefaultMemPool(&pool, dev)) { printf("error=pool\n"); return 1; }
+        }
+#define ALLOC_ASYNC(bytes) (pool ? A.cuMemAllocFromPoolAsync(&p, bytes, pool, 0) : A.cuMemAllocAsync(&p, bytes, 0))
+        fit = ALLOC_ASYNC(r);
+        free_at_fit = free_now();
+        if (!fit) A.cuMemFreeAsync(p, 0);
+        over = ALLOC_ASYNC(r + 1);
+        if (!over) A.cuMemFreeAsync(p, 0);
+        if (!strcmp(path, "pool")) A.cuMemPoolDestroy(pool);
+    } else if (!strcmp(path, "pitch")) {
+        /* Rows of 1 MiB - 1 bytes get a pitch of 1 MiB: the padding is charged too. */
+        size_t pitch = 0;
+        fit = A.cuMemAllocPitch(&p, &pitch, MiB - 1, r / MiB, 4);
+        free_at_fit = free_now();
+        printf("pitch=%zu ", pitch);
+        if (!fit) A.cuMemFree(p);
+        over = A.cuMemAllocPitch(&p, &pitch, r + 1, 1, 4);
+        if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "array") || !strcmp(path, "array3d")) {
+        CUarray a = 0;
+        if (!strcmp(path, "array")) {
+            CUDA_ARRAY_DESCRIPTOR d = { MiB, r / MiB, 0x01, 1 };
+            fit = A.cuArrayCreate(&a, &d);
+        } else {
+            CUDA_ARRAY3D_DESCRIPTOR d = { MiB / 8, r / MiB / 2, 2, 0x20, 2, 0 };  /* float2: 8 bytes */
+            fit = A.cuArray3DCreate(&a, &d);
+        }
+        free_at_fit = free_now();
+        if (!fit) A.cuArrayDestroy(a);
+        CUDA_ARRAY_DESCRIPTOR o = { r + 1, 0, 0x01, 1 };
+        over = A.cuArrayCreate(&a, &o);
+        if (!over) A.cuArrayDestroy(a);
+    } else if (!strcmp(path, "mipmap")) {
+        /* One-dimensional, levels halving: r = 62 MiB is 32 + 16 + 8 + 4 + 2 MiB. */
+        CUmipmappedArray m = 0;
+        CUDA_ARRAY3D_DESCRIPTOR d = { r / 62 * 32, 0, 0, 0x01, 1, 0 };
+        fit = A.cuMipmappedArrayCreate(&m, &d, 5);
+        free_at_fit = free_now();
+        if (!fit) A.cuMipmappedArrayDestroy(m);
+        CUDA_ARRAY3D_DESCRIPTOR o = { r + 1, 0, 0, 0x01, 1, 0 };
+        over = A.cuMipmappedArrayCreate(&m, &o, 1);
+        if (!over) A.cuMipmappedArrayDestroy(m);
+    } else if (!strcmp(path, "vmm")) {
+        CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);
+        prop.type = 1; prop.location.type = 1; prop.location.id = dev;
+        size_t g = 0;
+        A.cuMemGetAllocationGranularity(&g, &prop, 0);
+        CUmemGenericAllocationHandle h = 0;
+        fit = A.cuMemCreate(&h, r, &prop, 0);
+        free_at_fit = free_now();
+        if (!fit) A.cuMemRelease(h);
+        over = A.cuMemCreate(&h, r + g, &prop, 0);
+        if (!over) A.cuMemRelease(h);
+        printf("granularity=%zu ", g);
+    } else if (!strcmp(path, "context")) {
+        /* REMAINING is one context's reservation: a second context fits, then nothing does. */
+        CUcontext second = 0;
+        fit = A.cuCtxCreate(&second, 0, dev);
+        free_at_fit = free_now();
+        over = A.cuMemAlloc(&p, 1);
+        if (!over) A.cuMemFree(p);
+        if (!fit) A.cuCtxDestroy(second);
+        A.cuCtxSetCurrent(ctx);
+    } else if (!strcmp(path, "double_free")) {
+        /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
+        fit = A.cuMemAlloc(&p, r);
+        A.cuMemFree(p);
+        A.cuMemFree(p);
+        A.cuMemFree(0x1234);
+        free_at_fit = free_now();
+        over = A.cuMemAlloc(&p, r + 1);
+    } else {
+        printf("error=unknown-path\n");
+        return 2;
+    }
+    printf("fit=%s free_at_fit=%zu over=%s end_free=%zu\n", name(fit), free_at_fit, name(over), free_now());
+    A.cuDevicePrimaryCtxRelease(dev);
+    return 0;
+}

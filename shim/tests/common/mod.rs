@@ -1,0 +1,178 @@
+//! A slice on a simulated GPU node: a limits file and its usage region in a directory, the
+//! interception library, and the test program `tests/c/wall.c` built against the fake driver.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use gpuslice_core::limits::{GpuLimit, Limits};
+use gpuslice_core::usage::{self, UsageSnapshot};
+use gpuslice_testsupport::sim::SimNode;
+
+pub const MIB: u64 = 1 << 20;
+
+/// The interception library as built with the tests.
+pub fn library() -> PathBuf {
+    let lib = gpuslice_testsupport::target_dir().join("libgpuslice.so");
+    assert!(
+        lib.exists(),
+        "{} (cargo build -p gpuslice-shim)",
+        lib.display()
+    );
+    lib
+}
+
+pub struct Slice {
+    pub sim: SimNode,
+    pub dir: tempfile::TempDir,
+    pub wall: PathBuf,
+    pub limit: u64,
+    pub context_bytes: u64,
+}
+
+impl Slice {
+    /// A `limit`-byte slice of GPU 0 of a two-GPU node whose contexts take `context_bytes`.
+    pub fn new(limit: u64, context_bytes: u64) -> Self {
+        let sim = SimNode::with_context_bytes(2, "T4", None, context_bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            container_id: "wall-test".into(),
+            gpus: vec![GpuLimit {
+                uuid: sim.spec.gpus[0].uuid.clone(),
+                memory_bytes: limit,
+                cores: 0,
+                context_bytes,
+            }],
+        };
+        std::fs::write(dir.path().join("limits"), limits.render()).unwrap();
+        std::fs::write(
+            dir.path().join(usage::FILE_NAME),
+            usage::new_region(1, usage::DEFAULT_SLOTS),
+        )
+        .unwrap();
+        let wall = sim.root().join("wall");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/wall.c");
+        let status = Command::new("gcc")
+            .args(["-O1", "-o"])
+            .arg(&wall)
+            .arg(&src)
+            .arg(format!("-L{}", sim.lib_dir().display()))
+            .args(["-lcuda", "-ldl"])
+            .status()
+            .expect("gcc (apt-get install gcc)");
+        assert!(status.success());
+        Self {
+            sim,
+            dir,
+            wall,
+            limit,
+            context_bytes,
+        }
+    }
+
+    pub fn limits_path(&self) -> PathBuf {
+        self.dir.path().join("limits")
+    }
+
+    /// Bytes left once one process has its context.
+    pub fn remaining(&self) -> u64 {
+        self.limit - self.context_bytes
+    }
+
+    /// `program` with the driver's libraries, the interception library and this slice.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
+        c.env("LD_LIBRARY_PATH", self.sim.lib_dir())
+            .env("LD_PRELOAD", library())
+            .env("GPUSLICE_LIMITS", self.limits_path());
+        c
+    }
+
+    /// Runs the wall program to its end and returns what it printed.
+    pub fn wall(&self, mode: &str, path: &str, bytes: u64) -> Facts {
+        let out = self
+            .command(&self.wall)
+            .args([mode, path, &bytes.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success() || text.contains("error="),
+            "wall {mode} {path}: {out:?}"
+        );
+        Facts::parse(&text)
+    }
+
+    /// Starts a wall program that keeps running ("hold", "fill", "churn"), once it has printed.
+    pub fn start(&self, path: &str, bytes: u64) -> Running {
+        let mut child = self
+            .command(&self.wall)
+            .args(["link", path, &bytes.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let stdin = child.stdin.take();
+        Running {
+            child,
+            stdin,
+            facts: Facts::parse(&line),
+        }
+    }
+
+    /// The usage region as every process of the slice shares it.
+    pub fn usage(&self) -> UsageSnapshot {
+        let bytes = std::fs::read(self.dir.path().join(usage::FILE_NAME)).unwrap();
+        UsageSnapshot::parse(&bytes).unwrap()
+    }
+}
+
+/// `key=value` pairs printed on one line.
+#[derive(Debug)]
+pub struct Facts(pub HashMap<String, String>);
+
+impl Facts {
+    fn parse(line: &str) -> Self {
+        Self(
+            line.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, k: &str) -> &str {
+        self.0.get(k).map_or("", String::as_str)
+    }
+
+    pub fn num(&self, k: &str) -> u64 {
+        self.get(k)
+            .parse()
+            .unwrap_or_else(|_| panic!("{k} in {:?}", self.0))
+    }
+}
+
+pub struct Running {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    pub facts: Facts,
+}
+
+impl Running {
+    /// Lets the program end and waits for it.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}

@@ -1,0 +1,164 @@
+//! The device-memory wall on the simulated node: every allocation path, reached three ways,
+//! stops at the exact byte; processes share one limit; killed processes give their memory
+//! back; and the slice is what cuMemGetInfo and NVML report.
+
+mod common;
+
+use common::{MIB, Slice};
+
+const MODES: &[&str] = &["link", "dlsym", "procaddr", "procaddr_ptds"];
+const PATHS: &[&str] = &[
+    "alloc",
+    "managed",
+    "async",
+    "pool",
+    "default_pool",
+    "pitch",
+    "array",
+    "array3d",
+    "mipmap",
+    "vmm",
+];
+
+#[test]
+fn every_allocation_path_stops_at_the_exact_byte_however_the_driver_is_reached() {
+    // 64 MiB less a 2 MiB context leaves 62 MiB: every path's shapes divide it exactly.
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        for path in PATHS {
+            let f = slice.wall(mode, path, r);
+            let what = format!("{mode} {path}: {:?}", f.0);
+            assert_eq!(f.num("total"), 64 * MIB, "{what}");
+            assert_eq!(f.num("device_total"), 64 * MIB, "{what}");
+            assert_eq!(f.num("start_free"), r, "{what}");
+            assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+            assert_eq!(f.num("free_at_fit"), 0, "{what}");
+            assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+            assert_eq!(
+                f.num("end_free"),
+                r,
+                "{what}: frees give back what was charged"
+            );
+        }
+    }
+    assert_eq!(
+        slice.usage().totals(),
+        vec![0],
+        "exited processes hold nothing"
+    );
+}
+
+#[test]
+fn pitched_rows_are_charged_with_their_padding() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let f = slice.wall("link", "pitch", slice.remaining());
+    // 62 rows of 1 MiB - 1 bytes: 62 MiB - 62 bytes asked for, 62 rows of 1 MiB taken.
+    assert_eq!(f.num("pitch"), MIB);
+    assert_eq!(f.num("free_at_fit"), 0, "{:?}", f.0);
+}
+
+#[test]
+fn a_context_takes_its_reservation_from_the_slice() {
+    let slice = Slice::new(4 * MIB, 2 * MIB);
+    let f = slice.wall("link", "context", 2 * MIB);
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{:?}", f.0);
+    assert_eq!(f.num("free_at_fit"), 0);
+    assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY");
+
+    let tiny = Slice::new(MIB, 2 * MIB);
+    let f = tiny.wall("link", "alloc", 1);
+    assert_eq!(
+        f.get("error"),
+        "init",
+        "a context larger than the slice is refused"
+    );
+}
+
+#[test]
+fn freeing_twice_or_freeing_a_stranger_gives_nothing_back_twice() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    let f = slice.wall("link", "double_free", r);
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS");
+    assert_eq!(
+        f.num("free_at_fit"),
+        r,
+        "usage went neither negative nor below zero"
+    );
+    assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY");
+    assert!(slice.usage().totals()[0] <= 64 * MIB);
+}
+
+#[test]
+fn processes_of_a_slice_share_one_limit_and_never_exceed_it_together() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let running: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| scope.spawn(|| slice.start("fill", MIB)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // A process that found no room even for its context stops at start-up.
+    let started = running
+        .iter()
+        .filter(|r| r.facts.get("fit") == "CUDA_ERROR_OUT_OF_MEMORY")
+        .count();
+    let chunks: u64 = running.iter().map(|r| r.facts.num("chunks")).sum();
+    let held = chunks * MIB + started as u64 * 2 * MIB;
+    assert_eq!(
+        held,
+        64 * MIB,
+        "filled to the byte, not beyond: {started} processes"
+    );
+    assert_eq!(slice.usage().totals(), vec![64 * MIB]);
+    assert_eq!(slice.usage().slots.len(), started);
+    for r in running {
+        if r.facts.get("error") == "init" {
+            r.kill();
+        } else {
+            r.finish();
+        }
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
+fn a_killed_process_gives_its_memory_back_even_mid_update() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    let holder = slice.start("hold", r);
+    assert_eq!(holder.facts.get("fit"), "CUDA_SUCCESS");
+    assert_eq!(
+        slice.wall("link", "alloc", 1).get("error"),
+        "init",
+        "no room for a context"
+    );
+    holder.kill();
+    let f = slice.wall("link", "alloc", r);
+    assert_eq!(f.num("start_free"), r, "{:?}", f.0);
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS");
+
+    // Processes killed at random instants while they allocate and free.
+    for round in 0..5u64 {
+        let churners: Vec<_> = (0..4).map(|_| slice.start("churn", 3 * MIB)).collect();
+        std::thread::sleep(std::time::Duration::from_millis(5 + 7 * round));
+        for c in churners {
+            c.kill();
+        }
+    }
+    assert!(
+        slice.usage().totals()[0] <= 64 * MIB,
+        "never above the limit"
+    );
+    let f = slice.wall("link", "alloc", r);
+    assert_eq!(
+        f.num("start_free"),
+        r,
+        "every dead process reaped: {:?}",
+        f.0
+    );
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS");
+    assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
