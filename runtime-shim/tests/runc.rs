@@ -147,3 +147,89 @@ fn a_gpu_container_run_in_the_foreground_gives_its_slice_back_when_it_exits() {
         "the claim outlived the container"
     );
 }
+
+#[test]
+fn two_containers_share_one_gpu_each_behind_its_own_wall() {
+    let node = Node::new();
+    // worker-b takes its whole 3 GiB and holds it while it runs.
+    let hold = "sleep 600 | /usr/bin/wall procaddr hold 3221225472";
+    let b = node.bundle(
+        "b",
+        &["/bin/sh", "-c", hold],
+        &[("gpuslice.io/memory", "3Gi")],
+    );
+    let b = b.display().to_string();
+    let out = node.wrapper(&["create", "--bundle", &b, "worker-b"]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    let out = node.wrapper(&["start", "worker-b"]);
+    assert!(out.status.success(), "start failed: {}", text(&out));
+    let used = || {
+        text(&node.runc(&[
+            "exec",
+            "worker-b",
+            "/usr/bin/nvidia-smi",
+            "--query-gpu=memory.used,memory.total",
+            "--format=csv,noheader",
+        ]))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || used()
+            .contains("3072 MiB, 3072 MiB")),
+        "worker-b does not hold its slice: {}",
+        used()
+    );
+
+    // worker-a, on the same GPU, meets its own wall at 2 GiB.
+    let a = node.bundle(
+        "a",
+        &["/usr/bin/wall", "procaddr", "alloc", "2147483648"],
+        &[("gpuslice.io/memory", "2Gi")],
+    );
+    let a = a.display().to_string();
+    let out = node.wrapper(&["run", "--bundle", &a, "worker-a"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for want in [
+        "total=2147483648 ",
+        "start_free=2147483648 ",
+        "fit=CUDA_SUCCESS",
+        "free_at_fit=0 ",
+        "over=CUDA_ERROR_OUT_OF_MEMORY",
+    ] {
+        assert!(t.contains(want), "{want:?} not in {t}");
+    }
+    assert!(
+        node.status()
+            .slices
+            .iter()
+            .all(|s| s.claim.container_id != "worker-a")
+    );
+
+    let s = node.status();
+    assert_eq!(s.slices.len(), 1);
+    assert_eq!(s.slices[0].claim.gpus[0].minor, 0);
+    let out = node.runc(&[
+        "exec",
+        "worker-b",
+        "/usr/bin/wall",
+        "procaddr",
+        "alloc",
+        "1",
+    ]);
+    assert!(text(&out).contains("start_free=0 "), "{}", text(&out));
+    assert!(
+        text(&out).contains("fit=CUDA_ERROR_OUT_OF_MEMORY"),
+        "{}",
+        text(&out)
+    );
+
+    let out = node.runc(&["kill", "worker-b", "KILL"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(wait_for(Duration::from_secs(10), || text(
+        &node.runc(&["state", "worker-b"])
+    )
+    .contains("\"stopped\"")));
+    let out = node.wrapper(&["delete", "worker-b"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+    assert!(node.status().slices.is_empty());
+}

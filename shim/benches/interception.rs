@@ -105,7 +105,10 @@ fn main() {
     unsafe { std::env::set_var("GPUSLICE_LIMITS", dir.path().join("limits")) };
 
     let library = gpuslice_testsupport::target_dir().join("libgpuslice.so");
-    let cuda = open(&sim.lib_dir().join("libcuda.so.1"), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let cuda = open(
+        &sim.lib_dir().join("libcuda.so.1"),
+        libc::RTLD_NOW | libc::RTLD_GLOBAL,
+    );
     let ours = open(&library, libc::RTLD_NOW | libc::RTLD_LOCAL);
 
     let init: unsafe extern "C" fn(c_uint) -> c_uint = sym(cuda, c"cuInit");
@@ -180,7 +183,11 @@ fn main() {
 fn startup(library: &Path) {
     let work = tempfile::tempdir().unwrap();
     let empty = work.path().join("libempty.so");
-    std::fs::write(work.path().join("empty.c"), "int empty_marker(void) { return 0; }\n").unwrap();
+    std::fs::write(
+        work.path().join("empty.c"),
+        "int empty_marker(void) { return 0; }\n",
+    )
+    .unwrap();
     let built = Command::new("gcc")
         .args(["-shared", "-fPIC", "-O2", "-o"])
         .arg(&empty)

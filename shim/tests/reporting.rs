@@ -34,7 +34,11 @@ fn nvidia_smi_in_the_slice_shows_the_slice_and_what_its_processes_hold() {
     assert_eq!(rows[0][0], slice.sim.spec.gpus[0].uuid);
     // 10 MiB allocated and the 2 MiB context.
     assert_eq!(rows[0][1..], ["64", "12", "52"], "{rows:?}");
-    assert_eq!(rows[1][1..], ["0", "0", "0"], "a GPU outside the slice has no memory");
+    assert_eq!(
+        rows[1][1..],
+        ["0", "0", "0"],
+        "a GPU outside the slice has no memory"
+    );
     holder.finish();
     assert_eq!(nvidia_smi(&slice)[0][1..], ["64", "0", "64"]);
 }
@@ -47,6 +51,12 @@ fn without_the_library_nvidia_smi_shows_the_whole_card() {
         .args(["--query-gpu=memory.total", "--format=csv,noheader,nounits"])
         .output()
         .unwrap();
-    let total: u64 = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().parse().unwrap();
+    let total: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(total * MIB, slice.sim.spec.gpus[0].memory_bytes);
 }

@@ -30,7 +30,12 @@ fn a_process_that_never_touches_cuda_starts_no_thread_and_opens_no_file() {
         let threads = std::fs::read_dir(format!("{proc}/task")).unwrap().count();
         let mut fds: Vec<String> = std::fs::read_dir(format!("{proc}/fd"))
             .unwrap()
-            .map(|e| std::fs::read_link(e.unwrap().path()).unwrap().display().to_string())
+            .map(|e| {
+                std::fs::read_link(e.unwrap().path())
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
             .collect();
         fds.sort();
         child.kill().unwrap();
@@ -43,7 +48,10 @@ fn a_process_that_never_touches_cuda_starts_no_thread_and_opens_no_file() {
     assert!(maps.contains("libgpuslice.so"), "the library is loaded");
     assert_eq!((threads, plain_threads), (1, 1));
     assert_eq!(fds, plain_fds, "no extra open file");
-    assert!(!maps.contains(&slice.dir.path().display().to_string()), "nothing mapped");
+    assert!(
+        !maps.contains(&slice.dir.path().display().to_string()),
+        "nothing mapped"
+    );
 }
 
 #[test]
@@ -103,7 +111,15 @@ fn the_environment_never_overrides_the_limits_file_the_runtime_mounted() {
         .command(std::path::Path::new("unshare"))
         .env("GPUSLICE_LIMITS", other.path().join("limits"))
         .env("SLICE_DIR", slice.dir.path())
-        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
         .arg(&slice.wall)
         .args(["link", "alloc", &slice.remaining().to_string()])
         .output()

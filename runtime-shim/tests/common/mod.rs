@@ -1,5 +1,5 @@
-//! The node the container tests run on: a simulated GPU node, a private bus, a real agent, a
-//! stand-in interception library, and bundles with a busybox root filesystem.
+//! The node the container tests run on: a simulated GPU node, a private bus, a real agent, the
+//! interception library, and bundles with a busybox root filesystem.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -22,18 +22,12 @@ impl Node {
         let bus = Bus::start();
         let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
         let work = tempfile::tempdir().unwrap();
-        // Stands in for libgpuslice.so, which is built by the interception-library work: any
-        // shared object shows that the file is mounted and preloaded.
-        let src = work.path().join("marker.c");
-        std::fs::write(&src, "int gpuslice_test_marker(void) { return 1; }\n").unwrap();
-        let interception_library = work.path().join("libmarker.so");
-        let ok = Command::new("gcc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&interception_library)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        let interception_library = gpuslice_testsupport::target_dir().join("libgpuslice.so");
+        assert!(
+            interception_library.exists(),
+            "{} (cargo build -p gpuslice-shim)",
+            interception_library.display()
+        );
         Self {
             sim,
             bus,
@@ -41,6 +35,25 @@ impl Node {
             work,
             interception_library,
         }
+    }
+
+    /// The interception library's test program (`shim/tests/c/wall.c`), built to reach the
+    /// driver only through dlopen, so that it runs in a container where the driver is mounted.
+    pub fn wall_program(&self) -> PathBuf {
+        let out = self.work.path().join("wall");
+        if !out.exists() {
+            let src =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
+            let ok = Command::new("gcc")
+                .args(["-O1", "-DWALL_NO_LINK", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .arg("-ldl")
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        out
     }
 
     pub fn runc_root(&self) -> PathBuf {
@@ -52,6 +65,8 @@ impl Node {
         let bundle = self.work.path().join(name);
         let smi = binary("nvidia-smi");
         rootfs::busybox(&bundle.join("rootfs"), &[&smi]);
+        let wall = self.wall_program();
+        std::fs::copy(&wall, bundle.join("rootfs/usr/bin/wall")).unwrap();
         let ok = Command::new("runc")
             .arg("spec")
             .current_dir(&bundle)
@@ -172,6 +187,7 @@ echo "preload $(cat /etc/ld.so.preload)"
 grep memory_bytes /run/gpuslice/limits
 touch /run/gpuslice/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
 /usr/bin/nvidia-smi -L
+/usr/bin/nvidia-smi --query-gpu=memory.total --format=csv,noheader | sed 's/^/slice memory /'
 "#;
 
 /// Fails unless `output` of [`CHECKS`] shows a container holding GPU 0 of the node, with a
@@ -189,6 +205,7 @@ pub fn assert_gpu_checks(t: &str) {
         "gpu.0.memory_bytes=2147483648",
         "limits read-only",
         "GPU 0: Tesla T4",
+        "slice memory 2048 MiB",
     ] {
         assert!(t.contains(want), "{want:?} not in:\n{t}");
     }

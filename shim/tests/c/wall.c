@@ -4,7 +4,8 @@
  *   procaddr  dlsym of cuGetProcAddress_v2 only, then every function by base name and CUDA
  *             version, as the CUDA 12 runtime does; procaddr_ptds adds the per-thread
  *             default-stream flag.
- * Usage: wall MODE PATH REMAINING [HOLD]
+ * Built with -DWALL_NO_LINK, it needs no libcuda at link time and has no "link" mode.
+ * Usage: wall MODE PATH REMAINING
  * With REMAINING bytes left in the slice, the path allocates exactly REMAINING ("fit", then
  * cuMemGetInfo's free), frees, then asks for the least that exceeds it ("over"). Prints
  * key=value pairs on one line. Paths that keep running: "hold" allocates REMAINING and waits
@@ -88,11 +89,13 @@ static struct {
 static const char *mode;
 
 static void load(void) {
+#ifndef WALL_NO_LINK
     if (!strcmp(mode, "link")) {
 #define LINKED(base, versioned) A.base = versioned;
         API(LINKED)
         return;
     }
+#endif
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) { printf("error=dlopen\n"); exit(1); }
     if (!strcmp(mode, "dlsym")) {
