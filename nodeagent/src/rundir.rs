@@ -30,6 +30,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
 #[derive(Debug, Clone)]
 pub struct RunDir {
     root: PathBuf,
+    /// Written to every limits file as each GPU's `context_bytes`.
+    context_bytes: u64,
 }
 
 impl RunDir {
@@ -38,7 +40,17 @@ impl RunDir {
         std::fs::create_dir_all(&root).map_err(io(&root))?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))
             .map_err(io(&root))?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            context_bytes: 0,
+        })
+    }
+
+    /// Each CUDA context a container's process creates is charged `bytes` of its slice.
+    #[must_use]
+    pub fn with_context_bytes(mut self, bytes: u64) -> Self {
+        self.context_bytes = bytes;
+        self
     }
 
     #[must_use]
@@ -52,7 +64,11 @@ impl RunDir {
         let dir = self.path(&claim.container_id);
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(io(&dir))?;
-        let text = limits::Limits::from_claim(claim).render();
+        let mut limits = limits::Limits::from_claim(claim);
+        for g in &mut limits.gpus {
+            g.context_bytes = self.context_bytes;
+        }
+        let text = limits.render();
         write_atomic(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o444)?;
         let usage_path = dir.join(usage::FILE_NAME);
         if !usage_path.exists() {

@@ -36,6 +36,8 @@ pub struct Config {
     pub default_policy: Policy,
     pub gc_interval: Duration,
     pub evidence: Evidence,
+    /// Device memory charged to a slice for each CUDA context (the limits' `context_bytes`).
+    pub context_reservation: u64,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -50,7 +52,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         "discovered GPUs"
     );
     let store = Store::open(&cfg.state_dir)?;
-    let run = RunDir::new(&cfg.run_dir)?;
+    let run = RunDir::new(&cfg.run_dir)?.with_context_bytes(cfg.context_reservation);
     let (ledger, recovery) = Ledger::open(inventory, store, run, cfg.rules, cfg.default_policy)
         .context("failed to open the ledger")?;
     tracing::info!(claims = recovery.claims, orphans_removed = ?recovery.orphan_dirs_removed, "ledger loaded");

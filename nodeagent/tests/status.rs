@@ -204,3 +204,37 @@ fn the_agent_exits_with_an_error_when_its_bus_goes_away() {
         agent.log()
     );
 }
+
+#[test]
+fn the_context_reservation_reaches_every_limits_file_and_a_bad_one_is_refused() {
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &["--context-reservation", "300Mi"],
+    );
+    let out = cli(
+        &bus.address,
+        &["claim", "web-1", "-a", "gpuslice.io/memory=2Gi"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let limits = std::fs::read_to_string(agent.run_dir.join("web-1/limits")).unwrap();
+    assert!(limits.contains("gpu.0.context_bytes=314572800"), "{limits}");
+
+    let out = std::process::Command::new(agent_exe())
+        .args(["--context-reservation", "25%"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--context-reservation") && err.contains("25%"),
+        "{err}"
+    );
+}

@@ -62,11 +62,27 @@ struct Args {
     /// OCI runtime state roots that tell a created container exists (repeatable).
     #[arg(long = "runtime-root")]
     runtime_roots: Vec<PathBuf>,
+    /// Device memory the driver reserves for each CUDA context (e.g. 300Mi), charged to a
+    /// slice once per context a process creates; measure it with tests/gpu/run.sh.
+    #[arg(long, default_value = "0", value_parser = parse_bytes)]
+    context_reservation: u64,
     /// The proc filesystem holding the containers' processes.
     #[arg(long, default_value = "/proc")]
     proc_root: PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// A size in bytes: `300Mi`, `1Gi`, `314572800`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    match gpuslice_core::quantity::parse_memory(s) {
+        Ok(gpuslice_core::quantity::MemoryQuantity::Bytes(b)) => Ok(b),
+        Ok(_) => Err(format!("{s:?}: a size in bytes, not a share of the GPU")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 fn main() -> Result<()> {
@@ -111,6 +127,7 @@ fn main() -> Result<()> {
             },
             pending_timeout: args.pending_timeout,
         },
+        context_reservation: args.context_reservation,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
