@@ -357,9 +357,10 @@ mod tests {
                 s.spawn(move || {
                     let mine = r.claim(p, u64::from(p), procs).unwrap();
                     for _ in 0..5000 {
+                        // Counters may hold other threads' tentative reservations for a
+                        // moment; what is kept never exceeds the limit.
                         if r.charge(mine, 0, 997, limit, p, procs) {
-                            kept.fetch_add(997, SeqCst);
-                            assert!(r.total(0) <= limit);
+                            assert!(kept.fetch_add(997, SeqCst) + 997 <= limit);
                         }
                     }
                 });
