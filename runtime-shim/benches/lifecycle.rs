@@ -91,17 +91,11 @@ fn main() {
     let bus = Bus::start();
     let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
     let work = tempfile::tempdir().expect("tempdir");
-    let lib = work.path().join("libmarker.so");
-    let src = work.path().join("marker.c");
-    std::fs::write(&src, "int gpuslice_bench_marker(void) { return 1; }\n").expect("src");
+    let lib = gpuslice_testsupport::target_dir().join("libgpuslice.so");
     assert!(
-        Command::new("gcc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&lib)
-            .arg(&src)
-            .status()
-            .expect("gcc")
-            .success()
+        lib.exists(),
+        "{} (cargo build --release --workspace)",
+        lib.display()
     );
     let setup = Setup {
         work: work.path().to_path_buf(),
