@@ -7,6 +7,7 @@
 
 pub mod annotations;
 pub mod claim;
+pub mod cluster;
 pub mod driver;
 pub mod edits;
 pub mod host;

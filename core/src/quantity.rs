@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A memory request per GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryQuantity {
     /// An exact number of bytes.

@@ -1,0 +1,154 @@
+use super::*;
+
+const GIB: u64 = 1 << 30;
+
+fn node(name: &str, gpus: usize) -> NodeState {
+    NodeState {
+        name: name.into(),
+        model: 0,
+        cpu_total: 64_000,
+        cpu_free: 64_000,
+        mem_total: 256 * GIB,
+        mem_free: 256 * GIB,
+        gpus: vec![GpuState::idle(16 * GIB); gpus],
+    }
+}
+
+fn slice(memory: u64) -> Demand {
+    Demand {
+        cpu: 1000,
+        mem: GIB,
+        gpus: 1,
+        exclusive: false,
+        memory: MemoryQuantity::Bytes(memory),
+        cores: 0,
+        models: None,
+    }
+}
+
+fn whole(gpus: u32) -> Demand {
+    Demand {
+        gpus,
+        exclusive: true,
+        ..slice(0)
+    }
+}
+
+fn share(milli: u32) -> Demand {
+    Demand {
+        memory: MemoryQuantity::PercentBasisPoints(milli * 10),
+        cores: milli / 10,
+        ..slice(0)
+    }
+}
+
+/// Places `demands` one by one and returns (node, gpu) of each.
+fn run(nodes: &mut [NodeState], demands: &[Demand], policy: ClusterPolicy) -> Vec<(usize, Vec<usize>)> {
+    let mut mix = TaskMix::default();
+    let mut never = |_: usize| -> usize { unreachable!("no random policy here") };
+    demands
+        .iter()
+        .map(|d| {
+            mix.observe(d);
+            let p = choose(nodes, d, policy, &mix, &mut never).expect("placed");
+            apply(&mut nodes[p.node], d, &p.gpus);
+            (p.node, p.gpus)
+        })
+        .collect()
+}
+
+fn policy(s: &str) -> ClusterPolicy {
+    s.parse().unwrap()
+}
+
+#[test]
+fn the_four_patterns_of_node_and_gpu_binpack_and_spread() {
+    let four = vec![slice(4 * GIB); 4];
+    let cases = [
+        ("binpack", [(0, 0), (0, 0), (0, 0), (0, 0)]),
+        ("binpack-spread", [(0, 0), (0, 1), (0, 2), (0, 3)]),
+        ("spread-binpack", [(0, 0), (1, 0), (0, 0), (1, 0)]),
+        ("spread", [(0, 0), (1, 0), (0, 1), (1, 1)]),
+    ];
+    for (name, want) in cases {
+        let mut nodes = vec![node("a", 4), node("b", 4)];
+        let got: Vec<(usize, usize)> = run(&mut nodes, &four, policy(name))
+            .into_iter()
+            .map(|(n, g)| (n, g[0]))
+            .collect();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn nothing_is_placed_past_a_gpu_or_a_node() {
+    let mut nodes = vec![node("a", 1)];
+    let mut mix = TaskMix::default();
+    let d = slice(10 * GIB);
+    mix.observe(&d);
+    let mut never = |_: usize| 0;
+    let p = choose(&nodes, &d, policy("binpack"), &mix, &mut never).unwrap();
+    apply(&mut nodes[p.node], &d, &p.gpus);
+    assert_eq!(choose(&nodes, &d, policy("binpack"), &mix, &mut never), None);
+    assert_eq!(choose(&nodes, &whole(1), policy("binpack"), &mix, &mut never), None);
+    let hungry = Demand {
+        cpu: 65_000,
+        ..slice(GIB)
+    };
+    assert_eq!(choose(&nodes, &hungry, policy("binpack"), &mix, &mut never), None);
+}
+
+#[test]
+fn frag_aware_puts_a_half_gpu_beside_another_half_when_whole_gpus_are_wanted() {
+    // Node a: one GPU half used. Spread would take an idle GPU; with whole-GPU pods in the
+    // mix, frag-aware fills the half GPU and keeps the idle ones whole.
+    let mut nodes = vec![node("a", 2), node("b", 2)];
+    apply(&mut nodes[0], &share(500), &[0]);
+    let mut mix = TaskMix::default();
+    for _ in 0..3 {
+        mix.observe(&whole(1));
+    }
+    mix.observe(&share(500));
+    let mut never = |_: usize| 0;
+    let p = choose(&nodes, &share(500), ClusterPolicy::FragAware, &mix, &mut never).unwrap();
+    assert_eq!((p.node, p.gpus), (0, vec![0]));
+    let spread = choose(&nodes, &share(500), policy("spread"), &mix, &mut never).unwrap();
+    assert_ne!((spread.node, spread.gpus), (0, vec![0]));
+}
+
+#[test]
+fn a_node_that_cannot_host_a_class_counts_all_its_free_share_as_fragment() {
+    let mut n = node("a", 2);
+    let mut mix = TaskMix::default();
+    mix.observe(&share(500));
+    assert_eq!(mix.fragmentation(&n), 0.0, "an idle node strands nothing for half GPUs");
+    n.cpu_free = 500;
+    assert!((mix.fragmentation(&n) - 2.0).abs() < 1e-9, "no CPU left: both GPUs stranded");
+    let mut m = node("b", 2);
+    apply(&mut m, &share(700), &[0]);
+    // 0.3 left on GPU 0 cannot host a half: a fragment; GPU 1 can.
+    assert!((mix.fragmentation(&m) - 0.3).abs() < 1e-9);
+}
+
+#[test]
+fn a_pod_goes_only_to_the_gpu_models_it_accepts() {
+    let mut nodes = vec![node("a", 2), node("b", 2)];
+    nodes[1].model = 3;
+    let d = Demand {
+        models: Some(1 << 3),
+        ..share(250)
+    };
+    let got = run(&mut nodes, &[d.clone(), d], policy("binpack"));
+    assert!(got.iter().all(|(n, _)| *n == 1), "{got:?}");
+}
+
+#[test]
+fn multi_gpu_and_whole_gpu_pods_take_distinct_untouched_gpus() {
+    let mut nodes = vec![node("a", 4)];
+    apply(&mut nodes[0], &share(100), &[1]);
+    let got = run(&mut nodes, &[whole(2)], policy("binpack"));
+    assert_eq!(got, vec![(0, vec![0, 2])]);
+    assert!(nodes[0].gpus[0].exclusive && nodes[0].gpus[2].exclusive);
+    let mut never = |_: usize| 0;
+    assert_eq!(choose(&nodes, &whole(2), policy("binpack"), &TaskMix::default(), &mut never), None);
+}
