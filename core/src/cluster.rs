@@ -137,22 +137,53 @@ struct GpuClass {
     cores: u32,
 }
 
-/// The task classes seen so far and how often: the workload fragmentation is measured against.
+/// How each pod seen counts in the mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Weighting {
+    /// By the GPUs it asks for (a whole 8-GPU pod weighs 16 pods of half a GPU): stranding
+    /// the room of a large pod costs in proportion to the GPUs that pod would have used.
+    #[default]
+    GpuDemand,
+    /// One per pod, as the FGD paper weighs task popularity.
+    Pods,
+}
+
+/// The task classes seen so far and how much of the workload each is: the workload
+/// fragmentation is measured against.
 #[derive(Debug, Clone, Default)]
 pub struct TaskMix {
-    types: Vec<(Demand, usize, u64)>,
+    weighting: Weighting,
+    types: Vec<(Demand, usize, f64)>,
     index: HashMap<Demand, usize>,
     classes: Vec<GpuClass>,
     class_index: HashMap<GpuClass, usize>,
-    total: u64,
+    total: f64,
 }
 
+/// GPU memory a slice given in bytes is measured against when weighing it.
+const REFERENCE_GPU_MEMORY: u64 = 16 << 30;
+
 impl TaskMix {
+    #[must_use]
+    pub fn new(weighting: Weighting) -> Self {
+        Self {
+            weighting,
+            ..Self::default()
+        }
+    }
+
     /// Counts one more pod of this demand.
     pub fn observe(&mut self, d: &Demand) {
-        self.total += 1;
+        let w = match self.weighting {
+            Weighting::Pods => 1.0,
+            Weighting::GpuDemand => d.gpu_share(REFERENCE_GPU_MEMORY),
+        };
+        if w == 0.0 {
+            return;
+        }
+        self.total += w;
         if let Some(&i) = self.index.get(d) {
-            self.types[i].2 += 1;
+            self.types[i].2 += w;
             return;
         }
         let class = d.gpu_class();
@@ -161,19 +192,19 @@ impl TaskMix {
             self.classes.len() - 1
         });
         self.index.insert(d.clone(), self.types.len());
-        self.types.push((d.clone(), c, 1));
+        self.types.push((d.clone(), c, w));
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.total == 0
+        self.total == 0.0
     }
 
     /// Expected fragmentation of `node` (in GPU shares) under this mix.
     #[must_use]
     pub fn fragmentation(&self, node: &NodeState) -> f64 {
         let free = node.gpu_free_share();
-        if free == 0.0 || self.total == 0 {
+        if free == 0.0 || self.total == 0.0 {
             return 0.0;
         }
         let per_class: Vec<f64> = self
@@ -185,11 +216,15 @@ impl TaskMix {
             .types
             .iter()
             .map(|(d, c, n)| {
-                let f = if d.host_fits(node) { per_class[*c] } else { free };
-                f * *n as f64
+                let f = if d.host_fits(node) {
+                    per_class[*c]
+                } else {
+                    free
+                };
+                f * *n
             })
             .sum();
-        sum / self.total as f64
+        sum / self.total
     }
 }
 
@@ -230,7 +265,10 @@ pub struct Placement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClusterPolicy {
     /// Node and GPU each chosen by binpack or spread.
-    Axes { node: Axis, gpu: Axis },
+    Axes {
+        node: Axis,
+        gpu: Axis,
+    },
     Random,
     DotProduct,
     GpuPacking,
@@ -249,10 +287,22 @@ impl std::str::FromStr for ClusterPolicy {
     fn from_str(s: &str) -> Result<Self, String> {
         use Axis::{Binpack, Spread};
         Ok(match s {
-            "binpack" => Self::Axes { node: Binpack, gpu: Binpack },
-            "spread" => Self::Axes { node: Spread, gpu: Spread },
-            "binpack-spread" => Self::Axes { node: Binpack, gpu: Spread },
-            "spread-binpack" => Self::Axes { node: Spread, gpu: Binpack },
+            "binpack" => Self::Axes {
+                node: Binpack,
+                gpu: Binpack,
+            },
+            "spread" => Self::Axes {
+                node: Spread,
+                gpu: Spread,
+            },
+            "binpack-spread" => Self::Axes {
+                node: Binpack,
+                gpu: Spread,
+            },
+            "spread-binpack" => Self::Axes {
+                node: Spread,
+                gpu: Binpack,
+            },
             "random" => Self::Random,
             "dot-product" => Self::DotProduct,
             "gpu-packing" => Self::GpuPacking,
@@ -331,6 +381,9 @@ fn after(node: &NodeState, d: &Demand, gpus: &[usize]) -> NodeState {
     n
 }
 
+/// Scores closer than this are equal (sums of fractions differ in their last bits).
+const TIE: f64 = 1e-9;
+
 /// Chooses where `d` goes among `nodes`, or None when no node can take it. `random(n)` gives
 /// a uniform index below n (used by the random policy only).
 pub fn choose(
@@ -368,7 +421,9 @@ pub fn choose(
             let (primary, secondary) = score(node, d, c, policy, mix, before);
             let better = match &best {
                 None => true,
-                Some((p, s, ..)) => primary < *p || (primary == *p && secondary < *s),
+                Some((p, s, ..)) => {
+                    primary < *p - TIE || ((primary - *p).abs() <= TIE && secondary < *s - TIE)
+                }
             };
             if better {
                 best = Some((primary, secondary, *i, c));
@@ -435,7 +490,7 @@ fn score(
             };
             (tier, gpu_left)
         }
-        ClusterPolicy::FragAware => (mix.fragmentation(&next) - frag_before, gpu_left),
+        ClusterPolicy::FragAware => (mix.fragmentation(&next) - frag_before, node_left),
         ClusterPolicy::Random => (0.0, 0.0),
     }
 }

@@ -43,7 +43,11 @@ fn share(milli: u32) -> Demand {
 }
 
 /// Places `demands` one by one and returns (node, gpu) of each.
-fn run(nodes: &mut [NodeState], demands: &[Demand], policy: ClusterPolicy) -> Vec<(usize, Vec<usize>)> {
+fn run(
+    nodes: &mut [NodeState],
+    demands: &[Demand],
+    policy: ClusterPolicy,
+) -> Vec<(usize, Vec<usize>)> {
     let mut mix = TaskMix::default();
     let mut never = |_: usize| -> usize { unreachable!("no random policy here") };
     demands
@@ -89,13 +93,22 @@ fn nothing_is_placed_past_a_gpu_or_a_node() {
     let mut never = |_: usize| 0;
     let p = choose(&nodes, &d, policy("binpack"), &mix, &mut never).unwrap();
     apply(&mut nodes[p.node], &d, &p.gpus);
-    assert_eq!(choose(&nodes, &d, policy("binpack"), &mix, &mut never), None);
-    assert_eq!(choose(&nodes, &whole(1), policy("binpack"), &mix, &mut never), None);
+    assert_eq!(
+        choose(&nodes, &d, policy("binpack"), &mix, &mut never),
+        None
+    );
+    assert_eq!(
+        choose(&nodes, &whole(1), policy("binpack"), &mix, &mut never),
+        None
+    );
     let hungry = Demand {
         cpu: 65_000,
         ..slice(GIB)
     };
-    assert_eq!(choose(&nodes, &hungry, policy("binpack"), &mix, &mut never), None);
+    assert_eq!(
+        choose(&nodes, &hungry, policy("binpack"), &mix, &mut never),
+        None
+    );
 }
 
 #[test]
@@ -110,7 +123,14 @@ fn frag_aware_puts_a_half_gpu_beside_another_half_when_whole_gpus_are_wanted() {
     }
     mix.observe(&share(500));
     let mut never = |_: usize| 0;
-    let p = choose(&nodes, &share(500), ClusterPolicy::FragAware, &mix, &mut never).unwrap();
+    let p = choose(
+        &nodes,
+        &share(500),
+        ClusterPolicy::FragAware,
+        &mix,
+        &mut never,
+    )
+    .unwrap();
     assert_eq!((p.node, p.gpus), (0, vec![0]));
     let spread = choose(&nodes, &share(500), policy("spread"), &mix, &mut never).unwrap();
     assert_ne!((spread.node, spread.gpus), (0, vec![0]));
@@ -121,9 +141,16 @@ fn a_node_that_cannot_host_a_class_counts_all_its_free_share_as_fragment() {
     let mut n = node("a", 2);
     let mut mix = TaskMix::default();
     mix.observe(&share(500));
-    assert_eq!(mix.fragmentation(&n), 0.0, "an idle node strands nothing for half GPUs");
+    assert_eq!(
+        mix.fragmentation(&n),
+        0.0,
+        "an idle node strands nothing for half GPUs"
+    );
     n.cpu_free = 500;
-    assert!((mix.fragmentation(&n) - 2.0).abs() < 1e-9, "no CPU left: both GPUs stranded");
+    assert!(
+        (mix.fragmentation(&n) - 2.0).abs() < 1e-9,
+        "no CPU left: both GPUs stranded"
+    );
     let mut m = node("b", 2);
     apply(&mut m, &share(700), &[0]);
     // 0.3 left on GPU 0 cannot host a half: a fragment; GPU 1 can.
@@ -150,5 +177,14 @@ fn multi_gpu_and_whole_gpu_pods_take_distinct_untouched_gpus() {
     assert_eq!(got, vec![(0, vec![0, 2])]);
     assert!(nodes[0].gpus[0].exclusive && nodes[0].gpus[2].exclusive);
     let mut never = |_: usize| 0;
-    assert_eq!(choose(&nodes, &whole(2), policy("binpack"), &TaskMix::default(), &mut never), None);
+    assert_eq!(
+        choose(
+            &nodes,
+            &whole(2),
+            policy("binpack"),
+            &TaskMix::default(),
+            &mut never
+        ),
+        None
+    );
 }

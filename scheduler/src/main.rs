@@ -1,0 +1,241 @@
+//! `gpuslice-scheduler`: cluster placement. `simulate` replays production traces against the
+//! placement policies.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use gpuslice_core::cluster::{self, ClusterPolicy, TaskMix};
+use gpuslice_scheduler::simulate::{self, Run};
+use gpuslice_scheduler::{plot, trace};
+
+#[derive(Parser)]
+#[command(version, about = "gpuslice cluster placement")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a trace (Alibaba openb format) with the protocol of the fragmentation paper and
+    /// report GPU allocation per policy.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Parser)]
+struct SimulateArgs {
+    /// Node list: sn,cpu_milli,memory_mib,gpu,model
+    #[arg(long)]
+    nodes: PathBuf,
+    /// Pod list: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…]
+    #[arg(long)]
+    pods: PathBuf,
+    /// Policies, comma-separated: random, dot-product, gpu-packing, best-fit, binpack,
+    /// spread, binpack-spread, spread-binpack, frag-aware
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "random,dot-product,gpu-packing,best-fit,binpack,spread,frag-aware"
+    )]
+    policy: Vec<String>,
+    /// Seeds: a range `42..51` (inclusive) or a list `1,2,3`
+    #[arg(long, default_value = "42..51")]
+    seeds: String,
+    /// Keep only the first N nodes of the node list (a smaller cluster)
+    #[arg(long)]
+    node_limit: Option<usize>,
+    /// CSV of every run's curve
+    #[arg(long, default_value = "simulate.csv")]
+    csv: PathBuf,
+    /// SVG plot of unallocated GPU against arrived workload (mean over seeds)
+    #[arg(long, default_value = "simulate.svg")]
+    plot: PathBuf,
+    /// How frag-aware weighs the pods it has seen: by the GPUs they ask for, or one per pod
+    /// as in the FGD paper
+    #[arg(long, value_enum, default_value = "gpu-demand")]
+    weighting: Weighting,
+    /// A pod list whose pods frag-aware counts before the replay starts (a known workload);
+    /// without it the task mix is learned online only
+    #[arg(long)]
+    mix: Option<PathBuf>,
+    /// Worker threads (runs are independent)
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Weighting {
+    GpuDemand,
+    Pods,
+}
+
+fn parse_seeds(s: &str) -> Result<Vec<u64>> {
+    let bad = || format!("--seeds {s:?}: expected a range like 42..51 or a list like 1,2,3");
+    if let Some((a, b)) = s.split_once("..") {
+        let (a, b): (u64, u64) = (
+            a.trim().parse().with_context(bad)?,
+            b.trim().parse().with_context(bad)?,
+        );
+        if a > b {
+            bail!("{}: the range is empty", bad());
+        }
+        return Ok((a..=b).collect());
+    }
+    s.split(',')
+        .map(|x| x.trim().parse().with_context(bad))
+        .collect()
+}
+
+fn simulate_cmd(args: SimulateArgs) -> Result<()> {
+    let policies: Vec<(String, ClusterPolicy)> = args
+        .policy
+        .iter()
+        .map(|p| {
+            p.parse()
+                .map(|c| (p.clone(), c))
+                .map_err(|e| anyhow::anyhow!("--policy: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let seeds = parse_seeds(&args.seeds)?;
+    let mut models = trace::Models::default();
+    let mut nodes = trace::read_nodes(&args.nodes, &mut models)?;
+    if let Some(n) = args.node_limit {
+        nodes.truncate(n.max(1));
+    }
+    let pods = trace::read_pods(&args.pods)?;
+    let demands: Vec<_> = pods.iter().map(|p| trace::demand(p, &mut models)).collect();
+    let mut prior = TaskMix::new(match args.weighting {
+        Weighting::GpuDemand => cluster::Weighting::GpuDemand,
+        Weighting::Pods => cluster::Weighting::Pods,
+    });
+    if let Some(path) = &args.mix {
+        for p in trace::read_pods(path)? {
+            prior.observe(&trace::demand(&p, &mut models));
+        }
+    }
+    let capacity: u64 = nodes.iter().map(|n| n.gpus.len() as u64 * 1000).sum();
+    if capacity == 0 {
+        bail!("{}: the nodes have no GPUs", args.nodes.display());
+    }
+    eprintln!(
+        "cluster: {} nodes, {} GPUs; {} pods in the trace; {} policies × {} seeds",
+        nodes.len(),
+        capacity / 1000,
+        pods.len(),
+        policies.len(),
+        seeds.len()
+    );
+    let jobs: Vec<(u64, usize)> = seeds
+        .iter()
+        .flat_map(|&s| (0..policies.len()).map(move |p| (s, p)))
+        .collect();
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut runs: Vec<Run> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(seed, p)) = jobs.get(j) else {
+                            break done;
+                        };
+                        let order = simulate::workload(&pods, capacity, seed);
+                        let (name, policy) = &policies[p];
+                        let started = std::time::Instant::now();
+                        let run = simulate::replay(
+                            &nodes,
+                            &demands,
+                            &pods,
+                            &order,
+                            (name, *policy),
+                            &prior,
+                            seed,
+                        );
+                        eprintln!(
+                            "policy={name} seed={seed} pods={} placed={} failed={} in {:.1}s",
+                            order.len(),
+                            run.placed,
+                            run.failed,
+                            started.elapsed().as_secs_f64()
+                        );
+                        done.push(run);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker"))
+            .collect()
+    });
+    runs.sort_by(|a, b| a.policy.cmp(&b.policy).then(a.seed.cmp(&b.seed)));
+
+    let mut csv = std::io::BufWriter::new(
+        std::fs::File::create(&args.csv).with_context(|| format!("{}", args.csv.display()))?,
+    );
+    writeln!(
+        csv,
+        "policy,seed,arrived_pct,allocated_pct,unallocated_pct,fragmentation_pct"
+    )?;
+    for r in &runs {
+        for p in &r.points {
+            writeln!(
+                csv,
+                "{},{},{},{:.4},{:.4},{:.4}",
+                r.policy,
+                r.seed,
+                p.arrived_pct,
+                p.allocated_pct,
+                100.0 - p.allocated_pct,
+                p.fragmentation_pct
+            )?;
+        }
+    }
+    csv.flush()?;
+
+    let mut series = Vec::new();
+    let mut summary = Vec::new();
+    for (name, _) in &policies {
+        let mine: Vec<&Run> = runs.iter().filter(|r| &r.policy == name).collect();
+        let curve: Vec<(f64, f64)> = (1..=simulate::ARRIVED_MAX_PCT)
+            .filter_map(|pct| {
+                let v: Vec<f64> = mine.iter().filter_map(|r| r.unallocated_at(pct)).collect();
+                (!v.is_empty()).then(|| (f64::from(pct), simulate::mean_sd(&v).0))
+            })
+            .collect();
+        series.push((name.clone(), curve));
+        let at = |pct| -> Vec<f64> { mine.iter().filter_map(|r| r.unallocated_at(pct)).collect() };
+        let (m100, sd100) = simulate::mean_sd(&at(100));
+        let (m130, _) = simulate::mean_sd(&at(130));
+        summary.push(format!(
+            "policy={name} seeds={} unallocated_pct_at_100={m100:.2} sd={sd100:.2} unallocated_pct_at_130={m130:.2}",
+            mine.len()
+        ));
+    }
+    let title = format!(
+        "{} on {} ({} seeds)",
+        args.pods.file_name().unwrap_or_default().to_string_lossy(),
+        args.nodes.file_name().unwrap_or_default().to_string_lossy(),
+        seeds.len()
+    );
+    std::fs::write(&args.plot, plot::svg(&title, &series))
+        .with_context(|| format!("{}", args.plot.display()))?;
+    eprintln!("wrote {} and {}", args.csv.display(), args.plot.display());
+    for line in summary {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Simulate(a) => simulate_cmd(a),
+    }
+}

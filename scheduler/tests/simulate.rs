@@ -1,0 +1,150 @@
+//! `gpuslice-scheduler simulate` on the openb trace (a smaller cluster, so that it runs in the
+//! test suite; the full replay is in docs/scheduler.md).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/openb")
+}
+
+fn simulate(args: &[&str], out: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+        .arg("simulate")
+        .arg("--nodes")
+        .arg(traces().join("openb_node_list_gpu_node.csv"))
+        .arg("--csv")
+        .arg(out.join("sim.csv"))
+        .arg("--plot")
+        .arg(out.join("sim.svg"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn summary(stdout: &str) -> Vec<(String, f64, f64)> {
+    stdout
+        .lines()
+        .map(|l| {
+            let kv: std::collections::HashMap<&str, &str> =
+                l.split(' ').filter_map(|p| p.split_once('=')).collect();
+            (
+                kv["policy"].to_string(),
+                kv["unallocated_pct_at_100"].parse().unwrap(),
+                kv["unallocated_pct_at_130"].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_replay_of_the_openb_trace_reports_every_policy_and_frag_aware_strands_least() {
+    let out = tempfile::tempdir().unwrap();
+    let pods = traces().join("openb_pod_list_default.csv");
+    let o = simulate(
+        &[
+            "--pods",
+            pods.to_str().unwrap(),
+            "--node-limit",
+            "150",
+            "--seeds",
+            "42..43",
+            "--policy",
+            "random,best-fit,binpack,frag-aware",
+        ],
+        out.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    let re_ok = lines.iter().all(|l| {
+        l.starts_with("policy=")
+            && l.contains(" seeds=2 unallocated_pct_at_100=")
+            && l.contains(" sd=")
+            && l.contains(" unallocated_pct_at_130=")
+    });
+    assert!(re_ok, "{stdout}");
+    let s = summary(&stdout);
+    let at100 = |p: &str| s.iter().find(|x| x.0 == p).unwrap().1;
+    assert!(at100("frag-aware") < at100("random"), "{stdout}");
+    assert!(at100("frag-aware") < at100("best-fit"), "{stdout}");
+
+    let csv = std::fs::read_to_string(out.path().join("sim.csv")).unwrap();
+    let mut rows = csv.lines();
+    assert_eq!(
+        rows.next(),
+        Some("policy,seed,arrived_pct,allocated_pct,unallocated_pct,fragmentation_pct")
+    );
+    let rows: Vec<Vec<&str>> = rows.map(|r| r.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4 * 2 * 130);
+    for r in &rows {
+        let arrived: f64 = r[2].parse().unwrap();
+        let allocated: f64 = r[3].parse().unwrap();
+        let unallocated: f64 = r[4].parse().unwrap();
+        assert!(
+            allocated <= arrived + 1.0,
+            "never more allocated than arrived: {r:?}"
+        );
+        assert!((allocated + unallocated - 100.0).abs() < 1e-3, "{r:?}");
+    }
+    let svg = std::fs::read_to_string(out.path().join("sim.svg")).unwrap();
+    assert_eq!(svg.matches("<polyline").count(), 4);
+    assert!(svg.contains(">frag-aware</text>"));
+}
+
+#[test]
+fn a_replay_is_the_same_for_the_same_seed() {
+    let out = tempfile::tempdir().unwrap();
+    let pods = traces().join("openb_pod_list_default.csv");
+    let run = || {
+        let o = simulate(
+            &[
+                "--pods",
+                pods.to_str().unwrap(),
+                "--node-limit",
+                "60",
+                "--seeds",
+                "7",
+                "--policy",
+                "random,frag-aware",
+            ],
+            out.path(),
+        );
+        assert!(o.status.success());
+        (o.stdout, std::fs::read(out.path().join("sim.csv")).unwrap())
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn bad_input_is_refused_naming_the_file_the_row_and_the_value() {
+    let out = tempfile::tempdir().unwrap();
+    let pods = out.path().join("pods.csv");
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,500\np1,1000,1024,1,2000\n",
+    )
+    .unwrap();
+    let o = simulate(&["--pods", pods.to_str().unwrap()], out.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("pods.csv: row 3: gpu_milli=2000"), "{err}");
+
+    let good = traces().join("openb_pod_list_default.csv");
+    let o = simulate(
+        &["--pods", good.to_str().unwrap(), "--policy", "fastest"],
+        out.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("\"fastest\""), "{err}");
+    let o = simulate(
+        &["--pods", good.to_str().unwrap(), "--seeds", "9..3"],
+        out.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--seeds \"9..3\""),
+        "{err}"
+    );
+}
