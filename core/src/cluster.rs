@@ -436,6 +436,32 @@ pub fn choose(
     })
 }
 
+/// The best (node score, GPU score) `d` can get on `node` under `policy`, lower being better,
+/// and the GPUs that get it; None when `d` does not fit. Not for the random policy.
+#[must_use]
+pub fn best_on_node(
+    node: &NodeState,
+    d: &Demand,
+    policy: ClusterPolicy,
+    mix: &TaskMix,
+) -> Option<((f64, f64), Vec<usize>)> {
+    let before = match policy {
+        ClusterPolicy::FragAware => mix.fragmentation(node),
+        _ => 0.0,
+    };
+    let mut best: Option<((f64, f64), Vec<usize>)> = None;
+    for c in candidates(node, d) {
+        let s = score(node, d, &c, policy, mix, before);
+        let better = best.as_ref().is_none_or(|((p, q), _)| {
+            s.0 < *p - TIE || ((s.0 - *p).abs() <= TIE && s.1 < *q - TIE)
+        });
+        if better {
+            best = Some((s, c));
+        }
+    }
+    best
+}
+
 /// (node score, GPU score) of a candidate under `policy`; lower is better.
 fn score(
     node: &NodeState,
@@ -502,3 +528,52 @@ fn gpus_share(node: &NodeState, d: &Demand, gpus: f64) -> f64 {
 
 #[cfg(test)]
 mod tests;
+
+/// The Node annotation on which a node agent publishes its GPUs for the cluster scheduler.
+pub const NODE_STATE_ANNOTATION: &str = "gpuslice.io/node-state";
+
+/// What a node agent publishes on its Node: each GPU and what is allocated on it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodePublication {
+    pub version: u32,
+    pub gpus: Vec<PublishedGpu>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PublishedGpu {
+    pub uuid: String,
+    #[serde(default)]
+    pub model: String,
+    pub memory_total: u64,
+    pub memory_allocated: u64,
+    pub cores_allocated: u32,
+    pub sharers: u32,
+    pub exclusive: bool,
+}
+
+impl NodePublication {
+    /// The node as placement sees it. Host CPU and memory are left unconstrained: kube-scheduler
+    /// checks them itself before the extender is asked.
+    #[must_use]
+    pub fn node_state(&self, name: &str) -> NodeState {
+        NodeState {
+            name: name.to_string(),
+            model: 0,
+            cpu_total: u64::MAX / 2,
+            cpu_free: u64::MAX / 2,
+            mem_total: u64::MAX / 2,
+            mem_free: u64::MAX / 2,
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| GpuState {
+                    memory_total: g.memory_total,
+                    memory_free: g.memory_total.saturating_sub(g.memory_allocated),
+                    cores_free: 100u32.saturating_sub(g.cores_allocated),
+                    sharers: g.sharers,
+                    exclusive: g.exclusive,
+                })
+                .collect(),
+        }
+    }
+}

@@ -22,6 +22,22 @@ enum Command {
     /// Replay a trace (Alibaba openb format) with the protocol of the fragmentation paper and
     /// report GPU allocation per policy.
     Simulate(SimulateArgs),
+    /// Serve the kube-scheduler extender (filter and prioritize) over HTTP. With
+    /// `nodeCacheCapable: false`, kube-scheduler sends the Nodes and their published GPUs in
+    /// every request; the node cache for `nodeCacheCapable: true` is fed by a Node watch that
+    /// is not built yet.
+    Serve(ServeArgs),
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// Address to listen on
+    #[arg(long, default_value = "0.0.0.0:8888")]
+    listen: std::net::SocketAddr,
+    /// Node policy for pods that name none (gpuslice.io/node-policy): binpack, spread or
+    /// frag-aware
+    #[arg(long, default_value = "frag-aware")]
+    default_node_policy: String,
 }
 
 #[derive(Parser)]
@@ -234,8 +250,36 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     Ok(())
 }
 
+fn serve_cmd(args: ServeArgs) -> Result<()> {
+    let policy: ClusterPolicy = match args.default_node_policy.as_str() {
+        "binpack" | "spread" | "frag-aware" => args
+            .default_node_policy
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--default-node-policy: {e}"))?,
+        other => bail!("--default-node-policy {other:?}: use binpack, spread or frag-aware"),
+    };
+    let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("--listen {}", args.listen))?;
+        eprintln!("serving the extender on {}", listener.local_addr()?);
+        axum::serve(
+            listener,
+            gpuslice_scheduler::extender::http::router(extender),
+        )
+        .await
+        .context("server")
+    })
+}
+
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Simulate(a) => simulate_cmd(a),
+        Command::Serve(a) => serve_cmd(a),
     }
 }

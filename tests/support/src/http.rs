@@ -1,4 +1,5 @@
-//! A plain HTTP/1.1 GET, enough to scrape a metrics endpoint.
+//! Plain HTTP/1.1 GET and POST, enough to scrape a metrics endpoint and to call an extender
+//! as kube-scheduler does.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -9,6 +10,21 @@ pub fn get(addr: &str, path: &str) -> std::io::Result<(String, String, String)> 
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let (status, headers) = head.split_once("\r\n").unwrap_or((head, ""));
+    Ok((status.to_string(), headers.to_string(), body.to_string()))
+}
+
+/// Returns (status line, headers, body) of `POST path` with a JSON `body` on `addr`.
+pub fn post_json(addr: &str, path: &str, body: &str) -> std::io::Result<(String, String, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )?;
     let mut raw = String::new();
     s.read_to_string(&mut raw)?;

@@ -1,0 +1,284 @@
+//! The extender over HTTP, called with JSON exactly as kube-scheduler sends it (the Go field
+//! names of k8s.io/kube-scheduler/extender/v1, full Pod and Node objects), in both node-cache
+//! modes.
+
+use std::process::{Child, Command, Stdio};
+
+use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_testsupport::http::{free_port, get, post_json};
+use serde_json::{Value, json};
+
+const GIB: u64 = 1 << 30;
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(policy: &str) -> Server {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+        .args(["serve", "--listen", &addr, "--default-node-policy", policy])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
+        get(&addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
+    });
+    assert!(up, "extender did not come up on {addr}");
+    Server { child, addr }
+}
+
+/// (memory total GiB, memory allocated GiB, sharers) per GPU.
+fn publication(gpus: &[(u64, u64, u32)]) -> String {
+    let p = NodePublication {
+        version: 1,
+        gpus: gpus
+            .iter()
+            .enumerate()
+            .map(|(i, &(total, used, sharers))| PublishedGpu {
+                uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
+                model: "NVIDIA A10".into(),
+                memory_total: total * GIB,
+                memory_allocated: used * GIB,
+                cores_allocated: 0,
+                sharers,
+                exclusive: false,
+            })
+            .collect(),
+    };
+    serde_json::to_string(&p).unwrap()
+}
+
+/// A v1.Node as kube-scheduler serialises it, with the agent's publication when given.
+fn node(name: &str, published: Option<String>) -> Value {
+    let mut annotations = json!({"node.alpha.kubernetes.io/ttl": "0"});
+    if let Some(p) = published {
+        annotations[NODE_STATE_ANNOTATION] = Value::String(p);
+    }
+    json!({
+        "metadata": {
+            "name": name,
+            "uid": format!("uid-{name}"),
+            "resourceVersion": "4242",
+            "creationTimestamp": "2026-11-01T00:00:00Z",
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+            "annotations": annotations
+        },
+        "spec": {"podCIDR": "10.244.1.0/24"},
+        "status": {
+            "capacity": {"cpu": "32", "memory": "131072Mi", "pods": "110"},
+            "allocatable": {"cpu": "31", "memory": "130000Mi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kubeletVersion": "v1.30.0"}
+        }
+    })
+}
+
+/// A v1.Pod as kube-scheduler serialises it.
+fn pod(annotations: Value) -> Value {
+    json!({
+        "metadata": {
+            "name": "web-7d9f",
+            "namespace": "default",
+            "uid": "0b4e2a54-8c1f-4a5e-9a67-3f1c2d7e9b10",
+            "creationTimestamp": "2026-11-22T04:00:00Z",
+            "annotations": annotations
+        },
+        "spec": {
+            "containers": [{
+                "name": "app",
+                "image": "registry.example/web:1.2",
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}
+            }],
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+            "runtimeClassName": "gpuslice"
+        },
+        "status": {"phase": "Pending", "qosClass": "Burstable"}
+    })
+}
+
+fn nodes() -> Vec<Value> {
+    vec![
+        node("free", Some(publication(&[(24, 0, 0), (24, 0, 0)]))),
+        node("busy", Some(publication(&[(16, 12, 3)]))),
+        node("small", Some(publication(&[(8, 0, 0)]))),
+        node("plain", None),
+    ]
+}
+
+fn call(server: &Server, verb: &str, body: &Value) -> (String, Value) {
+    let (status, _, body) = post_json(&server.addr, verb, &body.to_string()).unwrap();
+    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, v)
+}
+
+#[test]
+fn filter_with_node_objects_returns_fitting_nodes_as_sent_and_tells_full_from_never() {
+    let server = serve("frag-aware");
+    let nodes = nodes();
+    let args = json!({
+        "Pod": pod(json!({"gpuslice.io/memory": "10Gi"})),
+        "Nodes": {"metadata": {"resourceVersion": "4300"}, "items": nodes},
+        "NodeNames": null
+    });
+    let (status, r) = call(&server, "/filter", &args);
+    assert!(status.contains("200"), "{status}");
+    let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    for k in [
+        "Nodes",
+        "NodeNames",
+        "FailedNodes",
+        "FailedAndUnresolvableNodes",
+        "Error",
+    ] {
+        assert!(keys.contains(&k), "{k} missing from {r}");
+    }
+    assert_eq!(
+        r["Nodes"]["items"],
+        json!([nodes[0]]),
+        "the fitting node comes back whole"
+    );
+    assert_eq!(r["Nodes"]["metadata"], json!({"resourceVersion": "4300"}));
+    assert_eq!(r["NodeNames"], Value::Null);
+    assert_eq!(r["Error"], "");
+    let failed = r["FailedNodes"].as_object().unwrap();
+    assert_eq!(failed.keys().collect::<Vec<_>>(), ["busy"]);
+    assert!(
+        failed["busy"]
+            .as_str()
+            .unwrap()
+            .contains("4096 MiB of 16384 MiB"),
+        "{r}"
+    );
+    let never = r["FailedAndUnresolvableNodes"].as_object().unwrap();
+    assert_eq!(never.keys().collect::<Vec<_>>(), ["plain", "small"]);
+    assert!(
+        never["small"].as_str().unwrap().contains("even empty"),
+        "{r}"
+    );
+    assert!(
+        never["plain"]
+            .as_str()
+            .unwrap()
+            .contains("publishes no GPUs"),
+        "{r}"
+    );
+}
+
+#[test]
+fn prioritize_scores_from_zero_to_ten_by_the_pod_node_policy() {
+    let server = serve("frag-aware");
+    let nodes = vec![
+        node("empty", Some(publication(&[(24, 0, 0), (24, 0, 0)]))),
+        node("half", Some(publication(&[(24, 12, 2), (24, 0, 0)]))),
+        node("full", Some(publication(&[(24, 22, 4)]))),
+    ];
+    let score = |policy: &str| {
+        let args = json!({
+            "Pod": pod(json!({"gpuslice.io/memory": "4Gi", "gpuslice.io/node-policy": policy})),
+            "Nodes": {"items": nodes},
+        });
+        let (status, r) = call(&server, "/prioritize", &args);
+        assert!(status.contains("200"), "{status}");
+        r.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["Host"].as_str().unwrap().to_string(),
+                    h["Score"].as_i64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let binpack = score("binpack");
+    assert_eq!(
+        binpack,
+        [("empty".into(), 0), ("half".into(), 10), ("full".into(), 0)]
+    );
+    let spread = score("spread");
+    assert_eq!(
+        spread,
+        [("empty".into(), 10), ("half".into(), 0), ("full".into(), 0)]
+    );
+    for (_, s) in binpack.iter().chain(&spread) {
+        assert!((0..=10).contains(s));
+    }
+}
+
+#[test]
+fn with_node_names_the_extender_answers_from_what_it_knows_of_each_node() {
+    let server = serve("binpack");
+    let args = json!({
+        "Pod": pod(json!({"gpuslice.io/memory": "2Gi"})),
+        "Nodes": null,
+        "NodeNames": ["gpu-1", "gpu-2"]
+    });
+    let (_, r) = call(&server, "/filter", &args);
+    assert_eq!(r["Nodes"], Value::Null);
+    assert_eq!(r["NodeNames"], json!([]));
+    let failed = r["FailedNodes"].as_object().unwrap();
+    assert!(
+        failed["gpu-1"]
+            .as_str()
+            .unwrap()
+            .contains("no GPUs published"),
+        "{r}"
+    );
+    let (_, r) = call(&server, "/prioritize", &args);
+    assert_eq!(
+        r,
+        json!([{"Host": "gpu-1", "Score": 0}, {"Host": "gpu-2", "Score": 0}])
+    );
+}
+
+#[test]
+fn a_pod_without_gpuslice_annotations_passes_through_untouched() {
+    let server = serve("frag-aware");
+    let nodes = nodes();
+    let args = json!({"Pod": pod(json!({"team": "web"})), "Nodes": {"items": nodes}});
+    let (_, r) = call(&server, "/filter", &args);
+    assert_eq!(r["Nodes"]["items"], json!(nodes));
+    assert_eq!(r["FailedNodes"], json!({}));
+    assert_eq!(r["FailedAndUnresolvableNodes"], json!({}));
+    let args = json!({"Pod": pod(json!({})), "NodeNames": ["a", "b"]});
+    let (_, r) = call(&server, "/filter", &args);
+    assert_eq!(r["NodeNames"], json!(["a", "b"]));
+}
+
+#[test]
+fn a_malformed_request_fails_every_node_for_good_and_a_broken_body_says_why() {
+    let server = serve("frag-aware");
+    let args = json!({
+        "Pod": pod(json!({"gpuslice.io/memory": "-3Gi"})),
+        "Nodes": {"items": nodes()}
+    });
+    let (_, r) = call(&server, "/filter", &args);
+    assert_eq!(r["Nodes"]["items"], json!([]));
+    let never = r["FailedAndUnresolvableNodes"].as_object().unwrap();
+    assert_eq!(never.len(), 4);
+    let why = never["free"].as_str().unwrap();
+    assert!(
+        why.contains("gpuslice.io/memory") && why.contains("-3Gi"),
+        "{why}"
+    );
+
+    let (status, r) = call(&server, "/filter", &json!({"Nodes": []}));
+    assert!(status.contains("200"));
+    assert!(
+        r["Error"].as_str().unwrap().contains("not ExtenderArgs"),
+        "{r}"
+    );
+    let (status, _) = call(&server, "/prioritize", &json!("nonsense"));
+    assert!(status.contains("400"), "{status}");
+}
