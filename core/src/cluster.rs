@@ -233,18 +233,19 @@ fn class_fragment(node: &NodeState, c: &GpuClass, free: f64) -> f64 {
     if c.gpus == 0 {
         return 0.0;
     }
-    let probe = Demand {
-        cpu: 0,
-        mem: 0,
-        gpus: c.gpus,
-        exclusive: c.exclusive,
-        memory: c.memory,
-        cores: c.cores,
-        models: None,
-    };
     let (mut fitting, mut stranded) = (0u32, 0.0);
+    // The slice's bytes per GPU size, computed once per size (a node's GPUs are alike).
+    let mut want = (u64::MAX, 0u64);
     for g in &node.gpus {
-        if probe.gpu_fit(g).is_some() {
+        if want.0 != g.memory_total {
+            want = (g.memory_total, c.memory.bytes_of(g.memory_total));
+        }
+        let fits = if c.exclusive {
+            g.untouched()
+        } else {
+            !g.exclusive && want.1 > 0 && want.1 <= g.memory_free && c.cores <= g.cores_free
+        };
+        if fits {
             fitting += 1;
         } else {
             stranded += g.free_share();
@@ -360,6 +361,19 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
     out
 }
 
+/// Whether `d` fits on `node` now (without saying where).
+#[must_use]
+pub fn fits(node: &NodeState, d: &Demand) -> bool {
+    if !d.host_fits(node) {
+        return false;
+    }
+    if d.gpus == 0 {
+        return true;
+    }
+    let fitting = node.gpus.iter().filter(|g| d.gpu_fit(g).is_some()).count();
+    fitting >= d.gpus as usize
+}
+
 /// Takes what `d` asks for from `node` on `gpus`.
 pub fn apply(node: &mut NodeState, d: &Demand, gpus: &[usize]) {
     node.cpu_free -= d.cpu.min(node.cpu_free);
@@ -375,8 +389,13 @@ pub fn apply(node: &mut NodeState, d: &Demand, gpus: &[usize]) {
     }
 }
 
+/// `node` once `d` is placed on `gpus` (its name left out: only capacities matter here).
 fn after(node: &NodeState, d: &Demand, gpus: &[usize]) -> NodeState {
-    let mut n = node.clone();
+    let mut n = NodeState {
+        name: String::new(),
+        gpus: node.gpus.clone(),
+        ..*node
+    };
     apply(&mut n, d, gpus);
     n
 }

@@ -21,9 +21,15 @@ impl MemoryQuantity {
         match self {
             Self::Bytes(b) => b,
             Self::PercentBasisPoints(bp) => {
-                let raw = u128::from(total) * u128::from(bp) / 10_000;
-                let mib = 1u128 << 20;
-                u64::try_from(raw / mib * mib).unwrap_or(u64::MAX)
+                const MIB: u64 = 1 << 20;
+                // In u64 where it fits (every real GPU): placement asks this in its inner loops.
+                match total.checked_mul(u64::from(bp)) {
+                    Some(p) => p / 10_000 / MIB * MIB,
+                    None => {
+                        let raw = u128::from(total) * u128::from(bp) / 10_000;
+                        u64::try_from(raw / u128::from(MIB) * u128::from(MIB)).unwrap_or(u64::MAX)
+                    }
+                }
             }
         }
     }

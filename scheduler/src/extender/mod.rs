@@ -7,7 +7,7 @@ pub mod http;
 pub mod wire;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use gpuslice_core::annotations::{self, SliceRequest};
 use gpuslice_core::cluster::{
@@ -108,7 +108,14 @@ pub enum Misfit {
 }
 
 /// Places `demands` one after the other on `node`, each on the GPUs binpack picks.
-fn fit_all(node: &NodeState, demands: &[Demand]) -> Result<NodeState, Misfit> {
+fn fit_all(node: &NodeState, demands: &[Demand]) -> Result<(), Misfit> {
+    if let [d] = demands {
+        return if cluster::fits(node, d) {
+            Ok(())
+        } else {
+            Err(misfit(node, demands))
+        };
+    }
     let mut n = node.clone();
     let mix = TaskMix::default();
     let binpack: ClusterPolicy = "binpack".parse().unwrap_or(ClusterPolicy::FragAware);
@@ -118,7 +125,7 @@ fn fit_all(node: &NodeState, demands: &[Demand]) -> Result<NodeState, Misfit> {
             None => return Err(misfit(node, demands)),
         }
     }
-    Ok(n)
+    Ok(())
 }
 
 fn misfit(node: &NodeState, demands: &[Demand]) -> Misfit {
@@ -162,8 +169,13 @@ fn misfit(node: &NodeState, demands: &[Demand]) -> Misfit {
     ))
 }
 
+/// A node of a request: its name, the Node object when the request carried it, and its
+/// GPUs or why they are not known.
+type Candidate = (String, Option<Value>, Result<Arc<NodeState>, Misfit>);
+
 pub struct Extender {
-    cache: RwLock<HashMap<String, NodePublication>>,
+    /// Nodes by name, as their agents last published them.
+    cache: RwLock<HashMap<String, Arc<NodeState>>>,
     mix: Mutex<(HashSet<String>, TaskMix)>,
     default_policy: ClusterPolicy,
 }
@@ -182,7 +194,7 @@ impl Extender {
     pub fn update_node(&self, name: &str, publication: Option<NodePublication>) {
         if let Ok(mut c) = self.cache.write() {
             match publication {
-                Some(p) => c.insert(name.to_string(), p),
+                Some(p) => c.insert(name.to_string(), Arc::new(p.node_state(name))),
                 None => c.remove(name),
             };
         }
@@ -193,7 +205,7 @@ impl Extender {
     fn candidates(
         &self,
         args: &ExtenderArgs,
-    ) -> Vec<(String, Option<Value>, Result<NodeState, Misfit>)> {
+    ) -> Vec<Candidate> {
         if let Some(list) = &args.nodes {
             return list
                 .items
@@ -214,17 +226,19 @@ impl Extender {
                                 ))
                             })
                         })
-                        .map(|p| p.node_state(&name));
+                        .map(|p| Arc::new(p.node_state(&name)));
                     (name, Some(n.clone()), state)
                 })
                 .collect();
         }
-        let cache = self.cache.read().map(|c| c.clone()).unwrap_or_default();
+        let Ok(cache) = self.cache.read() else {
+            return Vec::new();
+        };
         args.node_names
             .iter()
             .flatten()
             .map(|name| {
-                let state = cache.get(name).map(|p| p.node_state(name)).ok_or_else(|| {
+                let state = cache.get(name).cloned().ok_or_else(|| {
                     // It may publish soon (a new node, an agent restarting).
                     Misfit::Full("gpuslice: no GPUs published by this node (yet)".into())
                 });
@@ -255,7 +269,7 @@ impl Extender {
                 (PodRequest::None, _) => Ok(()),
                 (PodRequest::Invalid(e), _) => Err(Misfit::Never(format!("gpuslice: {e}"))),
                 (PodRequest::Slices(..), Err(why)) => Err(why),
-                (PodRequest::Slices(d, _), Ok(node)) => fit_all(&node, d).map(|_| ()),
+                (PodRequest::Slices(d, _), Ok(node)) => fit_all(&node, d),
             };
             match verdict {
                 Ok(()) => passing.push((name, object)),
@@ -294,12 +308,31 @@ impl Extender {
         };
         let policy = policy.unwrap_or(self.default_policy);
         let mix = self.mix.lock().map(|m| m.1.clone()).unwrap_or_default();
+        // Scores depend on a node's GPUs as a set, not on their order or the node's name:
+        // nodes alike (common in a cluster) are scored once.
+        let mut memo: HashMap<Vec<GpuKey>, Option<f64>> = HashMap::new();
         let scores: Vec<(String, Option<f64>)> = cands
             .into_iter()
             .map(|(name, _, state)| {
-                let s = state
-                    .ok()
-                    .and_then(|n| node_score(&n, &demands, policy, &mix));
+                let s = state.ok().and_then(|n| {
+                    let mut key: Vec<GpuKey> = n
+                        .gpus
+                        .iter()
+                        .map(|g| {
+                            (
+                                g.memory_total,
+                                g.memory_free,
+                                g.cores_free,
+                                g.sharers,
+                                g.exclusive,
+                            )
+                        })
+                        .collect();
+                    key.sort_unstable();
+                    *memo
+                        .entry(key)
+                        .or_insert_with(|| node_score(&n, &demands, policy, &mix))
+                });
                 (name, s)
             })
             .collect();
@@ -322,6 +355,9 @@ impl Extender {
             .collect()
     }
 }
+
+/// A GPU as far as scores go: total and free memory, free SMs, sharers, held whole.
+type GpuKey = (u64, u64, u32, u32, bool);
 
 /// Sum over the pod's demands (placed one after the other) of the node-level score.
 fn node_score(
