@@ -57,6 +57,19 @@ pub struct Slice {
     held: [AtomicU64; usage::MAX_GPUS],
     slot: AtomicUsize,
     pid: AtomicU32,
+    /// When `used` last reaped, in seconds of the monotonic clock (0: never).
+    last_reap: AtomicU64,
+}
+
+/// Seconds of CLOCK_MONOTONIC_COARSE (read through the vDSO: no system call).
+fn coarse_seconds() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0)
 }
 
 static SLICE: OnceLock<Option<Slice>> = OnceLock::new();
@@ -220,6 +233,7 @@ impl Slice {
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
             slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),
+            last_reap: AtomicU64::new(0),
         }
     }
 
@@ -321,11 +335,22 @@ impl Slice {
         }
     }
 
-    /// Bytes the container holds on position `gpu`, after reaping dead processes.
+    /// Bytes the container holds on position `gpu`. Dead processes' slots are reaped first,
+    /// at most once a second here (reaping asks /proc about every other process; programs
+    /// may ask for memory info often). An allocation that meets the limit always reaps.
     pub fn used(&self, gpu: usize) -> u64 {
         match &self.region {
             Some(r) => {
-                r.reap(self.pid.load(Ordering::SeqCst), &Proc);
+                let now = coarse_seconds();
+                let last = self.last_reap.load(Ordering::Relaxed);
+                if (last == 0 || now > last)
+                    && self
+                        .last_reap
+                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    r.reap(self.pid.load(Ordering::SeqCst), &Proc);
+                }
                 r.total(gpu)
             }
             None => 0,

@@ -202,10 +202,7 @@ impl Extender {
 
     /// The candidate nodes of a request: (name, the Node object if it came in the request,
     /// its state or why there is none).
-    fn candidates(
-        &self,
-        args: &ExtenderArgs,
-    ) -> Vec<Candidate> {
+    fn candidates(&self, args: &ExtenderArgs) -> Vec<Candidate> {
         if let Some(list) = &args.nodes {
             return list
                 .items
