@@ -6,6 +6,7 @@
 //! can link it and still start fast.
 
 pub mod annotations;
+pub mod assignment;
 pub mod claim;
 pub mod cluster;
 pub mod driver;

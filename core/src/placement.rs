@@ -397,3 +397,59 @@ fn explain_shortfall(
 
 #[cfg(test)]
 mod tests;
+
+/// The GPUs a verified scheduler assignment gives `req` on this node, if they still fit here
+/// and give what the request asks. `shown` is how the annotation is quoted in messages.
+pub fn place_assigned(
+    req: &SliceRequest,
+    gpus: &[GpuLoad],
+    rules: Rules,
+    assigned: &[crate::assignment::AssignedGpu],
+    shown: &str,
+) -> Result<Vec<GpuGrant>, PlacementError> {
+    let key = req.key(annotations::ASSIGNMENT);
+    let refuse = |reason, why: String| PlacementError::new(reason, &key, shown, &why);
+    if assigned.len() != req.gpus as usize {
+        return Err(refuse(
+            RefusalReason::InvalidRequest,
+            format!(
+                "assigns {} GPU(s), the request asks for {}",
+                assigned.len(),
+                req.gpus
+            ),
+        ));
+    }
+    let mut chosen: Vec<GpuGrant> = Vec::new();
+    for a in assigned {
+        let Some(gpu) = gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(&a.uuid)) else {
+            return Err(refuse(
+                RefusalReason::NoSuchDevice,
+                format!("assigns GPU {}, which this node does not have", a.uuid),
+            ));
+        };
+        if chosen.iter().any(|c| c.index == gpu.index) {
+            return Err(refuse(
+                RefusalReason::InvalidRequest,
+                format!("assigns GPU {} twice", a.uuid),
+            ));
+        }
+        let grant = fit(req, gpu, rules).map_err(|m| {
+            refuse(
+                m.reason(),
+                format!("the assigned GPU no longer fits: {}", m.describe(gpu)),
+            )
+        })?;
+        if grant.memory_bytes != a.memory_bytes || grant.cores != a.cores {
+            return Err(refuse(
+                RefusalReason::Conflict,
+                format!(
+                    "assigns {} bytes and {}% on GPU {}, the request asks for {} bytes and {}%",
+                    a.memory_bytes, a.cores, a.uuid, grant.memory_bytes, grant.cores
+                ),
+            ));
+        }
+        chosen.push(grant);
+    }
+    chosen.sort_by_key(|g| g.index);
+    Ok(chosen)
+}

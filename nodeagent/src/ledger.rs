@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpuslice_core::annotations;
+use gpuslice_core::annotations::{self, SliceRequest};
+use gpuslice_core::assignment::Assignment;
+use gpuslice_core::claim::GpuGrant;
 use gpuslice_core::claim::validate_container_id;
 use gpuslice_core::inventory::Inventory;
 use gpuslice_core::placement::{self, RefusalReason, Rules};
@@ -70,7 +72,20 @@ pub struct Ledger {
     run: RunDir,
     rules: Rules,
     default_policy: Policy,
+    trust: Trust,
 }
+
+/// Whose assignments this agent honours: those signed with `key` for `node`.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// The key shared with the cluster scheduler; without one, assignments are refused.
+    pub key: Option<Vec<u8>>,
+    /// This node's name, as the scheduler writes it.
+    pub node: String,
+}
+
+/// The CRI annotation with the pod's UID (containerd; CRI-O writes the same key).
+const CRI_SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
 
 /// What [`Ledger::open`] found and mended.
 #[derive(Debug, Default)]
@@ -134,6 +149,7 @@ impl Ledger {
             run,
             rules,
             default_policy,
+            trust: Trust::default(),
         };
         recovery.over_capacity_gpus = ledger
             .loads()
@@ -142,6 +158,13 @@ impl Ledger {
             .map(|l| l.index)
             .collect();
         Ok((ledger, recovery))
+    }
+
+    /// Honour scheduler assignments signed for this node with this key.
+    #[must_use]
+    pub fn with_trust(mut self, trust: Trust) -> Self {
+        self.trust = trust;
+        self
     }
 
     #[must_use]
@@ -225,22 +248,14 @@ impl Ledger {
             }
             .into());
         }
-        if let Some(a) = &request.assignment {
-            return Err(Refusal {
-                reason: RefusalReason::PolicyUnavailable,
-                message: format!(
-                    "annotation {}{}={a:?}: this agent does not verify scheduler assignments yet, so it refuses rather than trust one",
-                    annotations::PREFIX,
-                    annotations::ASSIGNMENT
-                ),
-            }
-            .into());
-        }
-        let gpus = placement::place(&request, &self.loads(), self.rules, self.default_policy)
-            .map_err(|e| Refusal {
-                reason: e.reason,
-                message: e.message,
-            })?;
+        let gpus = match &request.assignment {
+            Some(value) => self.assigned_gpus(&request, value, annotations)?,
+            None => placement::place(&request, &self.loads(), self.rules, self.default_policy)
+                .map_err(|e| Refusal {
+                    reason: e.reason,
+                    message: e.message,
+                })?,
+        };
         let claim = Claim {
             container_id: container_id.to_string(),
             exclusive: request.is_exclusive(),
@@ -256,6 +271,69 @@ impl Ledger {
         }
         self.claims.insert(container_id.to_string(), claim.clone());
         Ok(Admission::New(claim))
+    }
+
+    /// The GPUs a scheduler assignment gives, once its signature, node, pod and fit check.
+    fn assigned_gpus(
+        &self,
+        request: &SliceRequest,
+        value: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Vec<GpuGrant>, Refusal> {
+        let key = request.key(annotations::ASSIGNMENT);
+        let shown: String = if value.chars().count() > 24 {
+            format!("{}…", value.chars().take(24).collect::<String>())
+        } else {
+            value.to_string()
+        };
+        let refuse = |reason, why: String| Refusal {
+            reason,
+            message: format!("annotation {key}={shown:?}: {why}"),
+        };
+        let Some(secret) = &self.trust.key else {
+            return Err(refuse(
+                RefusalReason::PolicyUnavailable,
+                "this agent has no assignment key (--assignment-key), so it honours no scheduler assignment".into(),
+            ));
+        };
+        let a = Assignment::verify(value, secret)
+            .map_err(|e| refuse(RefusalReason::InvalidRequest, e.to_string()))?;
+        if a.node != self.trust.node {
+            return Err(refuse(
+                RefusalReason::InvalidRequest,
+                format!(
+                    "assigned to node {:?}, this is node {:?}",
+                    a.node, self.trust.node
+                ),
+            ));
+        }
+        if let Some(uid) = annotations.get(CRI_SANDBOX_UID)
+            && *uid != a.pod_uid
+        {
+            return Err(refuse(
+                RefusalReason::InvalidRequest,
+                format!(
+                    "made for pod {:?}, this container's pod is {uid:?}",
+                    a.pod_uid
+                ),
+            ));
+        }
+        let container = request.container.as_deref();
+        let assigned = a.for_container(container).ok_or_else(|| {
+            refuse(
+                RefusalReason::InvalidRequest,
+                format!(
+                    "assigns no GPUs to container {}",
+                    container.unwrap_or("(unnamed)")
+                ),
+            )
+        })?;
+        placement::place_assigned(request, &self.loads(), self.rules, assigned, &shown).map_err(
+            |e| Refusal {
+                reason: e.reason,
+                message: e.message,
+            },
+        )
     }
 
     /// Records that the container runs as `pid`, started at `start_time`.

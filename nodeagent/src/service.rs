@@ -38,6 +38,8 @@ pub struct Config {
     pub evidence: Evidence,
     /// Device memory charged to a slice for each CUDA context (the limits' `context_bytes`).
     pub context_reservation: u64,
+    /// Whose scheduler assignments to honour.
+    pub trust: crate::ledger::Trust,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -55,6 +57,7 @@ pub async fn run(cfg: Config) -> Result<()> {
     let run = RunDir::new(&cfg.run_dir)?.with_context_bytes(cfg.context_reservation);
     let (ledger, recovery) = Ledger::open(inventory, store, run, cfg.rules, cfg.default_policy)
         .context("failed to open the ledger")?;
+    let ledger = ledger.with_trust(cfg.trust.clone());
     tracing::info!(claims = recovery.claims, orphans_removed = ?recovery.orphan_dirs_removed, "ledger loaded");
     for d in &recovery.damaged {
         tracing::error!("{d}; moved aside");

@@ -66,11 +66,33 @@ struct Args {
     /// slice once per context a process creates; measure it with tests/gpu/run.sh.
     #[arg(long, default_value = "0", value_parser = parse_bytes)]
     context_reservation: u64,
+    /// File holding the key shared with gpuslice-scheduler: claims carrying a
+    /// gpuslice.io/assignment are honoured only if it is signed with this key for this node.
+    /// Without it, assignments are refused.
+    #[arg(long)]
+    assignment_key: Option<PathBuf>,
+    /// This node's name as Kubernetes knows it (assignments name it); default $NODE_NAME,
+    /// else the host name.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
     /// The proc filesystem holding the containers' processes.
     #[arg(long, default_value = "/proc")]
     proc_root: PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// The shared signing key: the file's bytes without a trailing newline; never empty.
+fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
+    let mut key =
+        std::fs::read(path).with_context(|| format!("--assignment-key {}", path.display()))?;
+    while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        key.pop();
+    }
+    if key.is_empty() {
+        anyhow::bail!("--assignment-key {}: the file is empty", path.display());
+    }
+    Ok(key)
 }
 
 /// A size in bytes: `300Mi`, `1Gi`, `314572800`.
@@ -128,6 +150,20 @@ fn main() -> Result<()> {
             pending_timeout: args.pending_timeout,
         },
         context_reservation: args.context_reservation,
+        trust: gpuslice_nodeagent::ledger::Trust {
+            key: args
+                .assignment_key
+                .as_ref()
+                .map(|p| read_key(p))
+                .transpose()?,
+            node: match args.node_name {
+                Some(n) => n,
+                None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .context("--node-name not given and the host name is unreadable")?
+                    .trim()
+                    .to_string(),
+            },
+        },
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
