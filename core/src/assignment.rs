@@ -54,6 +54,18 @@ fn mac(key: &[u8], signed: &str) -> Result<Hmac<Sha256>, AssignmentError> {
     Ok(m)
 }
 
+/// Reads a shared key from a file (a mounted Secret): its bytes without a trailing newline.
+pub fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let mut key = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        key.pop();
+    }
+    if key.is_empty() {
+        return Err(format!("{}: the file is empty", path.display()));
+    }
+    Ok(key)
+}
+
 impl Assignment {
     /// The annotation value, signed with `key`.
     pub fn sign(&self, key: &[u8]) -> Result<String, AssignmentError> {

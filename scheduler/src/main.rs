@@ -38,6 +38,13 @@ struct ServeArgs {
     /// frag-aware
     #[arg(long, default_value = "frag-aware")]
     default_node_policy: String,
+    /// File with the key shared with the node agents, to sign assignments at bind; without
+    /// it, bind answers with an error
+    #[arg(long)]
+    assignment_key: Option<PathBuf>,
+    /// API server URL; default: in-cluster configuration or $KUBECONFIG
+    #[arg(long)]
+    api_server: Option<String>,
 }
 
 #[derive(Parser)]
@@ -259,22 +266,47 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         other => bail!("--default-node-policy {other:?}: use binpack, spread or frag-aware"),
     };
     let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));
+    let key = args.assignment_key.as_deref().map(read_key).transpose()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async {
+        let binder = match key {
+            None => {
+                eprintln!("no --assignment-key: bind is not available");
+                None
+            }
+            Some(key) => {
+                let client = match &args.api_server {
+                    Some(url) => {
+                        let uri = url
+                            .parse()
+                            .with_context(|| format!("--api-server {url:?}: not a URL"))?;
+                        kube::Client::try_from(kube::Config::new(uri))?
+                    }
+                    None => kube::Client::try_default()
+                        .await
+                        .context("no API access (in-cluster or $KUBECONFIG); use --api-server")?,
+                };
+                Some(std::sync::Arc::new(
+                    gpuslice_scheduler::extender::bind::Binder { client, key },
+                ))
+            }
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("--listen {}", args.listen))?;
         eprintln!("serving the extender on {}", listener.local_addr()?);
-        axum::serve(
-            listener,
-            gpuslice_scheduler::extender::http::router(extender),
-        )
-        .await
-        .context("server")
+        let app = gpuslice_scheduler::extender::http::router_with_bind(extender, binder);
+        axum::serve(listener, app).await.context("server")
     })
+}
+
+/// The shared signing key (a mounted Secret).
+fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
+    gpuslice_core::assignment::read_key_file(path)
+        .map_err(|e| anyhow::anyhow!("--assignment-key {e}"))
 }
 
 fn main() -> Result<()> {

@@ -82,17 +82,10 @@ struct Args {
     log_format: LogFormat,
 }
 
-/// The shared signing key: the file's bytes without a trailing newline; never empty.
+/// The shared signing key (a mounted Secret).
 fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
-    let mut key =
-        std::fs::read(path).with_context(|| format!("--assignment-key {}", path.display()))?;
-    while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        key.pop();
-    }
-    if key.is_empty() {
-        anyhow::bail!("--assignment-key {}: the file is empty", path.display());
-    }
-    Ok(key)
+    gpuslice_core::assignment::read_key_file(path)
+        .map_err(|e| anyhow::anyhow!("--assignment-key {e}"))
 }
 
 /// A size in bytes: `300Mi`, `1Gi`, `314572800`.

@@ -1,5 +1,6 @@
-//! The extender over HTTP: `POST /filter`, `POST /prioritize` (paths are the `filterVerb` and
-//! `prioritizeVerb` of kube-scheduler's extender configuration), `GET /healthz`. A body that
+//! The extender over HTTP: `POST /filter`, `POST /prioritize`, `POST /bind` (paths are the
+//! `filterVerb`, `prioritizeVerb` and `bindVerb` of kube-scheduler's extender configuration),
+//! `GET /healthz`. A body that
 //! is not an `ExtenderArgs` is answered in the protocol, with `Error` set (filter) or HTTP
 //! 400 (prioritize, whose answer has no error field).
 
@@ -13,27 +14,59 @@ use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 
 use super::Extender;
-use super::wire::{ExtenderArgs, ExtenderFilterResult};
+use super::bind::Binder;
+use super::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 
 /// The largest request body read (a NodeList of thousands of Nodes is a few MiB).
 pub const MAX_BODY: usize = 64 << 20;
 
+/// The extender's state as the handlers see it.
+#[derive(Clone)]
+pub struct Served {
+    pub extender: Arc<Extender>,
+    /// None: bind is not configured (no API access or no key).
+    pub binder: Option<Arc<Binder>>,
+}
+
 pub fn router(extender: Arc<Extender>) -> Router {
+    router_with_bind(extender, None)
+}
+
+pub fn router_with_bind(extender: Arc<Extender>, binder: Option<Arc<Binder>>) -> Router {
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
+        .route("/bind", post(bind))
         .route("/healthz", get(|| async { "ok" }))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .with_state(extender)
+        .with_state(Served { extender, binder })
+}
+
+async fn bind(State(s): State<Served>, body: Bytes) -> Json<ExtenderBindingResult> {
+    let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return Json(ExtenderBindingResult {
+                error: format!("gpuslice: request is not ExtenderBindingArgs: {e}"),
+            });
+        }
+    };
+    match &s.binder {
+        Some(b) => Json(s.extender.bind(b, &args).await),
+        None => Json(ExtenderBindingResult {
+            error: "gpuslice: bind is not configured (start with --assignment-key and API access)"
+                .into(),
+        }),
+    }
 }
 
 fn args(body: &Bytes) -> Result<ExtenderArgs, String> {
     serde_json::from_slice(body).map_err(|e| format!("gpuslice: request is not ExtenderArgs: {e}"))
 }
 
-async fn filter(State(ext): State<Arc<Extender>>, body: Bytes) -> Json<ExtenderFilterResult> {
+async fn filter(State(s): State<Served>, body: Bytes) -> Json<ExtenderFilterResult> {
     match args(&body) {
-        Ok(a) => Json(ext.filter(&a)),
+        Ok(a) => Json(s.extender.filter(&a)),
         Err(e) => Json(ExtenderFilterResult {
             error: e,
             ..ExtenderFilterResult::default()
@@ -41,9 +74,9 @@ async fn filter(State(ext): State<Arc<Extender>>, body: Bytes) -> Json<ExtenderF
     }
 }
 
-async fn prioritize(State(ext): State<Arc<Extender>>, body: Bytes) -> axum::response::Response {
+async fn prioritize(State(s): State<Served>, body: Bytes) -> axum::response::Response {
     match args(&body) {
-        Ok(a) => Json(ext.prioritize(&a)).into_response(),
+        Ok(a) => Json(s.extender.prioritize(&a)).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }
 }

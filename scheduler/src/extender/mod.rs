@@ -3,6 +3,7 @@
 //! each request; with `true` only their names do, and the extender answers from its node
 //! cache.
 
+pub mod bind;
 pub mod http;
 pub mod wire;
 
@@ -33,6 +34,18 @@ pub enum PodRequest {
 /// The request of a pod: each container of `spec.containers` claims its own slice.
 #[must_use]
 pub fn pod_request(pod: &Value) -> PodRequest {
+    match container_demands(pod) {
+        Err(e) => PodRequest::Invalid(e),
+        Ok((d, _)) if d.is_empty() => PodRequest::None,
+        Ok((d, policy)) => PodRequest::Slices(d.into_iter().map(|(_, d)| d).collect(), policy),
+    }
+}
+
+/// Each container that asks for a slice (name, demand), and the pod's node policy.
+pub type ContainerDemands = (Vec<(String, Demand)>, Option<ClusterPolicy>);
+
+/// Each container that asks for a slice, with its demand, and the pod's node policy.
+pub fn container_demands(pod: &Value) -> Result<ContainerDemands, String> {
     let mut ann = wire::annotations(pod);
     let containers: Vec<String> = pod["spec"]["containers"]
         .as_array()
@@ -45,24 +58,17 @@ pub fn pod_request(pod: &Value) -> PodRequest {
     let mut demands = Vec::new();
     let mut policy = None;
     for c in containers {
-        ann.insert(annotations::CRI_CONTAINER_NAME.to_string(), c);
+        ann.insert(annotations::CRI_CONTAINER_NAME.to_string(), c.clone());
         match annotations::parse(&ann) {
             Ok(None) => {}
             Ok(Some(req)) => {
                 policy = policy.or(req.node_policy.map(node_policy));
-                match demand(&req) {
-                    Ok(d) => demands.push(d),
-                    Err(e) => return PodRequest::Invalid(e),
-                }
+                demands.push((c, demand(&req)?));
             }
-            Err(e) => return PodRequest::Invalid(e.to_string()),
+            Err(e) => return Err(e.to_string()),
         }
     }
-    if demands.is_empty() {
-        PodRequest::None
-    } else {
-        PodRequest::Slices(demands, policy)
-    }
+    Ok((demands, policy))
 }
 
 fn node_policy(p: Policy) -> ClusterPolicy {
@@ -197,6 +203,18 @@ impl Extender {
                 Some(p) => c.insert(name.to_string(), Arc::new(p.node_state(name))),
                 None => c.remove(name),
             };
+        }
+    }
+
+    /// The node as last published, with what this extender placed there since.
+    fn cached(&self, name: &str) -> Option<Arc<NodeState>> {
+        self.cache.read().ok()?.get(name).cloned()
+    }
+
+    /// Counts a placement in the node cache until the node's agent publishes again.
+    fn assume(&self, name: &str, state: NodeState) {
+        if let Ok(mut c) = self.cache.write() {
+            c.insert(name.to_string(), Arc::new(state));
         }
     }
 

@@ -2,6 +2,7 @@
 //! `dbus-daemon`, and node agents run as real processes.
 
 pub mod agent;
+pub mod apiserver;
 pub mod bus;
 pub mod http;
 pub mod rootfs;

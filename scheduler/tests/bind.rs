@@ -1,0 +1,161 @@
+//! Bind: the extender writes a signed assignment onto the pod and creates its Binding, against
+//! a stand-in API server (`gpuslice_testsupport::apiserver`); the node agent then honours the
+//! assignment for the pod's container. Placements not yet published by the agent count.
+
+use std::process::{Child, Command, Stdio};
+
+use gpuslice_core::assignment::Assignment;
+use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_testsupport::apiserver::ApiServer;
+use gpuslice_testsupport::http::{free_port, get, post_json};
+use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
+use serde_json::{Value, json};
+
+const GIB: u64 = 1 << 30;
+const KEY: &[u8] = b"shared between the scheduler and the agents";
+
+struct Extender {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Extender {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn extender(api: &ApiServer, key: &std::path::Path) -> Extender {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+        .args(["serve", "--listen", &addr, "--api-server", &api.url])
+        .arg("--assignment-key")
+        .arg(key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
+        get(&addr, "/healthz").is_ok()
+    });
+    assert!(up);
+    Extender { child, addr }
+}
+
+fn pod(name: &str, uid: &str, memory: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "1",
+                     "annotations": {"gpuslice.io/memory": memory}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}],
+                 "runtimeClassName": "gpuslice"},
+        "status": {"phase": "Pending"}
+    })
+}
+
+fn bind(e: &Extender, name: &str, uid: &str) -> String {
+    let body =
+        json!({"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "gpu-node-1"});
+    let (status, _, body) = post_json(&e.addr, "/bind", &body.to_string()).unwrap();
+    assert!(status.contains("200"), "{status}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    r["Error"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_published() {
+    let sim = SimNode::new(2, "T4", Some(15 * GIB));
+    let api = ApiServer::start();
+    // As the agent publishes it: GPU 0 has 12 of 15 GiB taken, GPU 1 is free.
+    let publication = NodePublication {
+        version: 1,
+        gpus: sim
+            .spec
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| PublishedGpu {
+                uuid: g.uuid.clone(),
+                model: "Tesla T4".into(),
+                memory_total: 15 * GIB,
+                memory_allocated: if i == 0 { 12 * GIB } else { 0 },
+                cores_allocated: 0,
+                sharers: u32::from(i == 0),
+                exclusive: false,
+            })
+            .collect(),
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    api.put_pod(pod("web", "uid-web", "4Gi"));
+    api.put_pod(pod("big", "uid-big", "12Gi"));
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let ext = extender(&api, &key);
+
+    assert_eq!(bind(&ext, "web", "uid-web"), "");
+    let web = api.pod("default", "web").unwrap();
+    assert_eq!(web["spec"]["nodeName"], "gpu-node-1");
+    let signed = web["metadata"]["annotations"]["gpuslice.io/assignment"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = Assignment::verify(&signed, KEY).expect("signed with the shared key");
+    assert_eq!(a.node, "gpu-node-1");
+    assert_eq!(a.pod_uid, "uid-web");
+    let gpus = &a.containers["app"];
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(
+        gpus[0].uuid, sim.spec.gpus[1].uuid,
+        "GPU 0 has only 3 GiB left"
+    );
+    assert_eq!(gpus[0].memory_bytes, 4 * GIB);
+    {
+        let o = api.objects.lock().unwrap();
+        assert_eq!(o.bindings.len(), 1);
+        assert_eq!(o.bindings[0]["target"]["name"], "gpu-node-1");
+    }
+
+    // The node agent honours it for the pod's container.
+    let bus = Bus::start();
+    let _agent = Agent::start(
+        &gpuslice_testsupport::binary("gpuslice-agent"),
+        &bus,
+        &sim,
+        &[
+            "--assignment-key",
+            key.to_str().unwrap(),
+            "--node-name",
+            "gpu-node-1",
+        ],
+    );
+    let out = Command::new(gpuslice_testsupport::binary("gpuslice"))
+        .args(["--bus-address", &bus.address, "claim", "ctr-web", "--json"])
+        .args(["-a", "gpuslice.io/memory=4Gi"])
+        .args(["-a", &format!("gpuslice.io/assignment={signed}")])
+        .args(["-a", "io.kubernetes.cri.container-name=app"])
+        .args(["-a", "io.kubernetes.cri.sandbox-uid=uid-web"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let claim: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(claim["gpus"][0]["uuid"], sim.spec.gpus[1].uuid.as_str());
+
+    // 12 GiB fitted GPU 1 before web; the agent has not published web yet, the extender
+    // still counts it.
+    let err = bind(&ext, "big", "uid-big");
+    assert!(err.contains("no longer fits"), "{err}");
+    assert!(api.pod("default", "big").unwrap()["spec"]["nodeName"].is_null());
+
+    let err = bind(&ext, "ghost", "uid-ghost");
+    assert!(err.contains("pods \"ghost\" not found"), "{err}");
+}
