@@ -12,6 +12,7 @@ pub mod duration;
 pub mod gc;
 pub mod ledger;
 pub mod metrics;
+pub mod publish;
 pub mod rundir;
 pub mod service;
 pub mod store;

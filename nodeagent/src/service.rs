@@ -40,6 +40,9 @@ pub struct Config {
     pub context_reservation: u64,
     /// Whose scheduler assignments to honour.
     pub trust: crate::ledger::Trust,
+    /// Publish the GPUs on this node's Kubernetes Node (`Some`), through this API server URL
+    /// (or in-cluster / $KUBECONFIG when the URL is `None`), checking every interval.
+    pub publish: Option<(Option<String>, Duration)>,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -74,6 +77,27 @@ pub async fn run(cfg: Config) -> Result<()> {
         cfg.evidence.proc_root.clone(),
     ));
     collect_garbage(&shared, &cfg.evidence);
+
+    if let Some((api, every)) = &cfg.publish {
+        let client = match api {
+            Some(url) => {
+                let uri = url
+                    .parse()
+                    .with_context(|| format!("--kube-api {url:?}: not a URL"))?;
+                kube::Client::try_from(kube::Config::new(uri))?
+            }
+            None => kube::Client::try_default().await.context(
+                "--publish-node: no API access (in-cluster or $KUBECONFIG; or --kube-api)",
+            )?,
+        };
+        tracing::info!(node = %cfg.trust.node, "publishing the node's GPUs");
+        tokio::spawn(crate::publish::run(
+            Arc::clone(&shared),
+            client,
+            cfg.trust.node.clone(),
+            *every,
+        ));
+    }
 
     if let Some(addr) = cfg.metrics_address {
         let listener = tokio::net::TcpListener::bind(addr)

@@ -75,6 +75,16 @@ struct Args {
     /// else the host name.
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
+    /// Publish this node's GPUs and their allocation on its Kubernetes Node (annotation
+    /// gpuslice.io/node-state), for gpuslice-scheduler.
+    #[arg(long)]
+    publish_node: bool,
+    /// API server URL for --publish-node; default: in-cluster configuration or $KUBECONFIG.
+    #[arg(long)]
+    kube_api: Option<String>,
+    /// How often to check whether the publication changed.
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    publish_interval: std::time::Duration,
     /// The proc filesystem holding the containers' processes.
     #[arg(long, default_value = "/proc")]
     proc_root: PathBuf,
@@ -143,6 +153,9 @@ fn main() -> Result<()> {
             pending_timeout: args.pending_timeout,
         },
         context_reservation: args.context_reservation,
+        publish: args
+            .publish_node
+            .then(|| (args.kube_api.clone(), args.publish_interval)),
         trust: gpuslice_nodeagent::ledger::Trust {
             key: args
                 .assignment_key

@@ -1,5 +1,5 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, merge-patch a pod, create a pod's Binding. It answers as the API server does: objects
+//! node, merge-patch a pod or a node, create a pod's Binding. It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, errors as `v1.Status` objects
 //! with the API server's reasons and codes (404 NotFound, 409 Conflict for a pod already
 //! bound, 415 for a patch type it does not take). There is no real API server on these
@@ -48,7 +48,7 @@ impl ApiServer {
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 post(bind_pod),
             )
-            .route("/api/v1/nodes/{name}", get(get_node))
+            .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -89,6 +89,11 @@ impl ApiServer {
             .unwrap_or_default()
             .to_string();
         self.objects.lock().expect("lock").nodes.insert(name, node);
+    }
+
+    #[must_use]
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.objects.lock().expect("lock").nodes.get(name).cloned()
     }
 
     #[must_use]
@@ -157,45 +162,83 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
+/// The body of a merge patch, or the API server's refusal of another patch type.
+#[allow(clippy::result_large_err)] // the Err is the response itself, returned at once
+fn merge_patch_body(
+    headers: &HeaderMap,
+    body: &Bytes,
+    kind: &str,
+    name: &str,
+) -> Result<Value, Response> {
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !ct.starts_with("application/merge-patch+json") {
+        return Err(status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {ct})"
+            ),
+            kind,
+            name,
+        ));
+    }
+    serde_json::from_slice::<Value>(body).map_err(|_| {
+        status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the request body is not JSON".into(),
+            kind,
+            name,
+        )
+    })
+}
+
+/// Applies a merge patch to `object`, bumping its resourceVersion, and answers with it.
+fn patched(object: &mut Value, patch: &Value, version: u64) -> Response {
+    merge(object, patch);
+    object["metadata"]["resourceVersion"] = Value::String(version.to_string());
+    Json(object.clone()).into_response()
+}
+
 async fn patch_pod(
     State(s): State<Shared>,
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let ct = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !ct.starts_with("application/merge-patch+json") {
-        return status(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {ct})"
-            ),
-            "pods",
-            &name,
-        );
-    }
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-        return status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "the request body is not JSON".into(),
-            "pods",
-            &name,
-        );
+    let patch = match merge_patch_body(&headers, &body, "pods", &name) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     let mut o = s.lock().expect("lock");
     o.version += 1;
-    let version = o.version.to_string();
-    let Some(pod) = o.pods.get_mut(&(ns, name.clone())) else {
-        return not_found("pods", &name);
+    let version = o.version;
+    match o.pods.get_mut(&(ns, name.clone())) {
+        Some(pod) => patched(pod, &patch, version),
+        None => not_found("pods", &name),
+    }
+}
+
+async fn patch_node(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let patch = match merge_patch_body(&headers, &body, "nodes", &name) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
-    merge(pod, &patch);
-    pod["metadata"]["resourceVersion"] = Value::String(version);
-    Json(pod.clone()).into_response()
+    let mut o = s.lock().expect("lock");
+    o.version += 1;
+    let version = o.version;
+    match o.nodes.get_mut(&name) {
+        Some(node) => patched(node, &patch, version),
+        None => not_found("nodes", &name),
+    }
 }
 
 async fn bind_pod(
