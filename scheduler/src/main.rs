@@ -272,27 +272,37 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let binder = match key {
-            None => {
+        // API access: --api-server, else in-cluster or $KUBECONFIG when there is any.
+        let client = match &args.api_server {
+            Some(url) => {
+                let uri = url
+                    .parse()
+                    .with_context(|| format!("--api-server {url:?}: not a URL"))?;
+                Some(kube::Client::try_from(kube::Config::new(uri))?)
+            }
+            None => match kube::Client::try_default().await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("no API access ({e}): no node watch, no bind");
+                    None
+                }
+            },
+        };
+        if let Some(c) = &client {
+            tokio::spawn(gpuslice_scheduler::extender::watch::run(
+                extender.clone(),
+                c.clone(),
+            ));
+        }
+        let binder = match (key, client) {
+            (Some(key), Some(client)) => Some(std::sync::Arc::new(
+                gpuslice_scheduler::extender::bind::Binder { client, key },
+            )),
+            (None, _) => {
                 eprintln!("no --assignment-key: bind is not available");
                 None
             }
-            Some(key) => {
-                let client = match &args.api_server {
-                    Some(url) => {
-                        let uri = url
-                            .parse()
-                            .with_context(|| format!("--api-server {url:?}: not a URL"))?;
-                        kube::Client::try_from(kube::Config::new(uri))?
-                    }
-                    None => kube::Client::try_default()
-                        .await
-                        .context("no API access (in-cluster or $KUBECONFIG); use --api-server")?,
-                };
-                Some(std::sync::Arc::new(
-                    gpuslice_scheduler::extender::bind::Binder { client, key },
-                ))
-            }
+            (Some(_), None) => bail!("--assignment-key needs API access (--api-server)"),
         };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

@@ -5,6 +5,7 @@
 
 pub mod bind;
 pub mod http;
+pub mod watch;
 pub mod wire;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-#[derive(Default)]
 pub struct Objects {
     /// (namespace, name) → Pod.
     pub pods: BTreeMap<(String, String), Value>,
@@ -24,6 +23,26 @@ pub struct Objects {
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
     version: u64,
+    /// Watch events on nodes, as `{"type", "object"}`.
+    node_events: tokio::sync::broadcast::Sender<Value>,
+}
+
+impl Default for Objects {
+    fn default() -> Self {
+        Self {
+            pods: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            bindings: Vec::new(),
+            version: 0,
+            node_events: tokio::sync::broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl Objects {
+    fn node_event(&self, kind: &str, node: &Value) {
+        let _ = self.node_events.send(json!({"type": kind, "object": node}));
+    }
 }
 
 pub struct ApiServer {
@@ -48,6 +67,7 @@ impl ApiServer {
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 post(bind_pod),
             )
+            .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
@@ -83,12 +103,30 @@ impl ApiServer {
             .insert((ns, name), pod);
     }
 
-    pub fn put_node(&self, node: Value) {
+    /// Creates or replaces a node (watchers see ADDED or MODIFIED).
+    pub fn put_node(&self, mut node: Value) {
         let name = node["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        self.objects.lock().expect("lock").nodes.insert(name, node);
+        let mut o = self.objects.lock().expect("lock");
+        o.version += 1;
+        node["metadata"]["resourceVersion"] = Value::String(o.version.to_string());
+        let kind = if o.nodes.contains_key(&name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        o.node_event(kind, &node);
+        o.nodes.insert(name, node);
+    }
+
+    /// Deletes a node (watchers see DELETED).
+    pub fn delete_node(&self, name: &str) {
+        let mut o = self.objects.lock().expect("lock");
+        if let Some(node) = o.nodes.remove(name) {
+            o.node_event("DELETED", &node);
+        }
     }
 
     #[must_use]
@@ -133,6 +171,47 @@ async fn get_pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String
         Some(p) => Json(p.clone()).into_response(),
         None => not_found("pods", &name),
     }
+}
+
+/// `GET /api/v1/nodes`: a NodeList, or with `watch=true` a stream of watch events, one JSON
+/// object per line, from now on (the client's resourceVersion is not replayed).
+async fn list_nodes(
+    State(s): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let watch = query
+        .unwrap_or_default()
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let o = s.lock().expect("lock");
+    if watch {
+        let rx = o.node_events.subscribe();
+        drop(o);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(event) => {
+                        let mut line = event.to_string();
+                        line.push('\n');
+                        return Some((Ok::<_, std::convert::Infallible>(line), rx));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        return (
+            [("content-type", "application/json")],
+            axum::body::Body::from_stream(stream),
+        )
+            .into_response();
+    }
+    let list = json!({
+        "kind": "NodeList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": o.version.to_string()},
+        "items": o.nodes.values().cloned().collect::<Vec<_>>()
+    });
+    Json(list).into_response()
 }
 
 async fn get_node(State(s): State<Shared>, Path(name): Path<String>) -> Response {
@@ -235,10 +314,14 @@ async fn patch_node(
     let mut o = s.lock().expect("lock");
     o.version += 1;
     let version = o.version;
-    match o.nodes.get_mut(&name) {
+    let response = match o.nodes.get_mut(&name) {
         Some(node) => patched(node, &patch, version),
-        None => not_found("nodes", &name),
+        None => return not_found("nodes", &name),
+    };
+    if let Some(node) = o.nodes.get(&name) {
+        o.node_event("MODIFIED", node);
     }
+    response
 }
 
 async fn bind_pod(
