@@ -200,6 +200,12 @@ impl TaskMix {
         self.total == 0.0
     }
 
+    /// The total weight of the pods seen.
+    #[must_use]
+    pub fn weight(&self) -> f64 {
+        self.total
+    }
+
     /// Expected fragmentation of `node` (in GPU shares) under this mix.
     #[must_use]
     pub fn fragmentation(&self, node: &NodeState) -> f64 {

@@ -157,7 +157,7 @@ fn filter_with_node_objects_returns_fitting_nodes_as_sent_and_tells_full_from_ne
         failed["busy"]
             .as_str()
             .unwrap()
-            .contains("4096 MiB of 16384 MiB"),
+            .contains("not enough free GPU memory or SMs"),
         "{r}"
     );
     let never = r["FailedAndUnresolvableNodes"].as_object().unwrap();

@@ -9,6 +9,7 @@ pub mod watch;
 pub mod wire;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 
 use gpuslice_core::annotations::{self, SliceRequest};
@@ -135,45 +136,27 @@ fn fit_all(node: &NodeState, demands: &[Demand]) -> Result<(), Misfit> {
     Ok(())
 }
 
+/// Why `demands` do not fit `node`. The messages are the same for every node in the same
+/// situation, so that kube-scheduler's event sums them up ("12 gpuslice: …") instead of
+/// listing thousands of nodes.
 fn misfit(node: &NodeState, demands: &[Demand]) -> Misfit {
-    let mut empty = node.clone();
-    for g in &mut empty.gpus {
+    let mut probe = node.clone();
+    for g in &mut probe.gpus {
         *g = cluster::GpuState::idle(g.memory_total);
     }
-    let describe = |n: &NodeState| {
-        let gpus: Vec<String> = n
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                format!(
-                    "GPU {i}: {} MiB of {} MiB and {}% of the SMs free{}",
-                    g.memory_free >> 20,
-                    g.memory_total >> 20,
-                    g.cores_free,
-                    if g.exclusive { ", held whole" } else { "" }
-                )
-            })
-            .collect();
-        format!("{} GPU(s): {}", n.gpus.len(), gpus.join("; "))
-    };
-    let mut probe = empty.clone();
+    let binpack: ClusterPolicy = "binpack".parse().unwrap_or(ClusterPolicy::FragAware);
     for d in demands {
-        let mix = TaskMix::default();
-        match cluster::best_on_node(&probe, d, ClusterPolicy::FragAware, &mix) {
+        match cluster::best_on_node(&probe, d, binpack, &TaskMix::default()) {
             Some((_, gpus)) => cluster::apply(&mut probe, d, &gpus),
             None => {
-                return Misfit::Never(format!(
-                    "gpuslice: even empty, this node cannot host the pod ({})",
-                    describe(&empty)
-                ));
+                return Misfit::Never(
+                    "gpuslice: even empty, this node's GPUs are too few or too small for the pod"
+                        .into(),
+                );
             }
         }
     }
-    Misfit::Full(format!(
-        "gpuslice: not enough free GPU capacity ({})",
-        describe(node)
-    ))
+    Misfit::Full("gpuslice: not enough free GPU memory or SMs on this node now".into())
 }
 
 /// A node of a request: its name, the Node object when the request carried it, and its
@@ -183,9 +166,57 @@ type Candidate = (String, Option<Value>, Result<Arc<NodeState>, Misfit>);
 pub struct Extender {
     /// Nodes by name, as their agents last published them.
     cache: RwLock<HashMap<String, Arc<NodeState>>>,
+    /// Pods seen (by UID) and the mix learned from them.
     mix: Mutex<(HashSet<String>, TaskMix)>,
+    /// The mix frag-aware scores against: a snapshot, renewed when the learned mix has grown
+    /// by a twentieth, so that scores can be reused between decisions.
+    mix_view: Mutex<MixView>,
+    /// Node scores by (mix generation, policy, demands, the node's GPUs as a set).
+    scores: Mutex<(u64, ScoreMap)>,
     default_policy: ClusterPolicy,
 }
+
+#[derive(Default)]
+struct MixView {
+    generation: u64,
+    mix: Arc<TaskMix>,
+}
+
+/// Scores by a key already hashed with [`Mix64`].
+type ScoreMap = HashMap<u64, Option<f64>, BuildHasherDefault<Mix64>>;
+
+/// A fast multiply-rotate hasher (as FxHash) for keys this extender derives itself from node
+/// states: not resistant to chosen inputs, which is fine for a cache of scores.
+#[derive(Default, Clone, Copy)]
+struct Mix64(u64);
+
+impl Hasher for Mix64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Scores kept between decisions before the memo starts afresh.
+const SCORE_MEMO_LIMIT: usize = 200_000;
 
 impl Extender {
     #[must_use]
@@ -193,6 +224,8 @@ impl Extender {
         Self {
             cache: RwLock::new(HashMap::new()),
             mix: Mutex::new((HashSet::new(), TaskMix::default())),
+            mix_view: Mutex::new(MixView::default()),
+            scores: Mutex::new((0, ScoreMap::default())),
             default_policy,
         }
     }
@@ -271,6 +304,12 @@ impl Extender {
             for d in demands {
                 m.1.observe(d);
             }
+            if let Ok(mut view) = self.mix_view.lock()
+                && m.1.weight() >= view.mix.weight() * 1.05 + 1.0
+            {
+                view.generation += 1;
+                view.mix = Arc::new(m.1.clone());
+            }
         }
     }
 
@@ -323,35 +362,35 @@ impl Extender {
                 .collect();
         };
         let policy = policy.unwrap_or(self.default_policy);
-        let mix = self.mix.lock().map(|m| m.1.clone()).unwrap_or_default();
+        let (generation, mix) = self
+            .mix_view
+            .lock()
+            .map(|v| (v.generation, Arc::clone(&v.mix)))
+            .unwrap_or_default();
         // Scores depend on a node's GPUs as a set, not on their order or the node's name:
-        // nodes alike (common in a cluster) are scored once.
-        let mut memo: HashMap<Vec<GpuKey>, Option<f64>> = HashMap::new();
+        // nodes alike (common in a cluster, and unchanged between decisions) are scored once.
+        let mut prefix = Mix64::default();
+        (generation, policy, &demands).hash(&mut prefix);
+        let Ok(mut memo) = self.scores.lock() else {
+            return Vec::new();
+        };
+        if memo.0 != generation || memo.1.len() > SCORE_MEMO_LIMIT {
+            *memo = (generation, ScoreMap::default());
+        }
         let scores: Vec<(String, Option<f64>)> = cands
             .into_iter()
             .map(|(name, _, state)| {
                 let s = state.ok().and_then(|n| {
-                    let mut key: Vec<GpuKey> = n
-                        .gpus
-                        .iter()
-                        .map(|g| {
-                            (
-                                g.memory_total,
-                                g.memory_free,
-                                g.cores_free,
-                                g.sharers,
-                                g.exclusive,
-                            )
-                        })
-                        .collect();
-                    key.sort_unstable();
+                    let key = gpu_set_hash(&prefix, &n);
                     *memo
+                        .1
                         .entry(key)
                         .or_insert_with(|| node_score(&n, &demands, policy, &mix))
                 });
                 (name, s)
             })
             .collect();
+        drop(memo);
         let known: Vec<f64> = scores.iter().filter_map(|(_, s)| *s).collect();
         let best = known.iter().copied().fold(f64::INFINITY, f64::min);
         let worst = known.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -374,6 +413,34 @@ impl Extender {
 
 /// A GPU as far as scores go: total and free memory, free SMs, sharers, held whole.
 type GpuKey = (u64, u64, u32, u32, bool);
+
+/// A hash of `node`'s GPUs as a set (sorted), continuing `prefix`.
+fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
+    let key = |g: &cluster::GpuState| -> GpuKey {
+        (
+            g.memory_total,
+            g.memory_free,
+            g.cores_free,
+            g.sharers,
+            g.exclusive,
+        )
+    };
+    let mut h = *prefix;
+    let mut small = [(0u64, 0u64, 0u32, 0u32, false); 16];
+    if node.gpus.len() <= small.len() {
+        for (slot, g) in small.iter_mut().zip(&node.gpus) {
+            *slot = key(g);
+        }
+        let used = &mut small[..node.gpus.len()];
+        used.sort_unstable();
+        used.hash(&mut h);
+    } else {
+        let mut all: Vec<GpuKey> = node.gpus.iter().map(key).collect();
+        all.sort_unstable();
+        all.hash(&mut h);
+    }
+    h.finish()
+}
 
 /// Sum over the pod's demands (placed one after the other) of the node-level score.
 fn node_score(
