@@ -297,17 +297,24 @@ type Requirements = unsafe extern "C" fn(
     *mut std::ffi::c_void,
     CUdevice,
 ) -> CUresult;
+type Destroy = unsafe extern "C" fn(*mut std::ffi::c_void) -> CUresult;
 
-/// Creates an array charging `estimate` first, then settles on the driver's own figure.
+/// Creates an array (`kind` Array or MipmappedArray) whose handle the driver writes to `out`,
+/// charging `estimate` first, then settling on the driver's own figure where it gives one.
 fn create_array(
     kind: Kind,
     estimate: u64,
+    out: *mut *mut std::ffi::c_void,
     create: impl FnOnce() -> CUresult,
-    handle: impl Fn() -> *mut std::ffi::c_void,
-    requirements: Option<Requirements>,
-    destroy: impl FnOnce(*mut std::ffi::c_void),
 ) -> CUresult {
     let s = slice_or_pass!(create());
+    let (requirements, destroy): (Option<Requirements>, Option<Destroy>) = match kind {
+        Kind::MipmappedArray => (
+            real::cuMipmappedArrayGetMemoryRequirements(),
+            real::cuMipmappedArrayDestroy(),
+        ),
+        _ => (real::cuArrayGetMemoryRequirements(), real::cuArrayDestroy()),
+    };
     let dev = match current_device(s) {
         Ok(d) => d,
         Err(e) => return e,
@@ -323,7 +330,7 @@ fn create_array(
         s.refund(gpu, estimate);
         return r;
     }
-    let array = handle();
+    let array = written(out).unwrap_or(std::ptr::null_mut());
     let mut req = CUDA_ARRAY_MEMORY_REQUIREMENTS {
         size: 0,
         alignment: 0,
@@ -334,7 +341,10 @@ fn create_array(
         .filter(|f| unsafe { f(&raw mut req, array, dev) } == CUDA_SUCCESS)
         .map_or(estimate, |_| req.size as u64);
     if exact > estimate && !s.charge(gpu, exact - estimate) {
-        destroy(array);
+        if let Some(d) = destroy {
+            // SAFETY: destroying the array just created.
+            unsafe { d(array) };
+        }
         s.refund(gpu, estimate);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -351,21 +361,8 @@ pub unsafe fn array_create(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPT
     let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
         array_estimate(d.width, d.height, 0, d.format, d.num_channels)
     });
-    let destroy = |a| {
-        if let Some(d) = real::cuArrayDestroy() {
-            // SAFETY: destroying the array just created.
-            unsafe { d(a) };
-        }
-    };
-    create_array(
-        Kind::Array,
-        estimate,
-        // SAFETY: the caller's arguments, passed on unchanged.
-        || unsafe { f(array, desc) },
-        || written(array).unwrap_or(std::ptr::null_mut()),
-        real::cuArrayGetMemoryRequirements(),
-        destroy,
-    )
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create_array(Kind::Array, estimate, array, || unsafe { f(array, desc) })
 }
 
 pub unsafe fn array_3d_create(
@@ -377,21 +374,8 @@ pub unsafe fn array_3d_create(
     let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
         array_estimate(d.width, d.height, d.depth, d.format, d.num_channels)
     });
-    let destroy = |a| {
-        if let Some(d) = real::cuArrayDestroy() {
-            // SAFETY: destroying the array just created.
-            unsafe { d(a) };
-        }
-    };
-    create_array(
-        Kind::Array,
-        estimate,
-        // SAFETY: the caller's arguments, passed on unchanged.
-        || unsafe { f(array, desc) },
-        || written(array).unwrap_or(std::ptr::null_mut()),
-        real::cuArrayGetMemoryRequirements(),
-        destroy,
-    )
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create_array(Kind::Array, estimate, array, || unsafe { f(array, desc) })
 }
 
 pub unsafe fn array_destroy(array: CUarray) -> CUresult {
@@ -410,21 +394,10 @@ pub unsafe fn mipmapped_array_create(
     let f = real_or_return!(cuMipmappedArrayCreate);
     // SAFETY: read only if non-null; the caller's descriptor.
     let estimate = unsafe { desc.as_ref() }.map_or(0, |d| mipmapped_estimate(d, levels));
-    let destroy = |a| {
-        if let Some(d) = real::cuMipmappedArrayDestroy() {
-            // SAFETY: destroying the array just created.
-            unsafe { d(a) };
-        }
-    };
-    create_array(
-        Kind::MipmappedArray,
-        estimate,
-        // SAFETY: the caller's arguments, passed on unchanged.
-        || unsafe { f(array, desc, levels) },
-        || written(array).unwrap_or(std::ptr::null_mut()),
-        real::cuMipmappedArrayGetMemoryRequirements(),
-        destroy,
-    )
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create_array(Kind::MipmappedArray, estimate, array, || unsafe {
+        f(array, desc, levels)
+    })
 }
 
 pub unsafe fn mipmapped_array_destroy(array: CUmipmappedArray) -> CUresult {
