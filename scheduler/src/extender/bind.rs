@@ -107,7 +107,7 @@ impl Extender {
             .map_err(|e| format!("annotation {NODE_STATE_ANNOTATION} is not readable: {e}"))?;
         // What this extender already placed there counts too (the agent may not show it yet).
         let mut state = match self.cached(node) {
-            Some(s) if s.gpus.len() == publication.gpus.len() => (*s).clone(),
+            Some(s) if s.state.gpus.len() == publication.gpus.len() => s.state.clone(),
             _ => publication.node_state(node),
         };
         let binpack: ClusterPolicy = "binpack".parse().map_err(|e: String| e)?;

@@ -161,11 +161,25 @@ fn misfit(node: &NodeState, demands: &[Demand]) -> Misfit {
 
 /// A node of a request: its name, the Node object when the request carried it, and its
 /// GPUs or why they are not known.
-type Candidate = (String, Option<Value>, Result<Arc<NodeState>, Misfit>);
+type Candidate = (String, Option<Value>, Result<Arc<Known>, Misfit>);
+
+/// A node's GPUs as placement sees them, with a hash of them as a set (what its scores
+/// depend on), computed once per publication rather than once per decision.
+pub struct Known {
+    pub state: NodeState,
+    gpu_set: u64,
+}
+
+impl Known {
+    fn new(state: NodeState) -> Self {
+        let gpu_set = gpu_set_hash(&Mix64::default(), &state);
+        Self { state, gpu_set }
+    }
+}
 
 pub struct Extender {
     /// Nodes by name, as their agents last published them.
-    cache: RwLock<HashMap<String, Arc<NodeState>>>,
+    cache: RwLock<HashMap<String, Arc<Known>>>,
     /// Pods seen (by UID) and the mix learned from them.
     mix: Mutex<(HashSet<String>, TaskMix)>,
     /// The mix frag-aware scores against: a snapshot, renewed when the learned mix has grown
@@ -211,7 +225,8 @@ impl Hasher for Mix64 {
         self.write_u64(n as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the low bits poorly mixed, and hash tables index by them.
+        self.0.rotate_left(26)
     }
 }
 
@@ -234,21 +249,21 @@ impl Extender {
     pub fn update_node(&self, name: &str, publication: Option<NodePublication>) {
         if let Ok(mut c) = self.cache.write() {
             match publication {
-                Some(p) => c.insert(name.to_string(), Arc::new(p.node_state(name))),
+                Some(p) => c.insert(name.to_string(), Arc::new(Known::new(p.node_state(name)))),
                 None => c.remove(name),
             };
         }
     }
 
     /// The node as last published, with what this extender placed there since.
-    fn cached(&self, name: &str) -> Option<Arc<NodeState>> {
+    fn cached(&self, name: &str) -> Option<Arc<Known>> {
         self.cache.read().ok()?.get(name).cloned()
     }
 
     /// Counts a placement in the node cache until the node's agent publishes again.
     fn assume(&self, name: &str, state: NodeState) {
         if let Ok(mut c) = self.cache.write() {
-            c.insert(name.to_string(), Arc::new(state));
+            c.insert(name.to_string(), Arc::new(Known::new(state)));
         }
     }
 
@@ -275,7 +290,7 @@ impl Extender {
                                 ))
                             })
                         })
-                        .map(|p| Arc::new(p.node_state(&name)));
+                        .map(|p| Arc::new(Known::new(p.node_state(&name))));
                     (name, Some(n.clone()), state)
                 })
                 .collect();
@@ -324,7 +339,7 @@ impl Extender {
                 (PodRequest::None, _) => Ok(()),
                 (PodRequest::Invalid(e), _) => Err(Misfit::Never(format!("gpuslice: {e}"))),
                 (PodRequest::Slices(..), Err(why)) => Err(why),
-                (PodRequest::Slices(d, _), Ok(node)) => fit_all(&node, d),
+                (PodRequest::Slices(d, _), Ok(node)) => fit_all(&node.state, d),
             };
             match verdict {
                 Ok(()) => passing.push((name, object)),
@@ -381,11 +396,12 @@ impl Extender {
             .into_iter()
             .map(|(name, _, state)| {
                 let s = state.ok().and_then(|n| {
-                    let key = gpu_set_hash(&prefix, &n);
+                    let mut key = prefix;
+                    key.write_u64(n.gpu_set);
                     *memo
                         .1
-                        .entry(key)
-                        .or_insert_with(|| node_score(&n, &demands, policy, &mix))
+                        .entry(key.finish())
+                        .or_insert_with(|| node_score(&n.state, &demands, policy, &mix))
                 });
                 (name, s)
             })
