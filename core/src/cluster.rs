@@ -140,11 +140,14 @@ struct GpuClass {
 /// How each pod seen counts in the mix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Weighting {
-    /// By the GPUs it asks for (a whole 8-GPU pod weighs 16 pods of half a GPU): stranding
-    /// the room of a large pod costs in proportion to the GPUs that pod would have used.
+    /// One per pod for its arrival, as the FGD paper weighs task popularity, and one more per
+    /// GPU it asks for, since stranding the room of a large pod costs the GPUs it would have
+    /// used (a whole 8-GPU pod weighs 9, a half-GPU pod 1.5).
     #[default]
+    PodsAndGpus,
+    /// By the GPUs it asks for only (a pod without GPUs does not count).
     GpuDemand,
-    /// One per pod, as the FGD paper weighs task popularity.
+    /// One per pod, as the FGD paper.
     Pods,
 }
 
@@ -177,6 +180,7 @@ impl TaskMix {
         let w = match self.weighting {
             Weighting::Pods => 1.0,
             Weighting::GpuDemand => d.gpu_share(REFERENCE_GPU_MEMORY),
+            Weighting::PodsAndGpus => 1.0 + d.gpu_share(REFERENCE_GPU_MEMORY),
         };
         if w == 0.0 {
             return;

@@ -75,9 +75,9 @@ struct SimulateArgs {
     /// SVG plot of unallocated GPU against arrived workload (mean over seeds)
     #[arg(long, default_value = "simulate.svg")]
     plot: PathBuf,
-    /// How frag-aware weighs the pods it has seen: by the GPUs they ask for, or one per pod
-    /// as in the FGD paper
-    #[arg(long, value_enum, default_value = "gpu-demand")]
+    /// How frag-aware weighs the pods it has seen: one per pod plus one per GPU asked for,
+    /// by the GPUs asked for only, or one per pod as in the FGD paper
+    #[arg(long, value_enum, default_value = "pods-and-gpus")]
     weighting: Weighting,
     /// A pod list whose pods frag-aware counts before the replay starts (a known workload);
     /// without it the task mix is learned online only
@@ -92,6 +92,7 @@ struct SimulateArgs {
 enum Weighting {
     GpuDemand,
     Pods,
+    PodsAndGpus,
 }
 
 fn parse_seeds(s: &str) -> Result<Vec<u64>> {
@@ -132,6 +133,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     let mut prior = TaskMix::new(match args.weighting {
         Weighting::GpuDemand => cluster::Weighting::GpuDemand,
         Weighting::Pods => cluster::Weighting::Pods,
+        Weighting::PodsAndGpus => cluster::Weighting::PodsAndGpus,
     });
     if let Some(path) = &args.mix {
         for p in trace::read_pods(path)? {
