@@ -159,3 +159,53 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
     let err = bind(&ext, "ghost", "uid-ghost");
     assert!(err.contains("pods \"ghost\" not found"), "{err}");
 }
+
+#[test]
+fn concurrent_binds_for_the_last_room_place_one_pod() {
+    let api = ApiServer::start();
+    let publication = NodePublication {
+        version: 1,
+        gpus: vec![PublishedGpu {
+            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 6 * GIB,
+            cores_allocated: 0,
+            sharers: 1,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    let pods = ["p0", "p1", "p2", "p3"];
+    for p in pods {
+        api.put_pod(pod(p, &format!("uid-{p}"), "8Gi"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let ext = extender(&api, &key);
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .map(|p| {
+                let ext = &ext;
+                s.spawn(move || bind(ext, p, &format!("uid-{p}")))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let bound = errors.iter().filter(|e| e.is_empty()).count();
+    assert_eq!(bound, 1, "9 GiB free, 8 GiB each: {errors:?}");
+    assert!(
+        errors
+            .iter()
+            .filter(|e| !e.is_empty())
+            .all(|e| e.contains("no longer fits")),
+        "{errors:?}"
+    );
+    assert_eq!(api.objects.lock().unwrap().bindings.len(), 1);
+}

@@ -105,6 +105,12 @@ impl Extender {
             .ok_or("the node publishes no GPUs (no gpuslice agent)")?;
         let publication: NodePublication = serde_json::from_str(published)
             .map_err(|e| format!("annotation {NODE_STATE_ANNOTATION} is not readable: {e}"))?;
+        // Placing and counting the placement happen as one step, so that concurrent binds
+        // (kube-scheduler binds asynchronously) see each other's placements.
+        let _placing = self
+            .placing
+            .lock()
+            .map_err(|_| "the extender's placement lock is poisoned".to_string())?;
         // What this extender already placed there counts too (the agent may not show it yet).
         let mut state = match self.cached(node) {
             Some(s) if s.state.gpus.len() == publication.gpus.len() => s.state.clone(),

@@ -187,6 +187,8 @@ pub struct Extender {
     mix_view: Mutex<MixView>,
     /// Node scores by (mix generation, policy, demands, the node's GPUs as a set).
     scores: Mutex<(u64, ScoreMap)>,
+    /// Held while bind places a pod and records the placement.
+    placing: Mutex<()>,
     default_policy: ClusterPolicy,
 }
 
@@ -241,6 +243,7 @@ impl Extender {
             mix: Mutex::new((HashSet::new(), TaskMix::default())),
             mix_view: Mutex::new(MixView::default()),
             scores: Mutex::new((0, ScoreMap::default())),
+            placing: Mutex::new(()),
             default_policy,
         }
     }
