@@ -47,6 +47,7 @@ pub struct Config {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(cfg: Config) -> Result<()> {
+    let shutdown = catch_shutdown_signals();
     let library =
         discovery::nvml_library(cfg.nvml_library.clone(), &DriverRoot::new(&cfg.driver_root));
     let inventory = discovery::discover(&library).context("GPU discovery failed")?;
@@ -151,7 +152,7 @@ pub async fn run(cfg: Config) -> Result<()> {
     });
 
     let lost = tokio::select! {
-        () = shutdown_signal() => None,
+        () = shutdown => None,
         e = bus_lost(&conn) => Some(e),
     };
     let _ = sd_notify::notify(&[NotifyState::Stopping]);
@@ -244,10 +245,19 @@ async fn watchdog(shared: Arc<Shared>, every: Duration) {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM and SIGINT, caught from the moment this is called: before the agent says it is
+/// ready, so that a stop request right after readiness is never lost to the default action.
+fn catch_shutdown_signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
+    shutdown_signal(term, int)
+}
+
+async fn shutdown_signal(
+    mut term: Option<tokio::signal::unix::Signal>,
+    mut int: Option<tokio::signal::unix::Signal>,
+) {
     tokio::select! {
         _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
         _ = async { match int.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
