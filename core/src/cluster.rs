@@ -199,11 +199,6 @@ impl TaskMix {
         self.types.push((d.clone(), c, w));
     }
 
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.total == 0.0
-    }
-
     /// The total weight of the pods seen.
     #[must_use]
     pub fn weight(&self) -> f64 {

@@ -8,7 +8,7 @@ pub mod http;
 pub mod watch;
 pub mod wire;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -476,14 +476,4 @@ fn node_score(
         cluster::apply(&mut n, d, &gpus);
     }
     Some(total)
-}
-
-/// Failure messages by node, for logs.
-#[must_use]
-pub fn failures(r: &ExtenderFilterResult) -> BTreeMap<String, String> {
-    r.failed_nodes
-        .iter()
-        .chain(&r.failed_and_unresolvable_nodes)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }

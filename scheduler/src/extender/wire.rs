@@ -31,7 +31,7 @@ pub struct ExtenderArgs {
 }
 
 /// A `v1.NodeList`: `items`, and whatever else it carries, kept.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct NodeList {
     #[serde(default)]
     pub items: Vec<Value>,
@@ -51,12 +51,6 @@ pub struct ExtenderFilterResult {
     pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
     #[serde(rename = "Error")]
     pub error: String,
-}
-
-impl PartialEq for NodeList {
-    fn eq(&self, other: &Self) -> bool {
-        self.items == other.items && self.rest == other.rest
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

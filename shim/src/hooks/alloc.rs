@@ -13,7 +13,7 @@
 
 use std::ffi::c_uint;
 
-use super::{charged, current_device, real_or_return, uncharged};
+use super::{charged, real_or_return, uncharged};
 use crate::api::real;
 use crate::ffi::*;
 use crate::slice::{self, Kind};
@@ -39,7 +39,7 @@ pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes) };
     let s = slice_or_pass!(call());
-    let dev = match current_device(s) {
+    let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -53,7 +53,7 @@ pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, bytes: usize, flags: c_u
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, flags) };
     let s = slice_or_pass!(call());
-    let dev = match current_device(s) {
+    let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -81,7 +81,7 @@ pub unsafe fn mem_alloc_pitch(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, pitch, width, height, element) };
     let s = slice_or_pass!(call());
-    let dev = match current_device(s) {
+    let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -127,7 +127,7 @@ unsafe fn alloc_async(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, stream) };
     let s = slice_or_pass!(call());
-    let dev = match current_device(s) {
+    let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -168,7 +168,7 @@ unsafe fn alloc_from_pool(
         .lock()
         .ok()
         .and_then(|p| p.get(&(pool as usize)).copied());
-    let dev = match known.map_or_else(|| current_device(s), Ok) {
+    let dev = match known.map_or_else(|| s.current_device(), Ok) {
         Ok(d) => d,
         Err(e) => return e,
     };
@@ -315,7 +315,7 @@ fn create_array(
         ),
         _ => (real::cuArrayGetMemoryRequirements(), real::cuArrayDestroy()),
     };
-    let dev = match current_device(s) {
+    let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
     };

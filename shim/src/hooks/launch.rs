@@ -5,40 +5,6 @@ use std::ffi::{c_uint, c_void};
 use super::real_or_return;
 use crate::ffi::*;
 
-type Launch = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn launch(
-    real: Launch,
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
-}
-
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_kernel(
     f: CUfunction,
@@ -54,12 +20,8 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
-    // SAFETY: the caller's contract.
-    unsafe {
-        launch(
-            real, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra,
-        )
-    }
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -77,10 +39,6 @@ pub unsafe fn launch_kernel_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
-    // SAFETY: the caller's contract.
-    unsafe {
-        launch(
-            real, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra,
-        )
-    }
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }

@@ -62,8 +62,3 @@ pub fn uncharged(s: &Slice, kind: Kind, key: u64, call: impl FnOnce() -> CUresul
     }
     r
 }
-
-/// The device of the current context, or the error the driver gives for it.
-pub fn current_device(s: &Slice) -> Result<CUdevice, CUresult> {
-    s.current_device()
-}
