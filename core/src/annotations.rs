@@ -38,6 +38,8 @@ pub const KEYS: &[&str] = &[
     NODE_POLICY,
     ASSIGNMENT,
 ];
+/// Keys that ask for GPUs; the others only say how or where, and ask for nothing alone.
+pub const REQUEST_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES];
 /// Keys that may be given per container.
 pub const PER_CONTAINER_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES, GPU_POLICY];
 
@@ -138,7 +140,8 @@ impl SliceRequest {
     }
 }
 
-/// Reads the request of the container whose annotations these are. `Ok(None)`: no GPU.
+/// Reads the request of the container whose annotations these are. `Ok(None)`: no GPU (no
+/// gpuslice annotations, or only policies or an assignment).
 pub fn parse(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<SliceRequest>, AnnotationError> {
@@ -211,7 +214,12 @@ pub fn parse(
             None => return Ok(None),
         }
     }
-    build(&fields, container).map(Some)
+    let request = build(&fields, container)?;
+    if !fields.keys().any(|k| REQUEST_KEYS.contains(k)) {
+        // Only policies (or an assignment): checked above, but no GPU is asked for.
+        return Ok(None);
+    }
+    Ok(Some(request))
 }
 
 fn unknown_key(key: &str, value: &str) -> AnnotationError {

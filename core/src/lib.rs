@@ -16,6 +16,7 @@ pub mod inventory;
 pub mod limits;
 pub mod placement;
 pub mod quantity;
+pub mod resources;
 pub mod spec;
 pub mod usage;
 

@@ -11,7 +11,7 @@ use gpuslice_core::Claim;
 use gpuslice_core::assignment::{AssignedGpu, Assignment};
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
 
-const KEY: &[u8] = b"a shared secret of the cluster";
+const KEY: &[u8] = b"a shared secret of the whole cluster";
 
 struct Fixture {
     sim: SimNode,

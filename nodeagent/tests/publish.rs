@@ -1,5 +1,6 @@
-//! The agent publishes its GPUs on its Node for the cluster scheduler, against a stand-in API
-//! server (`gpuslice_testsupport::apiserver`), and keeps the publication current.
+//! The agent publishes its GPUs on its Node for the cluster scheduler, and its extended
+//! resources for kubelet, against a stand-in API server (`gpuslice_testsupport::apiserver`),
+//! and keeps the publication current.
 
 mod common;
 
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
+use gpuslice_core::resources;
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
 use serde_json::json;
@@ -20,13 +22,14 @@ fn published(api: &ApiServer) -> Option<NodePublication> {
 }
 
 #[test]
-fn the_node_annotation_follows_claims_and_releases() {
+fn the_node_annotation_follows_claims_and_releases_and_capacity_is_advertised() {
     let sim = SimNode::new(2, "T4", Some(15 * GIB));
     let api = ApiServer::start();
     api.put_node(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "gpu-node-1", "resourceVersion": "1",
-                     "labels": {"gpuslice.io/node": "true"}}
+                     "labels": {"gpuslice.io/node": "true"}},
+        "status": {"capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
     }));
     let bus = Bus::start();
     let _agent = Agent::start(
@@ -50,6 +53,21 @@ fn the_node_annotation_follows_claims_and_releases() {
     assert_eq!(p.gpus[0].uuid, sim.spec.gpus[0].uuid);
     assert_eq!(p.gpus[0].memory_total, 15 * GIB);
     assert_eq!(p.gpus[0].memory_allocated, 0);
+    let capacity = |api: &ApiServer| api.node("gpu-node-1").unwrap()["status"]["capacity"].clone();
+    let advertised = wait_for(Duration::from_secs(10), || {
+        capacity(&api)[resources::GPU_MEMORY].is_string()
+    });
+    assert!(
+        advertised,
+        "no extended resources: {:?}",
+        api.node("gpu-node-1")
+    );
+    assert_eq!(
+        capacity(&api),
+        json!({"cpu": "16", "memory": "64Gi", "pods": "110",
+               "gpuslice.io/gpu-memory": (30 * GIB).to_string(), "gpuslice.io/gpu-cores": "200"}),
+        "kubelet's own capacity is kept"
+    );
 
     let out = cli(
         &bus.address,

@@ -209,3 +209,99 @@ fn concurrent_binds_for_the_last_room_place_one_pod() {
     );
     assert_eq!(api.objects.lock().unwrap().bindings.len(), 1);
 }
+
+#[test]
+fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
+    let sim = SimNode::new(1, "T4", Some(15 * GIB));
+    let api = ApiServer::start();
+    let publication = NodePublication {
+        version: 1,
+        gpus: vec![PublishedGpu {
+            uuid: sim.spec.gpus[0].uuid.clone(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    let mut p = pod("infer", "uid-infer", "unused");
+    p["metadata"]["annotations"] = json!({});
+    p["spec"]["containers"] = json!([
+        {"name": "model", "image": "registry.example/model:3",
+         "resources": {"limits": {"gpuslice.io/gpu-memory": "4Gi", "gpuslice.io/gpu-cores": "30"}}},
+        {"name": "proxy", "image": "registry.example/proxy:1"}
+    ]);
+    api.put_pod(p);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let ext = extender(&api, &key);
+    assert_eq!(bind(&ext, "infer", "uid-infer"), "");
+
+    let written = api.pod("default", "infer").unwrap()["metadata"]["annotations"].clone();
+    assert_eq!(written["gpuslice.io/model.gpus"], "1");
+    assert_eq!(written["gpuslice.io/model.memory"], (4 * GIB).to_string());
+    assert_eq!(written["gpuslice.io/model.cores"], "30");
+    let a = Assignment::verify(written["gpuslice.io/assignment"].as_str().unwrap(), KEY).unwrap();
+    assert_eq!(
+        a.containers.keys().collect::<Vec<_>>(),
+        ["model"],
+        "the proxy asks for nothing"
+    );
+    assert_eq!(a.containers["model"][0].memory_bytes, 4 * GIB);
+    assert_eq!(a.containers["model"][0].cores, 30);
+
+    // The node sees annotations, not resources: with the pod's annotations as containerd
+    // copies them, the agent grants the model its slice and the proxy nothing.
+    let bus = Bus::start();
+    let _agent = Agent::start(
+        &gpuslice_testsupport::binary("gpuslice-agent"),
+        &bus,
+        &sim,
+        &[
+            "--assignment-key",
+            key.to_str().unwrap(),
+            "--node-name",
+            "gpu-node-1",
+        ],
+    );
+    let claim = |container: &str| {
+        let mut cmd = Command::new(gpuslice_testsupport::binary("gpuslice"));
+        cmd.args(["--bus-address", &bus.address, "claim"])
+            .arg(format!("ctr-{container}"))
+            .arg("--json");
+        for (k, v) in written.as_object().unwrap() {
+            cmd.args(["-a", &format!("{k}={}", v.as_str().unwrap())]);
+        }
+        cmd.args([
+            "-a",
+            &format!("io.kubernetes.cri.container-name={container}"),
+        ])
+        .args(["-a", "io.kubernetes.cri.sandbox-uid=uid-infer"])
+        .output()
+        .unwrap()
+    };
+    let out = claim("model");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let granted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(granted["gpus"][0]["memory_bytes"], 4 * GIB, "{granted}");
+    assert_eq!(granted["gpus"][0]["cores"], 30, "{granted}");
+    // (The runtime would not even ask: the proxy's annotations ask for nothing.)
+    let out = claim("proxy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("nothing to claim"),
+        "the proxy gets no GPU: {stderr}"
+    );
+}

@@ -282,3 +282,49 @@ fn a_malformed_request_fails_every_node_for_good_and_a_broken_body_says_why() {
     let (status, _) = call(&server, "/prioritize", &json!("nonsense"));
     assert!(status.contains("400"), "{status}");
 }
+
+#[test]
+fn a_pod_asking_by_extended_resources_is_filtered_as_its_annotated_twin() {
+    let server = serve("frag-aware");
+    let mut by_resources = pod(json!({}));
+    by_resources["spec"]["containers"][0]["resources"]["limits"] =
+        json!({"gpuslice.io/gpu-memory": "10Gi", "cpu": "1"});
+    let outcome = |p: &Value| {
+        let args = json!({"Pod": p, "Nodes": {"items": nodes()}, "NodeNames": null});
+        let (_, r) = call(&server, "/filter", &args);
+        (
+            r["Nodes"]["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["metadata"]["name"].clone())
+                .collect::<Vec<_>>(),
+            r["FailedNodes"].clone(),
+            r["FailedAndUnresolvableNodes"].clone(),
+        )
+    };
+    let twin = outcome(&pod(json!({"gpuslice.io/memory": "10Gi"})));
+    assert_eq!(outcome(&by_resources), twin);
+    assert_eq!(twin.0, [json!("free")]);
+}
+
+#[test]
+fn resources_that_contradict_the_annotations_fit_no_node_and_say_why() {
+    let server = serve("frag-aware");
+    let mut contradicting = pod(json!({"gpuslice.io/memory": "10Gi"}));
+    contradicting["spec"]["containers"][0]["resources"]["limits"] =
+        json!({"gpuslice.io/gpu-memory": "12Gi"});
+    let args = json!({"Pod": contradicting, "Nodes": {"items": nodes()}, "NodeNames": null});
+    let (_, r) = call(&server, "/filter", &args);
+    assert_eq!(r["Nodes"]["items"], json!([]), "{r}");
+    let never = r["FailedAndUnresolvableNodes"].as_object().unwrap();
+    assert_eq!(never.len(), 4, "{r}");
+    assert_eq!(
+        never["free"],
+        format!(
+            "gpuslice: container app: resource gpuslice.io/gpu-memory={} disagrees with annotation gpuslice.io/memory=\"10Gi\" × 1 GPU(s) = {}",
+            12u64 << 30,
+            10u64 << 30
+        )
+    );
+}

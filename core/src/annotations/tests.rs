@@ -105,3 +105,22 @@ fn every_error_names_the_annotation_the_value_and_the_reason() {
         );
     }
 }
+
+#[test]
+fn policies_or_an_assignment_alone_ask_for_no_gpu_but_are_still_checked() {
+    for pairs in [
+        &[("gpuslice.io/node-policy", "binpack")][..],
+        &[
+            ("gpuslice.io/gpu-policy", "spread"),
+            ("gpuslice.io/assignment", "v1.x.y"),
+        ],
+    ] {
+        assert_eq!(parse(&ann(pairs)).unwrap(), None, "{pairs:?}");
+    }
+    let e = parse(&ann(&[("gpuslice.io/node-policy", "tightly")])).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("annotation gpuslice.io/node-policy=\"tightly\": "),
+        "{e}"
+    );
+}

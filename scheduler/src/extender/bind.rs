@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 
 use gpuslice_core::annotations;
 use gpuslice_core::assignment::{AssignedGpu, Assignment};
-use gpuslice_core::cluster::{
-    self, ClusterPolicy, NODE_STATE_ANNOTATION, NodePublication, TaskMix,
-};
+use gpuslice_core::cluster::{self, ClusterPolicy, NODE_STATE_ANNOTATION, NodePublication};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -53,12 +51,18 @@ impl Extender {
             ));
         }
         let pod_json = serde_json::to_value(&pod).map_err(|e| e.to_string())?;
-        let (demands, _) = super::container_demands(&pod_json)?;
-        if !demands.is_empty() {
-            let signed = self.assign(binder, &args.node, &uid, &demands).await?;
-            let patch = json!({"metadata": {"annotations": {
-                format!("{}{}", annotations::PREFIX, annotations::ASSIGNMENT): signed
-            }}});
+        let slices = super::pod_slices(&pod_json)?;
+        if !slices.containers.is_empty() {
+            let policy = slices.policy.unwrap_or(self.default_policy);
+            let signed = self
+                .assign(binder, &args.node, &uid, &slices, policy)
+                .await?;
+            let mut written = slices.annotations_to_write();
+            written.insert(
+                format!("{}{}", annotations::PREFIX, annotations::ASSIGNMENT),
+                signed,
+            );
+            let patch = json!({"metadata": {"annotations": written}});
             pods.patch(
                 &args.pod_name,
                 &PatchParams::default(),
@@ -90,7 +94,8 @@ impl Extender {
         binder: &Binder,
         node: &str,
         pod_uid: &str,
-        demands: &[(String, cluster::Demand)],
+        slices: &super::PodSlices,
+        policy: ClusterPolicy,
     ) -> Result<String, String> {
         let nodes: Api<Node> = Api::all(binder.client.clone());
         let n = nodes
@@ -116,10 +121,12 @@ impl Extender {
             Some(s) if s.state.gpus.len() == publication.gpus.len() => s.state.clone(),
             _ => publication.node_state(node),
         };
-        let binpack: ClusterPolicy = "binpack".parse().map_err(|e: String| e)?;
+        // The GPUs on the node are chosen as prioritize scored the node: by the pod's policy.
+        let mix = self.mix_snapshot();
         let mut containers = BTreeMap::new();
-        for (name, d) in demands {
-            let (_, gpus) = cluster::best_on_node(&state, d, binpack, &TaskMix::default())
+        for c in &slices.containers {
+            let (name, d) = (&c.name, &c.demand);
+            let (_, gpus) = cluster::best_on_node(&state, d, policy, &mix)
                 .ok_or_else(|| format!("container {name}: its slice no longer fits on the node"))?;
             let assigned = gpus
                 .iter()

@@ -8,7 +8,7 @@ pub mod http;
 pub mod watch;
 pub mod wire;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -18,6 +18,7 @@ use gpuslice_core::cluster::{
 };
 use gpuslice_core::placement::Policy;
 use gpuslice_core::quantity::MemoryQuantity;
+use gpuslice_core::resources::{self, Declared, Resolved};
 use serde_json::Value;
 
 use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY, NodeList};
@@ -36,41 +37,92 @@ pub enum PodRequest {
 /// The request of a pod: each container of `spec.containers` claims its own slice.
 #[must_use]
 pub fn pod_request(pod: &Value) -> PodRequest {
-    match container_demands(pod) {
+    match pod_slices(pod) {
         Err(e) => PodRequest::Invalid(e),
-        Ok((d, _)) if d.is_empty() => PodRequest::None,
-        Ok((d, policy)) => PodRequest::Slices(d.into_iter().map(|(_, d)| d).collect(), policy),
+        Ok(p) if p.containers.is_empty() => PodRequest::None,
+        Ok(p) => PodRequest::Slices(
+            p.containers.into_iter().map(|c| c.demand).collect(),
+            p.policy,
+        ),
     }
 }
 
-/// Each container that asks for a slice (name, demand), and the pod's node policy.
-pub type ContainerDemands = (Vec<(String, Demand)>, Option<ClusterPolicy>);
+/// A container that asks for a slice.
+pub struct ContainerSlice {
+    pub name: String,
+    pub demand: Demand,
+    /// Its annotations and declared resources put together.
+    pub resolved: Resolved,
+}
 
-/// Each container that asks for a slice, with its demand, and the pod's node policy.
-pub fn container_demands(pod: &Value) -> Result<ContainerDemands, String> {
-    let mut ann = wire::annotations(pod);
-    let containers: Vec<String> = pod["spec"]["containers"]
-        .as_array()
-        .map(|c| {
-            c.iter()
-                .filter_map(|c| c["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut demands = Vec::new();
-    let mut policy = None;
-    for c in containers {
-        ann.insert(annotations::CRI_CONTAINER_NAME.to_string(), c.clone());
-        match annotations::parse(&ann) {
-            Ok(None) => {}
-            Ok(Some(req)) => {
-                policy = policy.or(req.node_policy.map(node_policy));
-                demands.push((c, demand(&req)?));
-            }
-            Err(e) => return Err(e.to_string()),
+/// What a pod's containers ask for, and the pod's node policy.
+pub struct PodSlices {
+    pub containers: Vec<ContainerSlice>,
+    pub policy: Option<ClusterPolicy>,
+}
+
+impl PodSlices {
+    /// The annotations bind writes so that the node sees what the declared resources said:
+    /// none when the annotations said it all, else every slice container's request in full
+    /// (naming every container keeps the others' GPUs once per-container keys exist).
+    #[must_use]
+    pub fn annotations_to_write(&self) -> BTreeMap<String, String> {
+        if !self.containers.iter().any(|c| c.resolved.completed) {
+            return BTreeMap::new();
         }
+        self.containers
+            .iter()
+            .flat_map(|c| c.resolved.annotations(&c.name))
+            .collect()
     }
-    Ok((demands, policy))
+}
+
+/// Each container that asks for a slice, by its annotations or its declared extended
+/// resources (`gpuslice.io/gpu-memory`, `gpuslice.io/gpu-cores`), and the pod's node policy.
+pub fn pod_slices(pod: &Value) -> Result<PodSlices, String> {
+    let mut ann = wire::annotations(pod);
+    let empty = Vec::new();
+    let containers = pod["spec"]["containers"].as_array().unwrap_or(&empty);
+    let mut slices = Vec::new();
+    let policy = pod_node_policy(&ann)?;
+    for c in containers {
+        let Some(name) = c["name"].as_str() else {
+            continue;
+        };
+        ann.insert(
+            annotations::CRI_CONTAINER_NAME.to_string(),
+            name.to_string(),
+        );
+        let request = annotations::parse(&ann).map_err(|e| e.to_string())?;
+        let declared = Declared::of_container(c).map_err(|e| e.to_string())?;
+        let Some(resolved) =
+            resources::resolve(name, request, declared).map_err(|e| e.to_string())?
+        else {
+            continue;
+        };
+        slices.push(ContainerSlice {
+            name: name.to_string(),
+            demand: demand(&resolved.request)?,
+            resolved,
+        });
+    }
+    Ok(PodSlices {
+        containers: slices,
+        policy,
+    })
+}
+
+/// The pod's `gpuslice.io/node-policy`, however its containers ask for their slices.
+fn pod_node_policy(ann: &BTreeMap<String, String>) -> Result<Option<ClusterPolicy>, String> {
+    let key = format!("{}{}", annotations::PREFIX, annotations::NODE_POLICY);
+    ann.get(&key)
+        .map(|v| {
+            v.trim()
+                .parse::<Policy>()
+                .map(node_policy)
+                .map_err(|e| format!("annotation {key}={v:?}: {e}"))
+        })
+        .transpose()
 }
 
 fn node_policy(p: Policy) -> ClusterPolicy {
@@ -329,6 +381,14 @@ impl Extender {
                 view.mix = Arc::new(m.1.clone());
             }
         }
+    }
+
+    /// The task mix frag-aware scores against now.
+    fn mix_snapshot(&self) -> Arc<TaskMix> {
+        self.mix_view
+            .lock()
+            .map(|v| Arc::clone(&v.mix))
+            .unwrap_or_default()
     }
 
     /// The filter verb.

@@ -1,5 +1,6 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, merge-patch a pod or a node, create a pod's Binding. It answers as the API server does: objects
+//! node, merge-patch a pod, a node or a node's status subresource, list and watch nodes,
+//! create a pod's Binding. It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, errors as `v1.Status` objects
 //! with the API server's reasons and codes (404 NotFound, 409 Conflict for a pod already
 //! bound, 415 for a patch type it does not take). There is no real API server on these
@@ -13,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use serde_json::{Value, json};
 
 pub struct Objects {
@@ -69,6 +70,7 @@ impl ApiServer {
             )
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
+            .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -301,7 +303,26 @@ async fn patch_pod(
     }
 }
 
+/// `PATCH /api/v1/nodes/{name}`: as the API server, changes to `status` are dropped there
+/// (they go through the status subresource).
 async fn patch_node(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut patch = match merge_patch_body(&headers, &body, "nodes", &name) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    if let Some(p) = patch.as_object_mut() {
+        p.remove("status");
+    }
+    apply_node_patch(&s, &name, &patch)
+}
+
+/// `PATCH /api/v1/nodes/{name}/status`: only `status` changes there.
+async fn patch_node_status(
     State(s): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -311,11 +332,17 @@ async fn patch_node(
         Ok(p) => p,
         Err(r) => return r,
     };
+    let patch = json!({"status": patch.get("status").cloned().unwrap_or(json!({}))});
+    apply_node_patch(&s, &name, &patch)
+}
+
+fn apply_node_patch(s: &Shared, name: &str, patch: &Value) -> Response {
+    let name = name.to_string();
     let mut o = s.lock().expect("lock");
     o.version += 1;
     let version = o.version;
     let response = match o.nodes.get_mut(&name) {
-        Some(node) => patched(node, &patch, version),
+        Some(node) => patched(node, patch, version),
         None => return not_found("nodes", &name),
     };
     if let Some(node) = o.nodes.get(&name) {
