@@ -199,6 +199,29 @@ impl TaskMix {
         self.types.push((d.clone(), c, w));
     }
 
+    /// How far this mix's distribution over demands is from `other`'s: the total variation
+    /// distance (half the sum of the differences of the shares; 0 alike, 1 disjoint).
+    /// Fragmentation is measured against shares, not weights, so mixes at distance 0 score
+    /// every placement alike.
+    #[must_use]
+    pub fn distance(&self, other: &TaskMix) -> f64 {
+        let share = |m: &TaskMix, w: f64| if m.total > 0.0 { w / m.total } else { 0.0 };
+        let mut sum = 0.0;
+        for (d, _, w) in &self.types {
+            let theirs = other
+                .index
+                .get(d)
+                .map_or(0.0, |&j| share(other, other.types[j].2));
+            sum += (share(self, *w) - theirs).abs();
+        }
+        for (d, _, w) in &other.types {
+            if !self.index.contains_key(d) {
+                sum += share(other, *w);
+            }
+        }
+        sum / 2.0
+    }
+
     /// The total weight of the pods seen.
     #[must_use]
     pub fn weight(&self) -> f64 {

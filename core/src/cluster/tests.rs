@@ -188,3 +188,24 @@ fn multi_gpu_and_whole_gpu_pods_take_distinct_untouched_gpus() {
         None
     );
 }
+
+#[test]
+fn mixes_of_the_same_shares_are_at_distance_zero_and_disjoint_ones_at_one() {
+    let mut a = TaskMix::new(Weighting::Pods);
+    let mut b = TaskMix::new(Weighting::Pods);
+    for d in [slice(GIB), slice(2 * GIB)] {
+        a.observe(&d);
+        b.observe(&d);
+        b.observe(&d);
+    }
+    assert!(a.distance(&b).abs() < 1e-12, "twice the pods, same shares");
+    let mut c = TaskMix::new(Weighting::Pods);
+    c.observe(&whole(1));
+    assert!((a.distance(&c) - 1.0).abs() < 1e-12);
+    assert!((c.distance(&a) - 1.0).abs() < 1e-12);
+    // a: 1/2, 1/2; a + one 4 GiB pod: 1/3, 1/3, 1/3 → (1/6 + 1/6 + 1/3) / 2 = 1/3.
+    let mut d = a.clone();
+    d.observe(&slice(4 * GIB));
+    assert!((a.distance(&d) - 1.0 / 3.0).abs() < 1e-12);
+    assert_eq!(TaskMix::default().distance(&TaskMix::default()), 0.0);
+}

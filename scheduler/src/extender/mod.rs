@@ -234,8 +234,9 @@ pub struct Extender {
     cache: RwLock<HashMap<String, Arc<Known>>>,
     /// Pods seen (by UID) and the mix learned from them.
     mix: Mutex<(HashSet<String>, TaskMix)>,
-    /// The mix frag-aware scores against: a snapshot, renewed when the learned mix has grown
-    /// by a twentieth, so that scores can be reused between decisions.
+    /// The mix frag-aware scores against: a snapshot, renewed when the learned mix has moved
+    /// away from it by more than [`MIX_STALENESS`], so that scores can be reused between
+    /// decisions.
     mix_view: Mutex<MixView>,
     /// Node scores by (mix generation, policy, demands, the node's GPUs as a set).
     scores: Mutex<(u64, ScoreMap)>,
@@ -283,6 +284,13 @@ impl Hasher for Mix64 {
         self.0.rotate_left(26)
     }
 }
+
+/// How far (total variation distance) the learned mix may move from the snapshot scores are
+/// computed against before the snapshot is renewed and the scores recomputed. Renewing when
+/// the weight had grown by a twentieth bounded the distance by 0.048 and renewed ~60 times in
+/// the first 200 pods even when the shares stood still; this bounds it by less and renews
+/// only when the shares move.
+const MIX_STALENESS: f64 = 0.04;
 
 /// Scores kept between decisions before the memo starts afresh.
 const SCORE_MEMO_LIMIT: usize = 200_000;
@@ -375,7 +383,7 @@ impl Extender {
                 m.1.observe(d);
             }
             if let Ok(mut view) = self.mix_view.lock()
-                && m.1.weight() >= view.mix.weight() * 1.05 + 1.0
+                && m.1.distance(&view.mix) > MIX_STALENESS
             {
                 view.generation += 1;
                 view.mix = Arc::new(m.1.clone());
