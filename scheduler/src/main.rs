@@ -295,6 +295,11 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
                 extender.clone(),
                 c.clone(),
             ));
+            let (extender, c) = (extender.clone(), c.clone());
+            tokio::spawn(async move {
+                let n = gpuslice_scheduler::extender::watch::learn_running_pods(&extender, c).await;
+                eprintln!("learned the task mix from {n} placed pods");
+            });
         }
         let binder = match (key, client) {
             (Some(key), Some(client)) => Some(std::sync::Arc::new(

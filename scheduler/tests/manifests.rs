@@ -51,10 +51,14 @@ fn help(binary: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn can_patch(role: &ClusterRole, resource: &str) -> bool {
+fn may(role: &ClusterRole, verb: &str, resource: &str) -> bool {
     role.rules.iter().flatten().any(|r| {
-        r.resources.iter().flatten().any(|x| x == resource) && r.verbs.iter().any(|v| v == "patch")
+        r.resources.iter().flatten().any(|x| x == resource) && r.verbs.iter().any(|v| v == verb)
     })
+}
+
+fn can_patch(role: &ClusterRole, resource: &str) -> bool {
+    may(role, "patch", resource)
 }
 
 #[test]
@@ -129,6 +133,12 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
     }
     let role: ClusterRole = kind(&docs, "ClusterRole");
     assert!(can_patch(&role, "pods"), "bind writes the assignment");
+    assert!(may(&role, "get", "pods"), "bind reads the pod");
+    assert!(may(&role, "create", "pods/binding"), "bind binds");
+    assert!(may(&role, "list", "pods"), "the mix is learned at start");
+    for verb in ["get", "list", "watch"] {
+        assert!(may(&role, verb, "nodes"), "the node cache: {verb}");
+    }
 }
 
 #[test]

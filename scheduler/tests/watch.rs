@@ -1,6 +1,6 @@
 //! With `nodeCacheCapable: true`, the extender answers from a Node watch (list, then watch)
 //! against the API-server stand-in: a node's publication, its change and its deletion are
-//! seen.
+//! seen. At start it learns the task mix from the pods already placed.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -50,10 +50,7 @@ fn filter(e: &Extender, names: &[&str]) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
-#[test]
-fn the_node_cache_follows_publications_changes_and_deletions() {
-    let api = ApiServer::start();
-    api.put_node(node("a", 0));
+fn serve(api: &ApiServer) -> Extender {
     let addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
         .args(["serve", "--listen", &addr, "--api-server", &api.url])
@@ -63,6 +60,21 @@ fn the_node_cache_follows_publications_changes_and_deletions() {
         .unwrap();
     let e = Extender(child, addr);
     assert!(wait_for(Duration::from_secs(10), || get(&e.1, "/healthz").is_ok()));
+    e
+}
+
+/// The value of the sample named `name` (with its labels, as exposed) on `/metrics`.
+fn metric(e: &Extender, name: &str) -> Option<f64> {
+    let (_, _, body) = get(&e.1, "/metrics").ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn the_node_cache_follows_publications_changes_and_deletions() {
+    let api = ApiServer::start();
+    api.put_node(node("a", 0));
+    let e = serve(&api);
 
     let passes = |names: &[&str], want: Value| {
         wait_for(Duration::from_secs(10), || {
@@ -99,5 +111,86 @@ fn the_node_cache_follows_publications_changes_and_deletions() {
         passes(&["a", "b"], json!([])),
         "node b deleted: {}",
         filter(&e, &["a", "b"])
+    );
+}
+
+#[test]
+fn a_restarted_extender_learns_the_task_mix_from_the_pods_already_placed() {
+    let api = ApiServer::start();
+    api.put_node(node("a", 0));
+    let pod = |name: &str, annotations: Value, node: Option<&str>, phase: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                            "annotations": annotations},
+               "spec": {"containers": [{"name": "app", "image": "x"}], "nodeName": node},
+               "status": {"phase": phase}})
+    };
+    // More than one page of placed slice pods (the extender lists 500 at a time).
+    for i in 0..600 {
+        api.put_pod(pod(
+            &format!("web-{i:03}"),
+            json!({"gpuslice.io/memory": "4Gi"}),
+            Some("a"),
+            "Running",
+        ));
+    }
+    let mut by_resources = pod("model", json!({}), Some("a"), "Running");
+    by_resources["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"gpuslice.io/gpu-memory": "8Gi"}});
+    api.put_pod(by_resources);
+    api.put_pod(pod("plain", json!({}), Some("a"), "Running"));
+    api.put_pod(pod(
+        "done",
+        json!({"gpuslice.io/memory": "4Gi"}),
+        Some("a"),
+        "Succeeded",
+    ));
+    api.put_pod(pod(
+        "pending",
+        json!({"gpuslice.io/memory": "4Gi"}),
+        None,
+        "Pending",
+    ));
+
+    let e = serve(&api);
+    let learned = wait_for(Duration::from_secs(10), || {
+        metric(&e, "gpuslice_scheduler_mix_pods") == Some(601.0)
+    });
+    assert!(
+        learned,
+        "mix pods: {:?}",
+        metric(&e, "gpuslice_scheduler_mix_pods")
+    );
+    assert_eq!(
+        api.objects
+            .lock()
+            .unwrap()
+            .list_calls
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "two pages"
+    );
+    assert!(wait_for(Duration::from_secs(10), || {
+        metric(&e, "gpuslice_scheduler_nodes") == Some(1.0)
+    }));
+
+    // A new pod is counted once, however often it is filtered.
+    filter(&e, &["a"]);
+    filter(&e, &["a"]);
+    assert_eq!(metric(&e, "gpuslice_scheduler_mix_pods"), Some(602.0));
+    assert_eq!(
+        metric(
+            &e,
+            "gpuslice_scheduler_requests_total{verb=\"filter\",outcome=\"ok\"}"
+        ),
+        Some(2.0)
+    );
+    let (_, _, _) = post_json(&e.1, "/prioritize", "not json").unwrap();
+    assert_eq!(
+        metric(
+            &e,
+            "gpuslice_scheduler_requests_total{verb=\"prioritize\",outcome=\"error\"}"
+        ),
+        Some(1.0)
     );
 }

@@ -1,6 +1,6 @@
 //! The extender over HTTP: `POST /filter`, `POST /prioritize`, `POST /bind` (paths are the
 //! `filterVerb`, `prioritizeVerb` and `bindVerb` of kube-scheduler's extender configuration),
-//! `GET /healthz`. A body that
+//! `GET /healthz`, `GET /metrics` (OpenMetrics). A body that
 //! is not an `ExtenderArgs` is answered in the protocol, with `Error` set (filter) or HTTP
 //! 400 (prioritize, whose answer has no error field).
 
@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 
 use super::Extender;
 use super::bind::Binder;
+use super::metrics::Metrics;
 use super::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 
 /// The largest request body read (a NodeList of thousands of Nodes is a few MiB).
@@ -26,6 +27,7 @@ pub struct Served {
     pub extender: Arc<Extender>,
     /// None: bind is not configured (no API access or no key).
     pub binder: Option<Arc<Binder>>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub fn router(extender: Arc<Extender>) -> Router {
@@ -38,26 +40,45 @@ pub fn router_with_bind(extender: Arc<Extender>, binder: Option<Arc<Binder>>) ->
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
-        .with_state(Served { extender, binder })
+        .with_state(Served {
+            extender,
+            binder,
+            metrics: Arc::default(),
+        })
+}
+
+async fn metrics(State(s): State<Served>) -> axum::response::Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.render(&s.extender),
+    )
+        .into_response()
 }
 
 async fn bind(State(s): State<Served>, body: Bytes) -> Json<ExtenderBindingResult> {
     let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
         Ok(a) => a,
         Err(e) => {
+            s.metrics.count("bind", false);
             return Json(ExtenderBindingResult {
                 error: format!("gpuslice: request is not ExtenderBindingArgs: {e}"),
             });
         }
     };
-    match &s.binder {
-        Some(b) => Json(s.extender.bind(b, &args).await),
-        None => Json(ExtenderBindingResult {
+    let result = match &s.binder {
+        Some(b) => s.extender.bind(b, &args).await,
+        None => ExtenderBindingResult {
             error: "gpuslice: bind is not configured (start with --assignment-key and API access)"
                 .into(),
-        }),
-    }
+        },
+    };
+    s.metrics.count("bind", result.error.is_empty());
+    Json(result)
 }
 
 fn args(body: &Bytes) -> Result<ExtenderArgs, String> {
@@ -65,17 +86,21 @@ fn args(body: &Bytes) -> Result<ExtenderArgs, String> {
 }
 
 async fn filter(State(s): State<Served>, body: Bytes) -> Json<ExtenderFilterResult> {
-    match args(&body) {
-        Ok(a) => Json(s.extender.filter(&a)),
-        Err(e) => Json(ExtenderFilterResult {
+    let result = match args(&body) {
+        Ok(a) => s.extender.filter(&a),
+        Err(e) => ExtenderFilterResult {
             error: e,
             ..ExtenderFilterResult::default()
-        }),
-    }
+        },
+    };
+    s.metrics.count("filter", result.error.is_empty());
+    Json(result)
 }
 
 async fn prioritize(State(s): State<Served>, body: Bytes) -> axum::response::Response {
-    match args(&body) {
+    let args = args(&body);
+    s.metrics.count("prioritize", args.is_ok());
+    match args {
         Ok(a) => Json(s.extender.prioritize(&a)).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }

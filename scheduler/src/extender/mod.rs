@@ -5,6 +5,7 @@
 
 pub mod bind;
 pub mod http;
+pub mod metrics;
 pub mod watch;
 pub mod wire;
 
@@ -315,6 +316,25 @@ impl Extender {
                 Some(p) => c.insert(name.to_string(), Arc::new(Known::new(p.node_state(name)))),
                 None => c.remove(name),
             };
+        }
+    }
+
+    /// Nodes whose publication is known.
+    #[must_use]
+    pub fn nodes_known(&self) -> usize {
+        self.cache.read().map_or(0, |c| c.len())
+    }
+
+    /// Pods the learned task mix counts.
+    #[must_use]
+    pub fn mix_pods(&self) -> usize {
+        self.mix.lock().map_or(0, |m| m.0.len())
+    }
+
+    /// Counts a pod already placed (found running at start) into the learned mix, once.
+    pub fn learn(&self, pod: &Value) {
+        if let PodRequest::Slices(demands, _) = pod_request(pod) {
+            self.observe(pod, &demands);
         }
     }
 

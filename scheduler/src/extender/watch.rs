@@ -1,14 +1,16 @@
 //! The node cache for `nodeCacheCapable: true`: a watch on Nodes (kube-rs's watcher: list,
 //! then watch, re-listing when the watch expires) that records each node's
 //! `gpuslice.io/node-state`. A new publication replaces what bind had assumed there; a node
-//! that stops publishing, or is deleted, is forgotten.
+//! that stops publishing, or is deleted, is forgotten. At start, the pods already placed are
+//! counted into the learned task mix.
 
 use std::sync::Arc;
 
 use futures_util::StreamExt;
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
+use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 
 use super::Extender;
@@ -57,6 +59,45 @@ pub async fn run(extender: Arc<Extender>, client: kube::Client) {
                 warn(&format!("watching nodes: {e}"));
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
+        }
+    }
+}
+
+/// Pods listed per page when learning the task mix at start.
+const POD_PAGE: u32 = 500;
+
+/// Counts the pods already placed in the cluster (bound, not finished) into the learned task
+/// mix, so that a restarted extender measures fragmentation against the workload it had seen
+/// rather than against nothing. Pages through the pods; returns how many were counted.
+pub async fn learn_running_pods(extender: &Extender, client: kube::Client) -> usize {
+    let pods: Api<Pod> = Api::all(client);
+    let mut params = ListParams::default().limit(POD_PAGE);
+    let mut counted = 0;
+    loop {
+        let page = match pods.list(&params).await {
+            Ok(p) => p,
+            Err(e) => {
+                warn(&format!(
+                    "listing pods to learn the task mix: {e} (learning from new pods only)"
+                ));
+                return counted;
+            }
+        };
+        for pod in &page.items {
+            let placed = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if !placed || matches!(phase, Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            if let Ok(json) = serde_json::to_value(pod) {
+                let before = extender.mix_pods();
+                extender.learn(&json);
+                counted += extender.mix_pods() - before;
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return counted,
         }
     }
 }

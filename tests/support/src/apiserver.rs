@@ -1,6 +1,6 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, merge-patch a pod, a node or a node's status subresource, list and watch nodes,
-//! create a pod's Binding. It answers as the API server does: objects
+//! node, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
+//! watch nodes, create a pod's Binding. It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, errors as `v1.Status` objects
 //! with the API server's reasons and codes (404 NotFound, 409 Conflict for a pod already
 //! bound, 415 for a patch type it does not take). There is no real API server on these
@@ -23,6 +23,8 @@ pub struct Objects {
     pub nodes: BTreeMap<String, Value>,
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
+    /// Pod list calls answered (pages).
+    pub list_calls: std::sync::atomic::AtomicUsize,
     version: u64,
     /// Watch events on nodes, as `{"type", "object"}`.
     node_events: tokio::sync::broadcast::Sender<Value>,
@@ -34,6 +36,7 @@ impl Default for Objects {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             bindings: Vec::new(),
+            list_calls: std::sync::atomic::AtomicUsize::new(0),
             version: 0,
             node_events: tokio::sync::broadcast::channel(1024).0,
         }
@@ -68,6 +71,7 @@ impl ApiServer {
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 post(bind_pod),
             )
+            .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
@@ -214,6 +218,38 @@ async fn list_nodes(
         "items": o.nodes.values().cloned().collect::<Vec<_>>()
     });
     Json(list).into_response()
+}
+
+/// `GET /api/v1/pods`: a PodList of every namespace, in pages of `limit` with a `continue`
+/// token as the API server gives them (the token here is the offset; clients must treat it as
+/// opaque, as they do the real one).
+async fn list_pods(
+    State(s): State<Shared>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    let o = s.lock().expect("lock");
+    let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let limit: usize = param("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let items: Vec<Value> = o.pods.values().skip(start).take(limit).cloned().collect();
+    let next = start.saturating_add(items.len());
+    let mut metadata = json!({"resourceVersion": o.version.to_string()});
+    if next < o.pods.len() {
+        metadata["continue"] = Value::String(next.to_string());
+    }
+    o.list_calls
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}))
+        .into_response()
 }
 
 async fn get_node(State(s): State<Shared>, Path(name): Path<String>) -> Response {
