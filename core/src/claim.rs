@@ -41,6 +41,10 @@ pub struct Claim {
     pub state: ClaimState,
     /// When the claim was admitted, in milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
+    /// The scheduler assignment it honoured, as `<pod UID>/<container>`
+    /// (`cluster::assigned_container`); none for a claim the agent placed itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_as: Option<String>,
 }
 
 /// Why a container id cannot be used.

@@ -584,6 +584,17 @@ pub const NODE_STATE_ANNOTATION: &str = "gpuslice.io/node-state";
 pub struct NodePublication {
     pub version: u32,
     pub gpus: Vec<PublishedGpu>,
+    /// The containers holding a claim made by a scheduler assignment, as
+    /// [`assigned_container`] keys, sorted: once a container shows here, its slice is in
+    /// `gpus` and the scheduler stops counting its own placement of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<String>,
+}
+
+/// How a publication names a container placed by the scheduler: `<pod UID>/<container>`.
+#[must_use]
+pub fn assigned_container(pod_uid: &str, container: &str) -> String {
+    format!("{pod_uid}/{container}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -103,6 +103,7 @@ mod tests {
             gpus: vec![],
             state,
             created_unix_ms,
+            assigned_as: None,
         }
     }
 

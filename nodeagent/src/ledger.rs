@@ -13,6 +13,7 @@ use gpuslice_core::annotations::{self, SliceRequest};
 use gpuslice_core::assignment::Assignment;
 use gpuslice_core::claim::GpuGrant;
 use gpuslice_core::claim::validate_container_id;
+use gpuslice_core::cluster::assigned_container;
 use gpuslice_core::inventory::Inventory;
 use gpuslice_core::placement::{self, RefusalReason, Rules};
 use gpuslice_core::{Claim, ClaimState, GpuLoad, Policy};
@@ -248,13 +249,19 @@ impl Ledger {
             }
             .into());
         }
-        let gpus = match &request.assignment {
-            Some(value) => self.assigned_gpus(&request, value, annotations)?,
-            None => placement::place(&request, &self.loads(), self.rules, self.default_policy)
-                .map_err(|e| Refusal {
-                    reason: e.reason,
-                    message: e.message,
-                })?,
+        let (gpus, assigned_as) = match &request.assignment {
+            Some(value) => {
+                let (gpus, key) = self.assigned_gpus(&request, value, annotations)?;
+                (gpus, Some(key))
+            }
+            None => (
+                placement::place(&request, &self.loads(), self.rules, self.default_policy)
+                    .map_err(|e| Refusal {
+                        reason: e.reason,
+                        message: e.message,
+                    })?,
+                None,
+            ),
         };
         let claim = Claim {
             container_id: container_id.to_string(),
@@ -263,6 +270,7 @@ impl Ledger {
             gpus,
             state: ClaimState::Pending,
             created_unix_ms: now_ms,
+            assigned_as,
         };
         self.run.create(&claim)?;
         if let Err(e) = self.store.put(&claim) {
@@ -273,13 +281,14 @@ impl Ledger {
         Ok(Admission::New(claim))
     }
 
-    /// The GPUs a scheduler assignment gives, once its signature, node, pod and fit check.
+    /// The GPUs a scheduler assignment gives, once its signature, node, pod and fit check,
+    /// and the container as the publication names it.
     fn assigned_gpus(
         &self,
         request: &SliceRequest,
         value: &str,
         annotations: &BTreeMap<String, String>,
-    ) -> Result<Vec<GpuGrant>, Refusal> {
+    ) -> Result<(Vec<GpuGrant>, String), Refusal> {
         let key = request.key(annotations::ASSIGNMENT);
         let shown: String = if value.chars().count() > 24 {
             format!("{}…", value.chars().take(24).collect::<String>())
@@ -318,7 +327,14 @@ impl Ledger {
                 ),
             ));
         }
-        let container = request.container.as_deref();
+        // The container's name: from its own annotations when it has per-container keys, else
+        // as the container runtime names it.
+        let container = request.container.as_deref().or_else(|| {
+            annotations
+                .get(annotations::CRI_CONTAINER_NAME)
+                .or_else(|| annotations.get(annotations::CRIO_CONTAINER_NAME))
+                .map(String::as_str)
+        });
         let assigned = a.for_container(container).ok_or_else(|| {
             refuse(
                 RefusalReason::InvalidRequest,
@@ -328,12 +344,16 @@ impl Ledger {
                 ),
             )
         })?;
-        placement::place_assigned(request, &self.loads(), self.rules, assigned, &shown).map_err(
-            |e| Refusal {
+        let gpus = placement::place_assigned(request, &self.loads(), self.rules, assigned, &shown)
+            .map_err(|e| Refusal {
                 reason: e.reason,
                 message: e.message,
-            },
-        )
+            })?;
+        let name = container.map_or_else(
+            || a.containers.keys().next().cloned().unwrap_or_default(),
+            str::to_string,
+        );
+        Ok((gpus, assigned_container(&a.pod_uid, &name)))
     }
 
     /// Records that the container runs as `pid`, started at `start_time`.

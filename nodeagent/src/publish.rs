@@ -42,6 +42,14 @@ pub fn publication(ledger: &Ledger) -> NodePublication {
                 exclusive: l.exclusive,
             })
             .collect(),
+        claimed: {
+            let mut c: Vec<String> = ledger
+                .claims()
+                .filter_map(|c| c.assigned_as.clone())
+                .collect();
+            c.sort();
+            c
+        },
     }
 }
 

@@ -200,3 +200,47 @@ async fn two_pods_racing_for_the_last_room_on_a_gpu_get_one_placement() {
     assert_within_capacity(&s);
     assert_eq!(s.gpus[1].memory_allocated, 15 * GIB);
 }
+
+#[tokio::test]
+async fn each_container_of_a_pod_asking_by_pod_level_keys_gets_its_own_assigned_gpu() {
+    let f = start();
+    let mut a = assignment(&f, "gpu-node-1", "pod-2", 0, 4);
+    let web = a.containers["app"].clone();
+    a.containers.insert(
+        "worker".into(),
+        vec![AssignedGpu {
+            uuid: f.sim.spec.gpus[1].uuid.clone(),
+            ..web[0].clone()
+        }],
+    );
+    let signed = a.sign(KEY).unwrap();
+    let p = proxy(&f.bus.address).await;
+    let mut granted = Vec::new();
+    for (id, container) in [("c-app", "app"), ("c-worker", "worker")] {
+        let json = p
+            .claim(
+                id,
+                ann(&[
+                    ("gpuslice.io/memory", "4Gi"),
+                    ("gpuslice.io/assignment", &signed),
+                    ("io.kubernetes.cri.container-name", container),
+                    ("io.kubernetes.cri.sandbox-uid", "pod-2"),
+                ]),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{container}: {:?}", method_error(&e)));
+        let c: Claim = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            c.assigned_as.as_deref(),
+            Some(format!("pod-2/{container}").as_str())
+        );
+        granted.push(c.gpus[0].uuid.clone());
+    }
+    assert_eq!(
+        granted,
+        [
+            f.sim.spec.gpus[0].uuid.clone(),
+            f.sim.spec.gpus[1].uuid.clone()
+        ]
+    );
+}

@@ -47,7 +47,14 @@ fn main() {
                 }
             })
             .collect();
-        ext.update_node(name, Some(NodePublication { version: 1, gpus }));
+        ext.update_node(
+            name,
+            Some(NodePublication {
+                version: 1,
+                gpus,
+                claimed: Vec::new(),
+            }),
+        );
     }
     let pod = |i: usize, mem: &str| {
         json!({

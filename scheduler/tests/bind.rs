@@ -70,6 +70,7 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
     // As the agent publishes it: GPU 0 has 12 of 15 GiB taken, GPU 1 is free.
     let publication = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: sim
             .spec
             .gpus
@@ -165,6 +166,7 @@ fn concurrent_binds_for_the_last_room_place_one_pod() {
     let api = ApiServer::start();
     let publication = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: vec![PublishedGpu {
             uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
             model: "Tesla T4".into(),
@@ -216,6 +218,7 @@ fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
     let api = ApiServer::start();
     let publication = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: vec![PublishedGpu {
             uuid: sim.spec.gpus[0].uuid.clone(),
             model: "Tesla T4".into(),
@@ -304,4 +307,47 @@ fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
         !out.status.success() && stderr.contains("nothing to claim"),
         "the proxy gets no GPU: {stderr}"
     );
+}
+
+#[test]
+fn a_placement_counts_until_the_agent_lists_it_and_then_counts_once() {
+    let api = ApiServer::start();
+    let publish = |allocated: u64, claimed: &[&str]| {
+        let publication = NodePublication {
+            version: 1,
+            claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
+            gpus: vec![PublishedGpu {
+                uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+                model: "Tesla T4".into(),
+                memory_total: 15 * GIB,
+                memory_allocated: allocated,
+                cores_allocated: 0,
+                sharers: u32::from(allocated > 0),
+                exclusive: false,
+            }],
+        };
+        api.put_node(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-node-1", "annotations": {
+                NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+        }));
+    };
+    publish(0, &[]);
+    for (name, memory) in [("a", "8Gi"), ("b", "8Gi"), ("c", "7Gi")] {
+        api.put_pod(pod(name, &format!("uid-{name}"), memory));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let ext = extender(&api, &key);
+
+    assert_eq!(bind(&ext, "a", "uid-a"), "");
+    // The agent publishes again before a's container has started (another claim, a restart):
+    // a still counts.
+    publish(0, &[]);
+    let err = bind(&ext, "b", "uid-b");
+    assert!(err.contains("no longer fits"), "{err}");
+    // Now the agent shows a's slice and lists it: counted once, 7 GiB are left.
+    publish(8 * GIB, &["uid-a/app"]);
+    assert_eq!(bind(&ext, "c", "uid-c"), "", "7 GiB are left, not 0");
 }

@@ -41,6 +41,7 @@ fn serve(policy: &str) -> Server {
 fn publication(gpus: &[(u64, u64, u32)]) -> String {
     let p = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: gpus
             .iter()
             .enumerate()

@@ -25,6 +25,7 @@ impl Drop for Extender {
 fn node(name: &str, allocated_gib: u64) -> Value {
     let p = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: vec![PublishedGpu {
             uuid: format!("GPU-{name}"),
             model: "NVIDIA A10".into(),

@@ -186,6 +186,7 @@ fn a_node_advertises_all_its_gpu_memory_and_one_hundred_cores_per_gpu() {
     };
     let p = NodePublication {
         version: 1,
+        claimed: Vec::new(),
         gpus: vec![gpu(24 * GIB), gpu(16 * GIB)],
     };
     let c = node_capacity(&p);

@@ -117,10 +117,8 @@ impl Extender {
             .lock()
             .map_err(|_| "the extender's placement lock is poisoned".to_string())?;
         // What this extender already placed there counts too (the agent may not show it yet).
-        let mut state = match self.cached(node) {
-            Some(s) if s.state.gpus.len() == publication.gpus.len() => s.state.clone(),
-            _ => publication.node_state(node),
-        };
+        let mut state = self.known(node, &publication).state;
+        let mut placed = Vec::new();
         // The GPUs on the node are chosen as prioritize scored the node: by the pod's policy.
         let mix = self.mix_snapshot();
         let mut containers = BTreeMap::new();
@@ -128,7 +126,7 @@ impl Extender {
             let (name, d) = (&c.name, &c.demand);
             let (_, gpus) = cluster::best_on_node(&state, d, policy, &mix)
                 .ok_or_else(|| format!("container {name}: its slice no longer fits on the node"))?;
-            let assigned = gpus
+            let assigned: Vec<AssignedGpu> = gpus
                 .iter()
                 .map(|&i| {
                     let g = &state.gpus[i];
@@ -145,6 +143,12 @@ impl Extender {
                 })
                 .collect();
             cluster::apply(&mut state, d, &gpus);
+            placed.push(super::Assumed {
+                container: cluster::assigned_container(pod_uid, name),
+                demand: d.clone(),
+                gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
+                since: std::time::Instant::now(),
+            });
             containers.insert(name.clone(), assigned);
         }
         let signed = Assignment {
@@ -154,7 +158,7 @@ impl Extender {
         }
         .sign(&binder.key)
         .map_err(|e| e.to_string())?;
-        self.assume(node, state);
+        self.assume(node, placed, &publication);
         Ok(signed)
     }
 }

@@ -12,6 +12,7 @@ pub mod wire;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use gpuslice_core::annotations::{self, SliceRequest};
 use gpuslice_core::cluster::{
@@ -243,8 +244,25 @@ pub struct Extender {
     scores: Mutex<(u64, ScoreMap)>,
     /// Held while bind places a pod and records the placement.
     placing: Mutex<()>,
+    /// Placements bind made that the nodes' agents do not show yet, by node.
+    assumed: Mutex<HashMap<String, Vec<Assumed>>>,
     default_policy: ClusterPolicy,
 }
+
+/// A container's slice placed by bind, counted on its node until the agent lists the
+/// container in its publication's `claimed`.
+struct Assumed {
+    /// `<pod UID>/<container>`, as the agent will list it.
+    container: String,
+    demand: Demand,
+    /// The GPUs' UUIDs.
+    gpus: Vec<String>,
+    since: Instant,
+}
+
+/// How long a placement counts without its agent showing it: long enough for kubelet to pull
+/// an image and start the container. A pod deleted before it started holds its room that long.
+pub const ASSUME_FOR: Duration = Duration::from_secs(15 * 60);
 
 #[derive(Default)]
 struct MixView {
@@ -305,18 +323,47 @@ impl Extender {
             mix_view: Mutex::new(MixView::default()),
             scores: Mutex::new((0, ScoreMap::default())),
             placing: Mutex::new(()),
+            assumed: Mutex::new(HashMap::new()),
             default_policy,
         }
     }
 
     /// Sets what a node publishes (from the Node watch), or forgets it.
     pub fn update_node(&self, name: &str, publication: Option<NodePublication>) {
+        let known = publication.map(|p| Arc::new(self.known(name, &p)));
         if let Ok(mut c) = self.cache.write() {
-            match publication {
-                Some(p) => c.insert(name.to_string(), Arc::new(Known::new(p.node_state(name)))),
+            match known {
+                Some(k) => c.insert(name.to_string(), k),
                 None => c.remove(name),
             };
         }
+    }
+
+    /// A node as `publication` shows it, with the placements bind made there that it does
+    /// not show yet. Placements it shows (or older than [`ASSUME_FOR`]) are forgotten.
+    fn known(&self, name: &str, publication: &NodePublication) -> Known {
+        let mut state = publication.node_state(name);
+        if let Ok(mut assumed) = self.assumed.lock()
+            && let Some(list) = assumed.get_mut(name)
+        {
+            list.retain(|a| {
+                a.since.elapsed() < ASSUME_FOR && !publication.claimed.contains(&a.container)
+            });
+            for a in list.iter() {
+                let gpus: Vec<usize> = a
+                    .gpus
+                    .iter()
+                    .filter_map(|u| publication.gpus.iter().position(|g| g.uuid == *u))
+                    .collect();
+                if gpus.len() == a.gpus.len() {
+                    cluster::apply(&mut state, &a.demand, &gpus);
+                }
+            }
+            if list.is_empty() {
+                assumed.remove(name);
+            }
+        }
+        Known::new(state)
     }
 
     /// Nodes whose publication is known.
@@ -339,14 +386,14 @@ impl Extender {
     }
 
     /// The node as last published, with what this extender placed there since.
-    fn cached(&self, name: &str) -> Option<Arc<Known>> {
-        self.cache.read().ok()?.get(name).cloned()
-    }
-
-    /// Counts a placement in the node cache until the node's agent publishes again.
-    fn assume(&self, name: &str, state: NodeState) {
+    /// Counts placements on node `name` (as of `publication`) until its agent shows them.
+    fn assume(&self, name: &str, placed: Vec<Assumed>, publication: &NodePublication) {
+        if let Ok(mut assumed) = self.assumed.lock() {
+            assumed.entry(name.to_string()).or_default().extend(placed);
+        }
+        let known = Arc::new(self.known(name, publication));
         if let Ok(mut c) = self.cache.write() {
-            c.insert(name.to_string(), Arc::new(Known::new(state)));
+            c.insert(name.to_string(), known);
         }
     }
 
@@ -373,7 +420,7 @@ impl Extender {
                                 ))
                             })
                         })
-                        .map(|p| Arc::new(Known::new(p.node_state(&name))));
+                        .map(|p| Arc::new(self.known(&name, &p)));
                     (name, Some(n.clone()), state)
                 })
                 .collect();
