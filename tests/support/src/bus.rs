@@ -93,8 +93,12 @@ impl Bus {
             .stderr(Stdio::null())
             .spawn()
             .expect("dbus-daemon (apt-get install dbus)");
+        // The socket file appears at bind(), before listen(): a client in between is refused.
+        // Ready is when a connection is accepted.
         assert!(
-            crate::wait_for(Duration::from_secs(10), || socket.exists()),
+            crate::wait_for(Duration::from_secs(10), || {
+                std::os::unix::net::UnixStream::connect(&socket).is_ok()
+            }),
             "dbus-daemon did not start"
         );
         Self {
