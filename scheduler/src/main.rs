@@ -291,14 +291,18 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
             },
         };
         if let Some(c) = &client {
-            tokio::spawn(gpuslice_scheduler::extender::watch::run(
-                extender.clone(),
-                c.clone(),
-            ));
-            let (extender, c) = (extender.clone(), c.clone());
+            // The placed pods first (their assigned placements must be known before the nodes'
+            // publications are taken in), then the Node watch.
+            let (extender, c, key) = (extender.clone(), c.clone(), key.clone());
             tokio::spawn(async move {
-                let n = gpuslice_scheduler::extender::watch::learn_running_pods(&extender, c).await;
+                let n = gpuslice_scheduler::extender::watch::learn_running_pods(
+                    &extender,
+                    c.clone(),
+                    key.as_deref(),
+                )
+                .await;
                 eprintln!("learned the task mix from {n} placed pods");
+                gpuslice_scheduler::extender::watch::run(extender, c).await;
             });
         }
         let binder = match (key, client) {

@@ -195,3 +195,82 @@ fn a_restarted_extender_learns_the_task_mix_from_the_pods_already_placed() {
         Some(1.0)
     );
 }
+
+#[test]
+fn a_restarted_extender_still_counts_assigned_placements_the_agent_does_not_show_yet() {
+    use gpuslice_core::assignment::{AssignedGpu, Assignment};
+    const KEY: &[u8] = b"a key shared by the scheduler and every agent";
+    let api = ApiServer::start();
+    // The agent shows 8 GiB taken, by "old", whose container runs.
+    let mut a = node("a", 8);
+    let mut p: NodePublication = serde_json::from_str(
+        a["metadata"]["annotations"][NODE_STATE_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    p.claimed = vec!["uid-old/app".into()];
+    a["metadata"]["annotations"][NODE_STATE_ANNOTATION] =
+        Value::String(serde_json::to_string(&p).unwrap());
+    api.put_node(a);
+    let bound = |name: &str, gib: u64| {
+        let signed = Assignment {
+            node: "a".into(),
+            pod_uid: format!("uid-{name}"),
+            containers: [(
+                "app".to_string(),
+                vec![AssignedGpu {
+                    uuid: "GPU-a".into(),
+                    memory_bytes: gib * GIB,
+                    cores: 0,
+                }],
+            )]
+            .into(),
+        }
+        .sign(KEY)
+        .unwrap();
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                            "annotations": {"gpuslice.io/memory": format!("{gib}Gi"),
+                                            "gpuslice.io/assignment": signed}},
+               "spec": {"containers": [{"name": "app", "image": "x"}], "nodeName": "a"},
+               "status": {"phase": "Pending"}})
+    };
+    api.put_pod(bound("old", 8));
+    // Bound before the restart; its container has not started, so the agent does not show it.
+    api.put_pod(bound("fresh", 10));
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, KEY).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+        .args(["serve", "--listen", &addr, "--api-server", &api.url])
+        .arg("--assignment-key")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let e = Extender(child, addr);
+    assert!(wait_for(Duration::from_secs(10), || get(&e.1, "/healthz").is_ok()));
+    let fits = |memory: &str| {
+        let args = json!({
+            "Pod": {"metadata": {"name": "next", "namespace": "default", "uid": "uid-next",
+                                 "annotations": {"gpuslice.io/memory": memory}},
+                    "spec": {"containers": [{"name": "app"}]}},
+            "NodeNames": ["a"]
+        });
+        let (_, _, body) = post_json(&e.1, "/filter", &args.to_string()).unwrap();
+        let r: Value = serde_json::from_str(&body).unwrap();
+        r["NodeNames"] == json!(["a"])
+    };
+    // 24 GiB − 8 (old, shown once) − 10 (fresh, not shown yet) = 6 GiB: 6 fit, 7 do not. (A
+    // node not known yet fits nothing; fresh not counted would fit 7, old counted twice not 6.)
+    assert!(
+        wait_for(Duration::from_secs(10), || fits("6Gi") && !fits("7Gi")),
+        "6 GiB fit: {}, 7 GiB fit: {}",
+        fits("6Gi"),
+        fits("7Gi")
+    );
+}

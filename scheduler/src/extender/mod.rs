@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use gpuslice_core::annotations::{self, SliceRequest};
+use gpuslice_core::assignment::Assignment;
 use gpuslice_core::cluster::{
     self, ClusterPolicy, Demand, NODE_STATE_ANNOTATION, NodePublication, NodeState, TaskMix,
 };
@@ -224,13 +225,6 @@ pub struct Known {
     gpu_set: u64,
 }
 
-impl Known {
-    fn new(state: NodeState) -> Self {
-        let gpu_set = gpu_set_hash(&Mix64::default(), &state);
-        Self { state, gpu_set }
-    }
-}
-
 pub struct Extender {
     /// Nodes by name, as their agents last published them.
     cache: RwLock<HashMap<String, Arc<Known>>>,
@@ -363,7 +357,10 @@ impl Extender {
                 assumed.remove(name);
             }
         }
-        Known::new(state)
+        Known {
+            gpu_set: gpu_set_hash(&Mix64::default(), &state),
+            state,
+        }
     }
 
     /// Nodes whose publication is known.
@@ -378,14 +375,45 @@ impl Extender {
         self.mix.lock().map_or(0, |m| m.0.len())
     }
 
-    /// Counts a pod already placed (found running at start) into the learned mix, once.
-    pub fn learn(&self, pod: &Value) {
-        if let PodRequest::Slices(demands, _) = pod_request(pod) {
-            self.observe(pod, &demands);
+    /// Takes in a pod found placed at start: counts it into the learned mix (once), and, when
+    /// it carries an assignment signed with `key`, counts its placement on its node until the
+    /// node's agent shows it, as bind would have (a restarted extender has not forgotten
+    /// placements whose containers have not started yet). Call it before the node cache is
+    /// filled: the placements count from the node's next publication on.
+    pub fn learn_placed(&self, pod: &Value, key: Option<&[u8]>) {
+        let Ok(slices) = pod_slices(pod) else {
+            return;
+        };
+        let demands: Vec<Demand> = slices.containers.iter().map(|c| c.demand.clone()).collect();
+        if demands.is_empty() {
+            return;
+        }
+        self.observe(pod, &demands);
+        let assignment_key = format!("{}{}", annotations::PREFIX, annotations::ASSIGNMENT);
+        let (Some(key), Some(value)) = (key, wire::annotations(pod).remove(&assignment_key)) else {
+            return;
+        };
+        let Ok(a) = Assignment::verify(&value, key) else {
+            return;
+        };
+        let placed: Vec<Assumed> = slices
+            .containers
+            .iter()
+            .filter_map(|c| {
+                let gpus = a.containers.get(&c.name)?;
+                Some(Assumed {
+                    container: cluster::assigned_container(&a.pod_uid, &c.name),
+                    demand: c.demand.clone(),
+                    gpus: gpus.iter().map(|g| g.uuid.clone()).collect(),
+                    since: Instant::now(),
+                })
+            })
+            .collect();
+        if let Ok(mut assumed) = self.assumed.lock() {
+            assumed.entry(a.node).or_default().extend(placed);
         }
     }
 
-    /// The node as last published, with what this extender placed there since.
     /// Counts placements on node `name` (as of `publication`) until its agent shows them.
     fn assume(&self, name: &str, placed: Vec<Assumed>, publication: &NodePublication) {
         if let Ok(mut assumed) = self.assumed.lock() {

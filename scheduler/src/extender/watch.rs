@@ -68,8 +68,13 @@ const POD_PAGE: u32 = 500;
 
 /// Counts the pods already placed in the cluster (bound, not finished) into the learned task
 /// mix, so that a restarted extender measures fragmentation against the workload it had seen
-/// rather than against nothing. Pages through the pods; returns how many were counted.
-pub async fn learn_running_pods(extender: &Extender, client: kube::Client) -> usize {
+/// rather than against nothing, and counts their assigned placements until the agents show
+/// them. Pages through the pods; returns how many were counted into the mix.
+pub async fn learn_running_pods(
+    extender: &Extender,
+    client: kube::Client,
+    key: Option<&[u8]>,
+) -> usize {
     let pods: Api<Pod> = Api::all(client);
     let mut params = ListParams::default().limit(POD_PAGE);
     let mut counted = 0;
@@ -91,7 +96,7 @@ pub async fn learn_running_pods(extender: &Extender, client: kube::Client) -> us
             }
             if let Ok(json) = serde_json::to_value(pod) {
                 let before = extender.mix_pods();
-                extender.learn(&json);
+                extender.learn_placed(&json, key);
                 counted += extender.mix_pods() - before;
             }
         }
