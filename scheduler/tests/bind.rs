@@ -2,45 +2,21 @@
 //! a stand-in API server (`gpuslice_testsupport::apiserver`); the node agent then honours the
 //! assignment for the pod's container. Placements not yet published by the agent count.
 
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use std::process::Command;
+
+use common::{Extender, GIB, claim_as_container, node_agent};
 use gpuslice_core::assignment::Assignment;
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
-use gpuslice_testsupport::http::{free_port, get, post_json};
-use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
+use gpuslice_testsupport::{bus::Bus, sim::SimNode};
 use serde_json::{Value, json};
 
-const GIB: u64 = 1 << 30;
 const KEY: &[u8] = b"shared between the scheduler and the agents";
 
-struct Extender {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Extender {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn extender(api: &ApiServer, key: &std::path::Path) -> Extender {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", &addr, "--api-server", &api.url])
-        .arg("--assignment-key")
-        .arg(key)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let up = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
-        get(&addr, "/healthz").is_ok()
-    });
-    assert!(up);
-    Extender { child, addr }
+    Extender::with_api(&api.url, Some(key))
 }
 
 fn pod(name: &str, uid: &str, memory: &str) -> Value {
@@ -57,10 +33,10 @@ fn pod(name: &str, uid: &str, memory: &str) -> Value {
 fn bind(e: &Extender, name: &str, uid: &str) -> String {
     let body =
         json!({"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "gpu-node-1"});
-    let (status, _, body) = post_json(&e.addr, "/bind", &body.to_string()).unwrap();
-    assert!(status.contains("200"), "{status}");
-    let r: Value = serde_json::from_str(&body).unwrap();
-    r["Error"].as_str().unwrap().to_string()
+    e.call("/bind", &body)["Error"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]
@@ -124,17 +100,7 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
 
     // The node agent honours it for the pod's container.
     let bus = Bus::start();
-    let _agent = Agent::start(
-        &gpuslice_testsupport::binary("gpuslice-agent"),
-        &bus,
-        &sim,
-        &[
-            "--assignment-key",
-            key.to_str().unwrap(),
-            "--node-name",
-            "gpu-node-1",
-        ],
-    );
+    let _agent = node_agent(&bus, &sim, &key, &[]);
     let out = Command::new(gpuslice_testsupport::binary("gpuslice"))
         .args(["--bus-address", &bus.address, "claim", "ctr-web", "--json"])
         .args(["-a", "gpuslice.io/memory=4Gi"])
@@ -264,33 +230,8 @@ fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
     // The node sees annotations, not resources: with the pod's annotations as containerd
     // copies them, the agent grants the model its slice and the proxy nothing.
     let bus = Bus::start();
-    let _agent = Agent::start(
-        &gpuslice_testsupport::binary("gpuslice-agent"),
-        &bus,
-        &sim,
-        &[
-            "--assignment-key",
-            key.to_str().unwrap(),
-            "--node-name",
-            "gpu-node-1",
-        ],
-    );
-    let claim = |container: &str| {
-        let mut cmd = Command::new(gpuslice_testsupport::binary("gpuslice"));
-        cmd.args(["--bus-address", &bus.address, "claim"])
-            .arg(format!("ctr-{container}"))
-            .arg("--json");
-        for (k, v) in written.as_object().unwrap() {
-            cmd.args(["-a", &format!("{k}={}", v.as_str().unwrap())]);
-        }
-        cmd.args([
-            "-a",
-            &format!("io.kubernetes.cri.container-name={container}"),
-        ])
-        .args(["-a", "io.kubernetes.cri.sandbox-uid=uid-infer"])
-        .output()
-        .unwrap()
-    };
+    let _agent = node_agent(&bus, &sim, &key, &[]);
+    let claim = |container: &str| claim_as_container(&bus, &written, container, "uid-infer");
     let out = claim("model");
     assert!(
         out.status.success(),

@@ -6,41 +6,18 @@
 //! and the extender then turns away the pod that no longer fits although the node's
 //! extended-resource sums would still let it in.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::{Extender, GIB, claim_as_container, key_file, node_agent};
 use gpuslice_core::assignment::Assignment;
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
 use gpuslice_testsupport::apiserver::ApiServer;
-use gpuslice_testsupport::http::{free_port, get, post_json};
-use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
+use gpuslice_testsupport::{bus::Bus, sim::SimNode, wait_for};
 use serde_json::{Value, json};
 
-const GIB: u64 = 1 << 30;
 const NODE: &str = "gpu-node-1";
-
-struct Extender(Child, String);
-
-impl Drop for Extender {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Extender {
-    fn call(&self, verb: &str, body: &Value) -> Value {
-        let (status, _, body) = post_json(&self.1, verb, &body.to_string()).unwrap();
-        assert!(status.contains("200"), "{verb}: {status} {body}");
-        serde_json::from_str(&body).unwrap()
-    }
-
-    fn metric(&self, name: &str) -> Option<f64> {
-        let (_, _, body) = get(&self.1, "/metrics").ok()?;
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-    }
-}
 
 fn pod(name: &str, memory: &str) -> Value {
     json!({
@@ -68,36 +45,21 @@ fn pods_asking_by_extended_resources_are_placed_granted_and_then_turned_away_whe
         "metadata": {"name": NODE, "labels": {"gpuslice.io/node": "true"}},
         "status": {"capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
     }));
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("key");
-    std::fs::write(&key, "a key shared by the scheduler and every agent").unwrap();
+    let (_dir, key) = key_file(b"a key shared by the scheduler and every agent");
     let bus = Bus::start();
-    let _agent = Agent::start(
-        &gpuslice_testsupport::binary("gpuslice-agent"),
+    let _agent = node_agent(
         &bus,
         &sim,
+        &key,
         &[
             "--publish-node",
             "--kube-api",
             &api.url,
-            "--node-name",
-            NODE,
             "--publish-interval",
             "100ms",
-            "--assignment-key",
-            key.to_str().unwrap(),
         ],
     );
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", &addr, "--api-server", &api.url])
-        .arg("--assignment-key")
-        .arg(&key)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let ext = Extender(child, addr);
+    let ext = Extender::with_api(&api.url, Some(&key));
     assert!(wait_for(Duration::from_secs(10), || {
         ext.metric("gpuslice_scheduler_nodes") == Some(1.0)
     }));
@@ -123,19 +85,7 @@ fn pods_asking_by_extended_resources_are_placed_granted_and_then_turned_away_whe
         );
         assert_eq!(bound["Error"], "", "{bound}");
         let annotations = api.pod("default", name).unwrap()["metadata"]["annotations"].clone();
-        let mut claim = Command::new(gpuslice_testsupport::binary("gpuslice"));
-        claim
-            .args(["--bus-address", &bus.address, "claim"])
-            .arg(format!("ctr-{name}"))
-            .arg("--json");
-        for (k, v) in annotations.as_object().unwrap() {
-            claim.args(["-a", &format!("{k}={}", v.as_str().unwrap())]);
-        }
-        let out = claim
-            .args(["-a", "io.kubernetes.cri.container-name=app"])
-            .args(["-a", &format!("io.kubernetes.cri.sandbox-uid=uid-{name}")])
-            .output()
-            .unwrap();
+        let out = claim_as_container(&bus, &annotations, "app", &format!("uid-{name}"));
         assert!(
             out.status.success(),
             "{}",

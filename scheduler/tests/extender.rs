@@ -2,39 +2,14 @@
 //! names of k8s.io/kube-scheduler/extender/v1, full Pod and Node objects), in both node-cache
 //! modes.
 
-use std::process::{Child, Command, Stdio};
+mod common;
 
+use common::{Extender, GIB};
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
-use gpuslice_testsupport::http::{free_port, get, post_json};
 use serde_json::{Value, json};
 
-const GIB: u64 = 1 << 30;
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(policy: &str) -> Server {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", &addr, "--default-node-policy", policy])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let up = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
-        get(&addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
-    });
-    assert!(up, "extender did not come up on {addr}");
-    Server { child, addr }
+fn serve(policy: &str) -> Extender {
+    Extender::start(&["--default-node-policy", policy])
 }
 
 /// (memory total GiB, memory allocated GiB, sharers) per GPU.
@@ -117,10 +92,8 @@ fn nodes() -> Vec<Value> {
     ]
 }
 
-fn call(server: &Server, verb: &str, body: &Value) -> (String, Value) {
-    let (status, _, body) = post_json(&server.addr, verb, &body.to_string()).unwrap();
-    let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    (status, v)
+fn call(server: &Extender, verb: &str, body: &Value) -> (String, Value) {
+    server.post(verb, &body.to_string())
 }
 
 #[test]

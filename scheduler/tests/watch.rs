@@ -2,25 +2,15 @@
 //! against the API-server stand-in: a node's publication, its change and its deletion are
 //! seen. At start it learns the task mix from the pods already placed.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::{Extender, GIB, key_file};
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
-use gpuslice_testsupport::http::{free_port, get, post_json};
 use gpuslice_testsupport::wait_for;
 use serde_json::{Value, json};
-
-const GIB: u64 = 1 << 30;
-
-struct Extender(Child, String);
-
-impl Drop for Extender {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn node(name: &str, allocated_gib: u64) -> Value {
     let p = NodePublication {
@@ -47,28 +37,11 @@ fn filter(e: &Extender, names: &[&str]) -> Value {
                 "spec": {"containers": [{"name": "app"}]}},
         "NodeNames": names
     });
-    let (_, _, body) = post_json(&e.1, "/filter", &args.to_string()).unwrap();
-    serde_json::from_str(&body).unwrap()
+    e.call("/filter", &args)
 }
 
 fn serve(api: &ApiServer) -> Extender {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", &addr, "--api-server", &api.url])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let e = Extender(child, addr);
-    assert!(wait_for(Duration::from_secs(10), || get(&e.1, "/healthz").is_ok()));
-    e
-}
-
-/// The value of the sample named `name` (with its labels, as exposed) on `/metrics`.
-fn metric(e: &Extender, name: &str) -> Option<f64> {
-    let (_, _, body) = get(&e.1, "/metrics").ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    Extender::with_api(&api.url, None)
 }
 
 #[test]
@@ -155,12 +128,12 @@ fn a_restarted_extender_learns_the_task_mix_from_the_pods_already_placed() {
 
     let e = serve(&api);
     let learned = wait_for(Duration::from_secs(10), || {
-        metric(&e, "gpuslice_scheduler_mix_pods") == Some(601.0)
+        e.metric("gpuslice_scheduler_mix_pods") == Some(601.0)
     });
     assert!(
         learned,
         "mix pods: {:?}",
-        metric(&e, "gpuslice_scheduler_mix_pods")
+        e.metric("gpuslice_scheduler_mix_pods")
     );
     assert_eq!(
         api.objects
@@ -172,26 +145,21 @@ fn a_restarted_extender_learns_the_task_mix_from_the_pods_already_placed() {
         "two pages"
     );
     assert!(wait_for(Duration::from_secs(10), || {
-        metric(&e, "gpuslice_scheduler_nodes") == Some(1.0)
+        e.metric("gpuslice_scheduler_nodes") == Some(1.0)
     }));
 
     // A new pod is counted once, however often it is filtered.
     filter(&e, &["a"]);
     filter(&e, &["a"]);
-    assert_eq!(metric(&e, "gpuslice_scheduler_mix_pods"), Some(602.0));
+    assert_eq!(e.metric("gpuslice_scheduler_mix_pods"), Some(602.0));
     assert_eq!(
-        metric(
-            &e,
-            "gpuslice_scheduler_requests_total{verb=\"filter\",outcome=\"ok\"}"
-        ),
+        e.metric("gpuslice_scheduler_requests_total{verb=\"filter\",outcome=\"ok\"}"),
         Some(2.0)
     );
-    let (_, _, _) = post_json(&e.1, "/prioritize", "not json").unwrap();
+    let (status, _) = e.post("/prioritize", "not json");
+    assert!(status.contains("400"), "{status}");
     assert_eq!(
-        metric(
-            &e,
-            "gpuslice_scheduler_requests_total{verb=\"prioritize\",outcome=\"error\"}"
-        ),
+        e.metric("gpuslice_scheduler_requests_total{verb=\"prioritize\",outcome=\"error\"}"),
         Some(1.0)
     );
 }
@@ -240,20 +208,8 @@ fn a_restarted_extender_still_counts_assigned_placements_the_agent_does_not_show
     // Bound before the restart; its container has not started, so the agent does not show it.
     api.put_pod(bound("fresh", 10));
 
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("key");
-    std::fs::write(&key, KEY).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", &addr, "--api-server", &api.url])
-        .arg("--assignment-key")
-        .arg(&key)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let e = Extender(child, addr);
-    assert!(wait_for(Duration::from_secs(10), || get(&e.1, "/healthz").is_ok()));
+    let (_dir, key) = key_file(KEY);
+    let e = Extender::with_api(&api.url, Some(&key));
     let fits = |memory: &str| {
         let args = json!({
             "Pod": {"metadata": {"name": "next", "namespace": "default", "uid": "uid-next",
@@ -261,9 +217,7 @@ fn a_restarted_extender_still_counts_assigned_placements_the_agent_does_not_show
                     "spec": {"containers": [{"name": "app"}]}},
             "NodeNames": ["a"]
         });
-        let (_, _, body) = post_json(&e.1, "/filter", &args.to_string()).unwrap();
-        let r: Value = serde_json::from_str(&body).unwrap();
-        r["NodeNames"] == json!(["a"])
+        e.call("/filter", &args)["NodeNames"] == json!(["a"])
     };
     // 24 GiB − 8 (old, shown once) − 10 (fresh, not shown yet) = 6 GiB: 6 fit, 7 do not. (A
     // node not known yet fits nothing; fresh not counted would fit 7, old counted twice not 6.)

@@ -1,0 +1,135 @@
+//! `gpuslice-scheduler serve` as a real process on a local port, for the extender's tests.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gpuslice_testsupport::http::{free_port, get, post_json};
+use serde_json::Value;
+
+pub const GIB: u64 = 1 << 30;
+
+pub struct Extender {
+    child: Child,
+    pub addr: String,
+}
+
+impl Drop for Extender {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Extender {
+    /// Starts the extender with `args` after `serve --listen`, and waits until it answers
+    /// `/healthz` with `ok`.
+    #[must_use]
+    pub fn start(args: &[&str]) -> Self {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+            .args(["serve", "--listen", &addr])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let e = Self { child, addr };
+        let up = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
+            get(&e.addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
+        });
+        assert!(up, "extender did not come up on {}", e.addr);
+        e
+    }
+
+    /// With API access (`api_url`) and, for bind, the shared key in `key`.
+    #[must_use]
+    pub fn with_api(api_url: &str, key: Option<&Path>) -> Self {
+        let mut args = vec!["--api-server", api_url];
+        let key = key.map(|k| k.to_str().unwrap().to_string());
+        if let Some(k) = &key {
+            args.extend(["--assignment-key", k]);
+        }
+        Self::start(&args)
+    }
+
+    /// POSTs `body` to `verb` and returns (HTTP status line, the answer as JSON, or as a JSON
+    /// string when it is not JSON).
+    pub fn post(&self, verb: &str, body: &str) -> (String, Value) {
+        let (status, _, body) = post_json(&self.addr, verb, body).unwrap();
+        let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        (status, v)
+    }
+
+    /// POSTs `body` to `verb`, which must answer 200, and returns the answer.
+    pub fn call(&self, verb: &str, body: &Value) -> Value {
+        let (status, v) = self.post(verb, &body.to_string());
+        assert!(status.contains("200"), "{verb}: {status} {v}");
+        v
+    }
+
+    /// The value of the sample named `name` (with its labels, as exposed) on `/metrics`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (_, _, body) = get(&self.addr, "/metrics").ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+}
+
+/// A temporary file holding `key`, as a mounted Secret would.
+#[must_use]
+pub fn key_file(key: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("key");
+    std::fs::write(&path, key).unwrap();
+    (dir, path)
+}
+
+/// The node agent on `sim`, as node `gpu-node-1`, honouring assignments signed with the key in
+/// `key`, with `extra` flags.
+#[must_use]
+pub fn node_agent(
+    bus: &gpuslice_testsupport::bus::Bus,
+    sim: &gpuslice_testsupport::sim::SimNode,
+    key: &Path,
+    extra: &[&str],
+) -> gpuslice_testsupport::agent::Agent {
+    let mut args = vec![
+        "--assignment-key",
+        key.to_str().unwrap(),
+        "--node-name",
+        "gpu-node-1",
+    ];
+    args.extend(extra);
+    gpuslice_testsupport::agent::Agent::start(
+        &gpuslice_testsupport::binary("gpuslice-agent"),
+        bus,
+        sim,
+        &args,
+    )
+}
+
+/// Claims a slice for container `container` of pod `pod_uid` with the pod's annotations, as
+/// the runtime does once containerd has copied them into the container (`gpuslice claim`).
+pub fn claim_as_container(
+    bus: &gpuslice_testsupport::bus::Bus,
+    pod_annotations: &Value,
+    container: &str,
+    pod_uid: &str,
+) -> std::process::Output {
+    let mut cmd = Command::new(gpuslice_testsupport::binary("gpuslice"));
+    cmd.args(["--bus-address", &bus.address, "claim"])
+        .arg(format!("ctr-{pod_uid}-{container}"))
+        .arg("--json");
+    for (k, v) in pod_annotations.as_object().into_iter().flatten() {
+        cmd.args(["-a", &format!("{k}={}", v.as_str().unwrap_or_default())]);
+    }
+    cmd.arg("-a")
+        .arg(format!("io.kubernetes.cri.container-name={container}"))
+        .arg("-a")
+        .arg(format!("io.kubernetes.cri.sandbox-uid={pod_uid}"))
+        .output()
+        .unwrap()
+}
