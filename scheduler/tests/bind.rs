@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Extender, GIB, claim_as_container, node_agent};
+use common::{Extender, GIB, claim_as_container, key_file, node_agent};
 use gpuslice_core::assignment::Assignment;
 use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
@@ -291,4 +291,44 @@ fn a_placement_counts_until_the_agent_lists_it_and_then_counts_once() {
     // Now the agent shows a's slice and lists it: counted once, 7 GiB are left.
     publish(8 * GIB, &["uid-a/app"]);
     assert_eq!(bind(&ext, "c", "uid-c"), "", "7 GiB are left, not 0");
+}
+
+#[test]
+fn a_pod_whose_binding_fails_gives_its_room_back_and_a_bound_pod_is_not_bound_again() {
+    let api = ApiServer::start();
+    let publication = NodePublication {
+        version: 1,
+        claimed: Vec::new(),
+        gpus: vec![PublishedGpu {
+            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    api.put_pod(pod("a", "uid-a", "8Gi"));
+    api.put_pod(pod("b", "uid-b", "8Gi"));
+    let (_dir, key) = key_file(KEY);
+    let ext = extender(&api, &key);
+
+    api.objects.lock().unwrap().refuse_bindings = true;
+    let err = bind(&ext, "a", "uid-a");
+    assert!(err.contains("409") || err.contains("Conflict"), "{err}");
+    api.objects.lock().unwrap().refuse_bindings = false;
+    assert_eq!(bind(&ext, "b", "uid-b"), "", "a's 8 GiB are free again");
+
+    let err = bind(&ext, "b", "uid-b");
+    assert!(
+        err.contains("already bound to node \"gpu-node-1\""),
+        "{err}"
+    );
+    assert_eq!(api.objects.lock().unwrap().bindings.len(), 1);
 }

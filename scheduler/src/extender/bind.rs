@@ -50,11 +50,14 @@ impl Extender {
                 args.pod_uid
             ));
         }
+        if let Some(bound) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            return Err(format!("the pod is already bound to node {bound:?}"));
+        }
         let pod_json = serde_json::to_value(&pod).map_err(|e| e.to_string())?;
         let slices = super::pod_slices(&pod_json)?;
         if !slices.containers.is_empty() {
             let policy = slices.policy.unwrap_or(self.default_policy);
-            let signed = self
+            let (signed, publication) = self
                 .assign(binder, &args.node, &uid, &slices, policy)
                 .await?;
             let mut written = slices.annotations_to_write();
@@ -62,33 +65,54 @@ impl Extender {
                 format!("{}{}", annotations::PREFIX, annotations::ASSIGNMENT),
                 signed,
             );
-            let patch = json!({"metadata": {"annotations": written}});
-            pods.patch(
-                &args.pod_name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| format!("writing the assignment: {e}"))?;
+            let bound = async {
+                let patch = json!({"metadata": {"annotations": written}});
+                pods.patch(
+                    &args.pod_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| format!("writing the assignment: {e}"))?;
+                create_binding(&pods, args, &uid).await
+            }
+            .await;
+            if bound.is_err() {
+                // Not bound: the room it was given is free again.
+                self.unassume(&args.node, &uid, &publication);
+            }
+            return bound;
         }
-        let binding = json!({
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": args.node}
-        });
-        pods.create_subresource::<Value, Value>(
-            "binding",
-            &args.pod_name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .map_err(|e| format!("creating the Binding: {e}"))?;
-        Ok(())
+        create_binding(&pods, args, &uid).await
     }
+}
 
-    /// Places the containers' slices on `node` and signs the result.
+/// Creates the pod's Binding to `args.node`.
+async fn create_binding(
+    pods: &Api<Pod>,
+    args: &ExtenderBindingArgs,
+    uid: &str,
+) -> Result<(), String> {
+    let binding = json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": args.node}
+    });
+    pods.create_subresource::<Value, Value>(
+        "binding",
+        &args.pod_name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .map_err(|e| format!("creating the Binding: {e}"))?;
+    Ok(())
+}
+
+impl Extender {
+    /// Places the containers' slices on `node`, counts them there, and signs the result;
+    /// also returns the node's publication they were placed against.
     async fn assign(
         &self,
         binder: &Binder,
@@ -96,7 +120,7 @@ impl Extender {
         pod_uid: &str,
         slices: &super::PodSlices,
         policy: ClusterPolicy,
-    ) -> Result<String, String> {
+    ) -> Result<(String, NodePublication), String> {
         let nodes: Api<Node> = Api::all(binder.client.clone());
         let n = nodes
             .get(node)
@@ -159,6 +183,6 @@ impl Extender {
         .sign(&binder.key)
         .map_err(|e| e.to_string())?;
         self.assume(node, placed, &publication);
-        Ok(signed)
+        Ok((signed, publication))
     }
 }

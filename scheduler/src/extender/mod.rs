@@ -414,6 +414,20 @@ impl Extender {
         }
     }
 
+    /// Stops counting the placements of pod `pod_uid` on node `name` (its binding failed).
+    fn unassume(&self, name: &str, pod_uid: &str, publication: &NodePublication) {
+        let prefix = cluster::assigned_container(pod_uid, "");
+        if let Ok(mut assumed) = self.assumed.lock()
+            && let Some(list) = assumed.get_mut(name)
+        {
+            list.retain(|a| !a.container.starts_with(&prefix));
+        }
+        let known = Arc::new(self.known(name, publication));
+        if let Ok(mut c) = self.cache.write() {
+            c.insert(name.to_string(), known);
+        }
+    }
+
     /// Counts placements on node `name` (as of `publication`) until its agent shows them.
     fn assume(&self, name: &str, placed: Vec<Assumed>, publication: &NodePublication) {
         if let Ok(mut assumed) = self.assumed.lock() {

@@ -23,6 +23,9 @@ pub struct Objects {
     pub nodes: BTreeMap<String, Value>,
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
+    /// When set, every Binding is refused with 409 Conflict, as when another scheduler bound
+    /// the pod first.
+    pub refuse_bindings: bool,
     /// Pod list calls answered (pages).
     pub list_calls: std::sync::atomic::AtomicUsize,
     version: u64,
@@ -36,6 +39,7 @@ impl Default for Objects {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             bindings: Vec::new(),
+            refuse_bindings: false,
             list_calls: std::sync::atomic::AtomicUsize::new(0),
             version: 0,
             node_events: tokio::sync::broadcast::channel(1024).0,
@@ -397,9 +401,21 @@ async fn bind_pod(
         .as_str()
         .unwrap_or_default()
         .to_string();
+    let refuse = o.refuse_bindings;
     let Some(pod) = o.pods.get_mut(&(ns, name.clone())) else {
         return not_found("pods", &name);
     };
+    if refuse {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on pods/binding \"{name}\": the object has been modified"
+            ),
+            "pods/binding",
+            &name,
+        );
+    }
     if let Some(node) = pod["spec"]["nodeName"].as_str() {
         return status(
             StatusCode::CONFLICT,
