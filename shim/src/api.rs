@@ -229,5 +229,8 @@ table! {
         Cuda fn cuArrayGetMemoryRequirements(req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, array: CUarray, dev: CUdevice) -> CUresult;
         Cuda fn cuMipmappedArrayGetMemoryRequirements(req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, array: CUmipmappedArray, dev: CUdevice) -> CUresult;
         Nvml fn nvmlDeviceGetUUID(dev: nvmlDevice_t, uuid: *mut c_char, len: c_uint) -> nvmlReturn_t;
+        Nvml fn nvmlInit_v2() -> nvmlReturn_t;
+        Nvml fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) -> nvmlReturn_t;
+        Nvml fn nvmlDeviceGetProcessUtilization(dev: nvmlDevice_t, samples: *mut nvmlProcessUtilizationSample_t, count: *mut c_uint, last_seen: u64) -> nvmlReturn_t;
     }
 }

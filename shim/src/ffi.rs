@@ -87,6 +87,20 @@ pub struct nvmlMemory_v2_t {
     pub used: u64,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct nvmlProcessUtilizationSample_t {
+    pub pid: c_uint,
+    /// CPU timestamp in microseconds.
+    pub time_stamp: u64,
+    pub sm_util: c_uint,
+    pub mem_util: c_uint,
+    pub enc_util: c_uint,
+    pub dec_util: c_uint,
+}
+
+pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
+
 /// Bytes per element of a `CUarray_format`, or None for a format this library does not know
 /// (such an array is charged after creation, from the driver's own memory requirements).
 #[must_use]

@@ -6,8 +6,10 @@
 //! - [`hooks`]: what each intercepted function does.
 //! - [`slice`]: the container's limits, its usage region, and what this process holds.
 //! - [`region`]: the usage region shared by the container's processes, and the wall check.
+//! - [`pacing`]: kernel launches paced to the slice's share of the SMs.
 //!
-//! Nothing happens until a CUDA or NVML function is called: no thread, no file, no allocation.
+//! Nothing happens until a CUDA or NVML function is called: no thread, no file, no allocation
+//! (and no thread at all unless the slice has a share of a GPU's SMs and launches a kernel).
 //! Without a limits file every function passes straight through.
 #![allow(unsafe_code)]
 
@@ -16,6 +18,7 @@ mod dlsym;
 mod ffi;
 mod hooks;
 mod log;
+mod pacing;
 mod region;
 mod slice;
 

@@ -225,6 +225,14 @@ impl Region {
         self.pid(i).store(0, SeqCst);
     }
 
+    /// The processes holding a slot: the container's processes that use the driver.
+    pub fn pids(&self) -> Vec<u32> {
+        (0..self.high_water())
+            .map(|i| self.pid(i).load(SeqCst))
+            .filter(|&p| p != 0 && p & PID_REAPING == 0)
+            .collect()
+    }
+
     /// Frees the slots of dead processes, including those of reapers that died half-way.
     /// Returns how many slots were freed.
     pub fn reap(&self, me: u32, procs: &impl Processes) -> usize {

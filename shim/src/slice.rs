@@ -46,6 +46,8 @@ pub enum Kind {
 
 pub struct Slice {
     pub gpus: Vec<GpuLimit>,
+    /// Some GPU of the slice has a share of its SMs: its launches are paced.
+    pub paced: bool,
     region: Option<Region>,
     /// Device ordinal → position + 1; 0 not looked up yet; -1 not part of the slice.
     positions: [AtomicI32; ORDINALS],
@@ -223,6 +225,7 @@ impl Processes for Proc {
 impl Slice {
     fn new(gpus: Vec<GpuLimit>, region: Option<Region>) -> Self {
         Self {
+            paced: gpus.iter().any(|g| crate::pacing::is_share(g.cores)),
             gpus,
             region,
             positions: [const { AtomicI32::new(0) }; ORDINALS],
@@ -271,6 +274,16 @@ impl Slice {
         let found = nvml_uuid(dev).and_then(|u| self.position_of_uuid(&u));
         self.nvml_positions.lock().ok()?.insert(key, found);
         found
+    }
+
+    /// The container's processes that use the driver (this one included).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids = self.region.as_ref().map(Region::pids).unwrap_or_default();
+        let me = std::process::id();
+        if !pids.contains(&me) {
+            pids.push(me);
+        }
+        pids
     }
 
     /// The device of the calling thread's current context.

@@ -1,9 +1,20 @@
-//! Kernel launches: passed straight to the driver (the SM share is not enforced here yet).
+//! Kernel launches: paced where the slice has a share of the GPU's SMs (see `pacing`), then
+//! passed to the driver unchanged.
 
 use std::ffi::{c_uint, c_void};
 
 use super::real_or_return;
 use crate::ffi::*;
+
+/// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks.
+#[inline]
+fn pace(gx: c_uint, gy: c_uint, gz: c_uint) {
+    if let Some(s) = crate::slice::get()
+        && s.paced
+    {
+        crate::pacing::pace(s, u64::from(gx) * u64::from(gy) * u64::from(gz));
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_kernel(
@@ -20,6 +31,7 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
+    pace(gx, gy, gz);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
@@ -39,6 +51,7 @@ pub unsafe fn launch_kernel_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
+    pace(gx, gy, gz);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }

@@ -381,7 +381,12 @@ pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    guard(|| current_ctx().map(|_| ()))
+    guard(|| {
+        let ctx = current_ctx()?;
+        // Every kernel of this process runs in order on the device: wait for the last.
+        std::thread::sleep(state::get()?.until_idle(ctx.node_index));
+        Ok(())
+    })
 }
 
 #[unsafe(no_mangle)]

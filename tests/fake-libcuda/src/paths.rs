@@ -622,7 +622,7 @@ pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(_stream: CUstream) -> CUresult {
-    guard(|| current_ctx().map(|_| ()))
+    crate::cuCtxSynchronize()
 }
 
 #[unsafe(no_mangle)]
@@ -685,6 +685,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        let blocks = u64::from(grid_x) * u64::from(grid_y) * u64::from(grid_z);
+        let wait = state::get()?.launch(current_ctx()?.node_index, blocks);
+        if !wait.is_zero() {
+            // The queue is full: the launch waits, as a real one does.
+            std::thread::sleep(wait);
+        }
         Ok(())
     })
 }

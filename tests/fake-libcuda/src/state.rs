@@ -28,6 +28,8 @@ pub struct Inner {
     /// Device pointer → (node index, bytes charged, bytes mapped).
     pub allocs: HashMap<u64, (usize, u64, usize)>,
     pub used: Box<[u64; procs::MAX_GPUS]>,
+    /// Kernel time launched on each node GPU (when the node simulates kernel time).
+    pub busy: Box<[procs::Busy; procs::MAX_GPUS]>,
     /// Primary context per node index, with its retain count.
     pub primary: HashMap<usize, (usize, u32)>,
 }
@@ -37,6 +39,7 @@ impl Default for Inner {
         Self {
             allocs: HashMap::new(),
             used: Box::new([0; procs::MAX_GPUS]),
+            busy: Box::new([procs::Busy::default(); procs::MAX_GPUS]),
             primary: HashMap::new(),
         }
     }
@@ -132,8 +135,39 @@ impl Driver {
     /// Writes this process's usage record for the other processes (and NVML) to read.
     pub fn publish(&self, inner: &Inner) {
         if let Some(f) = &self.record {
-            let _ = f.write_all_at(&procs::encode(self.pid, self.start_time, &inner.used), 0);
+            let record = procs::encode(self.pid, self.start_time, &inner.used, &inner.busy);
+            let _ = f.write_all_at(&record, 0);
         }
+    }
+
+    /// Queues a kernel of `blocks` thread blocks on node GPU `index` and publishes it. Returns
+    /// how long the launch must wait for room in the queue (zero when kernels take no time).
+    pub fn launch(&self, index: usize, blocks: u64) -> std::time::Duration {
+        let per_block = self.spec.gpus[index].kernel_ns_per_block;
+        if per_block == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let now = procs::monotonic_ns();
+        let mut inner = self.lock();
+        let busy = &mut inner.busy[index];
+        busy.launch(now, blocks.saturating_mul(per_block));
+        let until = busy.until_ns;
+        let (offset, bytes) = procs::encode_busy(index, busy);
+        if let Some(f) = &self.record {
+            let _ = f.write_all_at(&bytes, offset as u64);
+        }
+        drop(inner);
+        std::time::Duration::from_nanos(
+            until
+                .saturating_sub(now)
+                .saturating_sub(gpuslice_simnode::node::LAUNCH_QUEUE_NS),
+        )
+    }
+
+    /// How long until every kernel launched on node GPU `index` has run.
+    pub fn until_idle(&self, index: usize) -> std::time::Duration {
+        let until = self.lock().busy[index].until_ns;
+        std::time::Duration::from_nanos(until.saturating_sub(procs::monotonic_ns()))
     }
 
     /// Charges `bytes` on node GPU `index` if the whole node has room, holding a lock file so

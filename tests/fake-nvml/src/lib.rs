@@ -71,6 +71,17 @@ pub struct nvmlProcessInfo_v1_t {
 }
 
 #[repr(C)]
+pub struct nvmlProcessUtilizationSample_t {
+    pub pid: c_uint,
+    /// CPU timestamp in microseconds.
+    pub timeStamp: c_ulonglong,
+    pub smUtil: c_uint,
+    pub memUtil: c_uint,
+    pub encUtil: c_uint,
+    pub decUtil: c_uint,
+}
+
+#[repr(C)]
 pub struct nvmlProcessInfo_t {
     pub pid: c_uint,
     pub usedGpuMemory: c_ulonglong,
@@ -631,4 +642,95 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointers.
     unsafe { processes(d, c, p, v2_info) }
+}
+
+/// What this process saw of another's kernel time, per (pid, start time, GPU index): at each
+/// query, (CPU timestamp µs, monotonic ns, kernel time done by then). Utilization "since
+/// lastSeenTimeStamp" is measured from the observation made at that timestamp.
+type Seen =
+    std::collections::HashMap<(u32, u64, usize), std::collections::VecDeque<(u64, u64, u64)>>;
+static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+const SEEN_KEPT: usize = 64;
+
+fn realtime_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Recent SM utilization per process, from the kernel time the fake libcuda records (see
+/// `procs`): one sample per process whose kernels kept the SMs busy since
+/// `lastSeenTimeStamp` (or since this process first asked), `NVML_ERROR_NOT_FOUND` when
+/// none did. Memory, encoder and decoder utilization are 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut nvmlProcessUtilizationSample_t,
+    count: *mut c_uint,
+    last_seen: c_ulonglong,
+) -> nvmlReturn_t {
+    // SAFETY: the handle is checked; `count` and `utilization` are checked before use.
+    unsafe {
+        with_device(device, |l, i| {
+            if count.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            let running: Vec<procs::ProcUsage> = procs::live(&l.spec.state_dir)
+                .into_iter()
+                .filter(|p| p.busy.get(i).is_some_and(|b| b.launched_ns > 0))
+                .collect();
+            if utilization.is_null() || (*count as usize) < running.len() {
+                *count = c_uint::try_from(running.len()).unwrap_or(c_uint::MAX);
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            let (now_us, now_ns) = (realtime_us(), procs::monotonic_ns());
+            let mut seen = SEEN
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let seen = seen.get_or_insert_with(Seen::new);
+            let mut written = 0;
+            for p in running {
+                let done = p.busy[i].done_by(now_ns);
+                let history = seen.entry((p.pid, p.start_time, i)).or_default();
+                let since = history
+                    .iter()
+                    .rev()
+                    .find(|(us, _, _)| *us <= last_seen)
+                    .or_else(|| history.front())
+                    .copied();
+                history.push_back((now_us, now_ns, done));
+                if history.len() > SEEN_KEPT {
+                    history.pop_front();
+                }
+                let Some((_, then_ns, then_done)) = since else {
+                    continue;
+                };
+                let elapsed = now_ns.saturating_sub(then_ns);
+                let util = (done.saturating_sub(then_done).saturating_mul(100))
+                    .checked_div(elapsed)
+                    .unwrap_or(0)
+                    .min(100);
+                if util == 0 {
+                    continue;
+                }
+                utilization
+                    .add(written)
+                    .write(nvmlProcessUtilizationSample_t {
+                        pid: p.pid,
+                        timeStamp: now_us,
+                        smUtil: c_uint::try_from(util).unwrap_or(100),
+                        memUtil: 0,
+                        encUtil: 0,
+                        decUtil: 0,
+                    });
+                written += 1;
+            }
+            *count = c_uint::try_from(written).unwrap_or(c_uint::MAX);
+            if written == 0 {
+                NVML_ERROR_NOT_FOUND
+            } else {
+                NVML_SUCCESS
+            }
+        })
+    }
 }

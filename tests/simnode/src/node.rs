@@ -29,7 +29,17 @@ pub struct SimGpu {
     /// Device memory a context takes when it is created (the driver's own reservation).
     #[serde(default)]
     pub context_bytes: u64,
+    /// Simulated execution time of one thread block of a kernel, in nanoseconds: a process's
+    /// kernels run one after the other on the device, each `blocks × kernel_ns_per_block`
+    /// long, launches block while the queue holds more than [`LAUNCH_QUEUE_NS`] of work, and
+    /// NVML reports each process's SM utilization from it. 0: kernels take no time.
+    #[serde(default)]
+    pub kernel_ns_per_block: u64,
 }
+
+/// Work a process may have queued on a simulated device before its launches block, as a
+/// real launch blocks once the device's queue is full.
+pub const LAUNCH_QUEUE_NS: u64 = 5_000_000;
 
 /// A simulated node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +116,7 @@ impl NodeSpec {
                 numa_node: Some(i / 4),
                 compute_capability: *cc,
                 context_bytes: 0,
+                kernel_ns_per_block: 0,
             })
             .collect();
         Ok(Self {

@@ -26,6 +26,29 @@ impl SimNode {
         memory: Option<u64>,
         context_bytes: u64,
     ) -> Self {
+        Self::build(gpus, model, memory, |g| g.context_bytes = context_bytes)
+    }
+
+    /// As [`SimNode::new`], each kernel taking `ns_per_block` of simulated GPU time per
+    /// thread block (and NVML reporting each process's SM utilization from that).
+    #[must_use]
+    pub fn with_kernel_time(
+        gpus: u32,
+        model: &str,
+        memory: Option<u64>,
+        ns_per_block: u64,
+    ) -> Self {
+        Self::build(gpus, model, memory, |g| {
+            g.kernel_ns_per_block = ns_per_block
+        })
+    }
+
+    fn build(
+        gpus: u32,
+        model: &str,
+        memory: Option<u64>,
+        each: impl Fn(&mut gpuslice_simnode::SimGpu),
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuslice-sim-")
             .tempdir()
@@ -34,7 +57,7 @@ impl SimNode {
             .expect("model");
         let mut spec = spec;
         for g in &mut spec.gpus {
-            g.context_bytes = context_bytes;
+            each(g);
         }
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]

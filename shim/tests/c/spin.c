@@ -1,0 +1,66 @@
+/* Keeps a GPU busy: launches kernels of BLOCKS thread blocks back to back for MS
+ * milliseconds, waits for them to finish, and prints how many blocks it launched and how
+ * long it all took (the GPU time those blocks stand for is known to the caller).
+ *
+ *   spin BLOCKS MS
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuMemAlloc_v2(unsigned long long *, size_t);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void **, void **);
+CUresult cuCtxSynchronize(void);
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: spin BLOCKS MS\n");
+        return 2;
+    }
+    unsigned blocks = (unsigned)atoi(argv[1]);
+    long long ms = atoll(argv[2]);
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule module;
+    CUfunction kernel;
+    unsigned long long buffer;
+    static const char image[] = "spin";
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev) ||
+        cuMemAlloc_v2(&buffer, 1 << 20) || cuModuleLoadData(&module, image) ||
+        cuModuleGetFunction(&kernel, module, "spin")) {
+        printf("error=setup\n");
+        return 1;
+    }
+    long long start = now_ns(), end = start + ms * 1000000LL;
+    unsigned long long launched = 0;
+    while (now_ns() < end) {
+        CUresult r = cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0);
+        if (r) {
+            printf("error=launch %d\n", r);
+            return 1;
+        }
+        launched += blocks;
+    }
+    cuCtxSynchronize();
+    printf("blocks=%llu elapsed_ns=%lld\n", launched, now_ns() - start);
+    return 0;
+}

@@ -1,0 +1,125 @@
+//! The SM share on the simulated node, whose kernels take simulated time (`kernel_ns_per_block`)
+//! and whose NVML reports each process's SM utilization from it: a slice with 30% of the SMs
+//! keeps the GPU about 30% busy, alone or split over two processes; without a share, or
+//! without the library, the same program keeps it fully busy.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuslice_core::limits::{GpuLimit, Limits};
+use gpuslice_core::usage;
+use gpuslice_testsupport::sim::SimNode;
+
+/// Simulated GPU time per thread block; a kernel of 1,000 blocks takes 1 ms.
+const NS_PER_BLOCK: u64 = 1_000;
+const BLOCKS: &str = "1000";
+const RUN_MS: u64 = 2_500;
+
+struct Setup {
+    sim: SimNode,
+    dir: tempfile::TempDir,
+    spin: PathBuf,
+}
+
+fn setup(cores: u32) -> Setup {
+    let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        container_id: "pacing-test".into(),
+        gpus: vec![GpuLimit {
+            uuid: sim.spec.gpus[0].uuid.clone(),
+            memory_bytes: 1 << 30,
+            cores,
+            context_bytes: 0,
+        }],
+    };
+    std::fs::write(dir.path().join("limits"), limits.render()).unwrap();
+    std::fs::write(
+        dir.path().join(usage::FILE_NAME),
+        usage::new_region(1, usage::DEFAULT_SLOTS),
+    )
+    .unwrap();
+    let spin = sim.root().join("spin");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/spin.c");
+    let status = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&spin)
+        .arg(&src)
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .arg("-lcuda")
+        .status()
+        .expect("gcc (apt-get install gcc)");
+    assert!(status.success());
+    Setup { sim, dir, spin }
+}
+
+impl Setup {
+    fn command(&self, preload: bool) -> Command {
+        let mut c = Command::new(&self.spin);
+        c.args([BLOCKS, &RUN_MS.to_string()])
+            .env("LD_LIBRARY_PATH", self.sim.lib_dir())
+            .env("GPUSLICE_LIMITS", self.dir.path().join("limits"));
+        if preload {
+            c.env(
+                "LD_PRELOAD",
+                gpuslice_testsupport::target_dir().join("libgpuslice.so"),
+            );
+        }
+        c
+    }
+}
+
+/// Percent of the run the GPU spent on the program's kernels.
+fn busy_percent(out: &std::process::Output) -> f64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let field = |k: &str| -> f64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text:?}"))
+    };
+    field("blocks=") * NS_PER_BLOCK as f64 * 100.0 / field("elapsed_ns=")
+}
+
+#[test]
+fn a_thirty_percent_share_keeps_the_gpu_about_thirty_percent_busy() {
+    let s = setup(30);
+    let paced = busy_percent(&s.command(true).output().unwrap());
+    let free = busy_percent(&s.command(false).output().unwrap());
+    // The first 30 ms run unpaced; then the control settles within a few 100 ms windows.
+    eprintln!("paced: {paced:.1}% busy, without the library: {free:.1}%");
+    assert!((25.0..=36.0).contains(&paced), "paced: {paced:.1}% busy");
+    assert!(free > 90.0, "without the library: {free:.1}% busy");
+}
+
+#[test]
+fn two_processes_share_one_thirty_percent_share() {
+    let s = setup(30);
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            s.command(true)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let total: f64 = children
+        .into_iter()
+        .map(|c| busy_percent(&c.wait_with_output().unwrap()))
+        .sum();
+    // Each process has its own queue on the simulated GPU, so unpaced they would add up to
+    // about 200%.
+    eprintln!("two processes together: {total:.1}% busy");
+    assert!((25.0..=42.0).contains(&total), "together: {total:.1}% busy");
+}
+
+#[test]
+fn a_slice_without_a_share_is_not_paced() {
+    let s = setup(0);
+    let busy = busy_percent(&s.command(true).output().unwrap());
+    assert!(busy > 90.0, "{busy:.1}% busy");
+}
