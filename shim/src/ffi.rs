@@ -87,6 +87,21 @@ pub struct nvmlMemory_v2_t {
     pub used: u64,
 }
 
+/// `CUlaunchConfig` (the fields up to the stream are all this library reads).
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct nvmlProcessUtilizationSample_t {

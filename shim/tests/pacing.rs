@@ -55,8 +55,13 @@ fn setup(cores: u32) -> Setup {
 
 impl Setup {
     fn command(&self, preload: bool) -> Command {
+        self.command_via(preload, "kernel")
+    }
+
+    /// The program launching through `how`: `kernel`, `ex` or `coop`.
+    fn command_via(&self, preload: bool, how: &str) -> Command {
         let mut c = Command::new(&self.spin);
-        c.args([BLOCKS, &RUN_MS.to_string()])
+        c.args([BLOCKS, &RUN_MS.to_string(), how])
             .env("LD_LIBRARY_PATH", self.sim.lib_dir())
             .env("GPUSLICE_LIMITS", self.dir.path().join("limits"));
         if preload {
@@ -122,4 +127,23 @@ fn a_slice_without_a_share_is_not_paced() {
     let s = setup(0);
     let busy = busy_percent(&s.command(true).output().unwrap());
     assert!(busy > 90.0, "{busy:.1}% busy");
+}
+
+#[test]
+fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too() {
+    let (ex, coop) = (setup(30), setup(30));
+    let (ex, coop) = (
+        ex.command_via(true, "ex").output().unwrap(),
+        coop.command_via(true, "coop").output().unwrap(),
+    );
+    let (ex, coop) = (busy_percent(&ex), busy_percent(&coop));
+    eprintln!("cuLaunchKernelEx: {ex:.1}% busy, cuLaunchCooperativeKernel: {coop:.1}%");
+    assert!(
+        (25.0..=36.0).contains(&ex),
+        "cuLaunchKernelEx: {ex:.1}% busy"
+    );
+    assert!(
+        (25.0..=36.0).contains(&coop),
+        "cuLaunchCooperativeKernel: {coop:.1}% busy"
+    );
 }

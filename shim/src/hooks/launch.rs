@@ -55,3 +55,76 @@ pub unsafe fn launch_kernel_ptsz(
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
+
+/// The grid of a launch configuration, if there is one to read.
+fn pace_config(config: *const CUlaunchConfig) {
+    if config.is_null() {
+        return;
+    }
+    // SAFETY: a non-null configuration the caller passes to the driver, readable by its
+    // contract.
+    let c = unsafe { &*config };
+    pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z);
+}
+
+pub unsafe fn launch_kernel_ex(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let real = real_or_return!(cuLaunchKernelEx);
+    pace_config(config);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(config, f, params, extra) }
+}
+
+pub unsafe fn launch_kernel_ex_ptsz(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let real = real_or_return!(cuLaunchKernelEx_ptsz);
+    pace_config(config);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(config, f, params, extra) }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_cooperative_kernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    let real = real_or_return!(cuLaunchCooperativeKernel);
+    pace(gx, gy, gz);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_cooperative_kernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
+    pace(gx, gy, gz);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+}

@@ -2,10 +2,14 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS
+ *   spin BLOCKS MS [kernel|ex|coop]
+ *
+ * The last argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx or
+ * cuLaunchCooperativeKernel.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -25,6 +29,18 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
                         unsigned, CUstream, void **, void **);
 CUresult cuCtxSynchronize(void);
 
+typedef struct {
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void **);
+
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -32,10 +48,11 @@ static long long now_ns(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: spin BLOCKS MS\n");
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop]\n");
         return 2;
     }
+    const char *how = argc == 4 ? argv[3] : "kernel";
     unsigned blocks = (unsigned)atoi(argv[1]);
     long long ms = atoll(argv[2]);
     CUdevice dev;
@@ -53,7 +70,15 @@ int main(int argc, char **argv) {
     long long start = now_ns(), end = start + ms * 1000000LL;
     unsigned long long launched = 0;
     while (now_ns() < end) {
-        CUresult r = cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0);
+        CUresult r;
+        if (strcmp(how, "ex") == 0) {
+            CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0};
+            r = cuLaunchKernelEx(&config, kernel, 0, 0);
+        } else if (strcmp(how, "coop") == 0) {
+            r = cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0);
+        } else {
+            r = cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0);
+        }
         if (r) {
             printf("error=launch %d\n", r);
             return 1;

@@ -714,6 +714,112 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     unsafe { cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
+/// `CUlaunchConfig` of `cuda.h`.
+#[repr(C)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    if config.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: the caller passes a valid configuration (checked for null above).
+    let c = unsafe { &*config };
+    // SAFETY: same contract as cuLaunchKernel.
+    unsafe {
+        cuLaunchKernel(
+            f,
+            c.grid_dim_x,
+            c.grid_dim_y,
+            c.grid_dim_z,
+            c.block_dim_x,
+            c.block_dim_y,
+            c.block_dim_z,
+            c.shared_mem_bytes,
+            c.stream,
+            params,
+            extra,
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuLaunchKernelEx(config, f, params, extra) }
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: same contract as cuLaunchKernel, without `extra`.
+    unsafe {
+        cuLaunchKernel(
+            f,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            shared,
+            stream,
+            params,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: same contract.
+    unsafe { cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

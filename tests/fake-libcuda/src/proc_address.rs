@@ -152,6 +152,22 @@ fn build_table() -> Vec<Entry> {
             7000,
             crate::paths::cuLaunchKernel_ptsz
         ),
+        e!(
+            "cuLaunchCooperativeKernel",
+            9000,
+            crate::paths::cuLaunchCooperativeKernel
+        ),
+        e!(
+            "cuLaunchCooperativeKernel_ptsz",
+            9000,
+            crate::paths::cuLaunchCooperativeKernel_ptsz
+        ),
+        e!("cuLaunchKernelEx", 11060, crate::paths::cuLaunchKernelEx),
+        e!(
+            "cuLaunchKernelEx_ptsz",
+            11060,
+            crate::paths::cuLaunchKernelEx_ptsz
+        ),
         e!("cuGetProcAddress", 11030, crate::cuGetProcAddress),
         e!("cuGetProcAddress", 12000, crate::cuGetProcAddress_v2),
     ]
