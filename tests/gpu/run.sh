@@ -10,7 +10,9 @@
 #     torch.cuda.OutOfMemoryError within 1% below the limit, never above it;
 #  2. torch.cuda.mem_get_info() and nvidia-smi report the slice;
 #  3. two processes share the one limit: together they never hold more than it;
-#  4. kernel launches (small torch ops) with and without the library, ns per launch.
+#  4. kernel launches (small torch ops) with and without the library, ns per launch;
+#  5. the SM share: matrix products in a slice with cores=30 run at 20-45% of their rate
+#     without the library (the GPU is the bottleneck, so the rate follows the SM time).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 limit_mib=${1:-4096}
@@ -101,6 +103,17 @@ median() { printf '%s\n' "$@" | sort -g | sed -n 3p; }
 p=$(median "${plain[@]}") o=$(median "${ours[@]}")
 echo "launch: without ${plain[*]} ns; with ${ours[*]} ns"
 echo "INFO kernel launch (torch add_ on 16 floats, median of 5 x 20000): without $p ns, with $o ns, ratio $(awk "BEGIN { printf \"%.3f\", $o / $p }")"
+
+# 5. The SM share.
+sed 's/^gpu.0.cores=0$/gpu.0.cores=30/' "$slice/limits" >"$slice/limits-30"
+free_rate=$($py "$here/torch_wall.py" matmul 5 | kv matmuls_per_s)
+paced_rate=$(LD_PRELOAD=$lib GPUSLICE_LIMITS=$slice/limits-30 $py "$here/torch_wall.py" matmul 5 | kv matmuls_per_s)
+ratio=$(awk "BEGIN { printf \"%.3f\", $paced_rate / $free_rate }")
+if awk "BEGIN { exit !($ratio >= 0.20 && $ratio <= 0.45) }"; then
+    pass "SM share 30%: $paced_rate matmuls/s against $free_rate without the library (ratio $ratio)"
+else
+    fail "SM share 30%: $paced_rate matmuls/s against $free_rate without the library (ratio $ratio)"
+fi
 
 echo "$fails check(s) failed"
 exit $((fails > 0))

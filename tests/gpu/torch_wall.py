@@ -6,6 +6,7 @@
     info                    torch.cuda.mem_get_info() and the device's total_memory
     hold MIB                allocate MIB, print, and wait for stdin to close
     launch N                N small kernel launches, timed (ns per launch)
+    matmul SECONDS          4096x4096 fp16 matrix products for SECONDS (products per second)
 
 Each prints one line of key=value pairs.
 """
@@ -62,6 +63,21 @@ def main():
             a.add_(1)
         torch.cuda.synchronize()
         print(f"ns_per_launch={(time.perf_counter_ns() - start) / n:.1f}")
+    elif cmd == "matmul":
+        seconds = float(sys.argv[2])
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize()
+        done = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(20):
+                a @ b
+            torch.cuda.synchronize()
+            done += 20
+        print(f"matmuls_per_s={done / (time.perf_counter() - start):.1f}")
     else:
         sys.exit(f"unknown subcommand {cmd}")
 
