@@ -2,10 +2,11 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop]
+ *   spin BLOCKS MS [kernel|ex|coop [wait]]
  *
- * The last argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx or
- * cuLaunchCooperativeKernel.
+ * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx or
+ * cuLaunchCooperativeKernel. With `wait`, it prints "ready" once set up and starts launching
+ * when a line arrives on stdin, so that several programs run over the same interval.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +49,12 @@ static long long now_ns(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop]\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop [START_NS]]\n");
         return 2;
     }
-    const char *how = argc == 4 ? argv[3] : "kernel";
+    const char *how = argc >= 4 ? argv[3] : "kernel";
+    int wait = argc == 5 && strcmp(argv[4], "wait") == 0;
     unsigned blocks = (unsigned)atoi(argv[1]);
     long long ms = atoll(argv[2]);
     CUdevice dev;
@@ -66,6 +68,15 @@ int main(int argc, char **argv) {
         cuModuleGetFunction(&kernel, module, "spin")) {
         printf("error=setup\n");
         return 1;
+    }
+    if (wait) {
+        char line[16];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin)) {
+            printf("error=no-go\n");
+            return 1;
+        }
     }
     long long start = now_ns(), end = start + ms * 1000000LL;
     unsigned long long launched = 0;
