@@ -302,7 +302,10 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
                 )
                 .await;
                 eprintln!("learned the task mix from {n} placed pods");
-                gpuslice_scheduler::extender::watch::run(extender, c).await;
+                tokio::join!(
+                    gpuslice_scheduler::extender::watch::run(extender.clone(), c.clone()),
+                    gpuslice_scheduler::extender::watch::run_pods(extender, c),
+                );
             });
         }
         let binder = match (key, client) {

@@ -332,3 +332,40 @@ fn a_pod_whose_binding_fails_gives_its_room_back_and_a_bound_pod_is_not_bound_ag
     );
     assert_eq!(api.objects.lock().unwrap().bindings.len(), 1);
 }
+
+#[test]
+fn a_pod_deleted_before_its_container_started_gives_its_room_back() {
+    let api = ApiServer::start();
+    let publication = NodePublication {
+        version: 1,
+        claimed: Vec::new(),
+        gpus: vec![PublishedGpu {
+            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    api.put_pod(pod("a", "uid-a", "8Gi"));
+    api.put_pod(pod("b", "uid-b", "8Gi"));
+    let (_dir, key) = key_file(KEY);
+    let ext = extender(&api, &key);
+
+    assert_eq!(bind(&ext, "a", "uid-a"), "");
+    let err = bind(&ext, "b", "uid-b");
+    assert!(err.contains("no longer fits"), "{err}");
+    // a is deleted before kubelet started it: its agent never shows it.
+    api.delete_pod("default", "a");
+    let bound = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
+        bind(&ext, "b", "uid-b").is_empty()
+    });
+    assert!(bound, "a's 8 GiB were not given back");
+}

@@ -414,6 +414,26 @@ impl Extender {
         }
     }
 
+    /// Stops counting the placements of pod `pod_uid` wherever they are (the pod is gone);
+    /// returns the nodes it had placements on, whose state must be taken in again.
+    #[must_use]
+    pub fn forget_pod(&self, pod_uid: &str) -> Vec<String> {
+        let prefix = cluster::assigned_container(pod_uid, "");
+        let Ok(mut assumed) = self.assumed.lock() else {
+            return Vec::new();
+        };
+        let mut nodes = Vec::new();
+        for (node, list) in assumed.iter_mut() {
+            let before = list.len();
+            list.retain(|a| !a.container.starts_with(&prefix));
+            if list.len() != before {
+                nodes.push(node.clone());
+            }
+        }
+        assumed.retain(|_, list| !list.is_empty());
+        nodes
+    }
+
     /// Stops counting the placements of pod `pod_uid` on node `name` (its binding failed).
     fn unassume(&self, name: &str, pod_uid: &str, publication: &NodePublication) {
         let prefix = cluster::assigned_container(pod_uid, "");

@@ -2,7 +2,8 @@
 //! then watch, re-listing when the watch expires) that records each node's
 //! `gpuslice.io/node-state`. A new publication replaces what bind had assumed there; a node
 //! that stops publishing, or is deleted, is forgotten. At start, the pods already placed are
-//! counted into the learned task mix.
+//! counted into the learned task mix. A watch on bound pods stops counting the placements of
+//! pods deleted or finished before their agent showed them.
 
 use std::sync::Arc;
 
@@ -103,6 +104,45 @@ pub async fn learn_running_pods(
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return counted,
+        }
+    }
+}
+
+/// Whether a pod has finished for good (its containers' slices are released).
+fn finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Watches bound pods and, when one is deleted or finishes, stops counting the placements bind
+/// made for it that its node does not show yet, and takes the node's state in again (one read
+/// of the Node). Runs until the stream ends.
+pub async fn run_pods(extender: Arc<Extender>, client: kube::Client) {
+    let pods: Api<Pod> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().fields("spec.nodeName!=");
+    let mut events = watcher::watcher(pods, config).boxed();
+    while let Some(event) = events.next().await {
+        let gone = match event {
+            Ok(Event::Delete(p)) => p,
+            Ok(Event::Apply(p) | Event::InitApply(p)) if finished(&p) => p,
+            Ok(_) => continue,
+            Err(e) => {
+                warn(&format!("watching pods: {e}"));
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let Some(uid) = gone.metadata.uid.as_deref() else {
+            continue;
+        };
+        for node in extender.forget_pod(uid) {
+            match nodes.get(&node).await {
+                Ok(n) => extender.update_node(&node, publication(&n)),
+                Err(e) => warn(&format!("reading node {node} again: {e}")),
+            }
         }
     }
 }

@@ -26,11 +26,13 @@ pub struct Objects {
     /// When set, every Binding is refused with 409 Conflict, as when another scheduler bound
     /// the pod first.
     pub refuse_bindings: bool,
-    /// Pod list calls answered (pages).
-    pub list_calls: std::sync::atomic::AtomicUsize,
+    /// The query of every pod list call answered (one per page; watches not included).
+    pub pod_lists: Vec<String>,
     version: u64,
     /// Watch events on nodes, as `{"type", "object"}`.
     node_events: tokio::sync::broadcast::Sender<Value>,
+    /// Watch events on pods.
+    pod_events: tokio::sync::broadcast::Sender<Value>,
 }
 
 impl Default for Objects {
@@ -40,9 +42,10 @@ impl Default for Objects {
             nodes: BTreeMap::new(),
             bindings: Vec::new(),
             refuse_bindings: false,
-            list_calls: std::sync::atomic::AtomicUsize::new(0),
+            pod_lists: Vec::new(),
             version: 0,
             node_events: tokio::sync::broadcast::channel(1024).0,
+            pod_events: tokio::sync::broadcast::channel(1024).0,
         }
     }
 }
@@ -50,6 +53,10 @@ impl Default for Objects {
 impl Objects {
     fn node_event(&self, kind: &str, node: &Value) {
         let _ = self.node_events.send(json!({"type": kind, "object": node}));
+    }
+
+    fn pod_event(&self, kind: &str, pod: &Value) {
+        let _ = self.pod_events.send(json!({"type": kind, "object": pod}));
     }
 }
 
@@ -106,11 +113,14 @@ impl ApiServer {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        self.objects
-            .lock()
-            .expect("lock")
-            .pods
-            .insert((ns, name), pod);
+        let mut o = self.objects.lock().expect("lock");
+        let kind = if o.pods.contains_key(&(ns.clone(), name.clone())) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        o.pod_event(kind, &pod);
+        o.pods.insert((ns, name), pod);
     }
 
     /// Creates or replaces a node (watchers see ADDED or MODIFIED).
@@ -129,6 +139,14 @@ impl ApiServer {
         };
         o.node_event(kind, &node);
         o.nodes.insert(name, node);
+    }
+
+    /// Deletes a pod (watchers see DELETED).
+    pub fn delete_pod(&self, ns: &str, name: &str) {
+        let mut o = self.objects.lock().expect("lock");
+        if let Some(pod) = o.pods.remove(&(ns.to_string(), name.to_string())) {
+            o.pod_event("DELETED", &pod);
+        }
     }
 
     /// Deletes a node (watchers see DELETED).
@@ -183,6 +201,29 @@ async fn get_pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String
     }
 }
 
+/// A watch response: the events of `rx`, one JSON object per line, from now on (the client's
+/// resourceVersion is not replayed).
+fn event_stream(rx: tokio::sync::broadcast::Receiver<Value>) -> Response {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(event) => {
+                    let mut line = event.to_string();
+                    line.push('\n');
+                    return Some((Ok::<_, std::convert::Infallible>(line), rx));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    (
+        [("content-type", "application/json")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 /// `GET /api/v1/nodes`: a NodeList, or with `watch=true` a stream of watch events, one JSON
 /// object per line, from now on (the client's resourceVersion is not replayed).
 async fn list_nodes(
@@ -197,24 +238,7 @@ async fn list_nodes(
     if watch {
         let rx = o.node_events.subscribe();
         drop(o);
-        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(event) => {
-                        let mut line = event.to_string();
-                        line.push('\n');
-                        return Some((Ok::<_, std::convert::Infallible>(line), rx));
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        });
-        return (
-            [("content-type", "application/json")],
-            axum::body::Body::from_stream(stream),
-        )
-            .into_response();
+        return event_stream(rx);
     }
     let list = json!({
         "kind": "NodeList", "apiVersion": "v1",
@@ -238,7 +262,12 @@ async fn list_pods(
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
             .map(str::to_string)
     };
-    let o = s.lock().expect("lock");
+    let mut o = s.lock().expect("lock");
+    if param("watch").is_some_and(|w| w == "true" || w == "1") {
+        let rx = o.pod_events.subscribe();
+        drop(o);
+        return event_stream(rx);
+    }
     let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
     let limit: usize = param("limit")
         .and_then(|l| l.parse().ok())
@@ -250,8 +279,7 @@ async fn list_pods(
     if next < o.pods.len() {
         metadata["continue"] = Value::String(next.to_string());
     }
-    o.list_calls
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    o.pod_lists.push(query.clone());
     Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}))
         .into_response()
 }
