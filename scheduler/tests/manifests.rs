@@ -136,7 +136,10 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
     assert!(may(&role, "get", "pods"), "bind reads the pod");
     assert!(may(&role, "create", "pods/binding"), "bind binds");
     assert!(may(&role, "list", "pods"), "the mix is learned at start");
-    assert!(may(&role, "watch", "pods"), "placements of deleted pods are given back");
+    assert!(
+        may(&role, "watch", "pods"),
+        "placements of deleted pods are given back"
+    );
     for verb in ["get", "list", "watch"] {
         assert!(may(&role, verb, "nodes"), "the node cache: {verb}");
     }
