@@ -30,6 +30,29 @@ fn pod(name: &str, uid: &str, memory: &str) -> Value {
     })
 }
 
+/// Node gpu-node-1 as its agent publishes it: one 15 GiB GPU with `allocated` bytes taken, and
+/// the scheduler-assigned containers it lists as `claimed`.
+fn publish_one_gpu(api: &ApiServer, allocated: u64, claimed: &[&str]) {
+    let publication = NodePublication {
+        version: 1,
+        claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
+        gpus: vec![PublishedGpu {
+            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: allocated,
+            cores_allocated: 0,
+            sharers: u32::from(allocated > 0),
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+}
+
 fn bind(e: &Extender, name: &str, uid: &str) -> String {
     let body =
         json!({"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "gpu-node-1"});
@@ -130,24 +153,7 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
 #[test]
 fn concurrent_binds_for_the_last_room_place_one_pod() {
     let api = ApiServer::start();
-    let publication = NodePublication {
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 6 * GIB,
-            cores_allocated: 0,
-            sharers: 1,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    publish_one_gpu(&api, 6 * GIB, &[]);
     let pods = ["p0", "p1", "p2", "p3"];
     for p in pods {
         api.put_pod(pod(p, &format!("uid-{p}"), "8Gi"));
@@ -253,27 +259,7 @@ fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
 #[test]
 fn a_placement_counts_until_the_agent_lists_it_and_then_counts_once() {
     let api = ApiServer::start();
-    let publish = |allocated: u64, claimed: &[&str]| {
-        let publication = NodePublication {
-            version: 1,
-            claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
-            gpus: vec![PublishedGpu {
-                uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-                model: "Tesla T4".into(),
-                memory_total: 15 * GIB,
-                memory_allocated: allocated,
-                cores_allocated: 0,
-                sharers: u32::from(allocated > 0),
-                exclusive: false,
-            }],
-        };
-        api.put_node(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-node-1", "annotations": {
-                NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-        }));
-    };
-    publish(0, &[]);
+    publish_one_gpu(&api, 0, &[]);
     for (name, memory) in [("a", "8Gi"), ("b", "8Gi"), ("c", "7Gi")] {
         api.put_pod(pod(name, &format!("uid-{name}"), memory));
     }
@@ -285,35 +271,18 @@ fn a_placement_counts_until_the_agent_lists_it_and_then_counts_once() {
     assert_eq!(bind(&ext, "a", "uid-a"), "");
     // The agent publishes again before a's container has started (another claim, a restart):
     // a still counts.
-    publish(0, &[]);
+    publish_one_gpu(&api, 0, &[]);
     let err = bind(&ext, "b", "uid-b");
     assert!(err.contains("no longer fits"), "{err}");
     // Now the agent shows a's slice and lists it: counted once, 7 GiB are left.
-    publish(8 * GIB, &["uid-a/app"]);
+    publish_one_gpu(&api, 8 * GIB, &["uid-a/app"]);
     assert_eq!(bind(&ext, "c", "uid-c"), "", "7 GiB are left, not 0");
 }
 
 #[test]
 fn a_pod_whose_binding_fails_gives_its_room_back_and_a_bound_pod_is_not_bound_again() {
     let api = ApiServer::start();
-    let publication = NodePublication {
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 0,
-            cores_allocated: 0,
-            sharers: 0,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    publish_one_gpu(&api, 0, &[]);
     api.put_pod(pod("a", "uid-a", "8Gi"));
     api.put_pod(pod("b", "uid-b", "8Gi"));
     let (_dir, key) = key_file(KEY);
@@ -336,24 +305,7 @@ fn a_pod_whose_binding_fails_gives_its_room_back_and_a_bound_pod_is_not_bound_ag
 #[test]
 fn a_pod_deleted_before_its_container_started_gives_its_room_back() {
     let api = ApiServer::start();
-    let publication = NodePublication {
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 0,
-            cores_allocated: 0,
-            sharers: 0,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    publish_one_gpu(&api, 0, &[]);
     api.put_pod(pod("a", "uid-a", "8Gi"));
     api.put_pod(pod("b", "uid-b", "8Gi"));
     let (_dir, key) = key_file(KEY);
