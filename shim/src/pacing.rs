@@ -173,8 +173,13 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
             let Some(dev) = handles.get(i).copied().flatten() else {
                 continue;
             };
-            let Some(util) = container_utilization(dev as nvmlDevice_t, &pids, &mut last_seen[i])
-            else {
+            let util = container_utilization(dev as nvmlDevice_t, &pids, &mut last_seen[i]);
+            log!(
+                "SM share of GPU {i}: {launched} blocks launched, container at {util:?}% of {}%, refill {} blocks per tick",
+                g.share,
+                g.refill.load(Relaxed)
+            );
+            let Some(util) = util else {
                 continue;
             };
             if launched == 0 || util == 0 {

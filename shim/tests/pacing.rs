@@ -174,30 +174,3 @@ fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too()
         "cuLaunchCooperativeKernel: {coop:.1}% busy"
     );
 }
-
-#[test]
-#[ignore = "diagnostic: the second process starts late"]
-fn diag_late_second_process() {
-    let s = setup(30);
-    let a = s
-        .command(true)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(
-        std::env::var("LATE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300),
-    ));
-    let b = s
-        .command(true)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (a, b) = (
-        busy_percent(&a.wait_with_output().unwrap()),
-        busy_percent(&b.wait_with_output().unwrap()),
-    );
-    eprintln!("late: a {a:.1}% b {b:.1}% total {:.1}%", a + b);
-}

@@ -146,18 +146,24 @@ pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
     out
 }
 
-/// Removes records of processes that are gone.
+/// Removes records of processes that are gone. A record that cannot be read whole is being
+/// written by a process starting right now: it is removed only if no process has the pid its
+/// file is named after (removing it from under a live process would hide that process from
+/// every other one for good).
 pub fn remove_stale(state_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
         return;
     };
+    let proc_root = Path::new("/proc");
     for e in entries.flatten() {
-        let alive = std::fs::read(e.path())
-            .ok()
-            .and_then(|b| decode(&b))
-            .is_some_and(|p| {
-                host::process_start_time(Path::new("/proc"), p.pid) == Some(p.start_time)
-            });
+        let alive = match std::fs::read(e.path()).ok().and_then(|b| decode(&b)) {
+            Some(p) => host::process_start_time(proc_root, p.pid) == Some(p.start_time),
+            None => e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|pid| host::process_start_time(proc_root, pid).is_some()),
+        };
         if !alive {
             let _ = std::fs::remove_file(e.path());
         }
@@ -194,5 +200,26 @@ mod tests {
         });
         let p = decode(&record).unwrap();
         assert_eq!((p.pid, p.start_time, p.busy[3]), (7, 11, b));
+    }
+
+    #[test]
+    fn a_record_still_being_written_by_a_live_process_is_not_removed() {
+        let state = tempfile_dir();
+        std::fs::create_dir_all(dir(&state)).unwrap();
+        let me = std::process::id();
+        // Created, not yet written: what another process sees while this one starts.
+        std::fs::write(record_path(&state, me), b"").unwrap();
+        // No process has this pid (above the kernel's pid_max).
+        std::fs::write(record_path(&state, 4_194_305), b"").unwrap();
+        remove_stale(&state);
+        assert!(record_path(&state, me).exists());
+        assert!(!record_path(&state, 4_194_305).exists());
+        std::fs::remove_dir_all(&state).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("gpuslice-procs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
     }
 }
