@@ -58,55 +58,59 @@ pub fn publication(ledger: &Ledger) -> NodePublication {
 const REWRITE_EVERY_TICKS: u32 = 30;
 
 /// Keeps the Node's annotation and extended resources up to date until the task is dropped.
+/// Each is written when it changed (the capacity only when the GPUs change, not with every
+/// claim) and both every [`REWRITE_EVERY_TICKS`] anyway.
 pub async fn run(shared: Arc<Shared>, client: kube::Client, node: String, every: Duration) {
     let nodes: Api<Node> = Api::all(client);
-    let mut last: Option<(String, BTreeMap<String, String>)> = None;
-    let mut ticks_since_write = 0;
+    let mut last_state: Option<String> = None;
+    let mut last_capacity: Option<BTreeMap<String, String>> = None;
+    let mut ticks_since_rewrite = 0;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        ticks_since_write += 1;
+        ticks_since_rewrite += 1;
+        let rewrite = ticks_since_rewrite >= REWRITE_EVERY_TICKS;
         let publication = publication(&shared.ledger());
-        let current = match serde_json::to_string(&publication) {
-            Ok(s) => (s, resources::node_capacity(&publication)),
+        let state = match serde_json::to_string(&publication) {
+            Ok(s) => s,
             Err(e) => {
                 tracing::error!("cannot encode the node publication: {e}");
                 continue;
             }
         };
-        if last.as_ref() == Some(&current) && ticks_since_write < REWRITE_EVERY_TICKS {
-            continue;
+        let capacity = resources::node_capacity(&publication);
+        let mut failed = false;
+        if rewrite || last_state.as_ref() != Some(&state) {
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {NODE_STATE_ANNOTATION: state}}});
+            match nodes
+                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => last_state = Some(state),
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(node = %node, "publishing the node's GPUs failed (retrying): {e}");
+                }
+            }
         }
-        match write(&nodes, &node, &current.0, &current.1).await {
-            Ok(()) => {
-                tracing::debug!(node = %node, "published the node's GPUs");
-                last = Some(current);
-                ticks_since_write = 0;
+        // The status subresource is the only place the API server takes a capacity from.
+        if rewrite || last_capacity.as_ref() != Some(&capacity) {
+            let patch = serde_json::json!({"status": {"capacity": capacity}});
+            match nodes
+                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => last_capacity = Some(capacity),
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(node = %node, "advertising the node's extended resources failed (retrying): {e}");
+                }
             }
-            Err(e) => {
-                tracing::warn!(node = %node, "publishing the node's GPUs failed (retrying): {e}")
-            }
+        }
+        if rewrite && !failed {
+            ticks_since_rewrite = 0;
         }
     }
-}
-
-/// Writes the annotation (a merge patch of the Node) and the extended resources (a merge patch
-/// of its status subresource, the only place the API server takes a capacity from).
-async fn write(
-    nodes: &Api<Node>,
-    node: &str,
-    state: &str,
-    capacity: &BTreeMap<String, String>,
-) -> Result<(), kube::Error> {
-    let annotation =
-        serde_json::json!({"metadata": {"annotations": {NODE_STATE_ANNOTATION: state}}});
-    nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&annotation))
-        .await?;
-    let status = serde_json::json!({"status": {"capacity": capacity}});
-    nodes
-        .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    Ok(())
 }

@@ -3,11 +3,12 @@
 //! keeps the GPU about 30% busy, alone or split over two processes; without a share, or
 //! without the library, the same program keeps it fully busy.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
 use gpuslice_core::limits::{GpuLimit, Limits};
-use gpuslice_core::usage;
 use gpuslice_testsupport::sim::SimNode;
 
 /// Simulated GPU time per thread block; a kernel of 1,000 blocks takes 1 ms.
@@ -33,23 +34,8 @@ fn setup(cores: u32) -> Setup {
             context_bytes: 0,
         }],
     };
-    std::fs::write(dir.path().join("limits"), limits.render()).unwrap();
-    std::fs::write(
-        dir.path().join(usage::FILE_NAME),
-        usage::new_region(1, usage::DEFAULT_SLOTS),
-    )
-    .unwrap();
-    let spin = sim.root().join("spin");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/spin.c");
-    let status = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&spin)
-        .arg(&src)
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .arg("-lcuda")
-        .status()
-        .expect("gcc (apt-get install gcc)");
-    assert!(status.success());
+    common::write_slice(dir.path(), &limits);
+    let spin = common::compile(&sim, "spin");
     Setup { sim, dir, spin }
 }
 

@@ -324,12 +324,21 @@ impl Extender {
 
     /// Sets what a node publishes (from the Node watch), or forgets it.
     pub fn update_node(&self, name: &str, publication: Option<NodePublication>) {
-        let known = publication.map(|p| Arc::new(self.known(name, &p)));
+        match publication {
+            Some(p) => self.take_in(name, &p),
+            None => {
+                if let Ok(mut c) = self.cache.write() {
+                    c.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Caches node `name` as `publication` shows it, with the placements it does not show yet.
+    fn take_in(&self, name: &str, publication: &NodePublication) {
+        let known = Arc::new(self.known(name, publication));
         if let Ok(mut c) = self.cache.write() {
-            match known {
-                Some(k) => c.insert(name.to_string(), k),
-                None => c.remove(name),
-            };
+            c.insert(name.to_string(), known);
         }
     }
 
@@ -436,16 +445,8 @@ impl Extender {
 
     /// Stops counting the placements of pod `pod_uid` on node `name` (its binding failed).
     fn unassume(&self, name: &str, pod_uid: &str, publication: &NodePublication) {
-        let prefix = cluster::assigned_container(pod_uid, "");
-        if let Ok(mut assumed) = self.assumed.lock()
-            && let Some(list) = assumed.get_mut(name)
-        {
-            list.retain(|a| !a.container.starts_with(&prefix));
-        }
-        let known = Arc::new(self.known(name, publication));
-        if let Ok(mut c) = self.cache.write() {
-            c.insert(name.to_string(), known);
-        }
+        let _ = self.forget_pod(pod_uid);
+        self.take_in(name, publication);
     }
 
     /// Counts placements on node `name` (as of `publication`) until its agent shows them.
@@ -453,10 +454,7 @@ impl Extender {
         if let Ok(mut assumed) = self.assumed.lock() {
             assumed.entry(name.to_string()).or_default().extend(placed);
         }
-        let known = Arc::new(self.known(name, publication));
-        if let Ok(mut c) = self.cache.write() {
-            c.insert(name.to_string(), known);
-        }
+        self.take_in(name, publication);
     }
 
     /// The candidate nodes of a request: (name, the Node object if it came in the request,

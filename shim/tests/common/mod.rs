@@ -24,6 +24,32 @@ pub fn library() -> PathBuf {
     lib
 }
 
+/// Writes `limits` and a fresh usage region for them into `dir`, as the agent does.
+pub fn write_slice(dir: &Path, limits: &Limits) {
+    std::fs::write(dir.join("limits"), limits.render()).unwrap();
+    std::fs::write(
+        dir.join(usage::FILE_NAME),
+        usage::new_region(limits.gpus.len(), usage::DEFAULT_SLOTS),
+    )
+    .unwrap();
+}
+
+/// Builds the test program `tests/c/<name>.c` against the node's fake driver, into the node.
+pub fn compile(sim: &SimNode, name: &str) -> PathBuf {
+    let program = sim.root().join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let status = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&program)
+        .arg(&src)
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .args(["-lcuda", "-ldl"])
+        .status()
+        .expect("gcc (apt-get install gcc)");
+    assert!(status.success());
+    program
+}
+
 pub struct Slice {
     pub sim: SimNode,
     pub dir: tempfile::TempDir,
@@ -46,23 +72,8 @@ impl Slice {
                 context_bytes,
             }],
         };
-        std::fs::write(dir.path().join("limits"), limits.render()).unwrap();
-        std::fs::write(
-            dir.path().join(usage::FILE_NAME),
-            usage::new_region(1, usage::DEFAULT_SLOTS),
-        )
-        .unwrap();
-        let wall = sim.root().join("wall");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/wall.c");
-        let status = Command::new("gcc")
-            .args(["-O1", "-o"])
-            .arg(&wall)
-            .arg(&src)
-            .arg(format!("-L{}", sim.lib_dir().display()))
-            .args(["-lcuda", "-ldl"])
-            .status()
-            .expect("gcc (apt-get install gcc)");
-        assert!(status.success());
+        write_slice(dir.path(), &limits);
+        let wall = compile(&sim, "wall");
         Self {
             sim,
             dir,
