@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, anyhow};
-use gpuslice_nodeagent::client::{self, AgentProxy};
+use gpuslice_agent_api::{self as client, AgentProxy};
 
 pub mod prestart;
 

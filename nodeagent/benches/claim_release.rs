@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuslice_nodeagent::client::AgentProxy;
+use gpuslice_agent_api::AgentProxy;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -22,7 +22,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 async fn client(address: String, name: String, pairs: usize) -> Vec<Duration> {
-    let conn = gpuslice_nodeagent::client::connect(Some(&address))
+    let conn = gpuslice_agent_api::connect(Some(&address))
         .await
         .expect("bus");
     let p = AgentProxy::builder(&conn)

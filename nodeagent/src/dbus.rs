@@ -12,24 +12,11 @@ use gpuslice_core::host::process_start_time;
 use zbus::message::Header;
 use zbus::{Connection, interface};
 
-use crate::client::{SliceStatus, Status};
 use crate::ledger::{Admission, Ledger, LedgerError};
 use crate::metrics::{CauseLabels, Metrics};
+use gpuslice_agent_api::{SliceStatus, Status};
 
-/// Errors on the wire: `io.gpuslice.Agent1.Error.<Variant>` with a message.
-#[derive(Debug, zbus::DBusError)]
-#[zbus(prefix = "io.gpuslice.Agent1.Error")]
-pub enum ApiError {
-    #[zbus(error)]
-    ZBus(zbus::Error),
-    /// The request is malformed: names the input, the value and the reason.
-    InvalidRequest(String),
-    /// The request is well-formed but cannot be admitted now (capacity, conflicts).
-    Refused(String),
-    NotFound(String),
-    AccessDenied(String),
-    Failed(String),
-}
+pub use gpuslice_agent_api::ApiError;
 
 impl From<LedgerError> for ApiError {
     fn from(e: LedgerError) -> Self {

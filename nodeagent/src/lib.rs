@@ -5,7 +5,6 @@
 //! capacity, writes each container's limits directory, releases claims of containers that
 //! are gone, and serves all of this over D-Bus and Prometheus metrics.
 
-pub mod client;
 pub mod dbus;
 pub mod discovery;
 pub mod duration;
@@ -17,9 +16,4 @@ pub mod rundir;
 pub mod service;
 pub mod store;
 
-/// Well-known D-Bus name of the agent.
-pub const BUS_NAME: &str = "io.gpuslice.Agent1";
-/// Object path of the agent.
-pub const OBJECT_PATH: &str = "/io/gpuslice/Agent1";
-/// Interface name of the agent.
-pub const INTERFACE: &str = "io.gpuslice.Agent1";
+pub use gpuslice_agent_api::{BUS_NAME, INTERFACE, OBJECT_PATH};

@@ -43,9 +43,7 @@ macro_rules! until_answered {
 /// a moment, as a runtime killed mid-create would, so that the agent can still check who it
 /// is (a caller already gone is refused, since its uid can no longer be verified).
 async fn send_and_vanish(address: &str, id: &str, memory: &str) {
-    let conn = gpuslice_nodeagent::client::connect(Some(address))
-        .await
-        .unwrap();
+    let conn = gpuslice_agent_api::connect(Some(address)).await.unwrap();
     let body: (&str, HashMap<&str, &str>) = (id, ann(&[("gpuslice.io/memory", memory)]));
     let msg = zbus::Message::method_call(gpuslice_nodeagent::OBJECT_PATH, "Claim")
         .unwrap()

@@ -239,7 +239,7 @@ fn an_annotation_that_is_not_utf8_is_refused_by_the_cli_naming_it() {
         err.contains("annotation gpuslice.io/memory=") && err.contains("not valid UTF-8"),
         "{err}"
     );
-    let s: gpuslice_nodeagent::client::Status =
+    let s: gpuslice_agent_api::Status =
         serde_json::from_slice(&cli(&bus.address, &["status", "--json"]).stdout).unwrap();
     assert!(s.slices.is_empty());
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use gpuslice_nodeagent::client::Status;
+use gpuslice_agent_api::Status;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
 
 #[test]

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
+use gpuslice_agent_api::{self as client, AgentProxy};
 use gpuslice_core::driver::DriverFiles;
 use gpuslice_core::edits::{Edits, HostPaths, PRELOAD_FILE};
 use gpuslice_core::host::DriverRoot;
 use gpuslice_core::{Claim, annotations, spec};
-use gpuslice_nodeagent::client::{self, AgentProxy};
 
 use crate::args::Invocation;
 use crate::config::Config;

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use gpuslice_agent_api::{self as client, AgentProxy, Status};
 use gpuslice_core::quantity::human_bytes;
 use gpuslice_core::{Claim, ClaimState};
-use gpuslice_nodeagent::client::{self, AgentProxy, Status};
 
 #[derive(Parser)]
 #[command(version, about = "Inspect and manage GPU slices on this node")]

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use gpuslice_nodeagent::client::{AgentProxy, Status};
+use gpuslice_agent_api::{AgentProxy, Status};
 
 pub const GIB: u64 = 1 << 30;
 
@@ -36,7 +36,7 @@ pub fn cli_as_nobody(bus: &str, args: &[&str]) -> Output {
 }
 
 pub async fn proxy(bus: &str) -> AgentProxy<'static> {
-    let conn = gpuslice_nodeagent::client::connect(Some(bus))
+    let conn = gpuslice_agent_api::connect(Some(bus))
         .await
         .expect("connect to bus");
     AgentProxy::builder(&conn)

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use gpuslice_nodeagent::client::Status;
+use gpuslice_agent_api::Status;
 use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode, wait_for};
 
 pub struct Node {

@@ -1,5 +1,8 @@
-//! The agent's D-Bus API as seen by clients (the CLI, the runtime wrapper, tests), and the
-//! JSON documents it returns.
+//! The node agent's D-Bus interface, `io.gpuslice.Agent1` at `/io/gpuslice/Agent1`: the
+//! proxy its clients call (the CLI, the runtime wrapper, the hook, the containerd
+//! integration), the JSON documents it returns and the errors it answers with. The agent
+//! implements it; its clients depend on this crate, never on the agent, so that the programs
+//! that run at every container start carry nothing of the agent's.
 
 use std::collections::HashMap;
 
@@ -21,6 +24,28 @@ pub struct Status {
     pub inventory: Inventory,
     pub gpus: Vec<GpuLoad>,
     pub slices: Vec<SliceStatus>,
+}
+
+/// Well-known D-Bus name of the agent.
+pub const BUS_NAME: &str = "io.gpuslice.Agent1";
+/// Object path of the agent.
+pub const OBJECT_PATH: &str = "/io/gpuslice/Agent1";
+/// Interface name of the agent.
+pub const INTERFACE: &str = "io.gpuslice.Agent1";
+
+/// Errors on the wire: `io.gpuslice.Agent1.Error.<Variant>` with a message.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "io.gpuslice.Agent1.Error")]
+pub enum ApiError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// The request is malformed: names the input, the value and the reason.
+    InvalidRequest(String),
+    /// The request is well-formed but cannot be admitted now (capacity, conflicts).
+    Refused(String),
+    NotFound(String),
+    AccessDenied(String),
+    Failed(String),
 }
 
 #[zbus::proxy(
