@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::placement::Policy;
+use crate::policy::Policy;
 use crate::quantity::{self, MemoryQuantity};
 
 /// Prefix of every gpuslice annotation.
@@ -75,7 +75,7 @@ impl AnnotationError {
 }
 
 /// A GPU named by the request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceSelector {
     Index(u32),

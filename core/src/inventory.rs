@@ -1,6 +1,8 @@
-//! What a node has: its GPUs as the driver reports them.
+//! What a node has: its GPUs as the driver reports them, and what is allocated on each.
 
 use serde::{Deserialize, Serialize};
+
+use crate::fit::{GpuRoom, NodeView, Rules};
 
 /// One physical GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,4 +28,69 @@ pub struct Inventory {
     /// CUDA driver API version, e.g. 12040.
     pub cuda_driver_version: Option<i32>,
     pub gpus: Vec<GpuInfo>,
+}
+
+/// What is already allocated on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuLoad {
+    pub index: u32,
+    pub uuid: String,
+    pub minor: u32,
+    pub memory_total: u64,
+    pub memory_allocated: u64,
+    /// Percent of the SMs reserved by slices.
+    pub cores_allocated: u32,
+    /// Slices on this GPU.
+    pub sharers: u32,
+    /// Held whole by one container.
+    pub exclusive: bool,
+}
+
+impl GpuLoad {
+    /// What is free on this GPU, as the fit model reads it.
+    #[must_use]
+    pub fn room(&self) -> GpuRoom {
+        GpuRoom {
+            memory_total: self.memory_total,
+            memory_free: self.memory_free(),
+            cores_free: self.cores_free(),
+            sharers: self.sharers,
+            exclusive: self.exclusive,
+        }
+    }
+
+    #[must_use]
+    pub fn memory_free(&self) -> u64 {
+        self.memory_total.saturating_sub(self.memory_allocated)
+    }
+    #[must_use]
+    pub fn cores_free(&self) -> u32 {
+        100u32.saturating_sub(self.cores_allocated)
+    }
+}
+
+/// A node's GPUs with what is allocated on them and the node's rules: how the agent's ledger
+/// reads to the fit model.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeLoads<'a> {
+    pub gpus: &'a [GpuLoad],
+    pub rules: Rules,
+}
+
+impl NodeView for NodeLoads<'_> {
+    fn gpu_count(&self) -> usize {
+        self.gpus.len()
+    }
+    fn room(&self, pos: usize) -> GpuRoom {
+        self.gpus[pos].room()
+    }
+    fn index(&self, pos: usize) -> u32 {
+        self.gpus[pos].index
+    }
+    fn uuid(&self, pos: usize) -> &str {
+        &self.gpus[pos].uuid
+    }
+    fn rules(&self) -> Rules {
+        self.rules
+    }
 }

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use crate::annotations::{self, SliceRequest};
-use crate::cluster::NodePublication;
+use crate::publication::NodePublication;
 use crate::quantity::{self, MemoryQuantity};
 
 pub const GPU_MEMORY: &str = "gpuslice.io/gpu-memory";

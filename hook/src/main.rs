@@ -163,7 +163,7 @@ fn precreate() -> Result<()> {
 const REFUSAL_PREFIX: &str = "gpuslice refused this container: ";
 
 fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
-    let annotations = gpuslice_core::spec::annotations(spec);
+    let annotations = gpuslice_runtime_shim::spec::annotations(spec);
     if gpuslice_core::annotations::parse(&annotations)?.is_none() {
         return Ok(false);
     }

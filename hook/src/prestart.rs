@@ -10,8 +10,8 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use gpuslice_core::edits::Edits;
 use gpuslice_runtime_shim::config::Config;
+use gpuslice_runtime_shim::edits::Edits;
 use gpuslice_runtime_shim::inject::{self, Release};
 use serde::{Deserialize, Serialize};
 
@@ -139,7 +139,7 @@ const RUNTIME_DEFAULT_DEVICES: &[(char, Option<i64>, Option<i64>, &str)] = &[
 pub fn allow_devices_v2(
     dir: &Path,
     spec_rules: &serde_json::Value,
-    devices: &[gpuslice_core::driver::DeviceNode],
+    devices: &[gpuslice_runtime_shim::driver::DeviceNode],
 ) -> Result<()> {
     use libcgroups::v2::devices::bpf::prog;
     use libcgroups::v2::devices::emulator::Emulator;
@@ -292,7 +292,7 @@ pub fn enter_mount_namespace(pid: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuslice_core::driver::DeviceNode;
+    use gpuslice_runtime_shim::driver::DeviceNode;
     use gpuslice_testsupport::sim::SimNode;
 
     /// Opens `dev` from a shell moved into the cgroup `dir` first; returns what `cat` said.

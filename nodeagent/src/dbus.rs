@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpuslice_core::host::process_start_time;
+use crate::gc::process_start_time;
 use zbus::message::Header;
 use zbus::{Connection, interface};
 
@@ -20,7 +20,7 @@ pub use gpuslice_agent_api::ApiError;
 
 impl From<LedgerError> for ApiError {
     fn from(e: LedgerError) -> Self {
-        use gpuslice_core::placement::RefusalReason;
+        use gpuslice_core::fit::RefusalReason;
         match e {
             LedgerError::Refused(r) if r.reason == RefusalReason::InvalidRequest => {
                 Self::InvalidRequest(r.message)

@@ -1,10 +1,10 @@
 //! GPU discovery through NVML.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use gpuslice_core::host::{DriverRoot, NVML_SONAME};
 use gpuslice_core::inventory::{GpuInfo, Inventory};
+use gpuslice_core::layout::{LIBRARY_DIRS, NVML_SONAME};
 use nvml_wrapper::Nvml;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,11 +23,17 @@ pub enum DiscoveryError {
     },
 }
 
-/// Which NVML library to load: an explicit file, the one in a driver root, or the system's.
+/// Which NVML library to load: an explicit file, the one in a driver root's library
+/// directories, or the system's.
 #[must_use]
-pub fn nvml_library(explicit: Option<PathBuf>, driver_root: &DriverRoot) -> PathBuf {
+pub fn nvml_library(explicit: Option<PathBuf>, driver_root: &Path) -> PathBuf {
     explicit
-        .or_else(|| driver_root.find_library(NVML_SONAME))
+        .or_else(|| {
+            LIBRARY_DIRS
+                .iter()
+                .map(|d| driver_root.join(d).join(NVML_SONAME))
+                .find(|p| p.exists())
+        })
         .unwrap_or_else(|| PathBuf::from(NVML_SONAME))
 }
 

@@ -13,7 +13,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpuslice_core::host::process_start_time;
 use gpuslice_core::{Claim, ClaimState};
 
 #[derive(Debug, Clone)]
@@ -72,6 +71,14 @@ pub fn default_runtime_roots() -> Vec<PathBuf> {
         .iter()
         .map(PathBuf::from)
         .collect()
+}
+
+/// The start time of `pid` in clock ticks since boot, read from `<proc_root>/<pid>/stat`, or
+/// `None` when no such process exists.
+#[must_use]
+pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    gpuslice_core::process::parse_start_time(&stat)
 }
 
 /// The proc filesystem of the host.

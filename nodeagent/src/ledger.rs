@@ -9,13 +9,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::placement;
 use gpuslice_core::annotations::{self, SliceRequest};
 use gpuslice_core::assignment::Assignment;
 use gpuslice_core::claim::GpuGrant;
 use gpuslice_core::claim::validate_container_id;
-use gpuslice_core::cluster::assigned_container;
+use gpuslice_core::fit::{RefusalReason, Rules};
 use gpuslice_core::inventory::Inventory;
-use gpuslice_core::placement::{self, RefusalReason, Rules};
+use gpuslice_core::publication::assigned_container;
 use gpuslice_core::{Claim, ClaimState, GpuLoad, Policy};
 
 use crate::rundir::{RunDir, RunDirError};
@@ -185,6 +186,12 @@ impl Ledger {
     #[must_use]
     pub fn run_dir(&self) -> &RunDir {
         &self.run
+    }
+
+    /// The rules every claim is admitted by.
+    #[must_use]
+    pub fn rules(&self) -> Rules {
+        self.rules
     }
 
     /// Allocation on each GPU, from the claims.

@@ -11,6 +11,7 @@ pub mod duration;
 pub mod gc;
 pub mod ledger;
 pub mod metrics;
+pub mod placement;
 pub mod publish;
 pub mod rundir;
 pub mod service;

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use gpuslice_core::placement::RefusalReason;
+use gpuslice_core::fit::RefusalReason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

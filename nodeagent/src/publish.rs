@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_core::resources;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -24,10 +24,12 @@ pub fn publication(ledger: &Ledger) -> NodePublication {
     let inventory = ledger.inventory();
     NodePublication {
         version: 1,
+        max_sharers: ledger.rules().max_sharers,
         gpus: ledger
             .loads()
             .into_iter()
             .map(|l| PublishedGpu {
+                index: Some(l.index),
                 model: inventory
                     .gpus
                     .iter()

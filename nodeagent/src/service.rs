@@ -11,8 +11,7 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use gpuslice_core::Policy;
-use gpuslice_core::host::DriverRoot;
-use gpuslice_core::placement::Rules;
+use gpuslice_core::fit::Rules;
 use sd_notify::NotifyState;
 
 use crate::dbus::{AgentApi, Shared};
@@ -48,8 +47,7 @@ pub struct Config {
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(cfg: Config) -> Result<()> {
     let shutdown = catch_shutdown_signals();
-    let library =
-        discovery::nvml_library(cfg.nvml_library.clone(), &DriverRoot::new(&cfg.driver_root));
+    let library = discovery::nvml_library(cfg.nvml_library.clone(), &cfg.driver_root);
     let inventory = discovery::discover(&library).context("GPU discovery failed")?;
     tracing::info!(
         gpus = inventory.gpus.len(),

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
 use gpuslice_core::resources;
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::driver::{DriverFiles, DriverRoot};
+use crate::edits::{Edits, HostPaths, PRELOAD_FILE};
 use anyhow::{Context, Result, anyhow, bail};
 use gpuslice_agent_api::{self as client, AgentProxy};
-use gpuslice_core::driver::DriverFiles;
-use gpuslice_core::edits::{Edits, HostPaths, PRELOAD_FILE};
-use gpuslice_core::host::DriverRoot;
-use gpuslice_core::{Claim, annotations, spec};
+use gpuslice_core::{Claim, annotations};
+
+use crate::spec;
 
 use crate::args::Invocation;
 use crate::config::Config;
@@ -189,12 +190,12 @@ fn plan(
     if !rootfs(spec, bundle).join("etc/ld.so.cache").exists() {
         edits
             .hooks
-            .retain(|h| h.point != gpuslice_core::edits::HookPoint::CreateContainer);
+            .retain(|h| h.point != crate::edits::HookPoint::CreateContainer);
     }
     if release_by == Release::ByRuntime {
         edits
             .hooks
-            .retain(|h| h.point != gpuslice_core::edits::HookPoint::Poststop);
+            .retain(|h| h.point != crate::edits::HookPoint::Poststop);
     }
     Ok(edits)
 }

@@ -1,7 +1,11 @@
 //! The OCI runtime wrapper's parts, shared with the hook binary: reading a runtime's argv,
-//! the configuration, the create path (claim and spec edit) and runc-style error logs.
+//! the configuration, driver discovery, what a GPU container gets (the edit plan) and how it
+//! is applied to an OCI spec, the create path (claim and spec edit) and runc-style error logs.
 
 pub mod args;
 pub mod config;
+pub mod driver;
+pub mod edits;
 pub mod inject;
 pub mod log;
+pub mod spec;

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpuslice_core::cluster::{ClusterPolicy, NodePublication, PublishedGpu};
+use gpuslice_core::publication::{NodePublication, PublishedGpu};
+use gpuslice_scheduler::cluster::ClusterPolicy;
 use gpuslice_scheduler::extender::{Extender, http, wire::ExtenderArgs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,6 +38,7 @@ fn main() {
                 // Half occupancy on average: 0, 6, 12, 18 or 24 GiB of 24 taken.
                 let used = 6 * rng.random_range(0..=4u64);
                 PublishedGpu {
+                    index: None,
                     uuid: format!("GPU-{name}-{g}"),
                     model: "NVIDIA A10".into(),
                     memory_total: 24 * GIB,
@@ -50,6 +52,7 @@ fn main() {
         ext.update_node(
             name,
             Some(NodePublication {
+                max_sharers: 16,
                 version: 1,
                 gpus,
                 claimed: Vec::new(),

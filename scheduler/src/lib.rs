@@ -1,6 +1,8 @@
 //! gpuslice cluster placement outside the node: the kube-scheduler extender and the
-//! trace-replay simulator, over the placement code of `gpuslice_core::cluster`.
+//! trace-replay simulator, over the cluster placement code of [`cluster`], which decides fit with the
+//! node agents' own fit model (`gpuslice_core::fit`).
 
+pub mod cluster;
 pub mod extender;
 pub mod plot;
 pub mod simulate;

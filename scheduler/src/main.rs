@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use gpuslice_core::cluster::{self, ClusterPolicy, TaskMix};
+use gpuslice_scheduler::cluster::{self, ClusterPolicy, TaskMix};
 use gpuslice_scheduler::simulate::{self, Run};
 use gpuslice_scheduler::{plot, trace};
 
@@ -144,7 +144,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     if capacity == 0 {
         bail!("{}: the nodes have no GPUs", args.nodes.display());
     }
-    eprintln!(
+    tracing::info!(
         "cluster: {} nodes, {} GPUs; {} pods in the trace; {} policies × {} seeds",
         nodes.len(),
         capacity / 1000,
@@ -183,7 +183,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
                             &prior,
                             seed,
                         );
-                        eprintln!(
+                        tracing::info!(
                             "policy={name} seed={seed} pods={} placed={} failed={} in {:.1}s",
                             order.len(),
                             run.placed,
@@ -252,7 +252,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     );
     std::fs::write(&args.plot, plot::svg(&title, &series))
         .with_context(|| format!("{}", args.plot.display()))?;
-    eprintln!("wrote {} and {}", args.csv.display(), args.plot.display());
+    tracing::info!("wrote {} and {}", args.csv.display(), args.plot.display());
     for line in summary {
         println!("{line}");
     }
@@ -285,7 +285,7 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
             None => match kube::Client::try_default().await {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    eprintln!("no API access ({e}): no node watch, no bind");
+                    tracing::warn!("no API access ({e}): no node watch, no bind");
                     None
                 }
             },
@@ -301,7 +301,7 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
                     key.as_deref(),
                 )
                 .await;
-                eprintln!("learned the task mix from {n} placed pods");
+                tracing::info!("learned the task mix from {n} placed pods");
                 tokio::join!(
                     gpuslice_scheduler::extender::watch::run(extender.clone(), c.clone()),
                     gpuslice_scheduler::extender::watch::run_pods(extender, c),
@@ -313,7 +313,7 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
                 gpuslice_scheduler::extender::bind::Binder { client, key },
             )),
             (None, _) => {
-                eprintln!("no --assignment-key: bind is not available");
+                tracing::warn!("no --assignment-key: bind is not available");
                 None
             }
             (Some(_), None) => bail!("--assignment-key needs API access (--api-server)"),
@@ -321,7 +321,7 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("--listen {}", args.listen))?;
-        eprintln!("serving the extender on {}", listener.local_addr()?);
+        tracing::info!("serving the extender on {}", listener.local_addr()?);
         let app = gpuslice_scheduler::extender::http::router_with_bind(extender, binder);
         axum::serve(listener, app).await.context("server")
     })
@@ -334,7 +334,15 @@ fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")
+        .unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    match cli.command {
         Command::Simulate(a) => simulate_cmd(a),
         Command::Serve(a) => serve_cmd(a),
     }

@@ -5,7 +5,7 @@
 //! percent of arrived GPU demand (of capacity): GPU allocated, unallocated (100 − allocated)
 //! and fragmentation (free GPU share stranded for the task mix, in % of capacity).
 
-use gpuslice_core::cluster::{self, ClusterPolicy, Demand, NodeState, TaskMix};
+use crate::cluster::{self, ClusterPolicy, Demand, NodeState, TaskMix};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

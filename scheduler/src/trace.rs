@@ -10,7 +10,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use gpuslice_core::cluster::{Demand, GpuState, NodeState};
+use std::sync::Arc;
+
+use gpuslice_core::fit::{GpuRoom, Rules, Shape};
+
+use crate::cluster::{Demand, NodeState};
 use gpuslice_core::quantity::MemoryQuantity;
 use serde::Deserialize;
 
@@ -78,7 +82,12 @@ pub fn read_nodes(path: &Path, models: &mut Models) -> Result<Vec<NodeState>> {
             cpu_free: row.cpu_milli,
             mem_total: row.memory_mib * MIB,
             mem_free: row.memory_mib * MIB,
-            gpus: vec![GpuState::idle(model_memory(&row.model)); row.gpu],
+            gpus: vec![GpuRoom::idle(model_memory(&row.model)); row.gpu],
+            ids: Arc::from([]),
+            // The traced clusters had no sharer limit; the paper's protocol replays them so.
+            rules: Rules {
+                max_sharers: u32::MAX,
+            },
         });
     }
     if nodes.is_empty() {
@@ -126,13 +135,16 @@ pub fn demand(pod: &PodRow, models: &mut Models) -> Demand {
         cpu: pod.cpu_milli,
         mem: pod.memory_mib * MIB,
         gpus: pod.num_gpu,
-        exclusive: pod.num_gpu > 0 && whole,
-        memory: if pod.num_gpu == 0 || whole {
-            MemoryQuantity::Bytes(0)
-        } else {
-            MemoryQuantity::PercentBasisPoints(pod.gpu_milli * 10)
+        shape: Shape {
+            exclusive: pod.num_gpu > 0 && whole,
+            memory: if pod.num_gpu == 0 || whole {
+                MemoryQuantity::Bytes(0)
+            } else {
+                MemoryQuantity::PercentBasisPoints(pod.gpu_milli * 10)
+            },
+            cores: if whole { 0 } else { pod.gpu_milli / 10 },
         },
-        cores: if whole { 0 } else { pod.gpu_milli / 10 },
+        devices: Vec::new(),
         models: set,
     }
 }

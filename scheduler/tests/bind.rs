@@ -8,7 +8,7 @@ use std::process::Command;
 
 use common::{Extender, GIB, claim_as_container, key_file, node_agent};
 use gpuslice_core::assignment::Assignment;
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{bus::Bus, sim::SimNode};
 use serde_json::{Value, json};
@@ -34,9 +34,11 @@ fn pod(name: &str, uid: &str, memory: &str) -> Value {
 /// the scheduler-assigned containers it lists as `claimed`.
 fn publish_one_gpu(api: &ApiServer, allocated: u64, claimed: &[&str]) {
     let publication = NodePublication {
+        max_sharers: 16,
         version: 1,
         claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
         gpus: vec![PublishedGpu {
+            index: None,
             uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
             model: "Tesla T4".into(),
             memory_total: 15 * GIB,
@@ -68,6 +70,7 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
     let api = ApiServer::start();
     // As the agent publishes it: GPU 0 has 12 of 15 GiB taken, GPU 1 is free.
     let publication = NodePublication {
+        max_sharers: 16,
         version: 1,
         claimed: Vec::new(),
         gpus: sim
@@ -76,6 +79,7 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
             .iter()
             .enumerate()
             .map(|(i, g)| PublishedGpu {
+                index: None,
                 uuid: g.uuid.clone(),
                 model: "Tesla T4".into(),
                 memory_total: 15 * GIB,
@@ -189,9 +193,11 @@ fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
     let sim = SimNode::new(1, "T4", Some(15 * GIB));
     let api = ApiServer::start();
     let publication = NodePublication {
+        max_sharers: 16,
         version: 1,
         claimed: Vec::new(),
         gpus: vec![PublishedGpu {
+            index: None,
             uuid: sim.spec.gpus[0].uuid.clone(),
             model: "Tesla T4".into(),
             memory_total: 15 * GIB,

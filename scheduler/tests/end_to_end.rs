@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{Extender, GIB, claim_as_container, key_file, node_agent};
 use gpuslice_core::assignment::Assignment;
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{bus::Bus, sim::SimNode, wait_for};
 use serde_json::{Value, json};

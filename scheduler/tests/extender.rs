@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Extender, GIB};
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use serde_json::{Value, json};
 
 fn serve(policy: &str) -> Extender {
@@ -15,12 +15,14 @@ fn serve(policy: &str) -> Extender {
 /// (memory total GiB, memory allocated GiB, sharers) per GPU.
 fn publication(gpus: &[(u64, u64, u32)]) -> String {
     let p = NodePublication {
+        max_sharers: 16,
         version: 1,
         claimed: Vec::new(),
         gpus: gpus
             .iter()
             .enumerate()
             .map(|(i, &(total, used, sharers))| PublishedGpu {
+                index: None,
                 uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
                 model: "NVIDIA A10".into(),
                 memory_total: total * GIB,

@@ -167,8 +167,8 @@ fn the_example_pod_asks_one_slice_for_its_model_and_nothing_for_its_sidecar() {
     assert_eq!(slices.policy, Some("binpack".parse().unwrap()));
     let model = &slices.containers[0];
     assert_eq!(model.name, "model");
-    assert_eq!(model.demand.memory.bytes_of(u64::MAX), 4 << 30);
-    assert_eq!(model.demand.cores, 30);
+    assert_eq!(model.demand.shape.memory.bytes_of(u64::MAX), 4 << 30);
+    assert_eq!(model.demand.shape.cores, 30);
     let written = slices.annotations_to_write();
     assert_eq!(
         written["gpuslice.io/model.memory"],

@@ -7,16 +7,18 @@ mod common;
 use std::time::Duration;
 
 use common::{Extender, GIB, key_file};
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::wait_for;
 use serde_json::{Value, json};
 
 fn node(name: &str, allocated_gib: u64) -> Value {
     let p = NodePublication {
+        max_sharers: 16,
         version: 1,
         claimed: Vec::new(),
         gpus: vec![PublishedGpu {
+            index: None,
             uuid: format!("GPU-{name}"),
             model: "NVIDIA A10".into(),
             memory_total: 24 * GIB,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use gpuslice_core::edits::CONTAINER_RUN_DIR;
+use gpuslice_core::layout::CONTAINER_RUN_DIR;
 use gpuslice_core::limits::{self, GpuLimit, Limits};
 use gpuslice_core::usage;
 
@@ -218,7 +218,8 @@ pub struct Proc;
 
 impl Processes for Proc {
     fn start_time(&self, pid: u32) -> Option<u64> {
-        gpuslice_core::host::process_start_time(Path::new("/proc"), pid)
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        gpuslice_core::process::parse_start_time(&stat)
     }
 }
 

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
-use crate::cluster::PublishedGpu;
+use crate::publication::PublishedGpu;
 
 const GIB: u64 = 1 << 30;
 
@@ -176,6 +176,7 @@ fn declared_resources_are_read_from_limits_then_requests_with_clear_errors() {
 #[test]
 fn a_node_advertises_all_its_gpu_memory_and_one_hundred_cores_per_gpu() {
     let gpu = |memory_total| PublishedGpu {
+        index: None,
         uuid: "GPU-x".into(),
         model: "A10".into(),
         memory_total,
@@ -187,6 +188,7 @@ fn a_node_advertises_all_its_gpu_memory_and_one_hundred_cores_per_gpu() {
     let p = NodePublication {
         version: 1,
         claimed: Vec::new(),
+        max_sharers: 16,
         gpus: vec![gpu(24 * GIB), gpu(16 * GIB)],
     };
     let c = node_capacity(&p);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use gpuslice_core::Policy;
-use gpuslice_core::placement::Rules;
+use gpuslice_core::fit::Rules;
 use gpuslice_nodeagent::duration;
 use gpuslice_nodeagent::gc::{self, Evidence};
 use gpuslice_nodeagent::service::{self, Config};

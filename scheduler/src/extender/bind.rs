@@ -9,13 +9,87 @@ use std::collections::BTreeMap;
 
 use gpuslice_core::annotations;
 use gpuslice_core::assignment::{AssignedGpu, Assignment};
-use gpuslice_core::cluster::{self, ClusterPolicy, NODE_STATE_ANNOTATION, NodePublication};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, assigned_container};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::Extender;
 use super::wire::{ExtenderBindingArgs, ExtenderBindingResult};
+use super::{Assumed, Extender, PodSlices, RequestError};
+use crate::cluster::{self, ClusterPolicy, NodeState, TaskMix};
+
+/// Why a pod was not bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("the pod now has UID {now:?}, kube-scheduler asked for {asked:?}")]
+    UidChanged { now: String, asked: String },
+    #[error("the pod is already bound to node {0:?}")]
+    AlreadyBound(String),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("the node publishes no GPUs (no gpuslice agent)")]
+    NoAgent,
+    #[error("annotation {NODE_STATE_ANNOTATION} is not readable: {0}")]
+    Unreadable(serde_json::Error),
+    #[error("container {0}: its slice no longer fits on the node")]
+    NoLongerFits(String),
+    #[error("signing the assignment: {0}")]
+    Sign(String),
+    #[error("{what}: {source}")]
+    Api {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("encoding the pod: {0}")]
+    Encode(serde_json::Error),
+    #[error("the extender's placement lock is poisoned")]
+    Poisoned,
+}
+
+fn api(what: &'static str) -> impl FnOnce(kube::Error) -> BindError {
+    move |source| BindError::Api { what, source }
+}
+
+/// The GPUs of `node` for each container of a pod, chosen in turn by `policy` as prioritize
+/// scored the node (the fit model decides what fits), and the placements to count until the
+/// agent shows them. `node` is the node as published, with the placements not yet shown.
+pub fn place_pod(
+    mut node: NodeState,
+    publication: &NodePublication,
+    pod_uid: &str,
+    slices: &PodSlices,
+    policy: ClusterPolicy,
+    mix: &TaskMix,
+) -> Result<(BTreeMap<String, Vec<AssignedGpu>>, Vec<Assumed>), BindError> {
+    let mut placed = Vec::new();
+    let mut containers = BTreeMap::new();
+    for c in &slices.containers {
+        let (name, d) = (&c.name, &c.demand);
+        let (_, gpus) = cluster::best_on_node(&node, d, policy, mix)
+            .ok_or_else(|| BindError::NoLongerFits(name.clone()))?;
+        let assigned: Vec<AssignedGpu> = gpus
+            .iter()
+            .map(|&i| {
+                let take = d.shape.take_on(node.gpus[i].memory_total);
+                AssignedGpu {
+                    uuid: publication.gpus[i].uuid.clone(),
+                    memory_bytes: take.memory_bytes,
+                    cores: take.cores,
+                }
+            })
+            .collect();
+        cluster::apply(&mut node, d, &gpus);
+        placed.push(Assumed {
+            container: assigned_container(pod_uid, name),
+            demand: d.clone(),
+            gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
+            since: std::time::Instant::now(),
+        });
+        containers.insert(name.clone(), assigned);
+    }
+    Ok((containers, placed))
+}
 
 /// What binding needs: an API client and the key shared with the node agents.
 pub struct Binder {
@@ -26,8 +100,13 @@ pub struct Binder {
 impl Extender {
     /// The bind verb. Errors are answered in `Error`, as kube-scheduler expects.
     pub async fn bind(&self, binder: &Binder, args: &ExtenderBindingArgs) -> ExtenderBindingResult {
+        let span = tracing::info_span!("bind", pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node);
+        let _entered = span.enter();
         match self.try_bind(binder, args).await {
-            Ok(()) => ExtenderBindingResult::default(),
+            Ok(()) => {
+                tracing::info!("bound");
+                ExtenderBindingResult::default()
+            }
             Err(e) => ExtenderBindingResult {
                 error: format!(
                     "gpuslice: binding pod {}/{} to {}: {e}",
@@ -37,23 +116,23 @@ impl Extender {
         }
     }
 
-    async fn try_bind(&self, binder: &Binder, args: &ExtenderBindingArgs) -> Result<(), String> {
+    async fn try_bind(&self, binder: &Binder, args: &ExtenderBindingArgs) -> Result<(), BindError> {
         let pods: Api<Pod> = Api::namespaced(binder.client.clone(), &args.pod_namespace);
         let pod = pods
             .get(&args.pod_name)
             .await
-            .map_err(|e| format!("reading the pod: {e}"))?;
+            .map_err(api("reading the pod"))?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if !args.pod_uid.is_empty() && uid != args.pod_uid {
-            return Err(format!(
-                "the pod now has UID {uid:?}, kube-scheduler asked for {:?}",
-                args.pod_uid
-            ));
+            return Err(BindError::UidChanged {
+                now: uid,
+                asked: args.pod_uid.clone(),
+            });
         }
         if let Some(bound) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            return Err(format!("the pod is already bound to node {bound:?}"));
+            return Err(BindError::AlreadyBound(bound.to_string()));
         }
-        let pod_json = serde_json::to_value(&pod).map_err(|e| e.to_string())?;
+        let pod_json = serde_json::to_value(&pod).map_err(BindError::Encode)?;
         let slices = super::pod_slices(&pod_json)?;
         if !slices.containers.is_empty() {
             let policy = slices.policy.unwrap_or(self.default_policy);
@@ -73,13 +152,14 @@ impl Extender {
                     &Patch::Merge(&patch),
                 )
                 .await
-                .map_err(|e| format!("writing the assignment: {e}"))?;
+                .map_err(api("writing the assignment"))?;
                 create_binding(&pods, args, &uid).await
             }
             .await;
             if bound.is_err() {
                 // Not bound: the room it was given is free again.
-                self.unassume(&args.node, &uid, &publication);
+                let _ = self.cache.forget_pod(&uid);
+                self.cache.take_in(&args.node, &publication);
             }
             return bound;
         }
@@ -92,7 +172,7 @@ async fn create_binding(
     pods: &Api<Pod>,
     args: &ExtenderBindingArgs,
     uid: &str,
-) -> Result<(), String> {
+) -> Result<(), BindError> {
     let binding = json!({
         "apiVersion": "v1",
         "kind": "Binding",
@@ -106,7 +186,7 @@ async fn create_binding(
         &binding,
     )
     .await
-    .map_err(|e| format!("creating the Binding: {e}"))?;
+    .map_err(api("creating the Binding"))?;
     Ok(())
 }
 
@@ -118,71 +198,35 @@ impl Extender {
         binder: &Binder,
         node: &str,
         pod_uid: &str,
-        slices: &super::PodSlices,
+        slices: &PodSlices,
         policy: ClusterPolicy,
-    ) -> Result<(String, NodePublication), String> {
+    ) -> Result<(String, NodePublication), BindError> {
         let nodes: Api<Node> = Api::all(binder.client.clone());
-        let n = nodes
-            .get(node)
-            .await
-            .map_err(|e| format!("reading the node: {e}"))?;
+        let n = nodes.get(node).await.map_err(api("reading the node"))?;
         let published = n
             .metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(NODE_STATE_ANNOTATION))
-            .ok_or("the node publishes no GPUs (no gpuslice agent)")?;
-        let publication: NodePublication = serde_json::from_str(published)
-            .map_err(|e| format!("annotation {NODE_STATE_ANNOTATION} is not readable: {e}"))?;
+            .ok_or(BindError::NoAgent)?;
+        let publication: NodePublication =
+            serde_json::from_str(published).map_err(BindError::Unreadable)?;
         // Placing and counting the placement happen as one step, so that concurrent binds
         // (kube-scheduler binds asynchronously) see each other's placements.
-        let _placing = self
-            .placing
-            .lock()
-            .map_err(|_| "the extender's placement lock is poisoned".to_string())?;
+        let _placing = self.placing.lock().map_err(|_| BindError::Poisoned)?;
         // What this extender already placed there counts too (the agent may not show it yet).
-        let mut state = self.known(node, &publication).state;
-        let mut placed = Vec::new();
-        // The GPUs on the node are chosen as prioritize scored the node: by the pod's policy.
-        let mix = self.mix_snapshot();
-        let mut containers = BTreeMap::new();
-        for c in &slices.containers {
-            let (name, d) = (&c.name, &c.demand);
-            let (_, gpus) = cluster::best_on_node(&state, d, policy, &mix)
-                .ok_or_else(|| format!("container {name}: its slice no longer fits on the node"))?;
-            let assigned: Vec<AssignedGpu> = gpus
-                .iter()
-                .map(|&i| {
-                    let g = &state.gpus[i];
-                    let (memory_bytes, cores) = if d.exclusive {
-                        (g.memory_total, 100)
-                    } else {
-                        (d.memory.bytes_of(g.memory_total), d.cores)
-                    };
-                    AssignedGpu {
-                        uuid: publication.gpus[i].uuid.clone(),
-                        memory_bytes,
-                        cores,
-                    }
-                })
-                .collect();
-            cluster::apply(&mut state, d, &gpus);
-            placed.push(super::Assumed {
-                container: cluster::assigned_container(pod_uid, name),
-                demand: d.clone(),
-                gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
-                since: std::time::Instant::now(),
-            });
-            containers.insert(name.clone(), assigned);
-        }
+        let state = self.cache.known(node, &publication).state;
+        let (_, mix) = self.mix_snapshot();
+        let (containers, placed) = place_pod(state, &publication, pod_uid, slices, policy, &mix)?;
         let signed = Assignment {
             node: node.to_string(),
             pod_uid: pod_uid.to_string(),
             containers,
         }
         .sign(&binder.key)
-        .map_err(|e| e.to_string())?;
-        self.assume(node, placed, &publication);
+        .map_err(|e| BindError::Sign(e.to_string()))?;
+        self.cache.assume(node, placed);
+        self.cache.take_in(node, &publication);
         Ok((signed, publication))
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use gpuslice_core::cluster::{NODE_STATE_ANNOTATION, NodePublication};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
@@ -35,7 +35,7 @@ fn publication(node: &Node) -> Option<NodePublication> {
 }
 
 fn warn(msg: &str) {
-    eprintln!("gpuslice-scheduler: {msg}");
+    tracing::warn!("{msg}");
 }
 
 /// Runs until the stream ends (it does not, short of the process ending).

@@ -7,7 +7,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use gpuslice_core::host;
 use gpuslice_simnode::{NodeSpec, procs};
 
 use crate::CUresult;
@@ -71,7 +70,8 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
     })?;
     let visible = visible_devices(&spec, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
     let pid = std::process::id();
-    let start_time = host::process_start_time(Path::new("/proc"), pid).unwrap_or(0);
+    let start_time =
+        gpuslice_simnode::procs::process_start_time(Path::new("/proc"), pid).unwrap_or(0);
     procs::remove_stale(&spec.state_dir);
     let record = std::fs::OpenOptions::new()
         .create(true)

@@ -11,8 +11,6 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuslice_core::host;
-
 pub const MAGIC: &[u8; 8] = b"GSIMPRC2";
 pub const MAX_GPUS: usize = 64;
 const USED_AT: usize = 24;
@@ -140,7 +138,7 @@ pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
         .flatten()
         .filter_map(|e| std::fs::read(e.path()).ok())
         .filter_map(|b| decode(&b))
-        .filter(|p| host::process_start_time(Path::new("/proc"), p.pid) == Some(p.start_time))
+        .filter(|p| process_start_time(Path::new("/proc"), p.pid) == Some(p.start_time))
         .collect();
     out.sort_by_key(|p| p.pid);
     out
@@ -157,12 +155,12 @@ pub fn remove_stale(state_dir: &Path) {
     let proc_root = Path::new("/proc");
     for e in entries.flatten() {
         let alive = match std::fs::read(e.path()).ok().and_then(|b| decode(&b)) {
-            Some(p) => host::process_start_time(proc_root, p.pid) == Some(p.start_time),
+            Some(p) => process_start_time(proc_root, p.pid) == Some(p.start_time),
             None => e
                 .file_name()
                 .to_str()
                 .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|pid| host::process_start_time(proc_root, pid).is_some()),
+                .is_some_and(|pid| process_start_time(proc_root, pid).is_some()),
         };
         if !alive {
             let _ = std::fs::remove_file(e.path());
@@ -222,4 +220,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         d
     }
+}
+
+/// The start time of `pid` in clock ticks since boot (`<proc_root>/<pid>/stat`), or `None`
+/// when no such process exists.
+#[must_use]
+pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    gpuslice_core::process::parse_start_time(&stat)
 }

@@ -4,11 +4,11 @@
 
 use std::path::PathBuf;
 
-use crate::claim::Claim;
 use crate::driver::{BindMount, DeviceNode, DriverError, DriverFiles};
+use gpuslice_core::claim::Claim;
+use gpuslice_core::limits;
 
-/// Where the container's own directory appears inside it.
-pub const CONTAINER_RUN_DIR: &str = "/run/gpuslice";
+pub use gpuslice_core::layout::CONTAINER_RUN_DIR;
 /// Where the interception library appears inside every GPU container.
 pub const INTERCEPTION_LIBRARY: &str = "/usr/lib/gpuslice/libgpuslice.so";
 /// Name of the preload list in the container's host directory, mounted on
@@ -88,8 +88,8 @@ impl Edits {
                 read_only: false,
             },
             BindMount {
-                source: host.container_dir.join(crate::limits::FILE_NAME),
-                destination: format!("{CONTAINER_RUN_DIR}/{}", crate::limits::FILE_NAME),
+                source: host.container_dir.join(limits::FILE_NAME),
+                destination: format!("{CONTAINER_RUN_DIR}/{}", limits::FILE_NAME),
                 read_only: true,
             },
         ];

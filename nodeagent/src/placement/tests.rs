@@ -1,5 +1,8 @@
 use super::*;
-use crate::quantity::MemoryQuantity;
+use gpuslice_core::annotations::DeviceSelector;
+use gpuslice_core::policy::Policy;
+use gpuslice_core::quantity::MemoryQuantity;
+use gpuslice_core::{GpuLoad, SliceRequest};
 use std::collections::BTreeMap;
 
 const GIB: u64 = 1 << 30;

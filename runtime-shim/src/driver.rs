@@ -6,7 +6,35 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::host::{DriverRoot, LIBRARY_DIRS};
+pub use gpuslice_core::layout::{CUDA_SONAME, LIBRARY_DIRS, NVML_SONAME};
+
+/// A tree holding the driver's user-space files: `/` on a GPU node, or a simulated node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverRoot {
+    pub root: PathBuf,
+}
+
+impl DriverRoot {
+    #[must_use]
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The first file named `soname` in the driver root's library directories.
+    #[must_use]
+    pub fn find_library(&self, soname: &str) -> Option<PathBuf> {
+        LIBRARY_DIRS
+            .iter()
+            .map(|d| self.root.join(d).join(soname))
+            .find(|p| p.exists())
+    }
+
+    /// Path of device node `name` (e.g. `nvidia0`) under this root.
+    #[must_use]
+    pub fn device(&self, name: &str) -> PathBuf {
+        self.root.join("dev").join(name)
+    }
+}
 
 /// A device node to create in the container.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
 use super::*;
+use gpuslice_core::quantity::MemoryQuantity;
 
 const GIB: u64 = 1 << 30;
 
@@ -10,7 +11,11 @@ fn node(name: &str, gpus: usize) -> NodeState {
         cpu_free: 64_000,
         mem_total: 256 * GIB,
         mem_free: 256 * GIB,
-        gpus: vec![GpuState::idle(16 * GIB); gpus],
+        gpus: vec![GpuRoom::idle(16 * GIB); gpus],
+        ids: Arc::from([]),
+        rules: Rules {
+            max_sharers: u32::MAX,
+        },
     }
 }
 
@@ -19,9 +24,12 @@ fn slice(memory: u64) -> Demand {
         cpu: 1000,
         mem: GIB,
         gpus: 1,
-        exclusive: false,
-        memory: MemoryQuantity::Bytes(memory),
-        cores: 0,
+        shape: Shape {
+            exclusive: false,
+            memory: MemoryQuantity::Bytes(memory),
+            cores: 0,
+        },
+        devices: Vec::new(),
         models: None,
     }
 }
@@ -29,15 +37,18 @@ fn slice(memory: u64) -> Demand {
 fn whole(gpus: u32) -> Demand {
     Demand {
         gpus,
-        exclusive: true,
+        shape: Shape::whole(),
         ..slice(0)
     }
 }
 
 fn share(milli: u32) -> Demand {
     Demand {
-        memory: MemoryQuantity::PercentBasisPoints(milli * 10),
-        cores: milli / 10,
+        shape: Shape {
+            exclusive: false,
+            memory: MemoryQuantity::PercentBasisPoints(milli * 10),
+            cores: milli / 10,
+        },
         ..slice(0)
     }
 }

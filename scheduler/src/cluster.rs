@@ -11,46 +11,11 @@
 //! node index, then the lower GPU indexes.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::quantity::MemoryQuantity;
-
-/// One GPU as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuState {
-    pub memory_total: u64,
-    pub memory_free: u64,
-    pub cores_free: u32,
-    pub sharers: u32,
-    /// Held whole by one pod.
-    pub exclusive: bool,
-}
-
-impl GpuState {
-    #[must_use]
-    pub fn idle(memory_total: u64) -> Self {
-        Self {
-            memory_total,
-            memory_free: memory_total,
-            cores_free: 100,
-            sharers: 0,
-            exclusive: false,
-        }
-    }
-
-    /// Free capacity as a share of the GPU (0..=1): the scarcer of memory and SMs.
-    #[must_use]
-    pub fn free_share(&self) -> f64 {
-        if self.exclusive || self.memory_total == 0 {
-            return 0.0;
-        }
-        let mem = self.memory_free as f64 / self.memory_total as f64;
-        mem.min(f64::from(self.cores_free) / 100.0)
-    }
-
-    fn untouched(&self) -> bool {
-        self.sharers == 0 && !self.exclusive
-    }
-}
+use gpuslice_core::annotations::DeviceSelector;
+use gpuslice_core::fit::{self, Ask, GpuRoom, NodeView, Rules, Shape};
+use gpuslice_core::publication::NodePublication;
 
 /// One node: host resources left and its GPUs.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,13 +27,57 @@ pub struct NodeState {
     pub cpu_free: u64,
     pub mem_total: u64,
     pub mem_free: u64,
-    pub gpus: Vec<GpuState>,
+    pub gpus: Vec<GpuRoom>,
+    /// Each GPU's index on its node and UUID, for requests that name GPUs; empty where GPUs
+    /// have no identity (simulated clusters: GPU i is index i).
+    pub ids: Arc<[(u32, String)]>,
+    /// The node agent's rules.
+    pub rules: Rules,
 }
 
 impl NodeState {
     #[must_use]
     pub fn gpu_free_share(&self) -> f64 {
-        self.gpus.iter().map(GpuState::free_share).sum()
+        self.gpus.iter().map(GpuRoom::free_share).sum()
+    }
+
+    /// The node as its agent publishes it. Host CPU and memory are left unconstrained:
+    /// kube-scheduler checks them itself before the extender is asked.
+    #[must_use]
+    pub fn published(name: &str, p: &NodePublication) -> Self {
+        Self {
+            name: name.to_string(),
+            model: 0,
+            cpu_total: u64::MAX / 2,
+            cpu_free: u64::MAX / 2,
+            mem_total: u64::MAX / 2,
+            mem_free: u64::MAX / 2,
+            gpus: p.gpus.iter().map(|g| g.room()).collect(),
+            ids: (0..p.gpus.len())
+                .map(|i| (p.index(i), p.gpus[i].uuid.clone()))
+                .collect(),
+            rules: p.rules(),
+        }
+    }
+}
+
+impl NodeView for NodeState {
+    fn gpu_count(&self) -> usize {
+        self.gpus.len()
+    }
+    fn room(&self, pos: usize) -> GpuRoom {
+        self.gpus[pos]
+    }
+    fn index(&self, pos: usize) -> u32 {
+        self.ids
+            .get(pos)
+            .map_or_else(|| u32::try_from(pos).unwrap_or(u32::MAX), |id| id.0)
+    }
+    fn uuid(&self, pos: usize) -> &str {
+        self.ids.get(pos).map_or("", |id| id.1.as_str())
+    }
+    fn rules(&self) -> Rules {
+        self.rules
     }
 }
 
@@ -79,11 +88,10 @@ pub struct Demand {
     pub mem: u64,
     /// GPUs wanted (0 for a pod without GPUs).
     pub gpus: u32,
-    pub exclusive: bool,
-    /// Per GPU, for slices.
-    pub memory: MemoryQuantity,
-    /// Per GPU, percent of the SMs, for slices.
-    pub cores: u32,
+    /// What it asks of each GPU.
+    pub shape: Shape,
+    /// The GPUs it names (`gpuslice.io/devices`); empty for any.
+    pub devices: Vec<DeviceSelector>,
     /// Bit set of the GPU models the pod accepts; None for any.
     pub models: Option<u64>,
 }
@@ -92,11 +100,21 @@ impl Demand {
     /// The GPU share this demand takes (whole GPUs count 1 each).
     #[must_use]
     pub fn gpu_share(&self, memory_total: u64) -> f64 {
-        if self.exclusive {
+        if self.shape.exclusive {
             return f64::from(self.gpus);
         }
-        let mem = self.memory.bytes_of(memory_total) as f64 / memory_total.max(1) as f64;
-        f64::from(self.gpus) * mem.max(f64::from(self.cores) / 100.0)
+        let mem = self.shape.memory.bytes_of(memory_total) as f64 / memory_total.max(1) as f64;
+        f64::from(self.gpus) * mem.max(f64::from(self.shape.cores) / 100.0)
+    }
+
+    /// The fit model's reading of this demand.
+    #[must_use]
+    pub fn ask(&self) -> Ask<'_> {
+        Ask {
+            shape: self.shape,
+            gpus: self.gpus,
+            devices: &self.devices,
+        }
     }
 
     fn host_fits(&self, n: &NodeState) -> bool {
@@ -106,24 +124,10 @@ impl Demand {
             && self.gpus as usize <= n.gpus.len()
     }
 
-    /// What this demand takes on GPU `g`, if it fits there.
-    fn gpu_fit(&self, g: &GpuState) -> Option<(u64, u32)> {
-        if self.exclusive {
-            return g.untouched().then_some((g.memory_total, 100));
-        }
-        if g.exclusive {
-            return None;
-        }
-        let m = self.memory.bytes_of(g.memory_total);
-        (m > 0 && m <= g.memory_free && self.cores <= g.cores_free).then_some((m, self.cores))
-    }
-
     fn gpu_class(&self) -> GpuClass {
         GpuClass {
             gpus: self.gpus,
-            exclusive: self.exclusive,
-            memory: self.memory,
-            cores: self.cores,
+            shape: self.shape,
         }
     }
 }
@@ -132,9 +136,7 @@ impl Demand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct GpuClass {
     gpus: u32,
-    exclusive: bool,
-    memory: MemoryQuantity,
-    cores: u32,
+    shape: Shape,
 }
 
 /// How each pod seen counts in the mix.
@@ -262,18 +264,8 @@ fn class_fragment(node: &NodeState, c: &GpuClass, free: f64) -> f64 {
         return 0.0;
     }
     let (mut fitting, mut stranded) = (0u32, 0.0);
-    // The slice's bytes per GPU size, computed once per size (a node's GPUs are alike).
-    let mut want = (u64::MAX, 0u64);
     for g in &node.gpus {
-        if want.0 != g.memory_total {
-            want = (g.memory_total, c.memory.bytes_of(g.memory_total));
-        }
-        let fits = if c.exclusive {
-            g.untouched()
-        } else {
-            !g.exclusive && want.1 > 0 && want.1 <= g.memory_free && c.cores <= g.cores_free
-        };
-        if fits {
+        if fit::fit_gpu(&c.shape, g, &node.rules).is_ok() {
             fitting += 1;
         } else {
             stranded += g.free_share();
@@ -355,13 +347,15 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
     if d.gpus == 0 {
         return vec![Vec::new()];
     }
-    let fitting: Vec<usize> = (0..node.gpus.len())
-        .filter(|&i| d.gpu_fit(&node.gpus[i]).is_some())
-        .collect();
-    if fitting.len() < d.gpus as usize {
+    let mut fitting: Vec<usize> = Vec::new();
+    if fit::fit_node(&d.ask(), node, |pos, _| fitting.push(pos)).is_err() {
         return Vec::new();
     }
-    if d.exclusive {
+    if !d.devices.is_empty() {
+        // Named GPUs: exactly those.
+        return vec![fitting];
+    }
+    if d.shape.exclusive {
         return vec![fitting[..d.gpus as usize].to_vec()];
     }
     if d.gpus > 1 {
@@ -395,11 +389,7 @@ pub fn fits(node: &NodeState, d: &Demand) -> bool {
     if !d.host_fits(node) {
         return false;
     }
-    if d.gpus == 0 {
-        return true;
-    }
-    let fitting = node.gpus.iter().filter(|g| d.gpu_fit(g).is_some()).count();
-    fitting >= d.gpus as usize
+    d.gpus == 0 || fit::fit_node(&d.ask(), node, |_, _| ()).is_ok()
 }
 
 /// Takes what `d` asks for from `node` on `gpus`.
@@ -408,11 +398,8 @@ pub fn apply(node: &mut NodeState, d: &Demand, gpus: &[usize]) {
     node.mem_free -= d.mem.min(node.mem_free);
     for &i in gpus {
         let g = &mut node.gpus[i];
-        if let Some((m, c)) = d.gpu_fit(g) {
-            g.memory_free -= m;
-            g.cores_free -= c;
-            g.sharers += 1;
-            g.exclusive = d.exclusive;
+        if let Ok(take) = fit::fit_gpu(&d.shape, g, &node.rules) {
+            g.take(take, d.shape.exclusive);
         }
     }
 }
@@ -422,6 +409,7 @@ fn after(node: &NodeState, d: &Demand, gpus: &[usize]) -> NodeState {
     let mut n = NodeState {
         name: String::new(),
         gpus: node.gpus.clone(),
+        ids: Arc::clone(&node.ids),
         ..*node
     };
     apply(&mut n, d, gpus);
@@ -575,63 +563,3 @@ fn gpus_share(node: &NodeState, d: &Demand, gpus: f64) -> f64 {
 
 #[cfg(test)]
 mod tests;
-
-/// The Node annotation on which a node agent publishes its GPUs for the cluster scheduler.
-pub const NODE_STATE_ANNOTATION: &str = "gpuslice.io/node-state";
-
-/// What a node agent publishes on its Node: each GPU and what is allocated on it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NodePublication {
-    pub version: u32,
-    pub gpus: Vec<PublishedGpu>,
-    /// The containers holding a claim made by a scheduler assignment, as
-    /// [`assigned_container`] keys, sorted: once a container shows here, its slice is in
-    /// `gpus` and the scheduler stops counting its own placement of it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub claimed: Vec<String>,
-}
-
-/// How a publication names a container placed by the scheduler: `<pod UID>/<container>`.
-#[must_use]
-pub fn assigned_container(pod_uid: &str, container: &str) -> String {
-    format!("{pod_uid}/{container}")
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PublishedGpu {
-    pub uuid: String,
-    #[serde(default)]
-    pub model: String,
-    pub memory_total: u64,
-    pub memory_allocated: u64,
-    pub cores_allocated: u32,
-    pub sharers: u32,
-    pub exclusive: bool,
-}
-
-impl NodePublication {
-    /// The node as placement sees it. Host CPU and memory are left unconstrained: kube-scheduler
-    /// checks them itself before the extender is asked.
-    #[must_use]
-    pub fn node_state(&self, name: &str) -> NodeState {
-        NodeState {
-            name: name.to_string(),
-            model: 0,
-            cpu_total: u64::MAX / 2,
-            cpu_free: u64::MAX / 2,
-            mem_total: u64::MAX / 2,
-            mem_free: u64::MAX / 2,
-            gpus: self
-                .gpus
-                .iter()
-                .map(|g| GpuState {
-                    memory_total: g.memory_total,
-                    memory_free: g.memory_total.saturating_sub(g.memory_allocated),
-                    cores_free: 100u32.saturating_sub(g.cores_allocated),
-                    sharers: g.sharers,
-                    exclusive: g.exclusive,
-                })
-                .collect(),
-        }
-    }
-}

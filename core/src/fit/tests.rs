@@ -1,0 +1,190 @@
+use super::*;
+use crate::quantity::MemoryQuantity;
+
+const GIB: u64 = 1 << 30;
+
+/// A node of `rooms`, GPU i with index i and UUID `GPU-i`.
+struct Node {
+    rooms: Vec<GpuRoom>,
+    uuids: Vec<String>,
+    rules: Rules,
+}
+
+impl Node {
+    fn new(rooms: Vec<GpuRoom>, max_sharers: u32) -> Self {
+        let uuids = (0..rooms.len()).map(|i| format!("GPU-{i}")).collect();
+        Self {
+            rooms,
+            uuids,
+            rules: Rules { max_sharers },
+        }
+    }
+}
+
+impl NodeView for Node {
+    fn gpu_count(&self) -> usize {
+        self.rooms.len()
+    }
+    fn room(&self, pos: usize) -> GpuRoom {
+        self.rooms[pos]
+    }
+    fn index(&self, pos: usize) -> u32 {
+        pos as u32
+    }
+    fn uuid(&self, pos: usize) -> &str {
+        &self.uuids[pos]
+    }
+    fn rules(&self) -> Rules {
+        self.rules
+    }
+}
+
+fn slice(gib: u64, cores: u32) -> Shape {
+    Shape {
+        exclusive: false,
+        memory: MemoryQuantity::Bytes(gib * GIB),
+        cores,
+    }
+}
+
+fn fitting(ask: &Ask<'_>, node: &Node) -> Result<Vec<usize>, NodeMisfit> {
+    let mut out = Vec::new();
+    fit_node(ask, node, |pos, _| out.push(pos)).map(|()| out)
+}
+
+#[test]
+fn a_slice_fits_exactly_the_free_memory_and_not_one_byte_more() {
+    let mut gpu = GpuRoom::idle(16 * GIB);
+    gpu.take(slice(10, 0).take_on(gpu.memory_total), false);
+    let rules = Rules::default();
+    assert!(fit_gpu(&slice(6, 0), &gpu, &rules).is_ok());
+    let one_more = Shape {
+        memory: MemoryQuantity::Bytes(6 * GIB + 1),
+        ..slice(0, 0)
+    };
+    assert!(matches!(
+        fit_gpu(&one_more, &gpu, &rules),
+        Err(Misfit::Memory { .. })
+    ));
+}
+
+#[test]
+fn the_sharer_limit_refuses_one_slice_more_whatever_the_room() {
+    let node = Node::new(
+        vec![GpuRoom {
+            sharers: 2,
+            ..GpuRoom::idle(16 * GIB)
+        }],
+        2,
+    );
+    let ask = Ask {
+        shape: slice(1, 0),
+        gpus: 1,
+        devices: &[],
+    };
+    assert_eq!(fitting(&ask, &node), Err(NodeMisfit::TooFew { fitting: 0 }));
+    assert!(!NodeMisfit::TooFew { fitting: 0 }.is_lasting(&ask, &node));
+}
+
+#[test]
+fn a_whole_gpu_needs_a_gpu_nobody_shares_and_a_held_gpu_takes_nothing() {
+    let rules = Rules::default();
+    let mut shared = GpuRoom::idle(16 * GIB);
+    shared.take(slice(1, 0).take_on(shared.memory_total), false);
+    assert_eq!(
+        fit_gpu(&Shape::whole(), &shared, &rules),
+        Err(Misfit::InUse(1))
+    );
+    let mut held = GpuRoom::idle(16 * GIB);
+    held.take(Shape::whole().take_on(held.memory_total), true);
+    assert_eq!(fit_gpu(&slice(1, 0), &held, &rules), Err(Misfit::Exclusive));
+}
+
+#[test]
+fn named_devices_get_exactly_those_gpus_or_say_which_is_missing_or_full() {
+    let full = GpuRoom {
+        memory_free: 0,
+        ..GpuRoom::idle(16 * GIB)
+    };
+    let node = Node::new(
+        vec![GpuRoom::idle(16 * GIB), full, GpuRoom::idle(16 * GIB)],
+        16,
+    );
+    let devices = [
+        DeviceSelector::Uuid("gpu-2".into()),
+        DeviceSelector::Index(0),
+    ];
+    let ask = Ask {
+        shape: slice(4, 0),
+        gpus: 2,
+        devices: &devices,
+    };
+    assert_eq!(fitting(&ask, &node), Ok(vec![2, 0]));
+    let missing = [DeviceSelector::Index(7)];
+    let ask_missing = Ask {
+        devices: &missing,
+        gpus: 1,
+        ..ask
+    };
+    assert_eq!(
+        fitting(&ask_missing, &node),
+        Err(NodeMisfit::NoSuchDevice { named: 0 })
+    );
+    let on_full = [DeviceSelector::Index(1)];
+    let ask_full = Ask {
+        devices: &on_full,
+        gpus: 1,
+        ..ask
+    };
+    assert!(matches!(
+        fitting(&ask_full, &node),
+        Err(NodeMisfit::Named { pos: 1, .. })
+    ));
+}
+
+#[test]
+fn chosen_gpus_must_be_eligible_distinct_fitting_and_as_many_as_asked() {
+    let node = Node::new(vec![GpuRoom::idle(16 * GIB); 3], 16);
+    let named = [DeviceSelector::Index(1)];
+    let ask = Ask {
+        shape: slice(4, 20),
+        gpus: 1,
+        devices: &named,
+    };
+    assert_eq!(
+        fit_chosen(&ask, &node, &[1]),
+        Ok(vec![Take {
+            memory_bytes: 4 * GIB,
+            cores: 20
+        }])
+    );
+    assert_eq!(
+        fit_chosen(&ask, &node, &[0]),
+        Err(ChosenMisfit::NotNamed { pos: 0 })
+    );
+    let any = Ask {
+        devices: &[],
+        gpus: 2,
+        ..ask
+    };
+    assert_eq!(
+        fit_chosen(&any, &node, &[2, 2]),
+        Err(ChosenMisfit::Twice { pos: 2 })
+    );
+    assert_eq!(
+        fit_chosen(&any, &node, &[2]),
+        Err(ChosenMisfit::Count { chosen: 1 })
+    );
+}
+
+#[test]
+fn a_slice_larger_than_the_gpu_never_fits_and_says_so() {
+    let node = Node::new(vec![GpuRoom::idle(8 * GIB)], 16);
+    let ask = Ask {
+        shape: slice(10, 0),
+        gpus: 1,
+        devices: &[],
+    };
+    let e = fitting(&ask, &node).unwrap_err();
+    assert!(e.is_lasting(&ask, &node));
+}

@@ -1,0 +1,192 @@
+//! The node cache: each node's GPUs as its agent last published them (`gpuslice.io/node-state`),
+//! with the placements bind made there that the agent does not show yet.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
+use serde_json::Value;
+
+use super::score::{Mix64, gpu_set_hash};
+use super::wire;
+use crate::cluster::{self, Demand, NodeState};
+
+/// Why a node's GPUs are not known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    #[error("gpuslice: this node publishes no GPUs (no gpuslice agent)")]
+    NoAgent,
+    #[error("gpuslice: annotation {NODE_STATE_ANNOTATION} is not readable: {0}")]
+    Unreadable(String),
+    /// It may publish soon (a new node, an agent restarting).
+    #[error("gpuslice: no GPUs published by this node (yet)")]
+    NotYet,
+}
+
+impl NodeError {
+    /// Whether waiting cannot help (preemption neither).
+    #[must_use]
+    pub fn is_lasting(&self) -> bool {
+        !matches!(self, Self::NotYet)
+    }
+}
+
+/// A node's GPUs as placement sees them, with a hash of them as a set (what its scores
+/// depend on), computed once per publication rather than once per decision.
+pub struct Known {
+    pub state: NodeState,
+    pub gpu_set: u64,
+}
+
+/// A container's slice placed by bind, counted on its node until the agent lists the
+/// container in its publication's `claimed`.
+pub struct Assumed {
+    /// `<pod UID>/<container>`, as the agent will list it.
+    pub container: String,
+    pub demand: Demand,
+    /// The GPUs' UUIDs.
+    pub gpus: Vec<String>,
+    pub since: Instant,
+}
+
+/// How long a placement counts without its agent showing it: long enough for kubelet to pull
+/// an image and start the container. A pod deleted before it started holds its room that long.
+pub const ASSUME_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// The node cache.
+#[derive(Default)]
+pub struct NodeCache {
+    /// Nodes by name, as their agents last published them.
+    nodes: RwLock<HashMap<String, Arc<Known>>>,
+    /// Placements bind made that the nodes' agents do not show yet, by node.
+    assumed: Mutex<HashMap<String, Vec<Assumed>>>,
+}
+
+impl NodeCache {
+    /// Sets what a node publishes (from the Node watch), or forgets it.
+    pub fn update(&self, name: &str, publication: Option<&NodePublication>) {
+        match publication {
+            Some(p) => self.take_in(name, p),
+            None => {
+                if let Ok(mut c) = self.nodes.write() {
+                    c.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Caches node `name` as `publication` shows it, with the placements it does not show yet.
+    pub fn take_in(&self, name: &str, publication: &NodePublication) {
+        let known = Arc::new(self.known(name, publication));
+        if let Ok(mut c) = self.nodes.write() {
+            c.insert(name.to_string(), known);
+        }
+    }
+
+    /// A node as `publication` shows it, with the placements bind made there that it does
+    /// not show yet. Placements it shows (or older than [`ASSUME_FOR`]) are forgotten.
+    pub fn known(&self, name: &str, publication: &NodePublication) -> Known {
+        let mut state = NodeState::published(name, publication);
+        if let Ok(mut assumed) = self.assumed.lock()
+            && let Some(list) = assumed.get_mut(name)
+        {
+            list.retain(|a| {
+                a.since.elapsed() < ASSUME_FOR && !publication.claimed.contains(&a.container)
+            });
+            for a in list.iter() {
+                let gpus: Vec<usize> = a
+                    .gpus
+                    .iter()
+                    .filter_map(|u| publication.gpus.iter().position(|g| g.uuid == *u))
+                    .collect();
+                if gpus.len() == a.gpus.len() {
+                    cluster::apply(&mut state, &a.demand, &gpus);
+                }
+            }
+            if list.is_empty() {
+                assumed.remove(name);
+            }
+        }
+        Known {
+            gpu_set: gpu_set_hash(&Mix64::default(), &state),
+            state,
+        }
+    }
+
+    /// Nodes whose publication is known.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.nodes.read().map_or(0, |c| c.len())
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counts placements on node `name` until its agent shows them.
+    pub fn assume(&self, name: &str, placed: Vec<Assumed>) {
+        if let Ok(mut assumed) = self.assumed.lock() {
+            assumed.entry(name.to_string()).or_default().extend(placed);
+        }
+    }
+
+    /// Stops counting the placements of pod `pod_uid` wherever they are (the pod is gone);
+    /// returns the nodes it had placements on, whose state must be taken in again.
+    #[must_use]
+    pub fn forget_pod(&self, pod_uid: &str) -> Vec<String> {
+        let prefix = gpuslice_core::publication::assigned_container(pod_uid, "");
+        let Ok(mut assumed) = self.assumed.lock() else {
+            return Vec::new();
+        };
+        let mut nodes = Vec::new();
+        for (node, list) in assumed.iter_mut() {
+            let before = list.len();
+            list.retain(|a| !a.container.starts_with(&prefix));
+            if list.len() != before {
+                nodes.push(node.clone());
+            }
+        }
+        assumed.retain(|_, list| !list.is_empty());
+        nodes
+    }
+
+    /// The nodes of a request, each with its GPUs or why they are not known: from the Node
+    /// objects when the request carries them, else from the cache by name.
+    pub fn lookup(&self, args: &wire::ExtenderArgs) -> Vec<Candidate> {
+        if let Some(list) = &args.nodes {
+            return list
+                .items
+                .iter()
+                .map(|n| {
+                    let name = wire::name(n).to_string();
+                    let state = wire::annotations(n)
+                        .get(NODE_STATE_ANNOTATION)
+                        .ok_or(NodeError::NoAgent)
+                        .and_then(|v| {
+                            serde_json::from_str::<NodePublication>(v)
+                                .map_err(|e| NodeError::Unreadable(e.to_string()))
+                        })
+                        .map(|p| Arc::new(self.known(&name, &p)));
+                    (name, Some(n.clone()), state)
+                })
+                .collect();
+        }
+        let Ok(cache) = self.nodes.read() else {
+            return Vec::new();
+        };
+        args.node_names
+            .iter()
+            .flatten()
+            .map(|name| {
+                let state = cache.get(name).cloned().ok_or(NodeError::NotYet);
+                (name.clone(), None, state)
+            })
+            .collect()
+    }
+}
+
+/// A node of a request: its name, the Node object when the request carried it, and its
+/// GPUs or why they are not known.
+pub type Candidate = (String, Option<Value>, Result<Arc<Known>, NodeError>);
