@@ -41,6 +41,7 @@ pub struct Known {
 
 /// A container's slice placed by bind, counted on its node until the agent lists the
 /// container in its publication's `claimed`.
+#[derive(Debug)]
 pub struct Assumed {
     /// `<pod UID>/<container>`, as the agent will list it.
     pub container: String,

@@ -1,0 +1,248 @@
+//! One fit model on both sides: random node states and random pods go through the extender
+//! (filter, then bind's placement) and through the node agent's real ledger (admission of
+//! each container with the signed assignment bind made, as at container create). The
+//! extender never binds what the agent refuses, and passes every node on which the agent's
+//! own placement admits a one-container pod.
+
+use std::collections::BTreeMap;
+
+use gpuslice_core::annotations::{CRI_CONTAINER_NAME, PREFIX};
+use gpuslice_core::assignment::Assignment;
+use gpuslice_core::fit::Rules;
+use gpuslice_core::inventory::{GpuInfo, Inventory};
+use gpuslice_core::policy::Policy;
+use gpuslice_nodeagent::ledger::{Ledger, Trust};
+use gpuslice_nodeagent::rundir::RunDir;
+use gpuslice_nodeagent::store::Store;
+use gpuslice_nodeagent::{placement, publish};
+use gpuslice_scheduler::cluster::{ClusterPolicy, NodeState, TaskMix};
+use gpuslice_scheduler::extender::wire::ExtenderArgs;
+use gpuslice_scheduler::extender::{Extender, bind, pod_slices};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const GIB: u64 = 1 << 30;
+const KEY: &[u8] = b"a shared secret of the whole cluster, 32+ bytes";
+const NODE: &str = "gpu-node-1";
+const POD_UID: &str = "5f0c7d4e-0000-4000-8000-00000000abcd";
+
+/// One container's request, as annotation values.
+#[derive(Debug, Clone)]
+struct Request {
+    gpus: Option<u32>,
+    memory: Option<String>,
+    cores: Option<u32>,
+    devices: Option<String>,
+}
+
+impl Request {
+    /// Its annotations, pod-level or for container `name`.
+    fn annotations(&self, name: Option<&str>) -> BTreeMap<String, String> {
+        let key = |field: &str| match name {
+            Some(n) => format!("{PREFIX}{n}.{field}"),
+            None => format!("{PREFIX}{field}"),
+        };
+        let mut a = BTreeMap::new();
+        if let Some(g) = self.gpus {
+            a.insert(key("gpus"), g.to_string());
+        }
+        if let Some(m) = &self.memory {
+            a.insert(key("memory"), m.clone());
+        }
+        if let Some(c) = self.cores {
+            a.insert(key("cores"), c.to_string());
+        }
+        if let Some(d) = &self.devices {
+            a.insert(key("devices"), d.clone());
+        }
+        a
+    }
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    let memory = prop_oneof![
+        2 => Just(None),
+        3 => (1u64..=12).prop_map(|g| Some(format!("{g}Gi"))),
+        1 => (1u32..=100).prop_map(|p| Some(format!("{p}%"))),
+        1 => Just(Some("30Gi".to_string())),
+    ];
+    let cores = prop_oneof![3 => Just(None), 2 => (1u32..=100).prop_map(Some)];
+    let devices = prop_oneof![
+        4 => Just(None),
+        1 => (0u32..5).prop_map(|i| Some(i.to_string())),
+        1 => (0u32..5).prop_map(|i| Some(format!("GPU-00000000-0000-4000-8000-00000000000{i}"))),
+        1 => (0u32..4, 0u32..4).prop_map(|(a, b)| Some(format!("{a},{b}"))),
+    ];
+    (prop::option::of(1u32..=3), memory, cores, devices).prop_map(
+        |(gpus, memory, mut cores, devices)| {
+            // Cores alone are not a request the parser takes; keep those that mean a slice.
+            if memory.is_none() && cores.is_some_and(|c| c < 100) {
+                cores = None;
+            }
+            let gpus = match &devices {
+                Some(d) => Some(d.split(',').count() as u32),
+                None => gpus,
+            };
+            Request {
+                gpus,
+                memory,
+                cores,
+                devices,
+            }
+        },
+    )
+}
+
+/// A node: GPU sizes, the sharer limit, and claims made before (by the agent itself).
+#[derive(Debug, Clone)]
+struct Node {
+    gpus: Vec<u64>,
+    max_sharers: u32,
+    before: Vec<Request>,
+}
+
+fn node() -> impl Strategy<Value = Node> {
+    (
+        prop::collection::vec(
+            prop_oneof![Just(8 * GIB), Just(16 * GIB), Just(24 * GIB)],
+            1..=4,
+        ),
+        1u32..=4,
+        prop::collection::vec(request(), 0..8),
+    )
+        .prop_map(|(gpus, max_sharers, before)| Node {
+            gpus,
+            max_sharers,
+            before,
+        })
+}
+
+fn policy() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("binpack"), Just("spread"), Just("frag-aware")]
+}
+
+fn inventory(gpus: &[u64]) -> Inventory {
+    Inventory {
+        driver_version: "550.54.15".into(),
+        cuda_driver_version: Some(12040),
+        gpus: gpus
+            .iter()
+            .enumerate()
+            .map(|(i, &total)| GpuInfo {
+                index: i as u32,
+                uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
+                name: "NVIDIA A10".into(),
+                memory_total_bytes: total,
+                minor: i as u32,
+                pci_bus_id: String::new(),
+                numa_node: None,
+            })
+            .collect(),
+    }
+}
+
+/// The agent's ledger for `node`, with the earlier claims it admitted.
+fn agent(dir: &std::path::Path, node: &Node) -> Ledger {
+    let store = Store::open(&dir.join("state")).unwrap();
+    let run = RunDir::new(dir.join("run")).unwrap();
+    let rules = Rules {
+        max_sharers: node.max_sharers,
+    };
+    let (mut ledger, _) =
+        Ledger::open(inventory(&node.gpus), store, run, rules, Policy::Binpack).unwrap();
+    ledger = ledger.with_trust(Trust {
+        key: Some(KEY.to_vec()),
+        node: NODE.into(),
+    });
+    for (i, r) in node.before.iter().enumerate() {
+        // Refusals are fine: they leave the node as it was.
+        let _ = ledger.claim(&format!("before-{i}"), &r.annotations(None), 1);
+    }
+    ledger
+}
+
+fn pod(containers: &[Request]) -> Value {
+    let per_container = containers.len() > 1;
+    let mut annotations = BTreeMap::new();
+    for (i, c) in containers.iter().enumerate() {
+        let name = format!("c{i}");
+        annotations.extend(c.annotations(per_container.then_some(name.as_str())));
+    }
+    json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": POD_UID, "annotations": annotations},
+        "spec": {"containers": (0..containers.len()).map(|i| json!({"name": format!("c{i}")})).collect::<Vec<_>>()}
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_extender_binds_only_what_the_agent_admits_and_passes_what_the_agent_would_place(
+        node in node(),
+        containers in prop::collection::vec(request(), 1..=2),
+        policy in policy(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = agent(dir.path(), &node);
+        let publication = publish::publication(&ledger);
+        let extender = Extender::new(policy.parse::<ClusterPolicy>().unwrap());
+        extender.update_node(NODE, Some(publication.clone()));
+        let pod = pod(&containers);
+        let args: ExtenderArgs = serde_json::from_value(json!({"Pod": pod, "NodeNames": [NODE]})).unwrap();
+        let filtered = extender.filter(&args);
+        let passed = filtered.node_names.as_ref().is_some_and(|n| n.iter().any(|x| x == NODE));
+
+        // The agent's own placement of a one-container pod, on the same state.
+        if containers.len() == 1 {
+            let mut ann = containers[0].annotations(None);
+            ann.insert(CRI_CONTAINER_NAME.into(), "c0".into());
+            let own = gpuslice_core::annotations::parse(&ann)
+                .ok()
+                .flatten()
+                .map(|req| placement::place(&req, &ledger.loads(), ledger.rules(), Policy::Binpack));
+            if let Some(Ok(_)) = own {
+                prop_assert!(passed, "the agent would place it, the extender filtered the node out: {filtered:?}");
+            }
+        }
+        if !passed {
+            return Ok(());
+        }
+        // Bind's placement, exactly as bind makes it (from the node as published).
+        let slices = pod_slices(&pod).unwrap();
+        let placed = bind::place_pod(
+            NodeState::published(NODE, &publication),
+            &publication,
+            POD_UID,
+            &slices,
+            policy.parse().unwrap(),
+            &TaskMix::default(),
+        );
+        let Ok((assigned, _)) = placed else {
+            // A node that passes the filter takes the pod at bind, for one container at least.
+            prop_assert!(containers.len() > 1, "passed the filter but bind could not place it: {placed:?}");
+            return Ok(());
+        };
+        let signed = Assignment { node: NODE.into(), pod_uid: POD_UID.into(), containers: assigned.clone() }
+            .sign(KEY)
+            .unwrap();
+        // Each container starts: the agent admits it with the assignment, as containerd asks.
+        for (i, c) in slices.containers.iter().enumerate() {
+            let mut ann: BTreeMap<String, String> = pod["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            ann.insert(format!("{PREFIX}assignment"), signed.clone());
+            ann.insert(CRI_CONTAINER_NAME.into(), c.name.clone());
+            ann.insert("io.kubernetes.cri.sandbox-uid".into(), POD_UID.into());
+            let admitted = ledger.claim(&format!("pod-{i}"), &ann, 2);
+            prop_assert!(
+                admitted.is_ok(),
+                "the extender bound {} to {:?}, the agent refused: {:?}",
+                c.name, assigned[&c.name], admitted.err().map(|e| e.to_string())
+            );
+        }
+    }
+}
