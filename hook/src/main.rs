@@ -159,6 +159,16 @@ fn precreate() -> Result<()> {
     Ok(())
 }
 
+/// The configuration the wrapper reads, its warnings on stderr (where the engines log a
+/// hook's output).
+pub(crate) fn config() -> Result<gpuslice_runtime_shim::config::Config> {
+    let cfg = gpuslice_runtime_shim::config::Config::load()?;
+    for w in cfg.warnings() {
+        eprintln!("gpuslice-hook: warning: {w}");
+    }
+    Ok(cfg)
+}
+
 /// The start of the process name of a refused container.
 const REFUSAL_PREFIX: &str = "gpuslice refused this container: ";
 
@@ -168,7 +178,7 @@ fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
         return Ok(false);
     }
     let id = container_id(spec)?;
-    let cfg = gpuslice_runtime_shim::config::Config::load()?;
+    let cfg = config()?;
     gpuslice_runtime_shim::inject::claim_and_edit(
         &id,
         spec,

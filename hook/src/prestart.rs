@@ -10,7 +10,6 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use gpuslice_runtime_shim::config::Config;
 use gpuslice_runtime_shim::edits::Edits;
 use gpuslice_runtime_shim::inject::{self, Release};
 use serde::{Deserialize, Serialize};
@@ -30,7 +29,7 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)
             .context("config.json is not JSON")?;
-    let cfg = Config::load()?;
+    let cfg = crate::config()?;
     let Some(edits) = inject::claim_and_plan(id, &spec, Some(bundle), Release::ByHook, &cfg)?
     else {
         return Ok(());

@@ -97,18 +97,17 @@ fn main() {
         "{} (cargo build --release --workspace)",
         lib.display()
     );
+    // The simulated node is selected by its runtime configuration, as an operator would.
+    let config = work.path().join("runtime.json");
+    std::fs::write(&config, sim.runtime_config().to_string()).expect("runtime.json");
     let setup = Setup {
         work: work.path().to_path_buf(),
         env: vec![
             (
                 "GPUSLICE_RUNTIME_CONFIG".into(),
-                work.path().join("absent.json").display().to_string(),
+                config.display().to_string(),
             ),
             ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
-            (
-                "GPUSLICE_DRIVER_ROOT".into(),
-                sim.root().display().to_string(),
-            ),
             (
                 "GPUSLICE_RUN_DIR".into(),
                 agent.run_dir.display().to_string(),

@@ -1,7 +1,7 @@
 //! The driver's files a GPU container needs, found in a driver root: device nodes (with the
-//! major and minor numbers the host has), the driver's user-space libraries and tools.
-//! On a simulated node, the node description and its shared state directory come along so
-//! that the fake libraries work inside the container exactly as outside.
+//! major and minor numbers the host has), the driver's user-space libraries and tools. A
+//! driver that needs more files beside these (a simulated node's description and state) says
+//! so through the configuration's `extra_mounts`, not here.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -101,7 +101,7 @@ pub struct DriverFiles {
 }
 
 impl DriverFiles {
-    /// Finds the control devices, libraries, tools and simulation files of `root`.
+    /// Finds the control devices, libraries and tools of `root`.
     pub fn discover(root: &DriverRoot) -> Result<Self, DriverError> {
         let control_devices = CONTROL_DEVICES
             .iter()
@@ -129,22 +129,6 @@ impl DriverFiles {
                     &host_dir.join(&name),
                     format!("/{dir}/{name}"),
                 )?);
-            }
-            let sim = host_dir.join("gpuslice-sim/node.json");
-            if sim.exists() {
-                mounts.push(BindMount {
-                    source: sim.clone(),
-                    destination: format!("/{dir}/gpuslice-sim/node.json"),
-                    read_only: true,
-                });
-                if let Some(state) = simulated_state_dir(&sim) {
-                    let dest = state.display().to_string();
-                    mounts.push(BindMount {
-                        source: state,
-                        destination: dest,
-                        read_only: false,
-                    });
-                }
             }
         }
         if !mounts
@@ -211,12 +195,6 @@ pub fn major(dev: u64) -> u32 {
 #[must_use]
 pub fn minor(dev: u64) -> u32 {
     u32::try_from(((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)).unwrap_or(0)
-}
-
-fn simulated_state_dir(node_json: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(node_json).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get("state_dir")?.as_str().map(PathBuf::from)
 }
 
 #[cfg(test)]

@@ -169,7 +169,8 @@ fn plan(
             cfg.interception_library.display()
         );
     }
-    let driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root))?;
+    let mut driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root))?;
+    driver.mounts.extend(cfg.extra_bind_mounts());
     let container_dir = cfg.run_dir.join(&claim.container_id);
     let preload = container_dir.join(PRELOAD_FILE);
     std::fs::write(&preload, Edits::preload_text())

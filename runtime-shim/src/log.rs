@@ -38,27 +38,42 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// One error line in `format` (`json` or `text`).
 #[must_use]
 pub fn line(format: Option<&str>, msg: &str) -> String {
+    line_at("error", format, msg)
+}
+
+/// One line of `level` in `format` (`json` or `text`).
+fn line_at(level: &str, format: Option<&str>, msg: &str) -> String {
     let time = rfc3339_now();
     if format == Some("json") {
-        serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
+        serde_json::json!({"level": level, "msg": msg, "time": time}).to_string()
     } else {
         format!(
-            "time=\"{time}\" level=error msg={}",
+            "time=\"{time}\" level={level} msg={}",
             serde_json::Value::String(msg.to_string())
         )
     }
 }
 
-/// Writes `msg` to the log file (appending) and to stderr.
-pub fn error(log: Option<&Path>, format: Option<&str>, msg: &str) {
+/// Writes a warning to the log file (appending) and to stderr.
+pub fn warn(log: Option<&Path>, format: Option<&str>, msg: &str) {
+    write(log, &line_at("warning", format, msg));
+    eprintln!("gpuslice-runtime: warning: {msg}");
+}
+
+fn write(log: Option<&Path>, line: &str) {
     if let Some(path) = log
         && let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
     {
-        let _ = writeln!(f, "{}", line(format, msg));
+        let _ = writeln!(f, "{line}");
     }
+}
+
+/// Writes `msg` to the log file (appending) and to stderr.
+pub fn error(log: Option<&Path>, format: Option<&str>, msg: &str) {
+    write(log, &line(format, msg));
     eprintln!("gpuslice-runtime: {msg}");
 }
 

@@ -27,6 +27,9 @@ fn main() -> ExitCode {
         Err(e) => return fail(&format!("{e:#}")),
     };
     if inv.creates() {
+        for w in cfg.warnings() {
+            log::warn(inv.log.as_deref(), inv.log_format.as_deref(), &w);
+        }
         // Fail closed: a GPU container whose injection failed is not created.
         if let Err(e) = inject::prepare(&inv, &cfg) {
             return fail(&format!("{e:#}"));

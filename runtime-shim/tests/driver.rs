@@ -1,5 +1,9 @@
-//! Driver discovery over a simulated node's driver root.
+//! Driver discovery over a simulated node's driver root, and the runtime configuration that
+//! selects the simulated node.
 
+use std::path::Path;
+
+use gpuslice_runtime_shim::config::Config;
 use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
 use gpuslice_testsupport::sim::SimNode;
 
@@ -31,7 +35,6 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
         "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15",
         "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-        "/usr/lib/x86_64-linux-gnu/gpuslice-sim/node.json",
         "/usr/bin/nvidia-smi",
     ] {
         assert!(dests.contains(&want), "{want} not in {dests:?}");
@@ -40,12 +43,10 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         !dests.contains(&"/usr/lib/x86_64-linux-gnu/libcuda.so"),
         "the development symlink is not needed"
     );
-    let state = files
-        .mounts
-        .iter()
-        .find(|m| m.source == sim.spec.state_dir)
-        .expect("state dir mount");
-    assert!(!state.read_only);
+    assert!(
+        !dests.iter().any(|d| d.contains("gpuslice-sim")),
+        "discovery knows nothing of the simulated node: {dests:?}"
+    );
     let libcuda = files
         .mounts
         .iter()
@@ -55,5 +56,28 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         libcuda.source.ends_with("libcuda.so.550.54.15"),
         "mounts resolve symlinks: {:?}",
         libcuda.source
+    );
+}
+
+#[test]
+fn the_simulated_node_is_selected_by_its_runtime_configuration() {
+    let sim = SimNode::new(1, "A10", None);
+    let text = sim.runtime_config().to_string();
+    let cfg = Config::parse(Path::new("runtime.json"), text.as_bytes()).unwrap();
+    assert_eq!(cfg.driver_root, sim.root());
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let mounts = cfg.extra_bind_mounts();
+    let node_json = mounts
+        .iter()
+        .find(|m| m.destination == "/usr/lib/x86_64-linux-gnu/gpuslice-sim/node.json")
+        .expect("the node description is mounted");
+    assert!(node_json.read_only && node_json.source.exists());
+    let state = mounts
+        .iter()
+        .find(|m| m.source == sim.spec.state_dir)
+        .expect("the shared state directory is mounted");
+    assert!(
+        !state.read_only,
+        "processes record their device memory there"
     );
 }

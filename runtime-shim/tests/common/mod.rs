@@ -98,18 +98,20 @@ impl Node {
         output_via_files(&mut cmd)
     }
 
-    /// The environment that points the wrapper and the hook at this node.
+    /// The environment that points the wrapper and the hook at this node: the simulated
+    /// node's runtime configuration (its driver root and extra mounts) as a file, as an
+    /// operator writes /etc/gpuslice/runtime.json, and the rest as variables.
     pub fn env(&self) -> Vec<(String, String)> {
+        let config = self.work.path().join("runtime.json");
+        if !config.exists() {
+            std::fs::write(&config, self.sim.runtime_config().to_string()).unwrap();
+        }
         vec![
             (
                 "GPUSLICE_RUNTIME_CONFIG".into(),
-                self.work.path().join("absent.json").display().to_string(),
+                config.display().to_string(),
             ),
             ("GPUSLICE_LOW_LEVEL_RUNTIME".into(), "runc".into()),
-            (
-                "GPUSLICE_DRIVER_ROOT".into(),
-                self.sim.root().display().to_string(),
-            ),
             (
                 "GPUSLICE_RUN_DIR".into(),
                 self.agent.run_dir.display().to_string(),

@@ -51,6 +51,9 @@ fn api(what: &'static str) -> impl FnOnce(kube::Error) -> BindError {
     move |source| BindError::Api { what, source }
 }
 
+/// Each container's GPUs, by name, as the signed assignment carries them.
+pub type AssignedContainers = BTreeMap<String, Vec<AssignedGpu>>;
+
 /// The GPUs of `node` for each container of a pod, chosen in turn by `policy` as prioritize
 /// scored the node (the fit model decides what fits), and the placements to count until the
 /// agent shows them. `node` is the node as published, with the placements not yet shown.
@@ -61,7 +64,7 @@ pub fn place_pod(
     slices: &PodSlices,
     policy: ClusterPolicy,
     mix: &TaskMix,
-) -> Result<(BTreeMap<String, Vec<AssignedGpu>>, Vec<Assumed>), BindError> {
+) -> Result<(AssignedContainers, Vec<Assumed>), BindError> {
     let mut placed = Vec::new();
     let mut containers = BTreeMap::new();
     for c in &slices.containers {

@@ -177,6 +177,14 @@ pub fn used_on(state_dir: &Path, index: usize) -> u64 {
         .sum()
 }
 
+/// The start time of `pid` in clock ticks since boot (`<proc_root>/<pid>/stat`), or `None`
+/// when no such process exists.
+#[must_use]
+pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    gpuslice_core::process::parse_start_time(&stat)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,10 +230,3 @@ mod tests {
     }
 }
 
-/// The start time of `pid` in clock ticks since boot (`<proc_root>/<pid>/stat`), or `None`
-/// when no such process exists.
-#[must_use]
-pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    gpuslice_core::process::parse_start_time(&stat)
-}

@@ -77,6 +77,12 @@ impl SimNode {
         self.dir.path()
     }
 
+    /// The runtime configuration (runtime.json) that selects this node.
+    #[must_use]
+    pub fn runtime_config(&self) -> serde_json::Value {
+        driver_root::runtime_config(self.root(), &self.spec)
+    }
+
     #[must_use]
     pub fn lib_dir(&self) -> PathBuf {
         self.root().join(driver_root::LIB_DIR)

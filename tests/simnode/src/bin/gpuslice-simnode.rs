@@ -41,6 +41,10 @@ enum Command {
         /// Do not create /dev nodes (they need root).
         #[arg(long)]
         no_devices: bool,
+        /// Also write the gpuslice runtime configuration (runtime.json) that selects this
+        /// node: its driver root and the files its fake driver needs in containers.
+        #[arg(long)]
+        runtime_config: Option<PathBuf>,
     },
     /// Print the node description a driver root holds.
     Show {
@@ -59,6 +63,7 @@ fn main() -> Result<()> {
             node,
             artefacts,
             no_devices,
+            runtime_config,
         } => {
             std::fs::create_dir_all(&root)
                 .with_context(|| format!("failed to create {}", root.display()))?;
@@ -90,6 +95,12 @@ fn main() -> Result<()> {
                     .to_path_buf(),
             };
             driver_root::create(&root, &spec, &Artefacts::in_dir(&dir), !no_devices)?;
+            if let Some(path) = runtime_config {
+                let text =
+                    serde_json::to_string_pretty(&driver_root::runtime_config(&root, &spec))?;
+                std::fs::write(&path, text + "\n")
+                    .with_context(|| format!("failed to write {}", path.display()))?;
+            }
             println!("{}", root.display());
         }
         Command::Show { root } => {
