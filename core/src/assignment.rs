@@ -57,17 +57,16 @@ fn mac(key: &[u8], signed: &str) -> Result<Hmac<Sha256>, AssignmentError> {
 /// The shortest key taken: as long as the HMAC-SHA256 output (RFC 2104 advises no less).
 pub const MIN_KEY_BYTES: usize = 32;
 
-/// Reads a shared key from a file (a mounted Secret): its bytes without a trailing newline,
-/// at least [`MIN_KEY_BYTES`] of them (so that a placeholder left in a manifest is refused).
-pub fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    let mut key = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// The shared key in the contents of a key file (a mounted Secret) that `source` names in
+/// messages: its bytes without a trailing newline, at least [`MIN_KEY_BYTES`] of them (so that
+/// a placeholder left in a manifest is refused).
+pub fn key_from_file(mut key: Vec<u8>, source: &str) -> Result<Vec<u8>, String> {
     while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         key.pop();
     }
     if key.len() < MIN_KEY_BYTES {
         return Err(format!(
-            "{}: the key is {} bytes, at least {MIN_KEY_BYTES} are needed (make one with: head -c 32 /dev/urandom | base64)",
-            path.display(),
+            "{source}: the key is {} bytes, at least {MIN_KEY_BYTES} are needed (make one with: head -c 32 /dev/urandom | base64)",
             key.len()
         ));
     }
@@ -151,16 +150,16 @@ mod tests {
 
     #[test]
     fn a_key_file_shorter_than_the_mac_is_refused_and_a_newline_is_not_part_of_the_key() {
-        let dir = std::env::temp_dir().join(format!("gpuslice-key-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("key");
-        std::fs::write(&path, "REPLACE-ME\n").unwrap();
-        let e = read_key_file(&path).unwrap_err();
-        assert!(e.ends_with("the key is 10 bytes, at least 32 are needed (make one with: head -c 32 /dev/urandom | base64)"), "{e}");
+        let e = key_from_file(b"REPLACE-ME\n".to_vec(), "/etc/key").unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/key: the key is 10 bytes, at least 32 are needed (make one with: head -c 32 /dev/urandom | base64)"
+        );
         let good = "k".repeat(44);
-        std::fs::write(&path, format!("{good}\n")).unwrap();
-        assert_eq!(read_key_file(&path).unwrap(), good.as_bytes());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            key_from_file(format!("{good}\n").into_bytes(), "/etc/key").unwrap(),
+            good.as_bytes()
+        );
     }
 
     #[test]

@@ -150,10 +150,8 @@ fn the_key_secret_placeholder_is_refused_until_replaced() {
     let docs = documents("gpuslice-assignment-key.yaml");
     let secret: Secret = kind(&docs, "Secret");
     let placeholder = &secret.string_data.unwrap()["key"];
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("key");
-    std::fs::write(&path, placeholder).unwrap();
-    let e = gpuslice_core::assignment::read_key_file(&path).unwrap_err();
+    let e = gpuslice_core::assignment::key_from_file(placeholder.clone().into_bytes(), "key")
+        .unwrap_err();
     assert!(e.contains("at least 32 are needed"), "{e}");
 }
 

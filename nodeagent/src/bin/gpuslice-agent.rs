@@ -94,7 +94,9 @@ struct Args {
 
 /// The shared signing key (a mounted Secret).
 fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
-    gpuslice_core::assignment::read_key_file(path)
+    let bytes = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("--assignment-key {}: {e}", path.display()))?;
+    gpuslice_core::assignment::key_from_file(bytes, &path.display().to_string())
         .map_err(|e| anyhow::anyhow!("--assignment-key {e}"))
 }
 
