@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpuslice_testsupport::bench::{median, rounds};
 use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode};
 
 struct Setup {
@@ -74,19 +75,11 @@ fn lifecycle(setup: &Setup, exe: &Path, bundle: &Path, id: &str) -> (Duration, [
     (total, [created, started - created, total - started])
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+    let rounds = rounds(30);
     let sim = SimNode::new(2, "T4", None);
     let bus = Bus::start();
     let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);

@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpuslice_testsupport::bench::{median, rounds};
+
 fn bin_dir() -> PathBuf {
     std::env::var_os("GPUSLICE_BENCH_BIN_DIR")
         .map_or_else(gpuslice_testsupport::target_dir, PathBuf::from)
@@ -39,19 +41,11 @@ fn time(cmd: &mut Command, stdin: &[u8]) -> Duration {
     elapsed
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let rounds = rounds(200);
     let dir = bin_dir();
     let (wrapper, hook) = (dir.join("gpuslice-runtime"), dir.join("gpuslice-hook"));
     for b in [&wrapper, &hook] {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod bench;
 pub mod bus;
 pub mod http;
 pub mod rootfs;
