@@ -57,7 +57,30 @@ pub type AssignedContainers = BTreeMap<String, Vec<AssignedGpu>>;
 /// The GPUs of `node` for each container of a pod, chosen in turn by `policy` as prioritize
 /// scored the node (the fit model decides what fits), and the placements to count until the
 /// agent shows them. `node` is the node as published, with the placements not yet shown.
+/// When the policy's choice for one container leaves no room for the next, the pod is placed
+/// by binpack, the way filter found that it fits.
 pub fn place_pod(
+    node: &NodeState,
+    publication: &NodePublication,
+    pod_uid: &str,
+    slices: &PodSlices,
+    policy: ClusterPolicy,
+    mix: &TaskMix,
+) -> Result<(AssignedContainers, Vec<Assumed>), BindError> {
+    match place_each(node.clone(), publication, pod_uid, slices, policy, mix) {
+        Err(BindError::NoLongerFits(_)) if slices.containers.len() > 1 => {
+            place_each(node.clone(), publication, pod_uid, slices, BINPACK, mix)
+        }
+        other => other,
+    }
+}
+
+const BINPACK: ClusterPolicy = ClusterPolicy::Axes {
+    node: cluster::Axis::Binpack,
+    gpu: cluster::Axis::Binpack,
+};
+
+fn place_each(
     mut node: NodeState,
     publication: &NodePublication,
     pod_uid: &str,
@@ -220,7 +243,7 @@ impl Extender {
         // What this extender already placed there counts too (the agent may not show it yet).
         let state = self.cache.known(node, &publication).state;
         let (_, mix) = self.mix_snapshot();
-        let (containers, placed) = place_pod(state, &publication, pod_uid, slices, policy, &mix)?;
+        let (containers, placed) = place_pod(&state, &publication, pod_uid, slices, policy, &mix)?;
         let signed = Assignment {
             node: node.to_string(),
             pod_uid: pod_uid.to_string(),
