@@ -14,6 +14,7 @@ use zbus::{Connection, interface};
 
 use crate::ledger::{Admission, Ledger, LedgerError};
 use crate::metrics::{CauseLabels, Metrics};
+use crate::usage::Tamper;
 use gpuslice_agent_api::{SliceStatus, Status};
 
 pub use gpuslice_agent_api::ApiError;
@@ -49,6 +50,18 @@ pub struct Shared {
     pub metrics: Metrics,
     pub proc_root: PathBuf,
     uid_cache: Mutex<HashMap<String, u32>>,
+    /// Containers whose usage region was found tampered with, and how.
+    tampered: Mutex<BTreeMap<String, String>>,
+}
+
+/// The ledger's claims and GPUs copied at one instant, so that what containers can write is
+/// read after the ledger lock is released.
+pub struct Snapshot {
+    pub inventory: gpuslice_core::inventory::Inventory,
+    pub loads: Vec<gpuslice_core::GpuLoad>,
+    pub claims: Vec<gpuslice_core::Claim>,
+    /// Each claim's device memory in use per GPU, or why its region is not believed.
+    pub usage: Vec<Result<Vec<u64>, Tamper>>,
 }
 
 impl Shared {
@@ -59,7 +72,63 @@ impl Shared {
             metrics,
             proc_root,
             uid_cache: Mutex::new(HashMap::new()),
+            tampered: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The claims and GPUs, and each claim's usage read without holding the ledger lock.
+    /// A region found tampered with is logged once per container and kind of tampering, and
+    /// listed in [`Shared::tampered`] until it reads well again or the claim goes.
+    pub fn snapshot(&self) -> Snapshot {
+        let (inventory, loads, claims, run) = {
+            let ledger = self.ledger();
+            (
+                ledger.inventory().clone(),
+                ledger.loads(),
+                ledger.claims().cloned().collect::<Vec<_>>(),
+                ledger.run_dir().clone(),
+            )
+        };
+        let usage: Vec<Result<Vec<u64>, Tamper>> = claims
+            .iter()
+            .map(|c| run.usage(&c.container_id, c.gpus.len()))
+            .collect();
+        let mut tampered = self
+            .tampered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tampered.retain(|id, _| claims.iter().any(|c| &c.container_id == id));
+        for (c, u) in claims.iter().zip(&usage) {
+            match u {
+                Ok(_) => {
+                    tampered.remove(&c.container_id);
+                }
+                Err(t)
+                    if t.is_missing() && matches!(c.state, gpuslice_core::ClaimState::Pending) => {}
+                Err(t) => {
+                    let why = t.to_string();
+                    if tampered.get(&c.container_id) != Some(&why) {
+                        tracing::warn!(container = %c.container_id, "usage region tampered with: {why}");
+                        tampered.insert(c.container_id.clone(), why);
+                    }
+                }
+            }
+        }
+        Snapshot {
+            inventory,
+            loads,
+            claims,
+            usage,
+        }
+    }
+
+    /// Containers whose usage region is not believed now, and why.
+    #[must_use]
+    pub fn tampered(&self) -> BTreeMap<String, String> {
+        self.tampered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The ledger, even if a thread panicked while holding it (every change is committed on
@@ -72,26 +141,22 @@ impl Shared {
 
     #[must_use]
     pub fn status(&self) -> Status {
-        let ledger = self.ledger();
+        let s = self.snapshot();
+        let slices = s
+            .claims
+            .into_iter()
+            .zip(s.usage)
+            .map(|(claim, usage)| SliceStatus {
+                used_bytes: usage.unwrap_or_else(|_| vec![0; claim.gpus.len()]),
+                claim,
+            })
+            .collect();
         Status {
-            inventory: ledger.inventory().clone(),
-            gpus: ledger.loads(),
-            slices: slices(&ledger),
+            inventory: s.inventory,
+            gpus: s.loads,
+            slices,
         }
     }
-}
-
-fn slices(ledger: &Ledger) -> Vec<SliceStatus> {
-    ledger
-        .claims()
-        .map(|c| SliceStatus {
-            used_bytes: ledger
-                .run_dir()
-                .usage(&c.container_id)
-                .unwrap_or_else(|| vec![0; c.gpus.len()]),
-            claim: c.clone(),
-        })
-        .collect()
 }
 
 pub struct AgentApi {
@@ -244,7 +309,7 @@ impl AgentApi {
     }
 
     async fn list_slices(&self) -> Result<String, ApiError> {
-        self.blocking(|s| to_json(&slices(&s.ledger()))).await
+        self.blocking(|s| to_json(&s.status().slices)).await
     }
 
     async fn status(&self) -> Result<String, ApiError> {

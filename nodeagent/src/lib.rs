@@ -16,5 +16,6 @@ pub mod publish;
 pub mod rundir;
 pub mod service;
 pub mod store;
+pub mod usage;
 
 pub use gpuslice_agent_api::{BUS_NAME, INTERFACE, OBJECT_PATH};

@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::ledger::Ledger;
+use crate::dbus::Snapshot;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GpuLabels {
@@ -26,6 +26,12 @@ pub struct SliceLabels {
     pub container: String,
     pub gpu: String,
     pub uuid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TamperLabels {
+    pub container: String,
+    pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +64,7 @@ pub struct Metrics {
     gpu_sharers: Family<GpuLabels, Gauge>,
     slice_memory_limit: Family<SliceLabels, Gauge>,
     slice_memory_used: Family<SliceLabels, Gauge>,
+    slice_tampered: Family<TamperLabels, Gauge>,
     slice_cores: Family<SliceLabels, Gauge<f64, AtomicU64>>,
     claims: Family<StateLabels, Gauge>,
     pub admitted: Counter,
@@ -83,6 +90,7 @@ impl Metrics {
             gpu_sharers: Family::default(),
             slice_memory_limit: Family::default(),
             slice_memory_used: Family::default(),
+            slice_tampered: Family::default(),
             slice_cores: Family::default(),
             claims: Family::default(),
             admitted: Counter::default(),
@@ -118,6 +126,11 @@ impl Metrics {
             "gpuslice_slice_memory_used_bytes",
             "Device memory a container holds on a GPU, from its usage region",
             m.slice_memory_used.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_usage_tampered",
+            "1 while a container's usage region is not believed (replaced, resized or rewritten from inside), by kind",
+            m.slice_tampered.clone(),
         );
         registry.register(
             "gpuslice_slice_cores_ratio",
@@ -163,9 +176,9 @@ impl Metrics {
             .inc();
     }
 
-    /// Rebuilds the gauges from the ledger and encodes every metric.
-    pub fn render(&self, ledger: &Ledger) -> String {
-        let gpus = &ledger.inventory().gpus;
+    /// Rebuilds the gauges from a snapshot of the ledger and encodes every metric.
+    pub fn render(&self, snapshot: &Snapshot) -> String {
+        let gpus = &snapshot.inventory.gpus;
         let labels = |index: u32, uuid: &str| GpuLabels {
             gpu: index.to_string(),
             uuid: uuid.to_string(),
@@ -183,7 +196,7 @@ impl Metrics {
             f.clear();
         }
         self.gpu_cores_allocated.clear();
-        for l in ledger.loads() {
+        for l in &snapshot.loads {
             let k = labels(l.index, &l.uuid);
             self.gpu_memory_capacity
                 .get_or_create(&k)
@@ -198,18 +211,35 @@ impl Metrics {
         }
         self.slice_memory_limit.clear();
         self.slice_memory_used.clear();
+        self.slice_tampered.clear();
         self.slice_cores.clear();
         self.claims.clear();
         let (mut pending, mut active) = (0, 0);
-        for claim in ledger.claims() {
-            match claim.state {
-                gpuslice_core::ClaimState::Pending => pending += 1,
-                gpuslice_core::ClaimState::Active { .. } => active += 1,
-            }
-            let used = ledger
-                .run_dir()
-                .usage(&claim.container_id)
-                .unwrap_or_default();
+        for (claim, usage) in snapshot.claims.iter().zip(&snapshot.usage) {
+            let running = match claim.state {
+                gpuslice_core::ClaimState::Pending => {
+                    pending += 1;
+                    false
+                }
+                gpuslice_core::ClaimState::Active { .. } => {
+                    active += 1;
+                    true
+                }
+            };
+            let used = match usage {
+                Ok(u) => u.clone(),
+                Err(t) => {
+                    if running || !t.is_missing() {
+                        self.slice_tampered
+                            .get_or_create(&TamperLabels {
+                                container: claim.container_id.clone(),
+                                kind: t.kind(),
+                            })
+                            .set(1);
+                    }
+                    Vec::new()
+                }
+            };
             for (pos, g) in claim.gpus.iter().enumerate() {
                 let k = SliceLabels {
                     container: claim.container_id.clone(),

@@ -7,7 +7,7 @@
 //! removes it when the claim is released.
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use gpuslice_core::{Claim, limits, usage};
@@ -101,17 +101,32 @@ impl RunDir {
             .collect()
     }
 
-    /// Bytes in use on each GPU of the container, from its usage region.
-    #[must_use]
-    pub fn usage(&self, id: &str) -> Option<Vec<u64>> {
-        let bytes = std::fs::read(self.path(id).join(usage::FILE_NAME)).ok()?;
-        usage::UsageSnapshot::parse(&bytes).ok().map(|s| s.totals())
+    /// Bytes in use on each of the `gpus` GPUs of container `id`, from its usage region, or
+    /// why the region cannot be believed (it is the container's to write).
+    pub fn usage(&self, id: &str, gpus: usize) -> Result<Vec<u64>, crate::usage::Tamper> {
+        crate::usage::read_totals(&self.path(id), gpus)
     }
 }
 
+/// Writes `path` whole by a rename. The directory may be a container's, whose root can plant
+/// anything in it: the temporary file is made anew (a link planted under its name is removed,
+/// never followed) and the rename replaces whatever `path` was without following it.
 fn write_atomic(path: &Path, body: &[u8], mode: u32) -> Result<(), RunDirError> {
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            // A directory planted under the name: take it away too.
+            std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        }
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
     f.write_all(body).map_err(io(&tmp))?;
     f.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(io(&tmp))?;

@@ -221,7 +221,7 @@ pub fn collect_garbage(shared: &Shared, evidence: &Evidence) {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let body = tokio::task::spawn_blocking(move || shared.metrics.render(&shared.ledger()))
+    let body = tokio::task::spawn_blocking(move || shared.metrics.render(&shared.snapshot()))
         .await
         .unwrap_or_default();
     ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
