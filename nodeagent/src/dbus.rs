@@ -52,6 +52,8 @@ pub struct Shared {
     uid_cache: Mutex<HashMap<String, u32>>,
     /// Containers whose usage region was found tampered with, and how.
     tampered: Mutex<BTreeMap<String, String>>,
+    /// Tamperings found and not yet announced on the bus.
+    tamper_events: Mutex<Vec<(String, String)>>,
 }
 
 /// The ledger's claims and GPUs copied at one instant, so that what containers can write is
@@ -73,7 +75,18 @@ impl Shared {
             proc_root,
             uid_cache: Mutex::new(HashMap::new()),
             tampered: Mutex::new(BTreeMap::new()),
+            tamper_events: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Takes the tamperings found since the last call, to announce them.
+    pub fn take_tamper_events(&self) -> Vec<(String, String)> {
+        std::mem::take(
+            &mut *self
+                .tamper_events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The claims and GPUs, and each claim's usage read without holding the ledger lock.
@@ -109,7 +122,11 @@ impl Shared {
                     let why = t.to_string();
                     if tampered.get(&c.container_id) != Some(&why) {
                         tracing::warn!(container = %c.container_id, "usage region tampered with: {why}");
-                        tampered.insert(c.container_id.clone(), why);
+                        tampered.insert(c.container_id.clone(), why.clone());
+                        self.tamper_events
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((c.container_id.clone(), why));
                     }
                 }
             }
@@ -320,4 +337,13 @@ impl AgentApi {
     fn version(&self) -> String {
         env!("CARGO_PKG_VERSION").to_string()
     }
+
+    /// A container's usage region was found tampered with (`reason` says how); sent once per
+    /// container and kind of tampering.
+    #[zbus(signal)]
+    pub async fn usage_tampered(
+        emitter: &zbus::object_server::SignalEmitter<'_>,
+        container_id: &str,
+        reason: &str,
+    ) -> zbus::Result<()>;
 }

@@ -139,13 +139,20 @@ pub async fn run(cfg: Config) -> Result<()> {
     let gc_shared = Arc::clone(&shared);
     let evidence = cfg.evidence.clone();
     let interval = cfg.gc_interval;
+    let gc_conn = conn.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let (s, e) = (Arc::clone(&gc_shared), evidence.clone());
-            let _ = tokio::task::spawn_blocking(move || collect_garbage(&s, &e)).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                collect_garbage(&s, &e);
+                // Looks at every usage region, outside the ledger lock.
+                drop(s.snapshot());
+            })
+            .await;
+            announce_tampering(&gc_shared, &gc_conn).await;
         }
     });
 
@@ -163,6 +170,26 @@ pub async fn run(cfg: Config) -> Result<()> {
         // Exit non-zero so that the service manager starts a fresh agent, which connects
         // to the new bus and loads the same ledger.
         Some(e) => Err(anyhow::anyhow!("lost the D-Bus connection: {e}")),
+    }
+}
+
+/// Sends `UsageTampered` for every tampering found since the last call.
+async fn announce_tampering(shared: &Shared, conn: &zbus::Connection) {
+    let events = shared.take_tamper_events();
+    if events.is_empty() {
+        return;
+    }
+    let Ok(iface) = conn
+        .object_server()
+        .interface::<_, AgentApi>(OBJECT_PATH)
+        .await
+    else {
+        return;
+    };
+    for (id, why) in events {
+        if let Err(e) = AgentApi::usage_tampered(iface.signal_emitter(), &id, &why).await {
+            tracing::warn!(container = %id, "failed to announce the tampering: {e}");
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
+use futures_util::StreamExt;
 use gpuslice_core::usage;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode};
 
@@ -72,8 +73,9 @@ fn scrape(agent: &Agent) -> String {
 async fn whatever_replaces_a_usage_region_the_agent_answers_at_once_and_reports_it() {
     let sim = SimNode::new(1, "A10", None);
     let bus = Bus::start();
-    let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &["--gc-interval", "200ms"]);
     let p = proxy(&bus.address).await;
+    let mut announced = p.receive_usage_tampered().await.expect("subscribe");
     p.claim("victim", ann(&[("gpuslice.io/memory", "2Gi")]))
         .await
         .expect("claim victim");
@@ -116,6 +118,22 @@ async fn whatever_replaces_a_usage_region_the_agent_answers_at_once_and_reports_
             "{name}: the bystander is not blamed"
         );
     }
+    // Each tampering is announced on the bus once, for the container that did it.
+    let mut events = Vec::new();
+    while events.len() < 6 {
+        let Ok(Some(signal)) = tokio::time::timeout(Duration::from_secs(3), announced.next()).await
+        else {
+            break;
+        };
+        let args = signal.args().expect("signal arguments");
+        events.push((args.container_id().to_string(), args.reason().to_string()));
+    }
+    assert_eq!(events.len(), 6, "one UsageTampered per trick: {events:?}");
+    assert!(events.iter().all(|(id, _)| id == "victim"), "{events:?}");
+    assert!(
+        events.iter().any(|(_, why)| why.contains("FIFO")),
+        "{events:?}"
+    );
     assert!(
         agent.log().contains("usage region tampered with"),
         "the tampering is logged:\n{}",

@@ -68,6 +68,9 @@ pub trait Agent {
     fn status(&self) -> zbus::Result<String>;
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
+    /// A container's usage region was found tampered with, and how.
+    #[zbus(signal)]
+    fn usage_tampered(&self, container_id: &str, reason: &str) -> zbus::Result<()>;
 }
 
 /// Connects to the bus at `address`, or to the system bus (which honours
