@@ -378,6 +378,25 @@ pub fn fit_node<N: NodeView + ?Sized>(
     Ok(())
 }
 
+/// Whether `ask` fits `node`, as [`fit_node`] decides, without saying where: it stops at the
+/// first `ask.gpus` GPUs that can take the slice.
+pub fn fits_node<N: NodeView + ?Sized>(ask: &Ask<'_>, node: &N) -> bool {
+    if !ask.devices.is_empty() {
+        return fit_node(ask, node, |_, _| ()).is_ok();
+    }
+    let rules = node.rules();
+    let mut fitting = 0u32;
+    for pos in 0..node.gpu_count() {
+        if fitting >= ask.gpus {
+            break;
+        }
+        if fit_gpu(&ask.shape, &node.room(pos), &rules).is_ok() {
+            fitting += 1;
+        }
+    }
+    fitting >= ask.gpus
+}
+
 /// Whether the GPUs at `chosen` may be given to `ask` on `node` together: each is eligible
 /// (named, when the request names GPUs), none twice, each fits, and they are as many as asked.
 /// This is how an assignment made elsewhere (the scheduler's) is checked against the node.

@@ -389,7 +389,7 @@ pub fn fits(node: &NodeState, d: &Demand) -> bool {
     if !d.host_fits(node) {
         return false;
     }
-    d.gpus == 0 || fit::fit_node(&d.ask(), node, |_, _| ()).is_ok()
+    d.gpus == 0 || fit::fits_node(&d.ask(), node)
 }
 
 /// Takes what `d` asks for from `node` on `gpus`.

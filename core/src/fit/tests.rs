@@ -47,9 +47,12 @@ fn slice(gib: u64, cores: u32) -> Shape {
     }
 }
 
+/// The GPUs `fit_node` finds, checked against `fits_node`'s yes or no.
 fn fitting(ask: &Ask<'_>, node: &Node) -> Result<Vec<usize>, NodeMisfit> {
     let mut out = Vec::new();
-    fit_node(ask, node, |pos, _| out.push(pos)).map(|()| out)
+    let found = fit_node(ask, node, |pos, _| out.push(pos)).map(|()| out);
+    assert_eq!(fits_node(ask, node), found.is_ok(), "{ask:?}");
+    found
 }
 
 #[test]
