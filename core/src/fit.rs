@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::annotations::{AnnotationError, DeviceSelector, MEMORY, SliceRequest};
+use crate::annotations::{AnnotationError, CORES, DeviceSelector, MEMORY, SliceRequest};
 use crate::quantity::{MemoryQuantity, format_bytes};
 
 /// What is free on one GPU: all the fit model needs to know of it.
@@ -81,10 +81,16 @@ impl Shape {
             return Ok(Self::whole());
         }
         let memory = req.memory.ok_or_else(|| {
+            // Only cores can make a shared slice without memory: name what was written.
+            let cores = req.written(CORES, || req.cores.map_or_else(String::new, |c| c.to_string()));
             AnnotationError::new(
-                &req.key(MEMORY),
-                "",
-                "a shared slice needs a memory limit (leave out cores too for whole GPUs)",
+                &req.key(CORES),
+                &cores,
+                format!(
+                    "a share of the SMs needs a memory limit too ({}), or leave out {} for whole GPUs",
+                    req.key(MEMORY),
+                    req.key(CORES)
+                ),
             )
         })?;
         Ok(Self {

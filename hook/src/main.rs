@@ -134,9 +134,11 @@ fn container_id(spec: &serde_json::Value) -> Result<String> {
 /// The precreate stage. When the container cannot have its slice, the hook still answers
 /// with a spec, one whose process is the refusal itself: podman (4.x) discards a failing
 /// hook's stderr and shows only "exit status 1", but it shows the runtime's error in full, so
-/// `exec: "gpuslice refused this container: annotation …": executable file not found` is how
-/// the reason reaches the user. The container never runs: the runtime fails before any
-/// process of the image starts, and no claim is held.
+/// `exec: "/proc/self/gpuslice refused this container: annotation …": no such file or
+/// directory` is how the reason reaches the user. The path lies in the container's procfs,
+/// which the runtime mounts over the image's `/proc`, so no image can ship a program there
+/// (a relative name could be shipped and would run). The container never runs: the runtime
+/// fails before any process of the image starts, and no claim is held.
 fn precreate() -> Result<()> {
     use std::io::Write;
     let mut input = Vec::new();
@@ -169,8 +171,9 @@ pub(crate) fn config() -> Result<gpuslice_runtime_shim::config::Config> {
     Ok(cfg)
 }
 
-/// The start of the process name of a refused container.
-const REFUSAL_PREFIX: &str = "gpuslice refused this container: ";
+/// The start of the process path of a refused container: under the container's own procfs,
+/// where nothing of the image can be.
+const REFUSAL_PREFIX: &str = "/proc/self/gpuslice refused this container: ";
 
 fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
     let annotations = gpuslice_runtime_shim::spec::annotations(spec);

@@ -45,8 +45,9 @@ fn agent_error(e: zbus::Error) -> anyhow::Error {
     }
 }
 
-/// Claims a slice for the container and edits its bundle's spec, when it asks for one.
-pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
+/// Claims a slice for the container and edits its bundle's spec, when it asks for one;
+/// `true` when it claimed one.
+pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<bool> {
     let bundle = inv.bundle.as_ref().context("no bundle directory")?;
     let config_path = bundle.join("config.json");
     let mut spec = spec::read(&config_path)?;
@@ -61,15 +62,14 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<()> {
     } else {
         Release::ByRuntime
     };
-    if claim_and_edit(id, &mut spec, Some(bundle), release_by, cfg)?
-        && let Err(e) = spec::write(&config_path, &spec)
-    {
+    let claimed = claim_and_edit(id, &mut spec, Some(bundle), release_by, cfg)?;
+    if claimed && let Err(e) = spec::write(&config_path, &spec) {
         let _ = release(id, cfg);
         return Err(anyhow::Error::from(e).context(format!(
             "container {id}: the GPU slice could not be set up, so the container is not created"
         )));
     }
-    Ok(())
+    Ok(claimed)
 }
 
 /// Who releases a container's claim when it is deleted.

@@ -26,14 +26,21 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&format!("{e:#}")),
     };
+    let mut claimed_now = false;
     if inv.creates() {
         for w in cfg.warnings() {
             log::warn(inv.log.as_deref(), inv.log_format.as_deref(), &w);
         }
         // Fail closed: a GPU container whose injection failed is not created.
-        if let Err(e) = inject::prepare(&inv, &cfg) {
-            return fail(&format!("{e:#}"));
+        match inject::prepare(&inv, &cfg) {
+            Ok(claimed) => claimed_now = claimed,
+            Err(e) => return fail(&format!("{e:#}")),
         }
+    }
+    // A create that fails leaves no container to delete: its slice is given back at once
+    // rather than when garbage collection finds it, so the create runs as a child.
+    if claimed_now && inv.command.as_deref() == Some("create") {
+        return run_then_release(&runtime, &argv, &inv, &cfg, Release::OnFailure);
     }
     // After a delete the container is gone: run the runtime, then release the claim. Only a
     // container with a slice needs that; every other command is handed over with exec, so
@@ -43,7 +50,7 @@ fn main() -> ExitCode {
         .as_ref()
         .is_some_and(|id| cfg.run_dir.join(id).exists());
     if inv.command.as_deref() == Some("delete") && claimed {
-        return run_then_release(&runtime, &argv, &inv, &cfg);
+        return run_then_release(&runtime, &argv, &inv, &cfg, Release::OnSuccess);
     }
     let err = Command::new(&runtime)
         .arg0(&runtime)
@@ -52,13 +59,22 @@ fn main() -> ExitCode {
     fail(&format!("failed to execute {}: {err}", runtime.display()))
 }
 
-/// Runs the runtime's `delete`, then releases the container's claim. The claim outlives a
-/// failed delete: the container may still run.
+/// When [`run_then_release`] releases the container's claim.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// After a `delete` that succeeded (a failed delete leaves a container that may still run).
+    OnSuccess,
+    /// After a `create` that failed (no container holds the slice).
+    OnFailure,
+}
+
+/// Runs the runtime with argv unchanged, then releases the container's claim as `when` says.
 fn run_then_release(
     runtime: &std::path::Path,
     argv: &[OsString],
     inv: &args::Invocation,
     cfg: &Config,
+    when: Release,
 ) -> ExitCode {
     let status = match Command::new(runtime)
         .arg0(runtime)
@@ -75,7 +91,7 @@ fn run_then_release(
             return ExitCode::FAILURE;
         }
     };
-    if status.success()
+    if status.success() == (when == Release::OnSuccess)
         && let Some(id) = &inv.container_id
         && let Err(e) = inject::release_if_claimed(id, cfg)
     {

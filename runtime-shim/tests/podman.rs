@@ -87,6 +87,18 @@ fn podman_run_with_gpuslice_annotations_gets_the_slice_through_the_precreate_hoo
         "the claim outlived the container (poststop)"
     );
 
+    // An image that ships a program where a relative refusal name would be found: it must
+    // not run in the refused container's place.
+    let planted = rootfs
+        .join("gpuslice refused this container: annotation gpuslice.io")
+        .join("memory=\"lots\": not a number followed by an optional unit (B, Ki, Mi, Gi, Ti, k, M, G, T or %)");
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::write(&planted, "#!/bin/sh\necho ESCAPED-THE-REFUSAL\n").unwrap();
+    std::fs::set_permissions(
+        &planted,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let mut args = base.to_vec();
     args.extend([
         "--annotation",
@@ -98,6 +110,10 @@ fn podman_run_with_gpuslice_annotations_gets_the_slice_through_the_precreate_hoo
     let out = podman(&node, &args);
     assert!(!out.status.success(), "a malformed request ran");
     let t = text(&out);
+    assert!(
+        !t.contains("ESCAPED-THE-REFUSAL"),
+        "the image's program ran in place of the refusal:\n{t}"
+    );
     eprintln!("podman said:\n{t}");
     assert!(
         t.contains("gpuslice refused this container: annotation gpuslice.io/memory=\\\"lots\\\"")

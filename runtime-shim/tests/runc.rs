@@ -127,6 +127,28 @@ fn a_missing_interception_library_fails_the_create_and_releases_the_claim() {
 }
 
 #[test]
+fn a_create_that_runc_fails_after_the_claim_gives_the_slice_back_at_once() {
+    let node = Node::new();
+    let bundle = node.bundle(
+        "nobin",
+        &["/no/such/program"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let b = bundle.display().to_string();
+    let out = node.wrapper(&["create", "--bundle", &b, "nobin1"]);
+    assert!(
+        !out.status.success(),
+        "runc created a container without its program"
+    );
+    assert!(text(&out).contains("/no/such/program"), "{}", text(&out));
+    assert!(
+        node.status().slices.is_empty(),
+        "the claim of a container runc did not create is held: {:?}",
+        node.status().slices
+    );
+}
+
+#[test]
 fn a_gpu_container_run_in_the_foreground_gives_its_slice_back_when_it_exits() {
     let node = Node::new();
     let bundle = node.bundle("fg", &["/bin/true"], &[("gpuslice.io/memory", "1Gi")]);

@@ -249,6 +249,19 @@ fn a_malformed_request_fails_every_node_for_good_and_a_broken_body_says_why() {
         "{why}"
     );
 
+    // A per-container key for a container the pod does not have would leave the container
+    // meant without a GPU: the pod fits no node, and each says why.
+    let args = json!({
+        "Pod": pod(json!({"gpuslice.io/ap.memory": "2Gi"})),
+        "Nodes": {"items": nodes()}
+    });
+    let (_, r) = call(&server, "/filter", &args);
+    let why = r["FailedAndUnresolvableNodes"]["free"].as_str().unwrap();
+    assert_eq!(
+        why,
+        "gpuslice: annotation gpuslice.io/ap.memory=\"2Gi\": the pod has no container \"ap\" (it has: app)"
+    );
+
     let (status, r) = call(&server, "/filter", &json!({"Nodes": []}));
     assert!(status.contains("200"));
     assert!(

@@ -191,3 +191,15 @@ fn a_slice_larger_than_the_gpu_never_fits_and_says_so() {
     let e = fitting(&ask, &node).unwrap_err();
     assert!(e.is_lasting(&ask, &node));
 }
+
+#[test]
+fn a_share_of_the_sms_without_memory_is_refused_naming_the_cores_annotation() {
+    let ann: std::collections::BTreeMap<String, String> =
+        [("gpuslice.io/cores".to_string(), "30".to_string())].into();
+    let req = crate::annotations::parse(&ann).unwrap().unwrap();
+    let e = Shape::of(&req).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "annotation gpuslice.io/cores=\"30\": a share of the SMs needs a memory limit too (gpuslice.io/memory), or leave out gpuslice.io/cores for whole GPUs"
+    );
+}

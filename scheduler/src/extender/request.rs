@@ -21,6 +21,13 @@ pub enum RequestError {
     Annotation(#[from] annotations::AnnotationError),
     #[error(transparent)]
     Resources(#[from] resources::ResourceError),
+    #[error("annotation {key}={value:?}: the pod has no container {container:?} (it has: {known})")]
+    UnknownContainer {
+        key: String,
+        value: String,
+        container: String,
+        known: String,
+    },
     #[error("annotation {key}={value:?}: {reason}")]
     NodePolicy {
         key: String,
@@ -91,6 +98,7 @@ pub fn pod_slices(pod: &Value) -> Result<PodSlices, RequestError> {
     let containers = pod["spec"]["containers"].as_array().unwrap_or(&empty);
     let mut slices = Vec::new();
     let policy = pod_node_policy(&ann)?;
+    check_containers_named(pod, &ann)?;
     for c in containers {
         let Some(name) = c["name"].as_str() else {
             continue;
@@ -122,6 +130,35 @@ pub fn pod_slices(pod: &Value) -> Result<PodSlices, RequestError> {
         containers: slices,
         policy,
     })
+}
+
+/// Every per-container key (`gpuslice.io/<container>.<field>`) names a container of the pod:
+/// one naming no container would leave the container meant without a GPU, silently.
+fn check_containers_named(pod: &Value, ann: &BTreeMap<String, String>) -> Result<(), RequestError> {
+    let spec = &pod["spec"];
+    let names: Vec<&str> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| spec[*k].as_array())
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for (key, value) in ann {
+        let Some((container, _)) = key
+            .strip_prefix(annotations::PREFIX)
+            .and_then(|k| k.split_once('.'))
+        else {
+            continue;
+        };
+        if !names.contains(&container) {
+            return Err(RequestError::UnknownContainer {
+                key: key.clone(),
+                value: value.clone(),
+                container: container.to_string(),
+                known: names.join(", "),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The pod's `gpuslice.io/node-policy`, however its containers ask for their slices.
