@@ -21,7 +21,8 @@ pub struct MountPlan {
     /// (path in the container, major, minor, mode)
     pub devices: Vec<(String, u32, u32, u32)>,
     /// (host source, path in the container, read-only)
-    pub mounts: Vec<(PathBuf, String, bool)>,
+    /// (source, destination in the container, read-only, noexec)
+    pub mounts: Vec<(PathBuf, String, bool, bool)>,
 }
 
 /// Claims the slice and injects it into the container `id` whose init process is `pid`.
@@ -56,7 +57,14 @@ fn inject_into(pid: u32, rootfs: &Path, edits: &Edits, spec: &serde_json::Value)
         mounts: edits
             .mounts
             .iter()
-            .map(|m| (m.source.clone(), m.destination.clone(), m.read_only))
+            .map(|m| {
+                (
+                    m.source.clone(),
+                    m.destination.clone(),
+                    m.read_only,
+                    m.noexec,
+                )
+            })
             .collect(),
     };
     // Joining a mount namespace needs a single-threaded process: a fresh one does it.
@@ -251,7 +259,7 @@ pub fn enter_mount_namespace(pid: &str) -> Result<()> {
         .with_context(|| format!("failed to create {}", path.display()))?;
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(*mode))?;
     }
-    for (source, inner, read_only) in &plan.mounts {
+    for (source, inner, read_only, noexec) in &plan.mounts {
         let target = contained(&plan.rootfs, inner)?;
         if source.is_dir() {
             std::fs::create_dir_all(&target)?;
@@ -275,15 +283,18 @@ pub fn enter_mount_namespace(pid: &str) -> Result<()> {
                 target.display()
             )
         })?;
+        // Every mount is nosuid and nodev, as the runtime path's; read-only and noexec as
+        // the plan says.
+        let mut flags =
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
         if *read_only {
-            let flags = MsFlags::MS_BIND
-                | MsFlags::MS_REMOUNT
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_NODEV;
-            mount(None::<&str>, &target, None::<&str>, flags, None::<&str>)
-                .with_context(|| format!("failed to make {} read-only", target.display()))?;
+            flags |= MsFlags::MS_RDONLY;
         }
+        if *noexec {
+            flags |= MsFlags::MS_NOEXEC;
+        }
+        mount(None::<&str>, &target, None::<&str>, flags, None::<&str>)
+            .with_context(|| format!("failed to restrict the mount on {}", target.display()))?;
     }
     Ok(())
 }

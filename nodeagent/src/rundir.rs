@@ -101,6 +101,28 @@ impl RunDir {
             .collect()
     }
 
+    /// The mount options this directory lacks of `nosuid`, `nodev` and `noexec`. A container's
+    /// root can chmod its writable usage region and write a program into it: only a run
+    /// directory on a filesystem mounted with all three keeps that from becoming a setuid
+    /// program or a device on the host (packaging/systemd/run-gpuslice.mount mounts one).
+    #[must_use]
+    pub fn missing_mount_options(&self) -> Vec<&'static str> {
+        use nix::sys::statvfs::{FsFlags, statvfs};
+        let Ok(st) = statvfs(&self.root) else {
+            return vec!["nosuid", "nodev", "noexec"];
+        };
+        let flags = st.flags();
+        [
+            (FsFlags::ST_NOSUID, "nosuid"),
+            (FsFlags::ST_NODEV, "nodev"),
+            (FsFlags::ST_NOEXEC, "noexec"),
+        ]
+        .into_iter()
+        .filter(|(f, _)| !flags.contains(*f))
+        .map(|(_, name)| name)
+        .collect()
+    }
+
     /// Bytes in use on each of the `gpus` GPUs of container `id`, from its usage region, or
     /// why the region cannot be believed (it is the container's to write).
     pub fn usage(&self, id: &str, gpus: usize) -> Result<Vec<u64>, crate::usage::Tamper> {

@@ -57,6 +57,14 @@ pub async fn run(cfg: Config) -> Result<()> {
     );
     let store = Store::open(&cfg.state_dir)?;
     let run = RunDir::new(&cfg.run_dir)?.with_context_bytes(cfg.context_reservation);
+    let missing = run.missing_mount_options();
+    if !missing.is_empty() {
+        tracing::warn!(
+            run_dir = %cfg.run_dir.display(),
+            missing = %missing.join(","),
+            "the run directory's filesystem is not mounted nosuid,nodev,noexec: a container's root could leave a setuid program or a device node in its usage region there (mount a tmpfs with those options, as packaging/systemd/run-gpuslice.mount does)"
+        );
+    }
     let (ledger, recovery) = Ledger::open(inventory, store, run, cfg.rules, cfg.default_policy)
         .context("failed to open the ledger")?;
     let ledger = ledger.with_trust(cfg.trust.clone());

@@ -25,8 +25,12 @@ fn mkfifo(path: &Path) {
     assert_eq!(rc, 0, "mkfifo {}", path.display());
 }
 
-/// The tricks a container's root can play on its usage region, each by name.
-fn tricks(host_secret: &Path) -> Vec<(&'static str, &'static str, Box<dyn Fn(&Path)>)> {
+/// A trick: its name, the kind of tampering the agent reports, and how it is played on the
+/// region's path.
+type Trick = (&'static str, &'static str, Box<dyn Fn(&Path)>);
+
+/// The tricks a container's root can play on its usage region.
+fn tricks(host_secret: &Path) -> Vec<Trick> {
     let secret = host_secret.to_path_buf();
     vec![
         ("fifo", "not_regular", Box::new(mkfifo)),
@@ -179,4 +183,53 @@ async fn a_link_planted_where_the_agent_writes_is_removed_not_followed() {
             .unwrap()
             .contains("gpu.0.memory_bytes=2147483648")
     );
+}
+
+/// A tmpfs mounted on a fresh directory with `options`, unmounted when dropped.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(options: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount (util-linux)")
+            .success();
+        assert!(ok, "mount -t tmpfs -o {options} (needs root)");
+        Self(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn the_agent_warns_when_its_run_directory_would_let_a_container_plant_setuid_programs() {
+    use gpuslice_nodeagent::rundir::RunDir;
+    let hardened = Tmpfs::mount("mode=0755,nosuid,nodev,noexec");
+    let plain = Tmpfs::mount("mode=0755");
+    let missing = |t: &Tmpfs| {
+        RunDir::new(t.0.path().join("run"))
+            .unwrap()
+            .missing_mount_options()
+    };
+    assert!(missing(&hardened).is_empty(), "{:?}", missing(&hardened));
+    assert_eq!(missing(&plain), vec!["nosuid", "nodev", "noexec"]);
+
+    let sim = SimNode::new(1, "A10", None);
+    let bus = Bus::start();
+    let warned = |base: &Path| {
+        let agent = Agent::start_in(base, &agent_exe(), &bus, &sim, &[], &[]);
+        agent.log().contains("not mounted nosuid,nodev,noexec")
+    };
+    assert!(warned(plain.0.path()), "no warning on a plain tmpfs");
+    assert!(!warned(hardened.0.path()), "a warning on a hardened tmpfs");
 }

@@ -72,6 +72,7 @@ impl From<&ExtraMount> for BindMount {
             source: m.source.clone(),
             destination: m.destination.clone(),
             read_only: m.read_only,
+            noexec: false,
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct BindMount {
     pub source: PathBuf,
     pub destination: String,
     pub read_only: bool,
+    /// Nothing in it may be executed (nor mapped executable) in the container.
+    pub noexec: bool,
 }
 
 /// Control devices every GPU container needs besides its GPUs.
@@ -167,6 +169,7 @@ fn resolved_mount(host: &Path, destination: String) -> Result<BindMount, DriverE
         source,
         destination,
         read_only: true,
+        noexec: false,
     })
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use crate::driver::{BindMount, DeviceNode, DriverError, DriverFiles};
 use gpuslice_core::claim::Claim;
-use gpuslice_core::limits;
+use gpuslice_core::usage;
 
 pub use gpuslice_core::layout::CONTAINER_RUN_DIR;
 /// Where the interception library appears inside every GPU container.
@@ -81,16 +81,21 @@ impl Edits {
         for g in &claim.gpus {
             devices.push(driver.gpu_device(g.minor)?);
         }
+        // The container's directory is read-only inside (its limits file and preload list
+        // cannot be replaced, nothing can be planted beside them); only the usage region,
+        // which its processes update, is writable, and nothing there may be executed.
         let mut mounts = vec![
             BindMount {
                 source: host.container_dir.clone(),
                 destination: CONTAINER_RUN_DIR.into(),
-                read_only: false,
+                read_only: true,
+                noexec: true,
             },
             BindMount {
-                source: host.container_dir.join(limits::FILE_NAME),
-                destination: format!("{CONTAINER_RUN_DIR}/{}", limits::FILE_NAME),
-                read_only: true,
+                source: host.container_dir.join(usage::FILE_NAME),
+                destination: format!("{CONTAINER_RUN_DIR}/{}", usage::FILE_NAME),
+                read_only: false,
+                noexec: true,
             },
         ];
         mounts.extend(driver.mounts.iter().cloned());
@@ -98,11 +103,13 @@ impl Edits {
             source: host.interception_library.clone(),
             destination: INTERCEPTION_LIBRARY.into(),
             read_only: true,
+            noexec: false,
         });
         mounts.push(BindMount {
             source: host.container_dir.join(PRELOAD_FILE),
             destination: "/etc/ld.so.preload".into(),
             read_only: true,
+            noexec: true,
         });
         let hook = |point: HookPoint, verb: &str| Hook {
             point,

@@ -107,9 +107,13 @@ pub fn apply(spec: &mut Value, edits: &Edits) -> Result<(), SpecError> {
         for m in &edits.mounts {
             mounts.retain(|v| v.get("destination").and_then(Value::as_str) != Some(&m.destination));
             let mode = if m.read_only { "ro" } else { "rw" };
+            let mut options = vec!["rbind", "rprivate", "nosuid", "nodev", mode];
+            if m.noexec {
+                options.push("noexec");
+            }
             mounts.push(json!({
                 "destination": m.destination, "type": "bind", "source": m.source,
-                "options": ["rbind", "rprivate", "nosuid", "nodev", mode]
+                "options": options
             }));
         }
     }

@@ -22,6 +22,7 @@ fn edits() -> Edits {
             source: "/run/gpuslice/c1".into(),
             destination: "/run/gpuslice".into(),
             read_only: false,
+            noexec: false,
         }],
         hooks: vec![Hook {
             point: HookPoint::Poststop,

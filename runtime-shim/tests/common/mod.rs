@@ -188,6 +188,9 @@ echo "preload $(cat /etc/ld.so.preload)"
 [ -f /usr/lib/gpuslice/libgpuslice.so ] && echo "interception library mounted"
 grep memory_bytes /run/gpuslice/limits
 touch /run/gpuslice/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
+(true > /run/gpuslice/ld.so.preload) 2>/dev/null && echo "preload list emptied" || echo "preload list kept"
+busybox mkfifo /run/gpuslice/planted 2>/dev/null && echo "planted in run dir" || echo "run dir closed to new files"
+busybox ln -s /etc/passwd /run/gpuslice/usage.link 2>/dev/null && echo "linked in run dir" || echo "run dir closed to links"
 /usr/bin/nvidia-smi -L
 /usr/bin/nvidia-smi --query-gpu=memory.total --format=csv,noheader | sed 's/^/slice memory /'
 "#;
@@ -206,6 +209,9 @@ pub fn assert_gpu_checks(t: &str) {
         "interception library mounted",
         "gpu.0.memory_bytes=2147483648",
         "limits read-only",
+        "preload list kept",
+        "run dir closed to new files",
+        "run dir closed to links",
         "GPU 0: Tesla T4",
         "slice memory 2048 MiB",
     ] {
