@@ -338,6 +338,19 @@ impl AgentApi {
         env!("CARGO_PKG_VERSION").to_string()
     }
 
+    /// The driver showed container `container_id` holding `used` bytes on GPU `gpu_uuid`,
+    /// more than its `limit` (plus the backstop's tolerance); `action` is what the agent did
+    /// (`log`, `kill`).
+    #[zbus(signal)]
+    pub async fn over_limit(
+        emitter: &zbus::object_server::SignalEmitter<'_>,
+        container_id: &str,
+        gpu_uuid: &str,
+        used: u64,
+        limit: u64,
+        action: &str,
+    ) -> zbus::Result<()>;
+
     /// A container's usage region was found tampered with (`reason` says how); sent once per
     /// container and kind of tampering.
     #[zbus(signal)]

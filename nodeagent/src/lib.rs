@@ -5,6 +5,7 @@
 //! capacity, writes each container's limits directory, releases claims of containers that
 //! are gone, and serves all of this over D-Bus and Prometheus metrics.
 
+pub mod backstop;
 pub mod dbus;
 pub mod discovery;
 pub mod duration;

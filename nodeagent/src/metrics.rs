@@ -70,6 +70,14 @@ pub struct Metrics {
     pub admitted: Counter,
     pub refused: Family<ReasonLabels, Counter>,
     pub released: Family<CauseLabels, Counter>,
+    /// Containers found over their slice by the backstop, by container and action.
+    pub over_limit: Family<OverLimitLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverLimitLabels {
+    pub container: String,
+    pub action: String,
 }
 
 impl Default for Metrics {
@@ -96,6 +104,7 @@ impl Metrics {
             admitted: Counter::default(),
             refused: Family::default(),
             released: Family::default(),
+            over_limit: Family::default(),
         };
         registry.register(
             "gpuslice_gpu_memory_capacity_bytes",
@@ -156,6 +165,11 @@ impl Metrics {
             "gpuslice_claims_released",
             "Claims released, by cause",
             m.released.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_over_limit",
+            "Times the driver showed a container holding more than its slice (plus the tolerance), by the action taken",
+            m.over_limit.clone(),
         );
         for cause in [CauseLabels::REQUEST, CauseLabels::GC] {
             let _ = m.released.get_or_create(&cause);

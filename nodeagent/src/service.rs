@@ -39,9 +39,21 @@ pub struct Config {
     pub context_reservation: u64,
     /// Whose scheduler assignments to honour.
     pub trust: crate::ledger::Trust,
+    /// The enforcement backstop: how often to compare what the driver says each container
+    /// holds with its slice (`None`: never), what to do about a container over it, and by how
+    /// much it may be over before that.
+    pub backstop: Option<Backstop>,
     /// Publish the GPUs on this node's Kubernetes Node (`Some`), through this API server URL
     /// (or in-cluster / $KUBECONFIG when the URL is `None`), checking every interval.
     pub publish: Option<(Option<String>, Duration)>,
+}
+
+/// How the enforcement backstop runs (see [`crate::backstop`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Backstop {
+    pub interval: Duration,
+    pub action: crate::backstop::Action,
+    pub tolerance: u64,
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -164,6 +176,15 @@ pub async fn run(cfg: Config) -> Result<()> {
         }
     });
 
+    if let Some(b) = cfg.backstop {
+        tokio::spawn(backstop(
+            Arc::clone(&shared),
+            conn.clone(),
+            library.clone(),
+            b,
+        ));
+    }
+
     let lost = tokio::select! {
         () = shutdown => None,
         e = bus_lost(&conn) => Some(e),
@@ -178,6 +199,112 @@ pub async fn run(cfg: Config) -> Result<()> {
         // Exit non-zero so that the service manager starts a fresh agent, which connects
         // to the new bus and loads the same ledger.
         Some(e) => Err(anyhow::anyhow!("lost the D-Bus connection: {e}")),
+    }
+}
+
+/// Compares, every interval, what the driver says each container holds with its slice, and
+/// acts on the containers over it. NVML is loaded once, in its own handle.
+async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf, b: Backstop) {
+    use crate::backstop::{self, Action, Procs, Sample};
+    let nvml = match nvml_wrapper::Nvml::builder()
+        .lib_path(library.as_os_str())
+        .init()
+    {
+        Ok(n) => Arc::new(n),
+        Err(e) => {
+            tracing::error!("the enforcement backstop cannot load NVML ({e}): it does not run");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(b.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (s, nvml) = (Arc::clone(&shared), Arc::clone(&nvml));
+        let found = tokio::task::spawn_blocking(move || {
+            let procs = Procs {
+                root: s.proc_root.clone(),
+            };
+            let (claims, uuids) = {
+                let ledger = s.ledger();
+                let uuids: Vec<String> = ledger
+                    .inventory()
+                    .gpus
+                    .iter()
+                    .map(|g| g.uuid.clone())
+                    .collect();
+                (ledger.claims().cloned().collect::<Vec<_>>(), uuids)
+            };
+            let mut samples = Vec::new();
+            for uuid in &uuids {
+                let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
+                    continue;
+                };
+                for p in device.running_compute_processes().unwrap_or_default() {
+                    if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) =
+                        p.used_gpu_memory
+                    {
+                        samples.push(Sample {
+                            gpu_uuid: uuid.clone(),
+                            pid: p.pid,
+                            used,
+                        });
+                    }
+                }
+            }
+            let mut acted_on = Vec::new();
+            for v in backstop::violations(&claims, &samples, &procs, b.tolerance) {
+                let mut acted = Action::Log;
+                if b.action == Action::Kill
+                    && let Some(&newest) = v.pids.last()
+                    && let Some(start) = procs.start_time(newest)
+                    && backstop::kill(&procs, newest, start)
+                {
+                    acted = Action::Kill;
+                }
+                tracing::warn!(
+                    container = %v.container_id,
+                    gpu = %v.gpu_uuid,
+                    used = v.used,
+                    limit = v.limit,
+                    pids = ?v.pids,
+                    action = %acted,
+                    "the driver shows the container over its slice"
+                );
+                s.metrics
+                    .over_limit
+                    .get_or_create(&crate::metrics::OverLimitLabels {
+                        container: v.container_id.clone(),
+                        action: acted.to_string(),
+                    })
+                    .inc();
+                acted_on.push((v, acted));
+            }
+            acted_on
+        })
+        .await
+        .unwrap_or_default();
+        if found.is_empty() {
+            continue;
+        }
+        let Ok(iface) = conn
+            .object_server()
+            .interface::<_, AgentApi>(OBJECT_PATH)
+            .await
+        else {
+            continue;
+        };
+        for (v, action) in found {
+            let _ = AgentApi::over_limit(
+                iface.signal_emitter(),
+                &v.container_id,
+                &v.gpu_uuid,
+                v.used,
+                v.limit,
+                &action.to_string(),
+            )
+            .await;
+        }
     }
 }
 

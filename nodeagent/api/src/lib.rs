@@ -68,6 +68,17 @@ pub trait Agent {
     fn status(&self) -> zbus::Result<String>;
     #[zbus(property)]
     fn version(&self) -> zbus::Result<String>;
+    /// The driver showed a container holding more than its slice on a GPU, and what the
+    /// agent did about it.
+    #[zbus(signal)]
+    fn over_limit(
+        &self,
+        container_id: &str,
+        gpu_uuid: &str,
+        used: u64,
+        limit: u64,
+        action: &str,
+    ) -> zbus::Result<()>;
     /// A container's usage region was found tampered with, and how.
     #[zbus(signal)]
     fn usage_tampered(&self, container_id: &str, reason: &str) -> zbus::Result<()>;

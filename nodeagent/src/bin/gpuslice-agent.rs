@@ -11,6 +11,12 @@ use gpuslice_nodeagent::duration;
 use gpuslice_nodeagent::gc::{self, Evidence};
 use gpuslice_nodeagent::service::{self, Config};
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OverLimitAction {
+    Log,
+    Kill,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum GpuPolicy {
     Binpack,
@@ -66,6 +72,18 @@ struct Args {
     /// slice once per context a process creates; measure it with tests/gpu/run.sh.
     #[arg(long, default_value = "0", value_parser = parse_bytes)]
     context_reservation: u64,
+    /// How often the enforcement backstop compares what the driver says each container's
+    /// processes hold (NVML, per process) with its slice; 0 turns it off.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    enforce_interval: std::time::Duration,
+    /// What the backstop does to a container over its slice: log (log, count, D-Bus signal)
+    /// or kill (also SIGKILL its newest process on that GPU).
+    #[arg(long, value_enum, default_value = "log")]
+    over_limit_action: OverLimitAction,
+    /// How far over its slice a container may be before the backstop acts (the driver's own
+    /// reservations not charged by the interception library), e.g. 64Mi.
+    #[arg(long, default_value = "64Mi", value_parser = parse_bytes)]
+    over_limit_tolerance: u64,
     /// File holding the key shared with gpuslice-scheduler: claims carrying a
     /// gpuslice.io/assignment are honoured only if it is signed with this key for this node.
     /// Without it, assignments are refused.
@@ -155,6 +173,14 @@ fn main() -> Result<()> {
             pending_timeout: args.pending_timeout,
         },
         context_reservation: args.context_reservation,
+        backstop: (!args.enforce_interval.is_zero()).then(|| service::Backstop {
+            interval: args.enforce_interval,
+            action: match args.over_limit_action {
+                OverLimitAction::Log => gpuslice_nodeagent::backstop::Action::Log,
+                OverLimitAction::Kill => gpuslice_nodeagent::backstop::Action::Kill,
+            },
+            tolerance: args.over_limit_tolerance,
+        }),
         publish: args
             .publish_node
             .then(|| (args.kube_api.clone(), args.publish_interval)),

@@ -1,0 +1,211 @@
+//! The enforcement backstop: what the driver says each process holds, against each
+//! container's slice, whatever the process did to avoid the interception library (a static
+//! binary, raw ioctls, the real driver loaded by its own path). Every interval the agent asks
+//! NVML for the processes on each GPU and the device memory each holds, finds each process's
+//! container by its cgroups (the cgroups of the process the container was activated with),
+//! and acts on a container whose processes together hold more than its slice plus a stated
+//! tolerance: it logs and counts, and with `kill` it SIGKILLs the newest of them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use gpuslice_core::{Claim, ClaimState};
+
+/// What the agent does to a container over its slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Log it, count it and announce it.
+    Log,
+    /// Also SIGKILL the container's newest process holding memory on that GPU.
+    Kill,
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Log => "log",
+            Self::Kill => "kill",
+        })
+    }
+}
+
+/// One process's device memory on one GPU, as the driver reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    pub gpu_uuid: String,
+    pub pid: u32,
+    pub used: u64,
+}
+
+/// A container over its slice on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub container_id: String,
+    pub gpu_uuid: String,
+    pub used: u64,
+    pub limit: u64,
+    /// The container's processes on that GPU, newest last (by start time).
+    pub pids: Vec<u32>,
+}
+
+/// A process's cgroup memberships, one `hierarchy-id:controllers:path` line each, as
+/// `/proc/<pid>/cgroup` lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups(Vec<(String, String)>);
+
+impl Cgroups {
+    /// Parses `/proc/<pid>/cgroup`.
+    #[must_use]
+    pub fn parse(text: &str) -> Self {
+        Self(
+            text.lines()
+                .filter_map(|l| {
+                    let (hierarchy, path) = l.rsplit_once(':')?;
+                    Some((hierarchy.to_string(), path.to_string()))
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether every membership is the root cgroup: such a process is in no container, and
+    /// every process of the host would look like one of its own.
+    #[must_use]
+    pub fn is_root(&self) -> bool {
+        self.0.iter().all(|(_, p)| p == "/")
+    }
+
+    /// Whether a process with these cgroups is inside the container whose first process has
+    /// `container`'s: in the same cgroup or below it in every hierarchy the container names.
+    #[must_use]
+    pub fn within(&self, container: &Cgroups) -> bool {
+        container.0.iter().all(|(hierarchy, base)| {
+            self.0.iter().any(|(h, p)| {
+                h == hierarchy
+                    && (p == base
+                        || base == "/"
+                        || p.strip_prefix(base.as_str())
+                            .is_some_and(|rest| rest.starts_with('/')))
+            })
+        })
+    }
+}
+
+/// How the backstop reads processes: from a `/proc`.
+pub struct Procs {
+    pub root: PathBuf,
+}
+
+impl Procs {
+    #[must_use]
+    pub fn cgroups(&self, pid: u32) -> Option<Cgroups> {
+        let text = std::fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()?;
+        Some(Cgroups::parse(&text))
+    }
+
+    #[must_use]
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        crate::gc::process_start_time(&self.root, pid)
+    }
+}
+
+/// The containers over their slice, from the driver's `samples`: each sample is given to
+/// the active claim whose container holds the process (by cgroups), and a claim's samples
+/// on one GPU are summed against its wall there plus `tolerance`.
+#[must_use]
+pub fn violations(
+    claims: &[Claim],
+    samples: &[Sample],
+    procs: &Procs,
+    tolerance: u64,
+) -> Vec<Violation> {
+    // The cgroups of each running container, from the process it was activated with (still
+    // the same process: same start time).
+    let containers: Vec<(&Claim, Cgroups)> = claims
+        .iter()
+        .filter_map(|c| match c.state {
+            ClaimState::Active { pid, start_time } => {
+                if procs.start_time(pid) != Some(start_time) {
+                    return None;
+                }
+                let cg = procs.cgroups(pid)?;
+                (!cg.is_root()).then_some((c, cg))
+            }
+            ClaimState::Pending => None,
+        })
+        .collect();
+    // (container, GPU) → (bytes, [(start time, pid)])
+    let mut held: BTreeMap<(String, String), (u64, Vec<(u64, u32)>)> = BTreeMap::new();
+    for s in samples {
+        let Some(cg) = procs.cgroups(s.pid) else {
+            continue;
+        };
+        let Some((claim, _)) = containers.iter().find(|(_, c)| cg.within(c)) else {
+            continue;
+        };
+        let e = held
+            .entry((claim.container_id.clone(), s.gpu_uuid.clone()))
+            .or_default();
+        e.0 = e.0.saturating_add(s.used);
+        e.1.push((procs.start_time(s.pid).unwrap_or(0), s.pid));
+    }
+    let mut out = Vec::new();
+    for ((id, uuid), (used, mut pids)) in held {
+        let Some((claim, _)) = containers.iter().find(|(c, _)| c.container_id == id) else {
+            continue;
+        };
+        // A GPU outside the claim has no room at all.
+        let limit = claim
+            .gpus
+            .iter()
+            .find(|g| g.uuid == uuid)
+            .map_or(0, |g| g.memory_bytes);
+        if used > limit.saturating_add(tolerance) {
+            pids.sort_unstable();
+            out.push(Violation {
+                container_id: id,
+                gpu_uuid: uuid,
+                used,
+                limit,
+                pids: pids.into_iter().map(|(_, p)| p).collect(),
+            });
+        }
+    }
+    out
+}
+
+/// SIGKILLs `pid` if it is still the process that started at `start_time` (a pid reused in
+/// between is left alone).
+pub fn kill(procs: &Procs, pid: u32, start_time: u64) -> bool {
+    if procs.start_time(pid) != Some(start_time) {
+        return false;
+    }
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_belongs_to_a_container_in_its_cgroup_or_below_it() {
+        let container = Cgroups::parse("12:devices:/c1\n0::/system.slice/runc-c1.scope\n");
+        let same = Cgroups::parse("12:devices:/c1\n0::/system.slice/runc-c1.scope\n");
+        let below = Cgroups::parse("12:devices:/c1/x\n0::/system.slice/runc-c1.scope/sub\n");
+        let sibling = Cgroups::parse("12:devices:/c10\n0::/system.slice/runc-c10.scope\n");
+        let host = Cgroups::parse("12:devices:/\n0::/user.slice\n");
+        assert!(same.within(&container) && below.within(&container));
+        assert!(
+            !sibling.within(&container),
+            "a prefix of the name is not a parent"
+        );
+        assert!(!host.within(&container));
+        assert!(!host.is_root() && Cgroups::parse("1:cpu:/\n0::/\n").is_root());
+    }
+}
