@@ -108,6 +108,9 @@ impl Procs {
     }
 }
 
+/// What one container holds on one GPU: bytes, and its processes there as (start time, pid).
+type Held = (u64, Vec<(u64, u32)>);
+
 /// The containers over their slice, from the driver's `samples`: each sample is given to
 /// the active claim whose container holds the process (by cgroups), and a claim's samples
 /// on one GPU are summed against its wall there plus `tolerance`.
@@ -133,8 +136,7 @@ pub fn violations(
             ClaimState::Pending => None,
         })
         .collect();
-    // (container, GPU) → (bytes, [(start time, pid)])
-    let mut held: BTreeMap<(String, String), (u64, Vec<(u64, u32)>)> = BTreeMap::new();
+    let mut held: BTreeMap<(String, String), Held> = BTreeMap::new();
     for s in samples {
         let Some(cg) = procs.cgroups(s.pid) else {
             continue;
