@@ -173,7 +173,7 @@ fn main() -> Result<()> {
             pending_timeout: args.pending_timeout,
         },
         context_reservation: args.context_reservation,
-        backstop: (!args.enforce_interval.is_zero()).then(|| service::Backstop {
+        backstop: (!args.enforce_interval.is_zero()).then_some(service::Backstop {
             interval: args.enforce_interval,
             action: match args.over_limit_action {
                 OverLimitAction::Log => gpuslice_nodeagent::backstop::Action::Log,
