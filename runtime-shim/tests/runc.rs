@@ -255,3 +255,57 @@ fn two_containers_share_one_gpu_each_behind_its_own_wall() {
     assert!(out.status.success(), "delete failed: {}", text(&out));
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
+    let node = Node::with_agent_args(&[
+        "--enforce-interval",
+        "200ms",
+        "--over-limit-action",
+        "kill",
+        "--over-limit-tolerance",
+        "0",
+    ]);
+    let bundle = node.bundle(
+        "door",
+        &["/bin/sh", "-c", "sleep 600 | /usr/bin/door 536870912"],
+        &[("gpuslice.io/memory", "256Mi")],
+    );
+    std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
+    let b = bundle.display().to_string();
+    let out = node.wrapper(&["create", "--bundle", &b, "door1"]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    let out = node.wrapper(&["start", "door1"]);
+    assert!(out.status.success(), "start failed: {}", text(&out));
+    // The library never saw the 512 MiB; the driver did, for a pid in the container's own
+    // namespace, and the agent finds it by the container's cgroup.
+    let caught = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(5), || {
+        node.agent
+            .log()
+            .contains("the driver shows the container over its slice")
+    });
+    let log = node.agent.log();
+    assert!(caught, "the agent did not catch it:\n{log}");
+    assert!(
+        log.contains("door1") && log.contains("used=536870912") && log.contains("action=kill"),
+        "{log}"
+    );
+    // The process over the slice is gone; the rest of the container (its shell, `sleep`)
+    // runs on.
+    let ps = || text(&node.runc(&["ps", "door1"]));
+    let gone = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(5), || {
+        let t = ps();
+        t.contains("sleep 600")
+            && !t
+                .lines()
+                .any(|l| l.contains("/usr/bin/door") && !l.contains("sh -c"))
+    });
+    assert!(gone, "the process over its slice still runs:\n{}", ps());
+    let _ = node.runc(&["kill", "door1", "KILL"]);
+    assert!(gpuslice_testsupport::wait_for(
+        std::time::Duration::from_secs(5),
+        || text(&node.runc(&["state", "door1"])).contains("\"stopped\"")
+    ));
+    let out = node.wrapper(&["delete", "door1"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+}

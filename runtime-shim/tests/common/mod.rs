@@ -18,9 +18,14 @@ pub struct Node {
 
 impl Node {
     pub fn new() -> Self {
+        Self::with_agent_args(&[])
+    }
+
+    /// A node whose agent runs with `args` besides the test defaults.
+    pub fn with_agent_args(args: &[&str]) -> Self {
         let sim = SimNode::new(2, "T4", None);
         let bus = Bus::start();
-        let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
+        let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, args);
         let work = tempfile::tempdir().unwrap();
         let interception_library = gpuslice_testsupport::target_dir().join("libgpuslice.so");
         assert!(
@@ -46,6 +51,23 @@ impl Node {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
             let ok = Command::new("gcc")
                 .args(["-O1", "-DWALL_NO_LINK", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .arg("-ldl")
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        out
+    }
+
+    /// `runtime-shim/tests/c/door.c`: a program that allocates past the interception library.
+    pub fn door_program(&self) -> PathBuf {
+        let out = self.work.path().join("door-program");
+        if !out.exists() {
+            let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/door.c");
+            let ok = Command::new("gcc")
+                .args(["-O1", "-o"])
                 .arg(&out)
                 .arg(&src)
                 .arg("-ldl")

@@ -17,6 +17,8 @@ pub struct Driver {
     /// CUDA ordinal → index in the node description (after `CUDA_VISIBLE_DEVICES`).
     pub visible: Vec<usize>,
     pid: u32,
+    /// This process's PID namespace: with `pid`, how its record names it.
+    pidns: u64,
     start_time: u64,
     record: Option<File>,
     lock_path: PathBuf,
@@ -70,6 +72,7 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
     })?;
     let visible = visible_devices(&spec, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
     let pid = std::process::id();
+    let pidns = procs::own_pidns();
     let start_time =
         gpuslice_simnode::procs::process_start_time(Path::new("/proc"), pid).unwrap_or(0);
     procs::remove_stale(&spec.state_dir);
@@ -77,13 +80,14 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
         .create(true)
         .write(true)
         .truncate(true)
-        .open(procs::record_path(&spec.state_dir, pid))
+        .open(procs::record_path(&spec.state_dir, pidns, pid))
         .ok();
     let lock_path = spec.state_dir.join("lock");
     let driver = Driver {
         spec,
         visible,
         pid,
+        pidns,
         start_time,
         record,
         lock_path,
@@ -135,7 +139,12 @@ impl Driver {
     /// Writes this process's usage record for the other processes (and NVML) to read.
     pub fn publish(&self, inner: &Inner) {
         if let Some(f) = &self.record {
-            let record = procs::encode(self.pid, self.start_time, &inner.used, &inner.busy);
+            let record = procs::encode(
+                (self.pidns, self.pid),
+                self.start_time,
+                &inner.used,
+                &inner.busy,
+            );
             let _ = f.write_all_at(&record, 0);
         }
     }
@@ -182,9 +191,9 @@ impl Driver {
                 libc::flock(l.as_raw_fd(), libc::LOCK_EX);
             }
         }
-        let others: u64 = procs::live(&self.spec.state_dir)
+        let others: u64 = procs::holding(&self.spec.state_dir)
             .iter()
-            .filter(|p| p.pid != self.pid)
+            .filter(|p| p.writer != (self.pidns, self.pid))
             .map(|p| p.used.get(index).copied().unwrap_or(0))
             .sum();
         let total = self.spec.gpus[index].memory_bytes;

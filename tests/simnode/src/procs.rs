@@ -3,17 +3,28 @@
 //! by the fake NVML to answer "running compute processes", "memory used" and "process
 //! utilization" across processes.
 //!
-//! Record layout (little-endian): magic `GSIMPRC2` (8), pid (u64), start time in clock ticks
-//! (u64), bytes held on each GPU index (64 × u64), then for each GPU index the kernel time
-//! launched so far and the instant the last launched kernel ends (64 × 2 × u64, nanoseconds
-//! of CLOCK_MONOTONIC). A record whose process is gone, or whose pid now belongs to a process
-//! with another start time, is ignored and removed by the next process that starts.
+//! Record layout (little-endian): magic `GSIMPRC3` (8), pid (u64) in the writer's PID
+//! namespace, start time in clock ticks (u64), the inode of that PID namespace (u64), bytes
+//! held on each GPU index (64 × u64), then for each GPU index the kernel time launched so far
+//! and the instant the last launched kernel ends (64 × 2 × u64, nanoseconds of
+//! CLOCK_MONOTONIC). Records are named `<namespace inode>-<pid>`.
+//!
+//! The real driver knows every process by its kernel identity; a process in a container knows
+//! only its pid in its own namespace. A reader translates: a record of its own namespace is
+//! checked against its `/proc`; one of another namespace is found by scanning its `/proc` for
+//! the process whose innermost namespace and pid (`/proc/<p>/ns/pid`, the last `NSpid`) are
+//! the record's, and is then shown with the pid the reader knows it by, as the real NVML does.
+//! A record whose process is gone is ignored and removed by the next process that can tell
+//! (its own namespace's processes, any process that sees that namespace, or any process of
+//! the host's initial namespace, which sees them all); a record a reader cannot see at all
+//! (a sibling container's) still counts as memory in use, as on a real GPU.
 
 use std::path::{Path, PathBuf};
 
-pub const MAGIC: &[u8; 8] = b"GSIMPRC2";
+pub const MAGIC: &[u8; 8] = b"GSIMPRC3";
 pub const MAX_GPUS: usize = 64;
-const USED_AT: usize = 24;
+const NS_AT: usize = 24;
+const USED_AT: usize = 32;
 const BUSY_AT: usize = USED_AT + MAX_GPUS * 8;
 pub const RECORD_SIZE: usize = BUSY_AT + MAX_GPUS * 16;
 
@@ -42,8 +53,11 @@ impl Busy {
 /// One live process's device memory and kernel time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcUsage {
+    /// The pid the reader knows the process by.
     pub pid: u32,
     pub start_time: u64,
+    /// The process's own PID namespace and its pid there: who wrote the record.
+    pub writer: (u64, u32),
     pub used: Vec<u64>,
     pub busy: Vec<Busy>,
 }
@@ -54,13 +68,23 @@ pub fn dir(state_dir: &Path) -> PathBuf {
 }
 
 #[must_use]
-pub fn record_path(state_dir: &Path, pid: u32) -> PathBuf {
-    dir(state_dir).join(pid.to_string())
+pub fn record_path(state_dir: &Path, pidns: u64, pid: u32) -> PathBuf {
+    dir(state_dir).join(format!("{pidns}-{pid}"))
+}
+
+/// The inode of the host's initial PID namespace (the kernel's `PROC_PID_INIT_INO`).
+pub const INITIAL_PIDNS: u64 = 0xEFFF_FFFC;
+
+/// The inode of this process's PID namespace.
+#[must_use]
+pub fn own_pidns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
 #[must_use]
 pub fn encode(
-    pid: u32,
+    (pidns, pid): (u64, u32),
     start_time: u64,
     used: &[u64; MAX_GPUS],
     busy: &[Busy; MAX_GPUS],
@@ -69,6 +93,7 @@ pub fn encode(
     buf[0..8].copy_from_slice(MAGIC);
     buf[8..16].copy_from_slice(&u64::from(pid).to_le_bytes());
     buf[16..24].copy_from_slice(&start_time.to_le_bytes());
+    buf[NS_AT..NS_AT + 8].copy_from_slice(&pidns.to_le_bytes());
     for (i, u) in used.iter().enumerate() {
         buf[USED_AT + 8 * i..USED_AT + 8 * i + 8].copy_from_slice(&u.to_le_bytes());
     }
@@ -97,9 +122,11 @@ fn decode(buf: &[u8]) -> Option<ProcUsage> {
         b.copy_from_slice(&buf[at..at + 8]);
         u64::from_le_bytes(b)
     };
+    let pid = u32::try_from(word(8)).ok()?;
     Some(ProcUsage {
-        pid: u32::try_from(word(8)).ok()?,
+        pid,
         start_time: word(16),
+        writer: (word(NS_AT), pid),
         used: (0..MAX_GPUS).map(|i| word(USED_AT + 8 * i)).collect(),
         busy: (0..MAX_GPUS)
             .map(|i| Busy {
@@ -128,50 +155,158 @@ pub fn monotonic_ns() -> u64 {
         .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
-/// Records of processes that are still alive.
-#[must_use]
-pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
+/// What a reader can tell of a record's process.
+enum Seen {
+    /// Alive, known to the reader by this pid.
+    Alive(u32),
+    Gone,
+    /// In a namespace the reader cannot see (a sibling container's): alive as far as it
+    /// can tell.
+    Hidden,
+}
+
+/// How a reader finds processes of other PID namespaces: (namespace inode, pid there) →
+/// its own pid, scanned from its `/proc` once, when first needed.
+struct Translator {
+    own: u64,
+    others: Option<std::collections::HashMap<(u64, u32), u32>>,
+}
+
+impl Translator {
+    fn new() -> Self {
+        Self {
+            own: own_pidns(),
+            others: None,
+        }
+    }
+
+    fn scan() -> std::collections::HashMap<(u64, u32), u32> {
+        use std::os::unix::fs::MetadataExt;
+        let mut map = std::collections::HashMap::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return map;
+        };
+        for e in entries.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(ns) = std::fs::metadata(e.path().join("ns/pid")).map(|m| m.ino()) else {
+                continue;
+            };
+            let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                continue;
+            };
+            let inner = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|v| v.parse::<u32>().ok());
+            if let Some(inner) = inner {
+                map.insert((ns, inner), p);
+            }
+        }
+        map
+    }
+
+    fn see(&mut self, p: &ProcUsage) -> Seen {
+        let (ns, pid) = p.writer;
+        let proc_root = Path::new("/proc");
+        if ns == self.own {
+            return if process_start_time(proc_root, pid) == Some(p.start_time) {
+                Seen::Alive(pid)
+            } else {
+                Seen::Gone
+            };
+        }
+        let own = self.own;
+        let map = self.others.get_or_insert_with(Self::scan);
+        if let Some(&mine) = map.get(&(ns, pid))
+            && process_start_time(proc_root, mine) == Some(p.start_time)
+        {
+            return Seen::Alive(mine);
+        }
+        // Gone if the reader sees that namespace (or sees every namespace).
+        if own == INITIAL_PIDNS || map.keys().any(|(n, _)| *n == ns) {
+            Seen::Gone
+        } else {
+            Seen::Hidden
+        }
+    }
+}
+
+fn records(state_dir: &Path) -> Vec<(PathBuf, Option<ProcUsage>)> {
     let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
         return Vec::new();
     };
-    let mut out: Vec<ProcUsage> = entries
+    entries
         .flatten()
-        .filter_map(|e| std::fs::read(e.path()).ok())
-        .filter_map(|b| decode(&b))
-        .filter(|p| process_start_time(Path::new("/proc"), p.pid) == Some(p.start_time))
+        .map(|e| {
+            let usage = std::fs::read(e.path()).ok().and_then(|b| decode(&b));
+            (e.path(), usage)
+        })
+        .collect()
+}
+
+/// Records of processes that are alive and that this process can see, each with the pid it
+/// knows the process by.
+#[must_use]
+pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
+    let mut t = Translator::new();
+    let mut out: Vec<ProcUsage> = records(state_dir)
+        .into_iter()
+        .filter_map(|(_, p)| p)
+        .filter_map(|mut p| match t.see(&p) {
+            Seen::Alive(pid) => {
+                p.pid = pid;
+                Some(p)
+            }
+            Seen::Gone | Seen::Hidden => None,
+        })
         .collect();
     out.sort_by_key(|p| p.pid);
     out
 }
 
+/// Records of every process that holds device memory as far as this process can tell: those
+/// it sees alive and those it cannot see at all.
+#[must_use]
+pub fn holding(state_dir: &Path) -> Vec<ProcUsage> {
+    let mut t = Translator::new();
+    records(state_dir)
+        .into_iter()
+        .filter_map(|(_, p)| p)
+        .filter(|p| !matches!(t.see(p), Seen::Gone))
+        .collect()
+}
+
 /// Removes records of processes that are gone. A record that cannot be read whole is being
-/// written by a process starting right now: it is removed only if no process has the pid its
-/// file is named after (removing it from under a live process would hide that process from
-/// every other one for good).
+/// written by a process starting right now: it is removed only if its file names a pid of
+/// this namespace that no process has (removing it from under a live process would hide that
+/// process from every other one for good).
 pub fn remove_stale(state_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
-        return;
-    };
+    let mut t = Translator::new();
+    let own = t.own;
     let proc_root = Path::new("/proc");
-    for e in entries.flatten() {
-        let alive = match std::fs::read(e.path()).ok().and_then(|b| decode(&b)) {
-            Some(p) => process_start_time(proc_root, p.pid) == Some(p.start_time),
-            None => e
+    for (path, usage) in records(state_dir) {
+        let gone = match usage {
+            Some(p) => matches!(t.see(&p), Seen::Gone),
+            None => path
                 .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|pid| process_start_time(proc_root, pid).is_some()),
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split_once('-'))
+                .and_then(|(ns, pid)| Some((ns.parse::<u64>().ok()?, pid.parse::<u32>().ok()?)))
+                .is_some_and(|(ns, pid)| ns == own && process_start_time(proc_root, pid).is_none()),
         };
-        if !alive {
-            let _ = std::fs::remove_file(e.path());
+        if gone {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
 
-/// Bytes held on GPU `index` by all live processes.
+/// Bytes held on GPU `index` by every process holding memory.
 #[must_use]
 pub fn used_on(state_dir: &Path, index: usize) -> u64 {
-    live(state_dir)
+    holding(state_dir)
         .iter()
         .map(|p| p.used.get(index).copied().unwrap_or(0))
         .sum()
@@ -199,27 +334,30 @@ mod tests {
         assert_eq!(b.launched_ns, 900);
         assert_eq!(b.done_by(5_050), 850);
         assert_eq!(b.done_by(9_000), 900);
-        let record = encode(7, 11, &[0; MAX_GPUS], &{
+        let record = encode((4_026_532_000, 7), 11, &[0; MAX_GPUS], &{
             let mut all = [Busy::default(); MAX_GPUS];
             all[3] = b;
             all
         });
         let p = decode(&record).unwrap();
-        assert_eq!((p.pid, p.start_time, p.busy[3]), (7, 11, b));
+        assert_eq!(
+            (p.pid, p.writer, p.start_time, p.busy[3]),
+            (7, (4_026_532_000, 7), 11, b)
+        );
     }
 
     #[test]
     fn a_record_still_being_written_by_a_live_process_is_not_removed() {
         let state = tempfile_dir();
         std::fs::create_dir_all(dir(&state)).unwrap();
-        let me = std::process::id();
+        let (ns, me) = (own_pidns(), std::process::id());
         // Created, not yet written: what another process sees while this one starts.
-        std::fs::write(record_path(&state, me), b"").unwrap();
+        std::fs::write(record_path(&state, ns, me), b"").unwrap();
         // No process has this pid (above the kernel's pid_max).
-        std::fs::write(record_path(&state, 4_194_305), b"").unwrap();
+        std::fs::write(record_path(&state, ns, 4_194_305), b"").unwrap();
         remove_stale(&state);
-        assert!(record_path(&state, me).exists());
-        assert!(!record_path(&state, 4_194_305).exists());
+        assert!(record_path(&state, ns, me).exists());
+        assert!(!record_path(&state, ns, 4_194_305).exists());
         std::fs::remove_dir_all(&state).unwrap();
     }
 
