@@ -2,6 +2,7 @@
 //! `dbus-daemon`, and node agents run as real processes.
 
 pub mod agent;
+#[cfg(feature = "apiserver")]
 pub mod apiserver;
 pub mod bench;
 pub mod bus;
