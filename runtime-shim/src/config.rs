@@ -91,6 +91,9 @@ pub struct Config {
     pub hook: PathBuf,
     /// Mounted into every GPU container besides the driver's files.
     pub extra_mounts: Vec<ExtraMount>,
+    /// Give a slice to privileged containers (`CAP_SYS_ADMIN`, or every device allowed),
+    /// which can step out of it; refused by default.
+    pub allow_privileged: bool,
     /// Keys this version does not know, kept as written.
     #[serde(flatten)]
     pub unknown: BTreeMap<String, Value>,
@@ -109,6 +112,7 @@ impl Default for Config {
             interception_library: "/usr/lib/gpuslice/libgpuslice.so".into(),
             hook: default_hook(),
             extra_mounts: Vec::new(),
+            allow_privileged: false,
             unknown: BTreeMap::new(),
             source: None,
         }

@@ -120,6 +120,17 @@ pub fn claim_and_plan(
     if annotations::parse(&ann)?.is_none() {
         return Ok(None);
     }
+    if let Some(why) = spec::privileged(spec)
+        && !cfg.allow_privileged
+    {
+        bail!(
+            "container {id} asks for a GPU slice but is privileged ({why}): it could step out of any slice, so it gets none (set \"allow_privileged\": true in {} to give privileged containers a slice anyway)",
+            cfg.source.as_ref().map_or_else(
+                || crate::config::DEFAULT_CONFIG.to_string(),
+                |p| p.display().to_string()
+            )
+        );
+    }
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = std::time::Instant::now();
     let json = block_on(async {

@@ -48,6 +48,33 @@ pub fn annotations(spec: &Value) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Why a container with this spec could step out of any slice, if it could: with
+/// `CAP_SYS_ADMIN` it can remount its limits directory and preload list, and with a device
+/// cgroup that allows every device it can open every GPU (a privileged container has both).
+#[must_use]
+pub fn privileged(spec: &Value) -> Option<String> {
+    let caps = &spec["process"]["capabilities"];
+    let has_admin = ["bounding", "effective", "permitted"].iter().any(|set| {
+        caps[*set]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|v| v.as_str() == Some("CAP_SYS_ADMIN")))
+    });
+    if has_admin {
+        return Some("it has CAP_SYS_ADMIN".into());
+    }
+    let allows_all = spec["linux"]["resources"]["devices"]
+        .as_array()
+        .is_some_and(|rules| {
+            rules.iter().any(|r| {
+                r["allow"].as_bool() == Some(true)
+                    && matches!(r["type"].as_str(), None | Some("a"))
+                    && r["major"].is_null()
+                    && r["minor"].is_null()
+            })
+        });
+    allows_all.then(|| "its device cgroup allows every device".into())
+}
+
 fn object<'a>(
     parent: &'a mut Value,
     key: &'static str,

@@ -309,3 +309,29 @@ fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
     let out = node.wrapper(&["delete", "door1"]);
     assert!(out.status.success(), "delete failed: {}", text(&out));
 }
+
+#[test]
+fn a_privileged_container_gets_no_slice_and_holds_no_claim() {
+    let node = Node::new();
+    let bundle = node.bundle("priv", &["/bin/true"], &[("gpuslice.io/memory", "1Gi")]);
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for set in ["bounding", "effective", "permitted"] {
+        spec["process"]["capabilities"][set]
+            .as_array_mut()
+            .unwrap()
+            .push("CAP_SYS_ADMIN".into());
+    }
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let b = bundle.display().to_string();
+    let out = node.wrapper(&["create", "--bundle", &b, "priv1"]);
+    assert!(!out.status.success(), "a privileged container got a slice");
+    assert!(
+        text(&out).contains("is privileged (it has CAP_SYS_ADMIN)")
+            && text(&out).contains("allow_privileged"),
+        "{}",
+        text(&out)
+    );
+    assert!(node.status().slices.is_empty(), "a claim is held");
+}

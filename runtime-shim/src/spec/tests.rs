@@ -117,3 +117,18 @@ fn annotations_are_read_as_strings() {
     );
     assert!(annotations(&json!({})).is_empty());
 }
+
+#[test]
+fn a_spec_with_cap_sys_admin_or_every_device_allowed_is_privileged() {
+    let plain = json!({"process": {"capabilities": {"bounding": ["CAP_CHOWN"]}},
+        "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"},
+            {"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]}}});
+    assert_eq!(privileged(&plain), None);
+    let admin = json!({"process": {"capabilities": {"effective": ["CAP_SYS_ADMIN"]}}});
+    assert_eq!(privileged(&admin).as_deref(), Some("it has CAP_SYS_ADMIN"));
+    let devices = json!({"linux": {"resources": {"devices": [{"allow": true, "access": "rwm"}]}}});
+    assert_eq!(
+        privileged(&devices).as_deref(),
+        Some("its device cgroup allows every device")
+    );
+}
