@@ -6,14 +6,12 @@ use std::path::PathBuf;
 
 use crate::driver::{BindMount, DeviceNode, DriverError, DriverFiles};
 use gpuslice_core::claim::Claim;
+use gpuslice_core::layout::{FRONTS, Front, REAL_DRIVER_DIR};
 use gpuslice_core::usage;
 
 pub use gpuslice_core::layout::CONTAINER_RUN_DIR;
 /// Where the interception library appears inside every GPU container.
 pub const INTERCEPTION_LIBRARY: &str = "/usr/lib/gpuslice/libgpuslice.so";
-/// Name of the preload list in the container's host directory, mounted on
-/// `/etc/ld.so.preload`.
-pub const PRELOAD_FILE: &str = "ld.so.preload";
 
 /// A lifecycle point of the OCI runtime spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +49,7 @@ pub struct Hook {
 pub struct HostPaths {
     /// The container's directory made by the agent (`/run/gpuslice/<id>`).
     pub container_dir: PathBuf,
-    /// `libgpuslice.so` on the host.
+    /// `libgpuslice.so` on the host; the fronts ([`FRONTS`]) lie beside it.
     pub interception_library: PathBuf,
     /// `gpuslice-hook` on the host.
     pub hook: PathBuf,
@@ -69,9 +67,12 @@ pub struct Edits {
 
 impl Edits {
     /// The edits for `claim`: its GPUs' device nodes and the control devices, the driver's
-    /// files, the container directory (with the limits file mounted read-only on top), the
-    /// interception library and `/etc/ld.so.preload` naming it, and the hooks that report
-    /// the container's start and stop to the agent.
+    /// files, the container directory (with the limits file mounted read-only on top), and
+    /// the hooks that report the container's start and stop to the agent. Every name of
+    /// `libcuda.so` and `libnvidia-ml.so` is the front of that library, which needs the
+    /// interception library and then the real library, mounted under a private name in
+    /// [`REAL_DRIVER_DIR`]: whatever loads the driver gets the interception library in front
+    /// of it, and a process that does not load it pays nothing.
     pub fn for_claim(
         claim: &Claim,
         driver: &DriverFiles,
@@ -81,9 +82,9 @@ impl Edits {
         for g in &claim.gpus {
             devices.push(driver.gpu_device(g.minor)?);
         }
-        // The container's directory is read-only inside (its limits file and preload list
-        // cannot be replaced, nothing can be planted beside them); only the usage region,
-        // which its processes update, is writable, and nothing there may be executed.
+        // The container's directory is read-only inside (its limits file cannot be replaced,
+        // nothing can be planted beside it); only the usage region, which its processes
+        // update, is writable, and nothing there may be executed.
         let mut mounts = vec![
             BindMount {
                 source: host.container_dir.clone(),
@@ -98,18 +99,35 @@ impl Edits {
                 noexec: true,
             },
         ];
-        mounts.extend(driver.mounts.iter().cloned());
+        let mut real: Vec<(Front, PathBuf)> = Vec::new();
+        for m in &driver.mounts {
+            let name = m.destination.rsplit('/').next().unwrap_or_default();
+            match FRONTS.iter().find(|f| f.covers(name)) {
+                Some(f) => {
+                    if !real.iter().any(|(r, _)| r == f) {
+                        real.push((*f, m.source.clone()));
+                    }
+                    mounts.push(BindMount {
+                        source: front_path(host, f),
+                        ..m.clone()
+                    });
+                }
+                None => mounts.push(m.clone()),
+            }
+        }
+        for (f, source) in real {
+            mounts.push(BindMount {
+                source,
+                destination: format!("{REAL_DRIVER_DIR}/{}", f.real),
+                read_only: true,
+                noexec: false,
+            });
+        }
         mounts.push(BindMount {
             source: host.interception_library.clone(),
             destination: INTERCEPTION_LIBRARY.into(),
             read_only: true,
             noexec: false,
-        });
-        mounts.push(BindMount {
-            source: host.container_dir.join(PRELOAD_FILE),
-            destination: "/etc/ld.so.preload".into(),
-            read_only: true,
-            noexec: true,
         });
         let hook = |point: HookPoint, verb: &str| Hook {
             point,
@@ -128,10 +146,10 @@ impl Edits {
             ],
         })
     }
+}
 
-    /// The text of the container's `/etc/ld.so.preload`.
-    #[must_use]
-    pub fn preload_text() -> String {
-        format!("{INTERCEPTION_LIBRARY}\n")
-    }
+/// The host file of `front`: beside the interception library.
+#[must_use]
+pub fn front_path(host: &HostPaths, front: &Front) -> PathBuf {
+    host.interception_library.with_file_name(front.file)
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::driver::{DriverFiles, DriverRoot};
-use crate::edits::{Edits, HostPaths, PRELOAD_FILE};
+use crate::edits::{Edits, HostPaths};
 use anyhow::{Context, Result, anyhow, bail};
 use gpuslice_agent_api::{self as client, AgentProxy};
 use gpuslice_core::{Claim, annotations};
@@ -182,12 +182,8 @@ fn plan(
     }
     let mut driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root))?;
     driver.mounts.extend(cfg.extra_bind_mounts());
-    let container_dir = cfg.run_dir.join(&claim.container_id);
-    let preload = container_dir.join(PRELOAD_FILE);
-    std::fs::write(&preload, Edits::preload_text())
-        .with_context(|| format!("failed to write {}", preload.display()))?;
     let host = HostPaths {
-        container_dir,
+        container_dir: cfg.run_dir.join(&claim.container_id),
         interception_library: cfg.interception_library.clone(),
         hook: cfg.hook.clone(),
         hook_env: cfg
@@ -196,6 +192,16 @@ fn plan(
             .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
             .collect(),
     };
+    for f in gpuslice_core::layout::FRONTS {
+        let front = crate::edits::front_path(&host, f);
+        if !front.exists() {
+            bail!(
+                "{} (the {} a container loads) is missing beside the interception library: without it the memory limit cannot be enforced",
+                front.display(),
+                f.soname
+            );
+        }
+    }
     let mut edits = Edits::for_claim(claim, &driver, &host)?;
     // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
     // leaving the hook out otherwise saves a process per container start.

@@ -69,7 +69,7 @@ fn the_simulated_node_is_selected_by_its_runtime_configuration() {
     let mounts = cfg.extra_bind_mounts();
     let node_json = mounts
         .iter()
-        .find(|m| m.destination == "/usr/lib/x86_64-linux-gnu/gpuslice-sim/node.json")
+        .find(|m| m.destination == "/etc/gpuslice-sim/node.json")
         .expect("the node description is mounted");
     assert!(node_json.read_only && node_json.source.exists());
     let state = mounts
@@ -79,5 +79,74 @@ fn the_simulated_node_is_selected_by_its_runtime_configuration() {
     assert!(
         !state.read_only,
         "processes record their device memory there"
+    );
+}
+
+#[test]
+fn every_name_of_the_driver_libraries_is_its_front_and_the_real_library_has_a_private_name() {
+    use gpuslice_core::claim::{Claim, ClaimState};
+    use gpuslice_runtime_shim::edits::{Edits, HostPaths};
+    let sim = SimNode::new(1, "T4", None);
+    let files = DriverFiles::discover(&DriverRoot::new(sim.root())).unwrap();
+    let claim = Claim {
+        container_id: "c".into(),
+        request: gpuslice_core::annotations::parse(
+            &[("gpuslice.io/memory".to_string(), "1Gi".to_string())].into(),
+        )
+        .unwrap()
+        .unwrap(),
+        exclusive: false,
+        gpus: Vec::new(),
+        state: ClaimState::Pending,
+        created_unix_ms: 0,
+        assigned_as: None,
+    };
+    let host = HostPaths {
+        container_dir: "/run/gpuslice/c".into(),
+        interception_library: "/opt/gs/libgpuslice.so".into(),
+        hook: "/opt/gs/gpuslice-hook".into(),
+        hook_env: Vec::new(),
+    };
+    let edits = Edits::for_claim(&claim, &files, &host).unwrap();
+    let source_of = |dest: &str| {
+        edits
+            .mounts
+            .iter()
+            .find(|m| m.destination == dest)
+            .unwrap_or_else(|| panic!("{dest} not mounted: {:?}", edits.mounts))
+            .source
+            .clone()
+    };
+    let lib = "/usr/lib/x86_64-linux-gnu";
+    for name in ["libcuda.so.1", "libcuda.so.550.54.15"] {
+        assert_eq!(
+            source_of(&format!("{lib}/{name}")),
+            Path::new("/opt/gs/libgpuslice_cuda.so")
+        );
+    }
+    assert_eq!(
+        source_of(&format!("{lib}/libnvidia-ml.so.1")),
+        Path::new("/opt/gs/libgpuslice_nvml.so")
+    );
+    let real = std::fs::canonicalize(sim.lib_dir().join("libcuda.so.1")).unwrap();
+    assert_eq!(
+        source_of("/usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1"),
+        real
+    );
+    assert_eq!(
+        source_of("/usr/lib/gpuslice/libgpuslice.so"),
+        Path::new("/opt/gs/libgpuslice.so")
+    );
+    assert!(
+        edits
+            .mounts
+            .iter()
+            .all(|m| m.destination != "/etc/ld.so.preload"),
+        "nothing is preloaded"
+    );
+    assert_eq!(
+        edits.mounts.iter().filter(|m| m.source == real).count(),
+        1,
+        "the real library is mounted once, under its private name only"
     );
 }

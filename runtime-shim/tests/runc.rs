@@ -257,6 +257,22 @@ fn two_containers_share_one_gpu_each_behind_its_own_wall() {
 }
 
 #[test]
+fn glibcs_own_dlsym_on_the_drivers_handle_finds_the_library_in_front_of_the_driver() {
+    let node = Node::new();
+    let bundle = node.bundle(
+        "dlsym",
+        &["/usr/bin/door", "dlsym", "536870912"],
+        &[("gpuslice.io/memory", "256Mi")],
+    );
+    std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
+    let b = bundle.display().to_string();
+    let out = node.wrapper(&["run", "--bundle", &b, "dlsym1"]);
+    // 2: CUDA_ERROR_OUT_OF_MEMORY, from the wall.
+    assert!(text(&out).contains("alloc=2"), "{}", text(&out));
+    assert!(node.status().slices.is_empty());
+}
+
+#[test]
 fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
     let node = Node::with_agent_args(&[
         "--enforce-interval",
@@ -268,7 +284,7 @@ fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
     ]);
     let bundle = node.bundle(
         "door",
-        &["/bin/sh", "-c", "sleep 600 | /usr/bin/door 536870912"],
+        &["/bin/sh", "-c", "sleep 600 | /usr/bin/door path 536870912"],
         &[("gpuslice.io/memory", "256Mi")],
     );
     std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
@@ -277,7 +293,8 @@ fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
     assert!(out.status.success(), "create failed: {}", text(&out));
     let out = node.wrapper(&["start", "door1"]);
     assert!(out.status.success(), "start failed: {}", text(&out));
-    // The library never saw the 512 MiB; the driver did, for a pid in the container's own
+    // The real driver loaded by its own path: the library never saw the 512 MiB; the driver
+    // did, for a pid in the container's own
     // namespace, and the agent finds it by the container's cgroup.
     let caught = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(5), || {
         node.agent

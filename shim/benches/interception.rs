@@ -1,9 +1,10 @@
 //! What the interception library costs, measured side by side in one process:
-//! - `cuMemAlloc`+`cuMemFree` pairs and `cuLaunchKernel` calls through libgpuslice.so (with a
+//! - `cuMemAlloc`+`cuMemFree` pairs and `cuLaunchKernel` calls through the driver's front
+//!   (`libcuda.so.1` as a container has it: libgpuslice.so in front of the driver, with a
 //!   slice, so every allocation is counted in the usage region) against the same calls made
 //!   directly into the simulated driver;
-//! - start-up of a program that never calls CUDA (`/bin/true`) with and without the library
-//!   preloaded.
+//! - start-up of a program that never loads the driver (`/bin/true`) and of one that loads it
+//!   and calls `cuInit`, with the container's library path and with the driver alone.
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p gpuslice-shim --bench interception`
 //! Each figure is the median over rounds that alternate the two sides.
@@ -83,7 +84,16 @@ fn side_by_side(label: &str, n: u32, mut direct: impl FnMut(), mut ours: impl Fn
     );
 }
 
+/// Set in the measuring process: the directory holding the driver as a container has it.
+const FRONTED: &str = "GPUSLICE_BENCH_FRONTED";
+
 fn main() {
+    // The loader reads LD_LIBRARY_PATH at start, so the measurements run in a child started
+    // with the container's library layout; this process makes the node and the slice.
+    if std::env::var_os(FRONTED).is_some() {
+        measure();
+        return;
+    }
     let sim = SimNode::new(1, "A100", None);
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits {
@@ -101,15 +111,37 @@ fn main() {
         usage::new_region(1, usage::DEFAULT_SLOTS),
     )
     .unwrap();
-    // SAFETY: single-threaded here; the library reads it on its first CUDA call.
-    unsafe { std::env::set_var("GPUSLICE_LIMITS", dir.path().join("limits")) };
+    let fronted = sim.fronted_lib_dir();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(std::env::args_os().skip(1))
+        .env(FRONTED, &fronted)
+        .env("LD_LIBRARY_PATH", &fronted)
+        .env("GPUSLICE_BENCH_DRIVER_DIR", sim.lib_dir())
+        .env("GPUSLICE_LIMITS", dir.path().join("limits"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
 
-    let library = gpuslice_testsupport::target_dir().join("libgpuslice.so");
-    let cuda = open(
-        &sim.lib_dir().join("libcuda.so.1"),
+fn measure() {
+    let fronted = std::path::PathBuf::from(std::env::var_os(FRONTED).unwrap());
+    let driver_dir =
+        std::path::PathBuf::from(std::env::var_os("GPUSLICE_BENCH_DRIVER_DIR").unwrap());
+    // The front by its soname (found through LD_LIBRARY_PATH, as in a container), then the real
+    // driver it loaded, by its private name.
+    let ours = open(
+        Path::new(gpuslice_core::layout::CUDA_SONAME),
         libc::RTLD_NOW | libc::RTLD_GLOBAL,
     );
-    let ours = open(&library, libc::RTLD_NOW | libc::RTLD_LOCAL);
+    let cuda = open(
+        Path::new(gpuslice_core::layout::REAL_CUDA),
+        libc::RTLD_NOW | libc::RTLD_NOLOAD,
+    );
+    assert_ne!(
+        sym::<*mut c_void>(ours, c"cuMemAlloc_v2"),
+        sym::<*mut c_void>(cuda, c"cuMemAlloc_v2"),
+        "the front finds the library's allocator, the driver its own"
+    );
 
     let init: unsafe extern "C" fn(c_uint) -> c_uint = sym(cuda, c"cuInit");
     let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_uint =
@@ -175,65 +207,49 @@ fn main() {
         launch(sym(ours, c"cuLaunchKernel")),
     );
 
-    startup(&library);
+    startup(&fronted, &driver_dir);
 }
 
-/// Start-up of programs that never call CUDA: plain, with an empty C library preloaded (what
-/// preloading anything costs on this machine), and with libgpuslice.so preloaded.
-fn startup(library: &Path) {
+/// Start-up of a program that never loads the driver (`/bin/true`) and of one that loads it
+/// and calls `cuInit` (`tests/c/idle.c`): with the container's library path (the fronts)
+/// against the simulated driver alone.
+fn startup(fronted: &Path, driver_dir: &Path) {
     let work = tempfile::tempdir().unwrap();
-    let empty = work.path().join("libempty.so");
-    std::fs::write(
-        work.path().join("empty.c"),
-        "int empty_marker(void) { return 0; }\n",
-    )
-    .unwrap();
+    let init = work.path().join("idle");
     let built = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&empty)
-        .arg(work.path().join("empty.c"))
+        .args(["-O1", "-o"])
+        .arg(&init)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/idle.c"))
+        .arg(format!("-L{}", driver_dir.display()))
+        .arg("-lcuda")
         .status()
         .is_ok_and(|s| s.success());
-    let mut programs: Vec<Vec<&str>> = vec![vec!["/bin/true"]];
-    if Path::new("/usr/bin/python3").exists() {
-        programs.push(vec!["/usr/bin/python3", "-c", "pass"]);
-    }
-    for argv in programs {
-        let run = |preload: Option<&Path>| {
+    assert!(built, "gcc tests/c/idle.c");
+    let init = init.display().to_string();
+    let programs: Vec<(&str, Vec<&str>)> = vec![
+        ("/bin/true", vec!["/bin/true"]),
+        ("cuInit (idle.c)", vec![init.as_str(), "init"]),
+    ];
+    for (label, argv) in programs {
+        let run = |libs: &Path| {
             let argv = argv.clone();
-            let preload = preload.map(Path::to_path_buf);
+            let libs = libs.to_path_buf();
             move || {
                 let mut c = Command::new(argv[0]);
-                c.args(&argv[1..]);
-                if let Some(p) = &preload {
-                    c.env("LD_PRELOAD", p);
-                }
-                assert!(c.status().unwrap().success());
+                c.args(&argv[1..]).env("LD_LIBRARY_PATH", &libs);
+                assert!(c.status().unwrap().success(), "{argv:?}");
             }
         };
-        let n = if argv.len() == 1 { 40 } else { 4 };
-        let (mut plain, mut floor, mut ours) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plain, mut ours) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            plain.push(per_call(n, run(None)));
-            if built {
-                floor.push(per_call(n, run(Some(&empty))));
-            }
-            ours.push(per_call(n, run(Some(library))));
+            plain.push(per_call(40, run(driver_dir)));
+            ours.push(per_call(40, run(fronted)));
         }
         let (p, o) = (median(plain) / 1000.0, median(ours) / 1000.0);
-        let label = format!("start-up of {}", argv.join(" "));
         println!(
-            "{label:<28} without {p:>9.1} µs   with libgpuslice     {o:>9.1} µs   added {:>7.1} µs   ratio {:.3}",
+            "start-up of {label:<16} driver alone {p:>9.1} µs   through the front {o:>9.1} µs   added {:>7.1} µs   ratio {:.3}",
             o - p,
             o / p
         );
-        if built {
-            let f = median(floor) / 1000.0;
-            println!(
-                "{:<28} with an empty preloaded C library {f:>9.1} µs (ratio {:.3}): the floor for any preload",
-                "",
-                f / p
-            );
-        }
     }
 }

@@ -1,6 +1,6 @@
 //! The one table of intercepted functions. From it come the exported symbols (each calling its
-//! hook inside a panic guard), typed pointers to the real functions, and the lookups that
-//! `dlsym` and `cuGetProcAddress` use to hand out the exports instead of the real functions.
+//! hook inside a panic guard), typed pointers to the real functions, and the lookup that
+//! `cuGetProcAddress` uses to hand out the exports instead of the real functions.
 //! Helpers are real functions the hooks call but do not replace.
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -16,29 +16,43 @@ pub enum Library {
 }
 
 impl Library {
+    /// The name programs load it by: the front (`gpuslice-front-*`), whose dependencies are
+    /// this library and then the real driver library.
     fn soname(self) -> &'static CStr {
         match self {
             Self::Cuda => c"libcuda.so.1",
             Self::Nvml => c"libnvidia-ml.so.1",
         }
     }
+
+    /// The name the front loads the real driver library by
+    /// (`gpuslice_core::layout::REAL_CUDA` / `REAL_NVML`).
+    fn real_name(self) -> &'static CStr {
+        match self {
+            Self::Cuda => c"libgpuslice-driver-cuda.so.1",
+            Self::Nvml => c"libgpuslice-driver-nvml.so.1",
+        }
+    }
 }
 
 static HANDLES: [AtomicPtr<c_void>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
 
-/// The already loaded library's handle (it is loaded if one of its functions is being called
-/// or looked up); loaded by soname as a last resort.
+/// The real driver library's handle. It is loaded as the front's dependency; when only the
+/// other library's front is loaded, the front is loaded first (by its soname), so that the
+/// dynamic linker keeps finding the front, never the real library, by that soname.
 fn handle(lib: Library) -> *mut c_void {
     let slot = &HANDLES[lib as usize];
     let h = slot.load(Ordering::Acquire);
     if !h.is_null() {
         return h;
     }
-    // SAFETY: dlopen with a NUL-terminated soname; RTLD_NOLOAD only finds a loaded object.
-    let mut h = unsafe { libc::dlopen(lib.soname().as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    if h.is_null() {
-        // SAFETY: as above, loading it.
-        h = unsafe { libc::dlopen(lib.soname().as_ptr(), libc::RTLD_NOW) };
+    let open = |name: &CStr, flags: c_int| {
+        // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only finds a loaded object.
+        unsafe { libc::dlopen(name.as_ptr(), flags) }
+    };
+    let mut h = open(lib.real_name(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+    if h.is_null() && !open(lib.soname(), libc::RTLD_NOW).is_null() {
+        h = open(lib.real_name(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
     }
     if !h.is_null() {
         slot.store(h, Ordering::Release);
@@ -46,15 +60,15 @@ fn handle(lib: Library) -> *mut c_void {
     h
 }
 
-/// The library's own definition of `name`.
+/// The real library's definition of `name`.
 fn lookup(lib: Library, name: &CStr) -> *mut c_void {
     let h = handle(lib);
     if h.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: a handle from dlopen and a NUL-terminated name; dlsym on a library handle
-    // searches that library and its dependencies, never this preloaded one.
-    unsafe { crate::dlsym::real_dlsym(h, name.as_ptr()) }
+    // SAFETY: a handle from dlopen and a NUL-terminated name; a lookup in the real library's
+    // handle searches it and its own dependencies, which this library is not one of.
+    unsafe { libc::dlsym(h, name.as_ptr()) }
 }
 
 const fn c_name(s: &'static str) -> &'static CStr {
@@ -151,25 +165,6 @@ pub fn real_address(e: Entry) -> *mut c_void {
         slot.store(p, Ordering::Release);
     }
     p
-}
-
-/// Records what a lookup through `dlsym` found for an intercepted name, where the library's
-/// handle could not be had by soname (a driver loaded under another name).
-pub fn remember(e: Entry, p: *mut c_void) {
-    let _ = REAL[e as usize].compare_exchange(
-        std::ptr::null_mut(),
-        p,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
-}
-
-/// The intercepted entry of this name.
-pub fn intercepted_by_name(name: &CStr) -> Option<Entry> {
-    ENTRIES
-        .iter()
-        .find(|(_, _, n, intercepted)| *intercepted && *n == name)
-        .map(|(e, ..)| *e)
 }
 
 /// The intercepted entry whose real function is at `p` (what `cuGetProcAddress` returned).

@@ -1,8 +1,11 @@
-//! `libgpuslice.so`: loaded into every process of a container through `/etc/ld.so.preload`,
-//! it stands between the program and the CUDA driver and holds the container to its slice.
+//! `libgpuslice.so`: stands between a container's programs and the CUDA driver and holds the
+//! container to its slice. In a container, `libcuda.so.1` and `libnvidia-ml.so.1` are fronts
+//! (`shim/fronts`) that need this library first and the real driver library (under a private
+//! name) second, so every lookup of a driver function, by the dynamic linker or by `dlsym` on
+//! the driver's handle, finds this library's function where it has one. A process that never
+//! loads the driver never loads this library.
 //!
 //! - [`api`]: the table of intercepted functions (exports, real pointers, lookups).
-//! - [`dlsym`]: `dlsym` interposed so that handles to the driver give this library's functions.
 //! - [`hooks`]: what each intercepted function does.
 //! - [`slice`]: the container's limits, its usage region, and what this process holds.
 //! - [`region`]: the usage region shared by the container's processes, and the wall check.
@@ -14,7 +17,6 @@
 #![allow(unsafe_code)]
 
 mod api;
-mod dlsym;
 mod ffi;
 mod hooks;
 mod log;

@@ -40,22 +40,23 @@ fn setup(cores: u32) -> Setup {
 }
 
 impl Setup {
-    fn command(&self, preload: bool) -> Command {
-        self.command_via(preload, "kernel")
+    fn command(&self, intercepted: bool) -> Command {
+        self.command_via(intercepted, "kernel")
     }
 
     /// The program launching through `how`: `kernel`, `ex` or `coop`.
-    fn command_via(&self, preload: bool, how: &str) -> Command {
+    /// With `intercepted`, the driver is loaded as in a container (through its front);
+    /// without, the simulated driver is loaded directly.
+    fn command_via(&self, intercepted: bool, how: &str) -> Command {
+        let libs = if intercepted {
+            self.sim.fronted_lib_dir()
+        } else {
+            self.sim.lib_dir()
+        };
         let mut c = Command::new(&self.spin);
         c.args([BLOCKS, &RUN_MS.to_string(), how])
-            .env("LD_LIBRARY_PATH", self.sim.lib_dir())
+            .env("LD_LIBRARY_PATH", libs)
             .env("GPUSLICE_LIMITS", self.dir.path().join("limits"));
-        if preload {
-            c.env(
-                "LD_PRELOAD",
-                gpuslice_testsupport::target_dir().join("libgpuslice.so"),
-            );
-        }
         c
     }
 }

@@ -9,41 +9,51 @@ use std::process::{Command, Stdio};
 use common::{MIB, Slice};
 use gpuslice_core::limits::{GpuLimit, Limits};
 
+/// What a sleeping process has: its maps, its thread count and its open files.
+fn observe(mut cmd: Command, exe: &str) -> (String, usize, Vec<String>) {
+    let mut child = cmd.stdin(Stdio::null()).spawn().unwrap();
+    let proc = format!("/proc/{}", child.id());
+    // Wait for the exec and the loader to be done: the program is then in nanosleep.
+    let read = |f: &str| std::fs::read_to_string(format!("{proc}/{f}")).unwrap_or_default();
+    let asleep = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
+        read("maps").contains(exe) && read("wchan").contains("nanosleep")
+    });
+    assert!(asleep, "{exe} running");
+    let maps = read("maps");
+    let threads = std::fs::read_dir(format!("{proc}/task")).unwrap().count();
+    let mut fds: Vec<String> = std::fs::read_dir(format!("{proc}/fd"))
+        .unwrap()
+        .map(|e| {
+            std::fs::read_link(e.unwrap().path())
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    fds.sort();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    (maps, threads, fds)
+}
+
 #[test]
-fn a_process_that_never_touches_cuda_starts_no_thread_and_opens_no_file() {
+fn a_process_that_never_loads_the_driver_never_loads_the_library() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
-    let observe = |preload: bool| {
-        let mut cmd = if preload {
-            slice.command(std::path::Path::new("/bin/sleep"))
-        } else {
-            Command::new("/bin/sleep")
-        };
-        let mut child = cmd.arg("30").stdin(Stdio::null()).spawn().unwrap();
-        let proc = format!("/proc/{}", child.id());
-        // Wait for the exec and the loader to be done: sleep is then in nanosleep.
-        let read = |f: &str| std::fs::read_to_string(format!("{proc}/{f}")).unwrap_or_default();
-        let asleep = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
-            read("maps").contains("bin/sleep") && read("wchan").contains("nanosleep")
-        });
-        assert!(asleep, "sleep running");
-        let maps = read("maps");
-        let threads = std::fs::read_dir(format!("{proc}/task")).unwrap().count();
-        let mut fds: Vec<String> = std::fs::read_dir(format!("{proc}/fd"))
-            .unwrap()
-            .map(|e| {
-                std::fs::read_link(e.unwrap().path())
-                    .unwrap()
-                    .display()
-                    .to_string()
-            })
-            .collect();
-        fds.sort();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        (maps, threads, fds)
-    };
-    let (plain_maps, plain_threads, plain_fds) = observe(false);
-    let (maps, threads, fds) = observe(true);
+    let mut sleep = slice.command(std::path::Path::new("/bin/sleep"));
+    sleep.arg("30");
+    let (maps, threads, _) = observe(sleep, "bin/sleep");
+    assert!(!maps.contains("libgpuslice"), "{maps}");
+    assert_eq!(threads, 1);
+}
+
+#[test]
+fn a_process_that_loads_the_driver_but_never_calls_it_starts_no_thread_and_opens_no_file() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let idle = common::compile(&slice.sim, "idle");
+    let mut direct = Command::new(&idle);
+    direct.env("LD_LIBRARY_PATH", slice.sim.lib_dir());
+    let (plain_maps, plain_threads, plain_fds) = observe(direct, "idle");
+    let (maps, threads, fds) = observe(slice.command(&idle), "idle");
     assert!(!plain_maps.contains("libgpuslice.so"));
     assert!(maps.contains("libgpuslice.so"), "the library is loaded");
     assert_eq!((threads, plain_threads), (1, 1));

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The interception library on a real GPU, with PyTorch. Needs an NVIDIA GPU with its driver,
-# python3 with torch (CUDA build), and either cargo (to build the library) or LIBGPUSLICE
-# pointing at a built libgpuslice.so. Uses GPU 0; run it on an otherwise idle GPU.
+# python3 with torch (CUDA build), and either cargo (to build the library and its fronts) or
+# LIBGPUSLICE pointing at a built libgpuslice.so with libgpuslice_cuda.so and
+# libgpuslice_nvml.so beside it. Uses GPU 0; run it on an otherwise idle GPU. The driver is
+# loaded as in a container: a directory on LD_LIBRARY_PATH holds the fronts under the driver's
+# sonames, the library, and the host's real driver libraries under their private names.
 #
 #   tests/gpu/run.sh [LIMIT_MIB]        (default 4096)
 #
@@ -26,9 +29,10 @@ kv() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 lib=${LIBGPUSLICE:-}
 if [[ -z $lib ]]; then
-    cargo build --release -p gpuslice-shim --quiet || exit 1
+    cargo build --release -p gpuslice-shim -p gpuslice-front-cuda -p gpuslice-front-nvml --quiet || exit 1
     lib=$PWD/target/release/libgpuslice.so
 fi
+real_lib() { ldconfig -p | awk -v n="$1" '$1 == n && /x86-64|AArch64/ { print $NF; exit }'; }
 nvidia-smi -L || exit 1
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
 $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' || exit 1
@@ -52,7 +56,15 @@ gpu.0.memory_bytes=$limit
 gpu.0.cores=0
 gpu.0.context_bytes=$ctx
 LIMITS
-under() { LD_PRELOAD=$lib GPUSLICE_LIMITS=$slice/limits "$@"; }
+fronted=$slice/lib
+mkdir "$fronted"
+ln -s "$lib" "$fronted/libgpuslice.so"
+ln -s "$(dirname "$lib")/libgpuslice_cuda.so" "$fronted/libcuda.so.1"
+ln -s "$(dirname "$lib")/libgpuslice_nvml.so" "$fronted/libnvidia-ml.so.1"
+ln -s "$(real_lib libcuda.so.1)" "$fronted/libgpuslice-driver-cuda.so.1" || exit 1
+ln -s "$(real_lib libnvidia-ml.so.1)" "$fronted/libgpuslice-driver-nvml.so.1" || exit 1
+libs=$fronted${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+under() { LD_LIBRARY_PATH=$libs GPUSLICE_LIMITS=$slice/limits "$@"; }
 echo "slice: $limit_mib MiB, context charged: $((ctx >> 20)) MiB"
 
 # 1. The wall.
@@ -107,7 +119,7 @@ echo "INFO kernel launch (torch add_ on 16 floats, median of 5 x 20000): without
 # 5. The SM share.
 sed 's/^gpu.0.cores=0$/gpu.0.cores=30/' "$slice/limits" >"$slice/limits-30"
 free_rate=$($py "$here/torch_wall.py" matmul 5 | kv matmuls_per_s)
-paced_rate=$(LD_PRELOAD=$lib GPUSLICE_LIMITS=$slice/limits-30 $py "$here/torch_wall.py" matmul 5 | kv matmuls_per_s)
+paced_rate=$(LD_LIBRARY_PATH=$libs GPUSLICE_LIMITS=$slice/limits-30 $py "$here/torch_wall.py" matmul 5 | kv matmuls_per_s)
 ratio=$(awk "BEGIN { printf \"%.3f\", $paced_rate / $free_rate }")
 if awk "BEGIN { exit !($ratio >= 0.20 && $ratio <= 0.45) }"; then
     pass "SM share 30%: $paced_rate matmuls/s against $free_rate without the library (ratio $ratio)"

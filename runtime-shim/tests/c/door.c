@@ -1,11 +1,15 @@
-/* A tenant going around the interception library: it takes glibc's own dlsym by version
- * (dlvsym is not interposed) and resolves the driver's allocator in the driver's handle, so
- * that its allocation is seen by the driver only. Usage: door BYTES; allocates BYTES on GPU 0,
- * prints "alloc=<CUresult>", and holds the memory until its stdin closes. */
+/* A tenant trying to reach the driver's allocator without the interception library seeing it.
+ * Usage: door ROUTE BYTES, ROUTE one of
+ *   dlsym  glibc's own dlsym, taken by symbol version (what gets around an interposed dlsym),
+ *          on the handle of libcuda.so.1;
+ *   path   the real driver library loaded by the private path it is mounted at.
+ * Allocates BYTES on GPU 0, prints "alloc=<CUresult>", and holds the memory until its stdin
+ * closes. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -14,19 +18,23 @@ typedef unsigned long long CUdeviceptr;
 typedef void *(*dlsym_fn)(void *, const char *);
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: door BYTES\n"); return 2; }
-    size_t bytes = strtoull(argv[1], 0, 10);
-    dlsym_fn real_dlsym = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym) real_dlsym = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
-    void *h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!real_dlsym || !h) { printf("alloc=no-driver\n"); return 1; }
-    CUresult (*init)(unsigned) = (CUresult (*)(unsigned))real_dlsym(h, "cuInit");
-    CUresult (*get)(CUdevice *, int) = (CUresult (*)(CUdevice *, int))real_dlsym(h, "cuDeviceGet");
+    if (argc < 3) { fprintf(stderr, "usage: door dlsym|path BYTES\n"); return 2; }
+    size_t bytes = strtoull(argv[2], 0, 10);
+    dlsym_fn find = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.34");
+    if (!find) find = (dlsym_fn)dlvsym(RTLD_DEFAULT, "dlsym", "GLIBC_2.2.5");
+    void *h;
+    if (strcmp(argv[1], "path") == 0)
+        h = dlopen("/usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1", RTLD_NOW);
+    else
+        h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!find || !h) { printf("alloc=no-driver\n"); return 1; }
+    CUresult (*init)(unsigned) = (CUresult (*)(unsigned))find(h, "cuInit");
+    CUresult (*get)(CUdevice *, int) = (CUresult (*)(CUdevice *, int))find(h, "cuDeviceGet");
     CUresult (*retain)(CUcontext *, CUdevice) =
-        (CUresult (*)(CUcontext *, CUdevice))real_dlsym(h, "cuDevicePrimaryCtxRetain");
-    CUresult (*current)(CUcontext) = (CUresult (*)(CUcontext))real_dlsym(h, "cuCtxSetCurrent");
+        (CUresult (*)(CUcontext *, CUdevice))find(h, "cuDevicePrimaryCtxRetain");
+    CUresult (*current)(CUcontext) = (CUresult (*)(CUcontext))find(h, "cuCtxSetCurrent");
     CUresult (*alloc)(CUdeviceptr *, size_t) =
-        (CUresult (*)(CUdeviceptr *, size_t))real_dlsym(h, "cuMemAlloc_v2");
+        (CUresult (*)(CUdeviceptr *, size_t))find(h, "cuMemAlloc_v2");
     CUdevice dev;
     CUcontext ctx;
     CUdeviceptr p;

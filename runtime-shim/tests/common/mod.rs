@@ -206,11 +206,12 @@ for d in nvidia0 nvidia1 nvidiactl nvidia-uvm nvidia-uvm-tools; do
   if [ -c /dev/$d ]; then echo "dev $d present"; else echo "dev $d absent"; fi
 done
 cat /dev/nvidia0 2>&1 | sed 's/^/open nvidia0: /'
-echo "preload $(cat /etc/ld.so.preload)"
+[ -e /etc/ld.so.preload ] && echo "preload list present" || echo "no preload list"
 [ -f /usr/lib/gpuslice/libgpuslice.so ] && echo "interception library mounted"
+[ -f /usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1 ] && echo "real driver under its private name"
+(true > /usr/lib/x86_64-linux-gnu/libcuda.so.1) 2>/dev/null && echo "driver front replaced" || echo "driver front kept"
 grep memory_bytes /run/gpuslice/limits
 touch /run/gpuslice/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
-(true > /run/gpuslice/ld.so.preload) 2>/dev/null && echo "preload list emptied" || echo "preload list kept"
 busybox mkfifo /run/gpuslice/planted 2>/dev/null && echo "planted in run dir" || echo "run dir closed to new files"
 busybox ln -s /etc/passwd /run/gpuslice/usage.link 2>/dev/null && echo "linked in run dir" || echo "run dir closed to links"
 /usr/bin/nvidia-smi -L
@@ -227,11 +228,12 @@ pub fn assert_gpu_checks(t: &str) {
         "dev nvidia-uvm present",
         "dev nvidia-uvm-tools present",
         "open nvidia0: cat: can't open '/dev/nvidia0': No such device or address",
-        "preload /usr/lib/gpuslice/libgpuslice.so",
+        "no preload list",
         "interception library mounted",
+        "real driver under its private name",
+        "driver front kept",
         "gpu.0.memory_bytes=2147483648",
         "limits read-only",
-        "preload list kept",
         "run dir closed to new files",
         "run dir closed to links",
         "GPU 0: Tesla T4",

@@ -13,17 +13,6 @@ use gpuslice_testsupport::sim::SimNode;
 
 pub const MIB: u64 = 1 << 20;
 
-/// The interception library as built with the tests.
-pub fn library() -> PathBuf {
-    let lib = gpuslice_testsupport::target_dir().join("libgpuslice.so");
-    assert!(
-        lib.exists(),
-        "{} (cargo build -p gpuslice-shim)",
-        lib.display()
-    );
-    lib
-}
-
 /// Writes `limits` and a fresh usage region for them into `dir`, as the agent does.
 pub fn write_slice(dir: &Path, limits: &Limits) {
     std::fs::write(dir.join("limits"), limits.render()).unwrap();
@@ -92,11 +81,11 @@ impl Slice {
         self.limit - self.context_bytes
     }
 
-    /// `program` with the driver's libraries, the interception library and this slice.
+    /// `program` with the driver's libraries as a container has them (the fronts before the
+    /// interception library and the simulated driver) and this slice.
     pub fn command(&self, program: &Path) -> Command {
         let mut c = Command::new(program);
-        c.env("LD_LIBRARY_PATH", self.sim.lib_dir())
-            .env("LD_PRELOAD", library())
+        c.env("LD_LIBRARY_PATH", self.sim.fronted_lib_dir())
             .env("GPUSLICE_LIMITS", self.limits_path());
         c
     }

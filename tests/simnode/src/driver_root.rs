@@ -88,12 +88,13 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DriverRootError + '_ {
 /// The runtime configuration (`/etc/gpuslice/runtime.json`) that points gpuslice-runtime
 /// and gpuslice-hook at the driver root `root` holding `spec`: its `driver_root`, and as
 /// `extra_mounts` what the fake libraries need inside a container besides the driver's own
-/// files (the node description beside the library, and the shared state directory, where
+/// files (the node description at its system path, since in a container the fake driver
+/// lies under a private name in another directory, and the shared state directory, where
 /// every process of the node records its device memory as a real driver keeps it in the
 /// kernel).
 #[must_use]
 pub fn runtime_config(root: &Path, spec: &NodeSpec) -> serde_json::Value {
-    let description = format!("/{LIB_DIR}/{NODE_BESIDE_LIBRARY}");
+    let description = crate::node::NODE_SYSTEM_PATH;
     let state = spec.state_dir.display().to_string();
     serde_json::json!({
         "driver_root": root,

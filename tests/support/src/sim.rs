@@ -87,4 +87,43 @@ impl SimNode {
     pub fn lib_dir(&self) -> PathBuf {
         self.root().join(driver_root::LIB_DIR)
     }
+
+    /// A directory laid out as a GPU container's libraries are: the driver fronts under the
+    /// driver libraries' sonames, the interception library, and the node's fake driver
+    /// libraries under their private names. A program run with it as `LD_LIBRARY_PATH` loads
+    /// the driver as a container's program does.
+    #[must_use]
+    pub fn fronted_lib_dir(&self) -> PathBuf {
+        use gpuslice_core::layout::{FRONTS, INTERCEPTION_LIBRARY_FILE};
+        let dir = self.root().join("gpuslice-fronted");
+        if dir.exists() {
+            return dir;
+        }
+        // Made aside and renamed into place, so that concurrent callers all see it whole.
+        let aside = tempfile::Builder::new()
+            .prefix(".fronted-")
+            .tempdir_in(self.root())
+            .expect("fronted lib dir");
+        let target = crate::target_dir();
+        let link = |src: PathBuf, name: &str| {
+            assert!(
+                src.exists(),
+                "{} is missing: run `cargo build --workspace`",
+                src.display()
+            );
+            std::os::unix::fs::symlink(&src, aside.path().join(name)).expect("symlink");
+        };
+        link(
+            target.join(INTERCEPTION_LIBRARY_FILE),
+            INTERCEPTION_LIBRARY_FILE,
+        );
+        for f in FRONTS {
+            link(target.join(f.file), f.soname);
+            link(self.lib_dir().join(f.soname), f.real);
+        }
+        if std::fs::rename(aside.path(), &dir).is_err() {
+            assert!(dir.exists(), "{} could not be made", dir.display());
+        }
+        dir
+    }
 }

@@ -1,0 +1,4 @@
+//! `libcuda.so.1` in a GPU container: no code, only the dynamic section written by `build.rs`
+//! (soname `libcuda.so.1`; needs `libgpuslice.so`, then the real driver library as
+//! `libgpuslice-driver-cuda.so.1`), so that the interception library stands in front of the
+//! driver for every lookup and the driver's own functions are reached through it.
