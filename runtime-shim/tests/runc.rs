@@ -352,3 +352,41 @@ fn a_privileged_container_gets_no_slice_and_holds_no_claim() {
     );
     assert!(node.status().slices.is_empty(), "a claim is held");
 }
+
+#[test]
+fn a_limits_file_removed_from_under_a_container_closes_its_wall() {
+    let node = Node::new();
+    let bundle = node.bundle(
+        "gone",
+        &["/bin/sleep", "600"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let b = bundle.display().to_string();
+    let out = node.wrapper(&["create", "--bundle", &b, "gone1"]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    let out = node.wrapper(&["start", "gone1"]);
+    assert!(out.status.success(), "start failed: {}", text(&out));
+    // What deleting a container of the same id elsewhere once did to this one's directory.
+    std::fs::remove_file(node.agent.run_dir.join("gone1/limits")).unwrap();
+    let out = node.runc(&[
+        "exec",
+        "gone1",
+        "/usr/bin/wall",
+        "procaddr",
+        "alloc",
+        "4294967296",
+    ]);
+    let t = text(&out);
+    assert!(
+        !t.contains("fit=CUDA_SUCCESS"),
+        "no limits file meant no limit: {t}"
+    );
+    assert!(t.contains("error=init"), "{t}");
+    let _ = node.runc(&["kill", "gone1", "KILL"]);
+    assert!(wait_for(Duration::from_secs(10), || text(
+        &node.runc(&["state", "gone1"])
+    )
+    .contains("\"stopped\"")));
+    let out = node.wrapper(&["delete", "gone1"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+}

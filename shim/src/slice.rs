@@ -1,10 +1,12 @@
 //! The container's slice as this process sees it: limits read once from the limits file, the
 //! usage region mapped shared, this process's slot in it, and what this process holds.
 //!
-//! The limits file is `/run/gpuslice/limits`, mounted read-only by the runtime. Only where no
-//! such file exists may `GPUSLICE_LIMITS` name one (for use outside containers); the usage
-//! region is the file `usage` beside it. A limits file that exists but cannot be read or
-//! parsed, or a usage region that cannot be mapped, closes the wall: every allocation fails.
+//! The limits file is `/run/gpuslice/limits`, mounted read-only by the runtime. Only where
+//! there is no container directory (neither that file nor the usage region beside it) may
+//! `GPUSLICE_LIMITS` name one (for use outside containers); the usage region is the file
+//! `usage` beside it. A limits file that cannot be read or parsed, one missing from a container
+//! directory (its host directory was removed under the container), or a usage region that
+//! cannot be mapped, closes the wall: every allocation fails.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -83,8 +85,11 @@ pub fn get() -> Option<&'static Slice> {
 
 fn load() -> Option<Slice> {
     crate::log::init();
-    let mounted = Path::new(CONTAINER_RUN_DIR).join(limits::FILE_NAME);
-    let path = if mounted.symlink_metadata().is_ok() {
+    let dir = Path::new(CONTAINER_RUN_DIR);
+    let mounted = dir.join(limits::FILE_NAME);
+    let in_container =
+        mounted.symlink_metadata().is_ok() || dir.join(usage::FILE_NAME).symlink_metadata().is_ok();
+    let path = if in_container {
         mounted
     } else {
         PathBuf::from(std::env::var_os("GPUSLICE_LIMITS")?)
