@@ -176,7 +176,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, info, proc_address};
+use crate::hooks::{alloc, context, info, proc_address, refused};
 
 table! {
     intercepted {
@@ -218,6 +218,18 @@ table! {
         Cuda fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_cooperative_kernel_ptsz;
         Cuda fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult = proc_address::get_proc_address;
         Cuda fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CUresult = proc_address::get_proc_address_v2;
+        Cuda fn cuCtxCreate(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
+        Cuda fn cuMemAlloc(dptr: *mut c_uint, bytes: c_uint) -> CUresult = refused::legacy_mem_alloc;
+        Cuda fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint) -> CUresult = refused::legacy_mem_alloc_pitch;
+        Cuda fn cuArrayCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_create;
+        Cuda fn cuArray3DCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_3d_create;
+        Cuda fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_void) -> CUresult = refused::graph_add_mem_alloc_node;
+        Cuda fn cuGraphAddNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_int) -> CUresult = refused::graph_add_node;
+        Cuda fn cuGraphAddNode_v2(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, edges: *const c_void, count: usize, params: *mut c_int) -> CUresult = refused::graph_add_node_v2;
+        Cuda fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int) -> CUresult = refused::mem_import_from_shareable_handle;
+        Cuda fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_import_from_shareable_handle;
+        Cuda fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void) -> CUresult = refused::mem_pool_import_pointer;
+        Cuda fn cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void) -> CUresult = refused::multicast_create;
         Nvml fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t = info::nvml_memory_info;
         Nvml fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t = info::nvml_memory_info_v2;
     }

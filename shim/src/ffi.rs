@@ -19,6 +19,7 @@ pub type nvmlDevice_t = *mut c_void;
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 pub const NVML_SUCCESS: nvmlReturn_t = 0;
 pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;

@@ -7,6 +7,7 @@ pub mod context;
 pub mod info;
 pub mod launch;
 pub mod proc_address;
+pub mod refused;
 
 use crate::ffi::*;
 use crate::log::log;

@@ -138,7 +138,7 @@ impl Slice {
 pub struct Facts(pub HashMap<String, String>);
 
 impl Facts {
-    fn parse(line: &str) -> Self {
+    pub fn parse(line: &str) -> Self {
         Self(
             line.split_whitespace()
                 .filter_map(|kv| kv.split_once('='))

@@ -1,0 +1,100 @@
+//! Entry points whose memory the wall cannot count, refused in a slice with
+//! `CUDA_ERROR_NOT_SUPPORTED` (and a log line); outside a slice they pass through.
+//!
+//! | entry point | why |
+//! |---|---|
+//! | `cuMemAlloc`, `cuMemAllocPitch`, `cuArrayCreate`, `cuArray3DCreate` (unversioned) | the 32-bit API before CUDA 3.2; `cuda.h` has mapped these names to the `_v2` functions since, so only a program looking for them on purpose calls them |
+//! | `cuGraphAddMemAllocNode`, `cuGraphAddNode{,_v2}` of a memory-allocation node | the memory is taken when the graph is launched, by the driver, with no call the library sees |
+//! | `cuMemImportFromShareableHandle`, `cuMemPoolImportFromShareableHandle`, `cuMemPoolImportPointer` | memory another process allocated, kept alive by the import after its owner gives it back |
+//! | `cuMulticastCreate` | multicast objects span GPUs and are backed by memory bound to them outside the allocators |
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use crate::ffi::*;
+use crate::log::log;
+use crate::slice;
+
+/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
+const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+
+/// Refuses `name` in a slice; passes `call` through otherwise.
+fn refuse_in_slice(name: &str, call: impl FnOnce() -> CUresult) -> CUresult {
+    if slice::get().is_none() {
+        return call();
+    }
+    log!("{name}: not supported in a slice (its memory cannot be counted)");
+    CUDA_ERROR_NOT_SUPPORTED
+}
+
+macro_rules! refused {
+    ($( $hook:ident => $name:ident ( $($arg:ident : $ty:ty),* ); )*) => {
+        $(
+            pub unsafe fn $hook($($arg: $ty),*) -> CUresult {
+                refuse_in_slice(stringify!($name), || match crate::api::real::$name() {
+                    // SAFETY: the caller's arguments, passed on unchanged.
+                    Some(f) => unsafe { f($($arg),*) },
+                    None => CUDA_ERROR_NOT_FOUND,
+                })
+            }
+        )*
+    };
+}
+
+refused! {
+    legacy_mem_alloc => cuMemAlloc(dptr: *mut c_uint, bytes: c_uint);
+    legacy_mem_alloc_pitch => cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint);
+    legacy_array_create => cuArrayCreate(array: *mut CUarray, desc: *const c_void);
+    legacy_array_3d_create => cuArray3DCreate(array: *mut CUarray, desc: *const c_void);
+    graph_add_mem_alloc_node => cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_void);
+    mem_import_from_shareable_handle => cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int);
+    mem_pool_import_from_shareable_handle => cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64);
+    mem_pool_import_pointer => cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void);
+    multicast_create => cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void);
+}
+
+/// Whether `params` (a `CUgraphNodeParams`, whose first field is the node type) describes a
+/// memory-allocation node.
+fn allocates(params: *const c_int) -> bool {
+    // SAFETY: a non-null `CUgraphNodeParams` pointer per the caller's contract; its first
+    // field is the `CUgraphNodeType`.
+    !params.is_null() && unsafe { params.read() } == CU_GRAPH_NODE_TYPE_MEM_ALLOC
+}
+
+pub unsafe fn graph_add_node(
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    deps: *const *mut c_void,
+    count: usize,
+    params: *mut c_int,
+) -> CUresult {
+    let call = || match crate::api::real::cuGraphAddNode() {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        Some(f) => unsafe { f(node, graph, deps, count, params) },
+        None => CUDA_ERROR_NOT_FOUND,
+    };
+    if allocates(params) {
+        refuse_in_slice("cuGraphAddNode (memory allocation)", call)
+    } else {
+        call()
+    }
+}
+
+pub unsafe fn graph_add_node_v2(
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    count: usize,
+    params: *mut c_int,
+) -> CUresult {
+    let call = || match crate::api::real::cuGraphAddNode_v2() {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        Some(f) => unsafe { f(node, graph, deps, edges, count, params) },
+        None => CUDA_ERROR_NOT_FOUND,
+    };
+    if allocates(params) {
+        refuse_in_slice("cuGraphAddNode_v2 (memory allocation)", call)
+    } else {
+        call()
+    }
+}

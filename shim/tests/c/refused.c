@@ -1,0 +1,38 @@
+/* Calls, through dlopen("libcuda.so.1") and dlsym, each entry point whose memory the wall
+ * cannot count, and the legacy cuCtxCreate; prints name=CUresult pairs on one line, then waits
+ * for stdin to close. A memory-allocation graph node has type 10; a kernel node type 0. */
+#include <dlfcn.h>
+#include <stdio.h>
+
+typedef int CUresult;
+typedef CUresult (*fn)();
+
+int main(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) { printf("error=dlopen\n"); return 1; }
+#define F(name) ((fn)dlsym(h, name))
+    int dev = 0;
+    void *ctx = 0, *out = 0;
+    if (F("cuInit")(0) || F("cuDeviceGet")(&dev, 0) || F("cuDevicePrimaryCtxRetain")(&ctx, dev)
+        || F("cuCtxSetCurrent")(ctx)) { printf("error=init\n"); return 1; }
+    int mem_alloc_node[32] = {10}, kernel_node[32] = {0};
+    unsigned small = 0;
+    printf("cuMemAlloc=%d ", F("cuMemAlloc")(&small, 1u << 20));
+    printf("cuMemAllocPitch=%d ", F("cuMemAllocPitch")(&small, &small, 1024u, 1024u, 4u));
+    printf("cuArrayCreate=%d ", F("cuArrayCreate")(&out, (void *)0));
+    printf("cuArray3DCreate=%d ", F("cuArray3DCreate")(&out, (void *)0));
+    printf("cuGraphAddMemAllocNode=%d ", F("cuGraphAddMemAllocNode")(&out, (void *)0, (void *)0, (size_t)0, (void *)0));
+    printf("cuGraphAddNode.alloc=%d ", F("cuGraphAddNode")(&out, (void *)0, (void *)0, (size_t)0, mem_alloc_node));
+    printf("cuGraphAddNode.kernel=%d ", F("cuGraphAddNode")(&out, (void *)0, (void *)0, (size_t)0, kernel_node));
+    printf("cuGraphAddNode_v2.alloc=%d ", F("cuGraphAddNode_v2")(&out, (void *)0, (void *)0, (void *)0, (size_t)0, mem_alloc_node));
+    printf("cuMemImportFromShareableHandle=%d ", F("cuMemImportFromShareableHandle")(&out, (void *)0, 1));
+    printf("cuMemPoolImportFromShareableHandle=%d ", F("cuMemPoolImportFromShareableHandle")(&out, (void *)0, 1, 0ull));
+    printf("cuMemPoolImportPointer=%d ", F("cuMemPoolImportPointer")(&out, (void *)0, (void *)0));
+    printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
+    void *legacy_ctx = 0;
+    printf("cuCtxCreate=%d\n", F("cuCtxCreate")(&legacy_ctx, 0u, dev));
+    fflush(stdout);
+    char buf[16];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {}
+    return 0;
+}

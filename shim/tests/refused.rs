@@ -1,0 +1,72 @@
+//! Entry points whose memory the wall cannot count are refused in a slice, found however the
+//! program looks for them, and pass through outside one; the legacy `cuCtxCreate` is charged
+//! as a context.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use common::{Facts, MIB, Slice};
+
+const REFUSED: &[&str] = &[
+    "cuMemAlloc",
+    "cuMemAllocPitch",
+    "cuArrayCreate",
+    "cuArray3DCreate",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddNode.alloc",
+    "cuGraphAddNode_v2.alloc",
+    "cuMemImportFromShareableHandle",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolImportPointer",
+    "cuMulticastCreate",
+];
+
+/// CUDA_ERROR_NOT_SUPPORTED and CUDA_ERROR_NOT_FOUND.
+const NOT_SUPPORTED: &str = "801";
+const NOT_FOUND: &str = "500";
+
+#[test]
+fn what_the_wall_cannot_count_is_refused_in_a_slice_and_a_legacy_context_is_charged() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "refused");
+    let mut child = slice
+        .command(&program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let f = Facts::parse(&line);
+    for name in REFUSED {
+        assert_eq!(f.get(name), NOT_SUPPORTED, "{name}: {line}");
+    }
+    // A kernel node allocates nothing: it reaches the driver (which has no graphs).
+    assert_eq!(f.get("cuGraphAddNode.kernel"), NOT_FOUND, "{line}");
+    assert_eq!(f.get("cuCtxCreate"), "0", "{line}");
+    // The primary context and the one made by the legacy name.
+    assert_eq!(slice.usage().totals()[0], 2 * 2 * MIB, "{line}");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn outside_a_slice_those_entry_points_reach_the_driver() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "refused");
+    let out = slice
+        .command(&program)
+        .env_remove("GPUSLICE_LIMITS")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f = Facts::parse(&line);
+    for name in REFUSED {
+        assert_eq!(f.get(name), NOT_FOUND, "{name}: {line}");
+    }
+}
