@@ -10,6 +10,7 @@
 //! - [`slice`]: the container's limits, its usage region, and what this process holds.
 //! - [`region`]: the usage region shared by the container's processes, and the wall check.
 //! - [`pacing`]: kernel launches paced to the slice's share of the SMs.
+//! - [`sigbus`]: a truncated usage region closes the wall instead of killing the process.
 //!
 //! Nothing happens until a CUDA or NVML function is called: no thread, no file, no allocation
 //! (and no thread at all unless the slice has a share of a GPU's SMs and launches a kernel).
@@ -22,6 +23,7 @@ mod hooks;
 mod log;
 mod pacing;
 mod region;
+mod sigbus;
 mod slice;
 
 /// Runs a hook, turning a panic into `CUDA_ERROR_UNKNOWN` / `NVML_ERROR_UNKNOWN` (both 999):

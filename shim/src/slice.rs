@@ -212,6 +212,7 @@ fn map_region(path: &Path, gpus: usize) -> Result<Region, String> {
     // SAFETY: a fresh page-aligned shared mapping of `len` bytes, never unmapped, accessed
     // only through Region's atomics.
     let region = unsafe { Region::new(base.cast(), len) }.map_err(|e| format!("{e:?}"))?;
+    crate::sigbus::protect(base.cast(), len);
     if region.gpus() < gpus {
         return Err(format!("counts {} GPUs, the limits {gpus}", region.gpus()));
     }
@@ -325,6 +326,10 @@ impl Slice {
         let (Some(region), Some(limit)) = (&self.region, self.gpus.get(gpu)) else {
             return false;
         };
+        if crate::sigbus::region_lost() {
+            log!("the usage region was truncated under this process; every allocation fails");
+            return false;
+        }
         let Some(slot) = self.my_slot(region) else {
             log!("no free slot in the usage region");
             return false;
