@@ -176,7 +176,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, info, proc_address, refused};
+use crate::hooks::{alloc, context, info, proc_address, refused, vmm};
 
 table! {
     intercepted {
@@ -199,7 +199,9 @@ table! {
         Cuda fn cuMipmappedArrayCreate(array: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> CUresult = alloc::mipmapped_array_create;
         Cuda fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult = alloc::mipmapped_array_destroy;
         Cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemPropHead, flags: u64) -> CUresult = alloc::mem_create;
-        Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult = alloc::mem_release;
+        Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult = vmm::mem_release;
+        Cuda fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: u64) -> CUresult = vmm::mem_map;
+        Cuda fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult = vmm::mem_unmap;
         Cuda fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
         Cuda fn cuCtxCreate_v3(ctx: *mut CUcontext, params: *mut c_void, count: c_int, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v3;
         Cuda fn cuCtxCreate_v4(ctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v4;

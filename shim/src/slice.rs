@@ -57,6 +57,9 @@ pub struct Slice {
     charges: Mutex<HashMap<(Kind, u64), Charge>>,
     pub pools: Mutex<HashMap<usize, CUdevice>>,
     pub primary: Mutex<HashMap<CUdevice, u32>>,
+    /// Mappings of the virtual-memory API, so that a released handle stays charged until its
+    /// last unmap.
+    pub vmm: Mutex<crate::hooks::vmm::Mappings>,
     /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
     held: [AtomicU64; usage::MAX_GPUS],
     slot: AtomicUsize,
@@ -240,6 +243,7 @@ impl Slice {
             charges: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
             primary: Mutex::new(HashMap::new()),
+            vmm: Mutex::new(crate::hooks::vmm::Mappings::default()),
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
             slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),

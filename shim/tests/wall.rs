@@ -186,3 +186,37 @@ fn a_usage_region_truncated_under_running_processes_closes_their_wall_and_kills_
     let f = slice.wall("link", "alloc", 1);
     assert_eq!(f.get("error"), "init", "{:?}", f.0);
 }
+
+#[test]
+fn a_released_handle_stays_charged_until_its_last_unmap() {
+    let slice = Slice::new(64 * MIB, 0);
+    let vmm = common::compile(&slice.sim, "vmm");
+    let out = slice
+        .command(&vmm)
+        .args([(32 * MIB).to_string(), "6".into()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f = common::Facts::parse(&line);
+    // Two 32 MiB handles fill the 64 MiB slice while they stay mapped, released or not.
+    assert_eq!(f.get("mapped"), "2", "{line}");
+    assert_eq!(f.get("after_unmap"), "0", "{line}");
+}
+
+#[test]
+fn the_simulated_driver_frees_a_released_handle_at_its_last_unmap() {
+    let slice = Slice::new(64 * MIB, 0);
+    let vmm = common::compile(&slice.sim, "vmm");
+    let card = slice.sim.spec.gpus[0].memory_bytes;
+    // Without the library: the card holds as many chunks as fit, however they are released.
+    let chunk = card / 4;
+    let out = std::process::Command::new(&vmm)
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args([chunk.to_string(), "6".into()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f = common::Facts::parse(&line);
+    assert_eq!(f.get("mapped"), "4", "{line}");
+    assert_eq!(f.get("after_unmap"), "0", "{line}");
+}

@@ -430,11 +430,3 @@ pub unsafe fn mem_create(
         _ => call(),
     }
 }
-
-pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
-    let f = real_or_return!(cuMemRelease);
-    // SAFETY: the caller's argument, passed on unchanged.
-    let call = || unsafe { f(handle) };
-    let s = slice_or_pass!(call());
-    uncharged(s, Kind::Physical, handle, call)
-}

@@ -8,6 +8,7 @@ pub mod info;
 pub mod launch;
 pub mod proc_address;
 pub mod refused;
+pub mod vmm;
 
 use crate::ffi::*;
 use crate::log::log;

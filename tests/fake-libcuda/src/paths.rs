@@ -10,7 +10,7 @@
 //! | `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` | bytes, at once; freed at once (release threshold 0) |
 //! | `cuArrayCreate`, `cuArray3DCreate` | width × max(height,1) × max(depth,1) × channels × element size |
 //! | `cuMipmappedArrayCreate` | the sum of that over the levels, each halving every extent (at least 1) |
-//! | `cuMemCreate` | size (a multiple of the 2 MiB granularity), until `cuMemRelease` |
+//! | `cuMemCreate` | size (a multiple of the 2 MiB granularity), until `cuMemRelease` or, if it is still mapped then, its last `cuMemUnmap` (as the real driver frees it) |
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
@@ -402,13 +402,37 @@ pub extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
     cuArrayDestroy(array)
 }
 
-/// A physical allocation of the virtual-memory API: (node index, size, memfd).
-type Physical = (usize, usize, c_int);
+/// A physical allocation of the virtual-memory API.
+struct Physical {
+    index: usize,
+    size: usize,
+    /// The memfd backing it; -1 once released (mappings keep their own reference).
+    fd: c_int,
+    /// How many mappings of it exist.
+    maps: u32,
+}
 
-/// Physical allocations of the virtual-memory API by handle.
+/// Physical allocations of the virtual-memory API by handle, kept after their release while
+/// still mapped: the driver frees the memory at the later of the release and the last unmap.
 static HANDLES: LazyLock<Mutex<HashMap<u64, Physical>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Mappings by start address: (handle, size).
+static MAPPINGS: LazyLock<Mutex<std::collections::BTreeMap<u64, (u64, usize)>>> =
+    LazyLock::new(|| Mutex::new(std::collections::BTreeMap::new()));
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+/// Frees the memory of `handle` if it is released and no longer mapped.
+fn free_if_done(handles: &mut HashMap<u64, Physical>, handle: u64) -> Result<(), CUresult> {
+    let done = handles
+        .get(&handle)
+        .is_some_and(|p| p.fd < 0 && p.maps == 0);
+    if done && let Some(p) = handles.remove(&handle) {
+        let d = state::get()?;
+        let mut inner = d.lock();
+        d.uncharge(&mut inner, p.index, p.size as u64);
+    }
+    Ok(())
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetAllocationGranularity(
@@ -451,10 +475,15 @@ pub unsafe extern "C" fn cuMemCreate(
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-        HANDLES
-            .lock()
-            .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .insert(h, (index, size, fd));
+        HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.insert(
+            h,
+            Physical {
+                index,
+                size,
+                fd,
+                maps: 0,
+            },
+        );
         out(handle, h)
     })
 }
@@ -462,17 +491,15 @@ pub unsafe extern "C" fn cuMemCreate(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     guard(|| {
-        let d = state::get()?;
-        let (index, size, fd) = HANDLES
-            .lock()
-            .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .remove(&handle)
+        let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let p = handles
+            .get_mut(&handle)
+            .filter(|p| p.fd >= 0)
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: closing the memfd this handle owned; mappings keep their own reference.
-        unsafe { libc::close(fd) };
-        let mut inner = d.lock();
-        d.uncharge(&mut inner, index, size as u64);
-        Ok(())
+        unsafe { libc::close(p.fd) };
+        p.fd = -1;
+        free_if_done(&mut handles, handle)
     })
 }
 
@@ -527,11 +554,12 @@ pub extern "C" fn cuMemMap(
     _flags: u64,
 ) -> CUresult {
     guard(|| {
-        let (_, hsize, fd) = *HANDLES
-            .lock()
-            .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .get(&handle)
+        let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let physical = handles
+            .get_mut(&handle)
+            .filter(|p| p.fd >= 0)
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let (hsize, fd) = (physical.size, physical.fd);
         if offset.checked_add(size).is_none_or(|end| end > hsize) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -547,10 +575,14 @@ pub extern "C" fn cuMemMap(
             )
         };
         if p == libc::MAP_FAILED {
-            Err(CUDA_ERROR_INVALID_VALUE)
-        } else {
-            Ok(())
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        physical.maps += 1;
+        MAPPINGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(ptr, (handle, size));
+        Ok(())
     })
 }
 
@@ -590,10 +622,25 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
             )
         };
         if p == libc::MAP_FAILED {
-            Err(CUDA_ERROR_INVALID_VALUE)
-        } else {
-            Ok(())
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let end = ptr.saturating_add(size as u64);
+        let gone: Vec<(u64, u64)> = {
+            let mut maps = MAPPINGS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            let starts: Vec<u64> = maps.range(ptr..end).map(|(k, _)| *k).collect();
+            starts
+                .into_iter()
+                .filter_map(|k| maps.remove(&k).map(|(h, _)| (k, h)))
+                .collect()
+        };
+        let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        for (_, h) in gone {
+            if let Some(p) = handles.get_mut(&h) {
+                p.maps = p.maps.saturating_sub(1);
+            }
+            free_if_done(&mut handles, h)?;
+        }
+        Ok(())
     })
 }
 

@@ -1,0 +1,111 @@
+//! The virtual-memory API after `cuMemCreate` (charged in `alloc`): the driver frees a physical
+//! allocation at the later of its `cuMemRelease` and its last `cuMemUnmap`, so a handle released
+//! while still mapped keeps its charge until then.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::real_or_return;
+use crate::ffi::*;
+use crate::slice::{self, Charge, Kind};
+
+/// What this process has mapped.
+#[derive(Default)]
+pub struct Mappings {
+    /// Start address → (handle, size).
+    at: BTreeMap<CUdeviceptr, (CUmemGenericAllocationHandle, usize)>,
+    /// Handle → how many mappings of it exist.
+    count: HashMap<CUmemGenericAllocationHandle, u32>,
+    /// Released handles still mapped, with the charge they keep.
+    released: HashMap<CUmemGenericAllocationHandle, Charge>,
+}
+
+pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
+    let f = real_or_return!(cuMemRelease);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(handle) };
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let charge = s.take(Kind::Physical, handle);
+    let r = call();
+    match charge {
+        Some(c) if r == CUDA_SUCCESS => {
+            let mut vmm = s
+                .vmm
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if vmm.count.get(&handle).is_some_and(|n| *n > 0) {
+                vmm.released.insert(handle, c);
+            } else {
+                drop(vmm);
+                s.settle(c);
+            }
+        }
+        Some(c) => s.put_back(Kind::Physical, handle, c),
+        None => {}
+    }
+    r
+}
+
+pub unsafe fn mem_map(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let f = real_or_return!(cuMemMap);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(ptr, size, offset, handle, flags) };
+    if r == CUDA_SUCCESS
+        && let Some(s) = slice::get()
+    {
+        let mut vmm = s
+            .vmm
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        vmm.at.insert(ptr, (handle, size));
+        *vmm.count.entry(handle).or_insert(0) += 1;
+    }
+    r
+}
+
+pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let f = real_or_return!(cuMemUnmap);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(ptr, size) };
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let Some(s) = slice::get() else {
+        return r;
+    };
+    let end = ptr.saturating_add(size as u64);
+    let mut freed = Vec::new();
+    {
+        let mut vmm = s
+            .vmm
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let starts: Vec<CUdeviceptr> = vmm.at.range(ptr..end).map(|(k, _)| *k).collect();
+        for start in starts {
+            let Some((handle, _)) = vmm.at.remove(&start) else {
+                continue;
+            };
+            let left = vmm.count.get_mut(&handle).map(|n| {
+                *n = n.saturating_sub(1);
+                *n
+            });
+            if left == Some(0) {
+                vmm.count.remove(&handle);
+                if let Some(c) = vmm.released.remove(&handle) {
+                    freed.push(c);
+                }
+            }
+        }
+    }
+    for c in freed {
+        s.settle(c);
+    }
+    r
+}
