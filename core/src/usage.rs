@@ -43,6 +43,11 @@ pub const SLOT_USED: usize = 16;
 pub const HEADER_HIGH_WATER: usize = 24;
 /// Set in `pid` while a slot is being reaped; the low 31 bits name the reaper.
 pub const PID_REAPING: u32 = 1 << 31;
+/// A slot's owner holds an open-file-description write lock (`F_OFD_SETLK`) on byte
+/// `SLOT_LOCK_BASE + i` of the usage file for slot `i` while it lives: the kernel drops it when
+/// the owner exits or execs, whatever its PID namespace, and a forked child does not inherit
+/// it as its own. A slot whose lock can be taken has no live owner.
+pub const SLOT_LOCK_BASE: u64 = 1 << 32;
 
 /// Whether a slot's `pid` field names a live owner (not free, not being reaped).
 #[must_use]

@@ -22,6 +22,7 @@ mod ffi;
 mod hooks;
 mod log;
 mod pacing;
+mod process;
 mod region;
 mod sigbus;
 mod slice;

@@ -10,6 +10,11 @@
 //!
 //! Counters only ever change by the owner's own adds and subtracts (saturating), so usage never
 //! underflows; a dead owner's slot is zeroed as a whole by a reaper.
+//!
+//! A slot belongs to whoever holds its lock ([`SlotLocks`]; in the library an
+//! open-file-description lock on the usage file, which the kernel drops when the owner exits
+//! or execs). Pids are recorded for reporting only: liveness never depends on a pid, so a
+//! process in a nested PID namespace, a reused pid or a zombie cannot keep or lose a slot.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
@@ -21,10 +26,12 @@ use gpuslice_core::usage::{
 /// Attempts before an allocation that keeps meeting other processes' reservations gives up.
 const ATTEMPTS: usize = 16;
 
-/// Tells whether a process is alive and which one it is.
-pub trait Processes {
-    /// Start time of `pid` (clock ticks since boot), or None if there is no such process.
-    fn start_time(&self, pid: u32) -> Option<u64>;
+/// The slots' locks, as this process holds them.
+pub trait SlotLocks {
+    /// Takes slot `i`'s lock without waiting; false if another live process holds it.
+    fn try_lock(&self, i: usize) -> bool;
+    /// Lets slot `i`'s lock go.
+    fn unlock(&self, i: usize);
 }
 
 /// A region in memory shared with the container's other processes.
@@ -117,33 +124,34 @@ impl Region {
         (self.u32_at(HEADER_HIGH_WATER).load(SeqCst) as usize).min(self.slots)
     }
 
-    /// Takes a free slot for `pid`, reaping dead owners' slots if none is free.
+    /// Takes a slot for `pid`: the first whose lock can be had, free or left by a dead owner
+    /// (whose counters are wiped first).
     pub fn claim(
         &self,
         pid: u32,
         start_time: u64,
-        procs: &impl Processes,
+        locks: &impl SlotLocks,
     ) -> Result<usize, RegionError> {
-        for round in 0..2 {
-            for i in 0..self.slots {
-                if self.pid(i).compare_exchange(0, pid, SeqCst, SeqCst).is_ok() {
-                    self.start(i).store(start_time, SeqCst);
-                    self.u32_at(HEADER_HIGH_WATER)
-                        .fetch_max(u32::try_from(i + 1).unwrap_or(u32::MAX), SeqCst);
-                    return Ok(i);
-                }
+        for i in 0..self.slots {
+            if !locks.try_lock(i) {
+                continue;
             }
-            if round == 0 {
-                self.reap(pid, procs);
+            if self.pid(i).load(SeqCst) != 0 {
+                self.wipe(i);
             }
+            self.start(i).store(start_time, SeqCst);
+            self.pid(i).store(pid.max(1) & !PID_REAPING, SeqCst);
+            self.u32_at(HEADER_HIGH_WATER)
+                .fetch_max(u32::try_from(i + 1).unwrap_or(u32::MAX), SeqCst);
+            return Ok(i);
         }
         Err(RegionError::NoFreeSlot)
     }
 
-    /// Whether slot `i` still belongs to `pid` (a reaper may have taken it from a process it
-    /// wrongly judged dead, e.g. one in another pid namespace).
+    /// Whether slot `i` still shows this process's pid (nothing else can take it while its
+    /// lock is held; a tenant rewriting the region can).
     pub fn owns(&self, i: usize, pid: u32) -> bool {
-        self.pid(i).load(SeqCst) == pid
+        self.pid(i).load(SeqCst) == pid.max(1) & !PID_REAPING
     }
 
     /// Bytes held on `gpu` by all live slots.
@@ -162,8 +170,7 @@ impl Region {
         gpu: usize,
         bytes: u64,
         limit: u64,
-        me: u32,
-        procs: &impl Processes,
+        locks: &impl SlotLocks,
     ) -> bool {
         if bytes == 0 {
             return true;
@@ -184,7 +191,7 @@ impl Region {
                     return false;
                 }
                 reaped = true;
-                if self.reap(me, procs) == 0 {
+                if self.reap(Some(mine), locks) == 0 {
                     return false;
                 }
             }
@@ -206,17 +213,13 @@ impl Region {
             .fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(bytes)));
     }
 
-    /// Gives slot `mine` back (the process is exiting or forked away from it).
-    pub fn release(&self, mine: usize, pid: u32) {
-        if self
-            .pid(mine)
-            .compare_exchange(pid, PID_REAPING | pid, SeqCst, SeqCst)
-            .is_ok()
-        {
-            self.wipe(mine);
-        }
+    /// Gives slot `mine` back (the process is exiting).
+    pub fn release(&self, mine: usize, locks: &impl SlotLocks) {
+        self.wipe(mine);
+        locks.unlock(mine);
     }
 
+    /// Zeroes a slot's counters before freeing it, so that it never counts twice.
     fn wipe(&self, i: usize) {
         for g in 0..self.gpus {
             self.used(i, g).store(0, SeqCst);
@@ -233,36 +236,20 @@ impl Region {
             .collect()
     }
 
-    /// Frees the slots of dead processes, including those of reapers that died half-way.
+    /// Frees the slots of dead processes (those whose lock can be had), other than `mine`.
     /// Returns how many slots were freed.
-    pub fn reap(&self, me: u32, procs: &impl Processes) -> usize {
+    pub fn reap(&self, mine: Option<usize>, locks: &impl SlotLocks) -> usize {
         let mut freed = 0;
         for i in 0..self.high_water() {
-            let pid = self.pid(i).load(SeqCst);
-            if pid == 0 || pid == me {
+            if Some(i) == mine || self.pid(i).load(SeqCst) == 0 || !locks.try_lock(i) {
                 continue;
             }
-            let dead = if pid & PID_REAPING != 0 {
-                let reaper = pid & !PID_REAPING;
-                reaper != me && procs.start_time(reaper).is_none()
-            } else {
-                let recorded = self.start(i).load(SeqCst);
-                match procs.start_time(pid) {
-                    None => true,
-                    // 0: the owner has not written its start time yet; a different start
-                    // time: the pid now belongs to another process.
-                    Some(now) => recorded != 0 && now != recorded,
-                }
-            };
-            if dead
-                && self
-                    .pid(i)
-                    .compare_exchange(pid, PID_REAPING | me, SeqCst, SeqCst)
-                    .is_ok()
-            {
+            // The owner is gone (or a reaper died half-way): this process holds the lock now.
+            if self.pid(i).load(SeqCst) != 0 {
                 self.wipe(i);
                 freed += 1;
             }
+            locks.unlock(i);
         }
         freed
     }
@@ -272,11 +259,47 @@ impl Region {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
 
-    struct Fake(HashMap<u32, u64>);
-    impl Processes for Fake {
-        fn start_time(&self, pid: u32) -> Option<u64> {
-            self.0.get(&pid).copied()
+    /// Slot locks shared by simulated processes: slot → owner.
+    #[derive(Clone, Default)]
+    struct Table(Arc<Mutex<HashMap<usize, u32>>>);
+
+    /// One simulated process's view of the locks.
+    struct Locks {
+        table: Table,
+        me: u32,
+    }
+
+    impl Table {
+        fn process(&self, me: u32) -> Locks {
+            Locks {
+                table: self.clone(),
+                me,
+            }
+        }
+        /// The kernel dropping a process's locks when it exits.
+        fn exit(&self, who: u32) {
+            self.0.lock().unwrap().retain(|_, o| *o != who);
+        }
+    }
+
+    impl SlotLocks for Locks {
+        fn try_lock(&self, i: usize) -> bool {
+            let mut t = self.table.0.lock().unwrap();
+            match t.get(&i) {
+                Some(o) if *o != self.me => false,
+                _ => {
+                    t.insert(i, self.me);
+                    true
+                }
+            }
+        }
+        fn unlock(&self, i: usize) {
+            let mut t = self.table.0.lock().unwrap();
+            if t.get(&i) == Some(&self.me) {
+                t.remove(&i);
+            }
         }
     }
 
@@ -295,12 +318,14 @@ mod tests {
     #[test]
     fn charges_stop_at_the_exact_limit_across_slots() {
         let (_m, r) = region(1, 4);
-        let procs = Fake(HashMap::from([(10, 1), (11, 2)]));
-        let a = r.claim(10, 1, &procs).unwrap();
-        let b = r.claim(11, 2, &procs).unwrap();
-        assert!(r.charge(a, 0, 600, 1000, 10, &procs));
-        assert!(!r.charge(b, 0, 401, 1000, 11, &procs));
-        assert!(r.charge(b, 0, 400, 1000, 11, &procs));
+        let t = Table::default();
+        let (pa, pb) = (t.process(10), t.process(11));
+        let a = r.claim(10, 1, &pa).unwrap();
+        let b = r.claim(11, 2, &pb).unwrap();
+        assert_ne!(a, b);
+        assert!(r.charge(a, 0, 600, 1000, &pa));
+        assert!(!r.charge(b, 0, 401, 1000, &pb));
+        assert!(r.charge(b, 0, 400, 1000, &pb));
         assert_eq!(r.total(0), 1000);
         r.refund(a, 0, 600);
         assert_eq!(r.total(0), 400);
@@ -309,9 +334,10 @@ mod tests {
     #[test]
     fn refunds_never_take_a_counter_below_zero() {
         let (_m, r) = region(1, 2);
-        let procs = Fake(HashMap::from([(10, 1)]));
-        let a = r.claim(10, 1, &procs).unwrap();
-        assert!(r.charge(a, 0, 5, 100, 10, &procs));
+        let t = Table::default();
+        let p = t.process(10);
+        let a = r.claim(10, 1, &p).unwrap();
+        assert!(r.charge(a, 0, 5, 100, &p));
         r.refund(a, 0, 50);
         r.refund(a, 0, 50);
         assert_eq!(r.total(0), 0);
@@ -320,54 +346,72 @@ mod tests {
     #[test]
     fn a_dead_process_slot_is_reaped_when_its_memory_is_needed() {
         let (_m, r) = region(1, 2);
-        let mut procs = Fake(HashMap::from([(10, 1), (11, 2)]));
-        let a = r.claim(10, 1, &procs).unwrap();
-        assert!(r.charge(a, 0, 900, 1000, 10, &procs));
-        procs.0.remove(&10);
-        let b = r.claim(11, 2, &procs).unwrap();
-        assert!(r.charge(b, 0, 1000, 1000, 11, &procs));
+        let t = Table::default();
+        let (pa, pb) = (t.process(10), t.process(11));
+        let a = r.claim(10, 1, &pa).unwrap();
+        let b = r.claim(11, 2, &pb).unwrap();
+        assert!(r.charge(a, 0, 900, 1000, &pa));
+        assert!(
+            !r.charge(b, 0, 1000, 1000, &pb),
+            "a live owner keeps its memory"
+        );
+        t.exit(10);
+        assert!(r.charge(b, 0, 1000, 1000, &pb));
         assert_eq!(r.total(0), 1000);
     }
 
     #[test]
-    fn a_reused_pid_does_not_keep_a_dead_owner_slot() {
-        let (_m, r) = region(1, 2);
-        let mut procs = Fake(HashMap::from([(10, 1), (11, 2)]));
-        let a = r.claim(10, 1, &procs).unwrap();
-        assert!(r.charge(a, 0, 900, 1000, 10, &procs));
-        procs.0.insert(10, 77);
-        assert_eq!(r.reap(11, &procs), 1);
-        assert_eq!(r.total(0), 0);
+    fn a_live_owner_keeps_its_slot_whatever_pid_the_others_see() {
+        // Two processes of different PID namespaces with the same pid, and a reused pid: the
+        // slot stays with the live owner and only a dead one's is freed.
+        let (_m, r) = region(1, 4);
+        let t = Table::default();
+        let (first, second) = (t.process(100), t.process(200));
+        let a = r.claim(1, 5, &first).unwrap();
+        let b = r.claim(1, 9, &second).unwrap();
+        assert_ne!(a, b);
+        assert!(r.charge(a, 0, 300, 1000, &first));
+        assert!(r.charge(b, 0, 300, 1000, &second));
+        assert_eq!(r.reap(Some(b), &second), 0, "nothing is dead");
+        assert_eq!(r.total(0), 600);
+        t.exit(100);
+        assert_eq!(r.reap(Some(b), &second), 1);
+        assert_eq!(r.total(0), 300);
     }
 
     #[test]
-    fn a_slot_left_by_a_dead_reaper_is_reaped_again() {
+    fn a_slot_left_by_a_dead_reaper_or_owner_is_wiped_before_reuse() {
         let (_m, r) = region(1, 2);
-        let procs = Fake(HashMap::from([(11, 2)]));
-        let a = r.claim(10, 1, &procs).unwrap();
+        let t = Table::default();
+        let p = t.process(10);
+        let a = r.claim(10, 1, &p).unwrap();
         r.used(a, 0).store(300, SeqCst);
         r.pid(a).store(PID_REAPING | 12, SeqCst);
         assert_eq!(r.total(0), 0, "a slot being reaped does not count");
-        assert_eq!(r.reap(11, &procs), 1);
-        assert_eq!(r.pid(a).load(SeqCst), 0);
-        assert_eq!(r.used(a, 0).load(SeqCst), 0);
+        t.exit(10);
+        let q = t.process(11);
+        let b = r.claim(11, 2, &q).unwrap();
+        assert_eq!(b, a, "the dead slot is taken again");
+        assert_eq!(r.used(b, 0).load(SeqCst), 0);
+        assert_eq!(r.pid(b).load(SeqCst), 11);
     }
 
     #[test]
     fn concurrent_chargers_never_exceed_the_limit_together() {
         let (_m, r) = region(1, 16);
-        let procs = Fake((1..=8).map(|p| (p, u64::from(p))).collect());
+        let t = Table::default();
         let limit = 1_000_003u64;
         let kept = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for p in 1..=8u32 {
-                let (r, procs, kept) = (&r, &procs, &kept);
+                let (r, t, kept) = (&r, &t, &kept);
                 s.spawn(move || {
-                    let mine = r.claim(p, u64::from(p), procs).unwrap();
+                    let locks = t.process(p);
+                    let mine = r.claim(p, u64::from(p), &locks).unwrap();
                     for _ in 0..5000 {
                         // Counters may hold other threads' tentative reservations for a
                         // moment; what is kept never exceeds the limit.
-                        if r.charge(mine, 0, 997, limit, p, procs) {
+                        if r.charge(mine, 0, 997, limit, &locks) {
                             assert!(kept.fetch_add(997, SeqCst) + 997 <= limit);
                         }
                     }

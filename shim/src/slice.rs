@@ -21,7 +21,8 @@ use gpuslice_core::usage;
 use crate::api::real;
 use crate::ffi::*;
 use crate::log::log;
-use crate::region::{Processes, Region};
+use crate::process::{FileLocks, ForkMark};
+use crate::region::Region;
 
 /// Device ordinals this library caches positions for; higher ones are looked up every time.
 const ORDINALS: usize = 64;
@@ -32,8 +33,9 @@ const NO_SLOT: usize = usize::MAX;
 pub struct Charge {
     pub gpu: usize,
     pub bytes: u64,
-    /// The process that was charged (a forked child frees nothing of its parent's).
-    pub pid: u32,
+    /// The process that was charged, by its token (a forked child frees nothing of its
+    /// parent's).
+    pub owner: u64,
 }
 
 /// Kinds of things charged, each with its own key space.
@@ -63,7 +65,12 @@ pub struct Slice {
     /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
     held: [AtomicU64; usage::MAX_GPUS],
     slot: AtomicUsize,
+    /// This process's pid as it sees it, recorded in its slot for reporting.
     pid: AtomicU32,
+    /// Tells a forked child (by any fork) from the process that set it.
+    mark: ForkMark,
+    /// The slot locks; None where the region could not be mapped.
+    locks: Option<FileLocks>,
     /// When `used` last reaped, in seconds of the monotonic clock (0: never).
     last_reap: AtomicU64,
 }
@@ -107,7 +114,7 @@ fn load() -> Option<Slice> {
                 "limits file {}: {e}; every allocation will fail",
                 path.display()
             );
-            return Some(Slice::new(Vec::new(), None));
+            return Some(Slice::new(Vec::new(), None, None));
         }
     };
     let region_path = path.with_file_name(usage::FILE_NAME);
@@ -136,7 +143,8 @@ fn load() -> Option<Slice> {
         pthread_atfork(None, None, Some(after_fork_in_child));
         libc::atexit(at_exit);
     }
-    Some(Slice::new(limits.gpus, region))
+    let locks = region.is_some().then(|| FileLocks::open(&region_path));
+    Some(Slice::new(limits.gpus, region, locks))
 }
 
 unsafe extern "C" {
@@ -148,22 +156,25 @@ unsafe extern "C" {
 }
 
 /// A forked child has its own pid and holds none of its parent's device memory: it takes a
-/// slot of its own when it first allocates. Only atomics here (no lock is safe after fork).
+/// slot of its own when it first allocates ([`Slice::this_process`]). The fork mark's page is
+/// wiped in every child by the kernel; this handler clears it too where it is not. Only an
+/// atomic store here (no lock is safe after fork).
 unsafe extern "C" fn after_fork_in_child() {
     if let Some(Some(s)) = SLICE.get() {
-        s.slot.store(NO_SLOT, Ordering::SeqCst);
-        s.pid.store(std::process::id(), Ordering::SeqCst);
-        for h in &s.held {
-            h.store(0, Ordering::SeqCst);
-        }
+        s.mark.clear();
     }
 }
 
+/// Gives the slot back at exit, unless this is a forked child that never took one (its slot
+/// index is its parent's).
 extern "C" fn at_exit() {
     if let Some(Some(s)) = SLICE.get() {
         let slot = s.slot.load(Ordering::SeqCst);
-        if let (Some(r), true) = (&s.region, slot != NO_SLOT) {
-            r.release(slot, s.pid.load(Ordering::SeqCst));
+        if s.mark.token() == 0 {
+            return;
+        }
+        if let (Some(r), Some(locks), true) = (&s.region, &s.locks, slot != NO_SLOT) {
+            r.release(slot, locks);
         }
     }
 }
@@ -222,18 +233,18 @@ fn map_region(path: &Path, gpus: usize) -> Result<Region, String> {
     Ok(region)
 }
 
-/// Processes as /proc shows them.
-pub struct Proc;
-
-impl Processes for Proc {
-    fn start_time(&self, pid: u32) -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        gpuslice_core::process::parse_start_time(&stat)
-    }
+/// This process's start time (clock ticks since boot), recorded in its slot for reporting.
+fn own_start_time() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| gpuslice_core::process::parse_start_time(&stat))
+        .unwrap_or(0)
 }
 
 impl Slice {
-    fn new(gpus: Vec<GpuLimit>, region: Option<Region>) -> Self {
+    fn new(gpus: Vec<GpuLimit>, region: Option<Region>, locks: Option<FileLocks>) -> Self {
+        let mark = ForkMark::new();
+        mark.renew();
         Self {
             paced: gpus.iter().any(|g| crate::pacing::is_share(g.cores)),
             gpus,
@@ -247,6 +258,8 @@ impl Slice {
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
             slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),
+            mark,
+            locks,
             last_reap: AtomicU64::new(0),
         }
     }
@@ -308,18 +321,39 @@ impl Slice {
         }
     }
 
-    fn my_slot(&self, region: &Region) -> Option<usize> {
+    /// This process's token. In a child forked since the token was set (by any fork, the raw
+    /// system call included), the first call starts the child's own books: no slot, nothing
+    /// held, its own pid, its own descriptor for the slot locks.
+    pub fn this_process(&self) -> u64 {
+        let token = self.mark.token();
+        if token != 0 {
+            return token;
+        }
+        let (token, mine) = self.mark.renew();
+        if mine {
+            self.slot.store(NO_SLOT, Ordering::SeqCst);
+            self.pid.store(std::process::id(), Ordering::SeqCst);
+            for h in &self.held {
+                h.store(0, Ordering::SeqCst);
+            }
+            if let Some(l) = &self.locks {
+                l.reopen();
+            }
+        }
+        token
+    }
+
+    fn my_slot(&self, region: &Region, locks: &FileLocks) -> Option<usize> {
         let pid = self.pid.load(Ordering::SeqCst);
         let slot = self.slot.load(Ordering::SeqCst);
         if slot != NO_SLOT && region.owns(slot, pid) {
             return Some(slot);
         }
-        let start = Proc.start_time(pid).unwrap_or(0);
-        let slot = region.claim(pid, start, &Proc).ok()?;
+        let slot = region.claim(pid, own_start_time(), locks).ok()?;
         if self.slot.swap(slot, Ordering::SeqCst) != NO_SLOT {
-            // The old slot was taken from under us: carry what we hold over.
+            // The old slot was rewritten under us: carry what we hold over.
             for (g, h) in self.held.iter().enumerate().take(region.gpus()) {
-                let _ = region.charge(slot, g, h.load(Ordering::SeqCst), u64::MAX, pid, &Proc);
+                let _ = region.charge(slot, g, h.load(Ordering::SeqCst), u64::MAX, locks);
             }
         }
         Some(slot)
@@ -327,19 +361,21 @@ impl Slice {
 
     /// Charges `bytes` on slice position `gpu` if the container stays within its limit.
     pub fn charge(&self, gpu: usize, bytes: u64) -> bool {
-        let (Some(region), Some(limit)) = (&self.region, self.gpus.get(gpu)) else {
+        self.this_process();
+        let (Some(region), Some(locks), Some(limit)) =
+            (&self.region, &self.locks, self.gpus.get(gpu))
+        else {
             return false;
         };
         if crate::sigbus::region_lost() {
             log!("the usage region was truncated under this process; every allocation fails");
             return false;
         }
-        let Some(slot) = self.my_slot(region) else {
+        let Some(slot) = self.my_slot(region, locks) else {
             log!("no free slot in the usage region");
             return false;
         };
-        let pid = self.pid.load(Ordering::SeqCst);
-        if region.charge(slot, gpu, bytes, limit.memory_bytes, pid, &Proc) {
+        if region.charge(slot, gpu, bytes, limit.memory_bytes, locks) {
             self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
             true
         } else {
@@ -354,6 +390,7 @@ impl Slice {
     }
 
     pub fn refund(&self, gpu: usize, bytes: u64) {
+        self.this_process();
         let slot = self.slot.load(Ordering::SeqCst);
         if let (Some(region), true) = (&self.region, slot != NO_SLOT) {
             region.refund(slot, gpu, bytes);
@@ -364,8 +401,9 @@ impl Slice {
     }
 
     /// Bytes the container holds on position `gpu`. Dead processes' slots are reaped first,
-    /// at most once a second here (reaping asks /proc about every other process; programs
-    /// may ask for memory info often). An allocation that meets the limit always reaps.
+    /// at most once a second here (reaping tries every other slot's lock, a system call
+    /// each; programs may ask for memory info often). An allocation that meets the limit
+    /// always reaps.
     pub fn used(&self, gpu: usize) -> u64 {
         match &self.region {
             Some(r) => {
@@ -376,8 +414,11 @@ impl Slice {
                         .last_reap
                         .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
+                    && let Some(locks) = &self.locks
                 {
-                    r.reap(self.pid.load(Ordering::SeqCst), &Proc);
+                    self.this_process();
+                    let slot = self.slot.load(Ordering::SeqCst);
+                    r.reap((slot != NO_SLOT).then_some(slot), locks);
                 }
                 r.total(gpu)
             }
@@ -397,7 +438,7 @@ impl Slice {
         let charge = Charge {
             gpu,
             bytes,
-            pid: self.pid.load(Ordering::SeqCst),
+            owner: self.this_process(),
         };
         if let Ok(mut m) = self.charges.lock() {
             m.insert((kind, key), charge);
@@ -418,7 +459,7 @@ impl Slice {
 
     /// Gives a freed charge back, if this process is the one that was charged.
     pub fn settle(&self, charge: Charge) {
-        if charge.pid == self.pid.load(Ordering::SeqCst) {
+        if charge.owner == self.this_process() {
             self.refund(charge.gpu, charge.bytes);
         }
     }

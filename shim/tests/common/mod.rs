@@ -160,7 +160,7 @@ impl Facts {
 
 pub struct Running {
     pub child: Child,
-    stdin: Option<ChildStdin>,
+    pub stdin: Option<ChildStdin>,
     pub facts: Facts,
 }
 
