@@ -1,0 +1,198 @@
+//! A tenant attacking its slice from inside a real runc container, as an unprivileged user:
+//! the agent stays responsive, no container keeps more than its slice for longer than the
+//! backstop's interval, nothing is killed that did not cross, and the tampering is reported.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Node, text};
+use gpuslice_testsupport::wait_for;
+
+const MIB: u64 = 1 << 20;
+
+/// A bundle whose process runs as uid and gid 1000.
+fn unprivileged(node: &Node, name: &str, script: &str, memory: &str) -> String {
+    let bundle = node.bundle(
+        name,
+        &["/bin/sh", "-c", script],
+        &[("gpuslice.io/memory", memory)],
+    );
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    spec["process"]["user"] = serde_json::json!({"uid": 1000, "gid": 1000});
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    bundle.display().to_string()
+}
+
+fn start(node: &Node, bundle: &str, id: &str) {
+    let out = node.wrapper(&["create", "--bundle", bundle, id]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    let out = node.wrapper(&["start", id]);
+    assert!(out.status.success(), "start failed: {}", text(&out));
+}
+
+fn stop(node: &Node, id: &str) {
+    let _ = node.runc(&["kill", id, "KILL"]);
+    assert!(wait_for(Duration::from_secs(10), || text(
+        &node.runc(&["state", id])
+    )
+    .contains("\"stopped\"")));
+    let out = node.wrapper(&["delete", id]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+}
+
+/// The agent answers `status` quickly.
+fn responsive(node: &Node) {
+    let t = Instant::now();
+    let _ = node.status();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "status took {:?}",
+        t.elapsed()
+    );
+}
+
+fn processes(node: &Node, id: &str) -> String {
+    text(&node.runc(&["ps", id]))
+}
+
+#[test]
+fn an_unprivileged_tenant_zeroing_its_counters_is_stopped_by_the_backstop() {
+    let node = Node::with_agent_args(&[
+        "--enforce-interval",
+        "200ms",
+        "--over-limit-action",
+        "kill",
+        "--over-limit-tolerance",
+        "0",
+    ]);
+    // A neighbour on the same GPU, within its slice, that must not be disturbed.
+    let calm = node.bundle(
+        "calm",
+        &[
+            "/bin/sh",
+            "-c",
+            "sleep 600 | /usr/bin/wall procaddr hold 134217728",
+        ],
+        &[("gpuslice.io/memory", "256Mi")],
+    );
+    start(&node, &calm.display().to_string(), "calm1");
+    let hold = 192 * MIB;
+    // A holder takes 192 MiB of the 256 MiB slice; then every slot is zeroed (the header
+    // kept), so the region shows nothing held, and a second process takes 192 MiB more.
+    let script = format!(
+        "sleep 600 | /usr/bin/wall procaddr hold {hold} & \
+         sleep 1; busybox dd if=/dev/zero of=/run/gpuslice/usage bs=64 seek=1 count=800 conv=notrunc 2>/dev/null; \
+         sleep 600 | /usr/bin/wall procaddr hold {hold}"
+    );
+    let bundle = unprivileged(&node, "zero", &script, "256Mi");
+    start(&node, &bundle, "zero1");
+    let caught = wait_for(Duration::from_secs(10), || {
+        node.agent
+            .log()
+            .contains("the driver shows the container over its slice")
+    });
+    let log = node.agent.log();
+    assert!(caught, "the agent did not catch it:\n{log}");
+    assert!(
+        log.contains("zero1") && log.contains("action=kill"),
+        "{log}"
+    );
+    responsive(&node);
+    // One holder is killed (the newest), the other runs on: the container is back within
+    // its slice.
+    let one_left = wait_for(Duration::from_secs(5), || {
+        processes(&node, "zero1")
+            .lines()
+            .filter(|l| l.contains("/usr/bin/wall") && !l.contains("sh -c"))
+            .count()
+            == 1
+    });
+    assert!(one_left, "{}", processes(&node, "zero1"));
+    assert!(
+        !node
+            .agent
+            .log()
+            .lines()
+            .any(|l| l.contains("calm1") && l.contains("over its slice")),
+        "the neighbour was acted on:\n{}",
+        node.agent.log()
+    );
+    assert!(
+        processes(&node, "calm1")
+            .lines()
+            .any(|l| l.contains("/usr/bin/wall") && !l.contains("sh -c")),
+        "the neighbour's holder died: {}",
+        processes(&node, "calm1")
+    );
+    stop(&node, "zero1");
+    stop(&node, "calm1");
+}
+
+#[test]
+fn an_unprivileged_tenant_truncating_its_usage_region_kills_nothing_and_is_reported() {
+    let node = Node::new();
+    // The holder frees its memory (touching the region) once /dev/shm/go exists, and its exit
+    // status is kept.
+    let script = format!(
+        "(while [ ! -e /dev/shm/go ]; do sleep 0.1; done) | /usr/bin/wall procaddr hold {}; \
+         echo \"holder exit $?\" > /dev/shm/holder.out; sleep 600",
+        64 * MIB
+    );
+    let bundle = unprivileged(&node, "trunc", &script, "256Mi");
+    start(&node, &bundle, "trunc1");
+    let holding = wait_for(Duration::from_secs(10), || {
+        text(&node.runc(&[
+            "exec",
+            "--user",
+            "1000:1000",
+            "trunc1",
+            "/usr/bin/nvidia-smi",
+            "--query-gpu=memory.used",
+            "--format=csv,noheader",
+        ]))
+        .contains("64 MiB")
+    });
+    assert!(holding, "the holder does not hold its 64 MiB");
+    let out = node.runc(&[
+        "exec",
+        "--user",
+        "1000:1000",
+        "trunc1",
+        "/bin/sh",
+        "-c",
+        ": > /run/gpuslice/usage && echo truncated",
+    ]);
+    assert!(text(&out).contains("truncated"), "{}", text(&out));
+    // A new process meets a closed wall.
+    let out = node.runc(&[
+        "exec",
+        "--user",
+        "1000:1000",
+        "trunc1",
+        "/usr/bin/wall",
+        "procaddr",
+        "alloc",
+        "1",
+    ]);
+    assert!(text(&out).contains("error=init"), "{}", text(&out));
+    responsive(&node);
+    let reported = wait_for(Duration::from_secs(10), || {
+        node.agent.log().contains("trunc1") && node.agent.log().contains("tamper")
+    });
+    assert!(reported, "{}", node.agent.log());
+    // The holder frees its memory through the truncated region and exits normally (SIGBUS
+    // used to end it: exit status 135).
+    let out = node.runc(&["exec", "trunc1", "/bin/sh", "-c", "touch /dev/shm/go"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let exit = || text(&node.runc(&["exec", "trunc1", "/bin/cat", "/dev/shm/holder.out"]));
+    assert!(
+        wait_for(Duration::from_secs(10), || exit().contains("holder exit")),
+        "{}",
+        exit()
+    );
+    assert!(exit().contains("holder exit 0"), "{}", exit());
+    stop(&node, "trunc1");
+}
