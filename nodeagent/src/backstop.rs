@@ -4,7 +4,9 @@
 //! NVML for the processes on each GPU and the device memory each holds, finds each process's
 //! container by its cgroups (the cgroups of the process the container was activated with),
 //! and acts on a container whose processes together hold more than its slice plus a stated
-//! tolerance: it logs and counts, and with `kill` it SIGKILLs the newest of them.
+//! tolerance: it logs and counts, with `kill` it SIGKILLs the newest of them, and with `stop`
+//! it SIGKILLs the container's first process (its PID namespace's init), which ends the whole
+//! container.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,6 +20,9 @@ pub enum Action {
     Log,
     /// Also SIGKILL the container's newest process holding memory on that GPU.
     Kill,
+    /// Also SIGKILL the container's first process: the kernel ends every process of its PID
+    /// namespace with it, and the runtime reports the container stopped.
+    Stop,
 }
 
 impl std::fmt::Display for Action {
@@ -25,6 +30,7 @@ impl std::fmt::Display for Action {
         f.write_str(match self {
             Self::Log => "log",
             Self::Kill => "kill",
+            Self::Stop => "stop",
         })
     }
 }
@@ -106,6 +112,28 @@ impl Procs {
     pub fn start_time(&self, pid: u32) -> Option<u64> {
         crate::gc::process_start_time(&self.root, pid)
     }
+}
+
+/// What the driver says each process holds on each of the GPUs `uuids` (compute processes,
+/// those with a CUDA context).
+#[must_use]
+pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    for uuid in uuids {
+        let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
+            continue;
+        };
+        for p in device.running_compute_processes().unwrap_or_default() {
+            if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) = p.used_gpu_memory {
+                samples.push(Sample {
+                    gpu_uuid: uuid.clone(),
+                    pid: p.pid,
+                    used,
+                });
+            }
+        }
+    }
+    samples
 }
 
 /// What one container holds on one GPU: bytes, and its processes there as (start time, pid).

@@ -205,7 +205,7 @@ pub async fn run(cfg: Config) -> Result<()> {
 /// Compares, every interval, what the driver says each container holds with its slice, and
 /// acts on the containers over it. NVML is loaded once, in its own handle.
 async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf, b: Backstop) {
-    use crate::backstop::{self, Action, Procs, Sample};
+    use crate::backstop::{self, Action, Procs};
     let nvml = match nvml_wrapper::Nvml::builder()
         .lib_path(library.as_os_str())
         .init()
@@ -235,32 +235,35 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                     .collect();
                 (ledger.claims().cloned().collect::<Vec<_>>(), uuids)
             };
-            let mut samples = Vec::new();
-            for uuid in &uuids {
-                let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
-                    continue;
-                };
-                for p in device.running_compute_processes().unwrap_or_default() {
-                    if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) =
-                        p.used_gpu_memory
-                    {
-                        samples.push(Sample {
-                            gpu_uuid: uuid.clone(),
-                            pid: p.pid,
-                            used,
-                        });
-                    }
-                }
-            }
+            let samples = backstop::sample(&nvml, &uuids);
             let mut acted_on = Vec::new();
             for v in backstop::violations(&claims, &samples, &procs, b.tolerance) {
                 let mut acted = Action::Log;
-                if b.action == Action::Kill
-                    && let Some(&newest) = v.pids.last()
-                    && let Some(start) = procs.start_time(newest)
-                    && backstop::kill(&procs, newest, start)
-                {
-                    acted = Action::Kill;
+                match b.action {
+                    Action::Kill => {
+                        if let Some(&newest) = v.pids.last()
+                            && let Some(start) = procs.start_time(newest)
+                            && backstop::kill(&procs, newest, start)
+                        {
+                            acted = Action::Kill;
+                        }
+                    }
+                    Action::Stop => {
+                        let first = claims.iter().find_map(|c| match c.state {
+                            gpuslice_core::ClaimState::Active { pid, start_time }
+                                if c.container_id == v.container_id =>
+                            {
+                                Some((pid, start_time))
+                            }
+                            _ => None,
+                        });
+                        if let Some((pid, start)) = first
+                            && backstop::kill(&procs, pid, start)
+                        {
+                            acted = Action::Stop;
+                        }
+                    }
+                    Action::Log => {}
                 }
                 tracing::warn!(
                     container = %v.container_id,

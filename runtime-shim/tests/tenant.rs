@@ -196,3 +196,36 @@ fn an_unprivileged_tenant_truncating_its_usage_region_kills_nothing_and_is_repor
     assert!(exit().contains("holder exit 0"), "{}", exit());
     stop(&node, "trunc1");
 }
+
+#[test]
+fn with_the_stop_action_a_container_over_its_slice_is_stopped_whole() {
+    let node = Node::with_agent_args(&[
+        "--enforce-interval",
+        "200ms",
+        "--over-limit-action",
+        "stop",
+        "--over-limit-tolerance",
+        "0",
+    ]);
+    let bundle = node.bundle(
+        "stopped",
+        &["/bin/sh", "-c", "sleep 600 | /usr/bin/door path 536870912"],
+        &[("gpuslice.io/memory", "256Mi")],
+    );
+    std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
+    start(&node, &bundle.display().to_string(), "stop1");
+    let stopped = wait_for(Duration::from_secs(10), || {
+        text(&node.runc(&["state", "stop1"])).contains("\"stopped\"")
+    });
+    let log = node.agent.log();
+    assert!(stopped, "the container still runs:\n{log}");
+    assert!(
+        log.lines().any(|l| l.contains("stop1")
+            && l.contains("over its slice")
+            && l.contains("action=stop")),
+        "{log}"
+    );
+    let out = node.wrapper(&["delete", "stop1"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+    assert!(node.status().slices.is_empty());
+}

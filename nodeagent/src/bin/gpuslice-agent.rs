@@ -15,6 +15,7 @@ use gpuslice_nodeagent::service::{self, Config};
 enum OverLimitAction {
     Log,
     Kill,
+    Stop,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -76,8 +77,9 @@ struct Args {
     /// processes hold (NVML, per process) with its slice; 0 turns it off.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     enforce_interval: std::time::Duration,
-    /// What the backstop does to a container over its slice: log (log, count, D-Bus signal)
-    /// or kill (also SIGKILL its newest process on that GPU).
+    /// What the backstop does to a container over its slice: log (log, count, D-Bus signal),
+    /// kill (also SIGKILL its newest process on that GPU) or stop (also SIGKILL the
+    /// container's first process, which ends the whole container).
     #[arg(long, value_enum, default_value = "log")]
     over_limit_action: OverLimitAction,
     /// How far over its slice a container may be before the backstop acts (the driver's own
@@ -178,6 +180,7 @@ fn main() -> Result<()> {
             action: match args.over_limit_action {
                 OverLimitAction::Log => gpuslice_nodeagent::backstop::Action::Log,
                 OverLimitAction::Kill => gpuslice_nodeagent::backstop::Action::Kill,
+                OverLimitAction::Stop => gpuslice_nodeagent::backstop::Action::Stop,
             },
             tolerance: args.over_limit_tolerance,
         }),
