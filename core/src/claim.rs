@@ -45,6 +45,12 @@ pub struct Claim {
     /// (`cluster::assigned_container`); none for a claim the agent placed itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned_as: Option<String>,
+    /// Who created the container, as the runtime wrapper names it (`runtime-root:<dir>`: the
+    /// runtime's state directory, one per runc root or containerd namespace); none for a claim
+    /// made by the CLI or a hook. Only the same owner (or one that names none) can claim the
+    /// id again or release it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Why a container id cannot be used.

@@ -2,7 +2,8 @@
 //! order, over its real ledger (store and run directory on disk): no panic, no GPU ever
 //! oversubscribed, and what was acknowledged survives reopening.
 //!
-//! Input: one call per line, `claim ID KEY=VALUE ...`, `activate ID PID` or `release ID`.
+//! Input: one call per line, `claim ID KEY=VALUE ...`, `claim_as OWNER ID KEY=VALUE ...`,
+//! `activate ID PID`, `release ID` or `release_as OWNER ID`.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -66,6 +67,25 @@ fuzz_target!(|text: &str| {
                     .collect();
                 let _ = ledger.claim(id, &annotations, 1);
             }
+            (Some("claim_as"), Some(owner)) => {
+                let id = words.next().unwrap_or_default();
+                let annotations: BTreeMap<String, String> = words
+                    .filter_map(|w| w.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let _ = ledger.claim_as(Some(owner), id, &annotations, 1);
+            }
+            (Some("release_as"), Some(owner)) => {
+                let id = words.next().unwrap_or_default();
+                let held_by_other = ledger.claims().any(|c| {
+                    c.container_id == id && c.owner.as_deref().is_some_and(|o| o != owner)
+                });
+                let released = ledger.release_as(Some(owner), id);
+                assert!(
+                    !(held_by_other && matches!(released, Ok(Some(_)))),
+                    "another owner's claim was released"
+                );
+            }
             (Some("activate"), Some(id)) => {
                 let pid = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
                 let _ = ledger.activate(id, pid, 1);
@@ -81,5 +101,8 @@ fuzz_target!(|text: &str| {
     drop(ledger);
     let reopened = open(dir.path());
     let after: Vec<_> = reopened.claims().cloned().collect();
-    assert_eq!(before, after, "acknowledged claims are what a restart finds");
+    assert_eq!(
+        before, after,
+        "acknowledged claims are what a restart finds"
+    );
 });

@@ -13,7 +13,10 @@ fuzz_target!(|text: &str| {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     if let Ok(Some(request)) = gpuslice_core::annotations::parse(&annotations) {
-        assert!(request.gpus >= 1, "a request asks for at least one GPU: {request:?}");
+        assert!(
+            request.gpus >= 1,
+            "a request asks for at least one GPU: {request:?}"
+        );
         if let Some(c) = request.cores {
             assert!(c <= 100, "cores beyond 100 accepted: {request:?}");
         }

@@ -184,6 +184,7 @@ fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
     let cfg = config()?;
     gpuslice_runtime_shim::inject::claim_and_edit(
         &id,
+        None,
         spec,
         None,
         gpuslice_runtime_shim::inject::Release::ByHook,

@@ -31,13 +31,13 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
         serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)
             .context("config.json is not JSON")?;
     let cfg = crate::config()?;
-    let Some(edits) = inject::claim_and_plan(id, &spec, Some(bundle), Release::ByHook, &cfg)?
+    let Some(edits) = inject::claim_and_plan(id, None, &spec, Some(bundle), Release::ByHook, &cfg)?
     else {
         return Ok(());
     };
     let result = inject_into(pid, &inject::rootfs(&spec, Some(bundle)), &edits, &spec);
     if result.is_err() {
-        let _ = inject::release(id, &cfg);
+        let _ = inject::release(id, None, &cfg);
     }
     result.with_context(|| {
         format!(

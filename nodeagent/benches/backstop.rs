@@ -121,6 +121,7 @@ fn main() {
             },
             created_unix_ms: 0,
             assigned_as: None,
+            owner: None,
         });
         cgroups.push(cg);
     }

@@ -249,19 +249,19 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-#[interface(name = "io.gpuslice.Agent1")]
 impl AgentApi {
-    async fn claim(
+    /// `Claim` and `ClaimAs`.
+    async fn admit(
         &self,
-        #[zbus(header)] header: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
+        owner: Option<String>,
         container_id: String,
         annotations: HashMap<String, String>,
     ) -> Result<String, ApiError> {
-        self.require_root(&header, conn).await?;
         let annotations: BTreeMap<String, String> = annotations.into_iter().collect();
         self.blocking(move |s| {
-            let result = s.ledger().claim(&container_id, &annotations, now_ms());
+            let result =
+                s.ledger()
+                    .claim_as(owner.as_deref(), &container_id, &annotations, now_ms());
             match result {
                 Ok(Admission::New(c)) => {
                     s.metrics.admitted.inc();
@@ -281,6 +281,59 @@ impl AgentApi {
             }
         })
         .await
+    }
+
+    /// `Release` and `ReleaseAs`.
+    async fn give_back(
+        &self,
+        owner: Option<String>,
+        container_id: String,
+    ) -> Result<bool, ApiError> {
+        self.blocking(move |s| {
+            let released = s.ledger().release_as(owner.as_deref(), &container_id);
+            let released = match released {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(container = %container_id, "release refused: {}", error_chain(&e));
+                    return Err(e.into());
+                }
+            };
+            if released.is_some() {
+                s.metrics
+                    .released
+                    .get_or_create(&CauseLabels::REQUEST)
+                    .inc();
+                tracing::info!(container = %container_id, "claim released");
+            }
+            Ok(released.is_some())
+        })
+        .await
+    }
+}
+
+#[interface(name = "io.gpuslice.Agent1")]
+impl AgentApi {
+    async fn claim(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        container_id: String,
+        annotations: HashMap<String, String>,
+    ) -> Result<String, ApiError> {
+        self.require_root(&header, conn).await?;
+        self.admit(None, container_id, annotations).await
+    }
+
+    async fn claim_as(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        owner: String,
+        container_id: String,
+        annotations: HashMap<String, String>,
+    ) -> Result<String, ApiError> {
+        self.require_root(&header, conn).await?;
+        self.admit(Some(owner), container_id, annotations).await
     }
 
     async fn activate(
@@ -307,18 +360,18 @@ impl AgentApi {
         container_id: String,
     ) -> Result<bool, ApiError> {
         self.require_root(&header, conn).await?;
-        self.blocking(move |s| {
-            let released = s.ledger().release(&container_id)?;
-            if released.is_some() {
-                s.metrics
-                    .released
-                    .get_or_create(&CauseLabels::REQUEST)
-                    .inc();
-                tracing::info!(container = %container_id, "claim released");
-            }
-            Ok(released.is_some())
-        })
-        .await
+        self.give_back(None, container_id).await
+    }
+
+    async fn release_as(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        owner: String,
+        container_id: String,
+    ) -> Result<bool, ApiError> {
+        self.require_root(&header, conn).await?;
+        self.give_back(Some(owner), container_id).await
     }
 
     async fn inventory(&self) -> Result<String, ApiError> {

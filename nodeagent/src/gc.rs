@@ -111,6 +111,7 @@ mod tests {
             state,
             created_unix_ms,
             assigned_as: None,
+            owner: None,
         }
     }
 

@@ -238,6 +238,19 @@ impl Ledger {
         annotations: &BTreeMap<String, String>,
         now_ms: u64,
     ) -> Result<Admission, LedgerError> {
+        self.claim_as(None, container_id, annotations, now_ms)
+    }
+
+    /// As [`Ledger::claim`], for a container created by `owner`: an id that another owner
+    /// holds is refused (two runtime roots, or containerd namespaces, with one container id
+    /// would otherwise share one slice, and deleting either would release it under the other).
+    pub fn claim_as(
+        &mut self,
+        owner: Option<&str>,
+        container_id: &str,
+        annotations: &BTreeMap<String, String>,
+        now_ms: u64,
+    ) -> Result<Admission, LedgerError> {
         validate_container_id(container_id).map_err(|e| Refusal::invalid(e.to_string()))?;
         let request = annotations::parse(annotations)
             .map_err(|e| Refusal::invalid(e.to_string()))?
@@ -247,6 +260,15 @@ impl Ledger {
                 ))
             })?;
         if let Some(existing) = self.claims.get(container_id) {
+            if let (Some(theirs), Some(ours)) = (existing.owner.as_deref(), owner)
+                && theirs != ours
+            {
+                return Err(Refusal {
+                    reason: RefusalReason::Conflict,
+                    message: format!("container id {container_id:?} already holds a slice for a container of {theirs}; this one comes from {ours} (a container id must be unique on the node)"),
+                }
+                .into());
+            }
             if existing.request == request {
                 return Ok(Admission::Existing(existing.clone()));
             }
@@ -278,6 +300,7 @@ impl Ledger {
             state: ClaimState::Pending,
             created_unix_ms: now_ms,
             assigned_as,
+            owner: owner.map(str::to_string),
         };
         self.run.create(&claim)?;
         if let Err(e) = self.store.put(&claim) {
@@ -386,8 +409,26 @@ impl Ledger {
 
     /// Releases the claim of `container_id`; `None` when it held none.
     pub fn release(&mut self, container_id: &str) -> Result<Option<Claim>, LedgerError> {
-        if !self.claims.contains_key(container_id) {
+        self.release_as(None, container_id)
+    }
+
+    /// As [`Ledger::release`], by `owner`: a claim another owner made is refused, not released.
+    pub fn release_as(
+        &mut self,
+        owner: Option<&str>,
+        container_id: &str,
+    ) -> Result<Option<Claim>, LedgerError> {
+        let Some(existing) = self.claims.get(container_id) else {
             return Ok(None);
+        };
+        if let (Some(theirs), Some(ours)) = (existing.owner.as_deref(), owner)
+            && theirs != ours
+        {
+            return Err(Refusal {
+                reason: RefusalReason::Conflict,
+                message: format!("container id {container_id:?} holds a slice for a container of {theirs}, not of {ours}: it is not released"),
+            }
+            .into());
         }
         self.store.remove(container_id)?;
         let claim = self.claims.remove(container_id);

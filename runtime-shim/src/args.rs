@@ -35,9 +35,23 @@ pub struct Invocation {
     pub log: Option<PathBuf>,
     /// `--log-format`: `text` or `json`.
     pub log_format: Option<String>,
+    /// `--root`: the runtime's state directory (containerd gives one per namespace).
+    pub root: Option<PathBuf>,
 }
 
 impl Invocation {
+    /// Who owns the container's claim: the runtime's state directory, which tells containers
+    /// of the same id apart (runc roots, containerd namespaces). runc's default root when
+    /// none is given.
+    #[must_use]
+    pub fn owner(&self) -> String {
+        let root = self
+            .root
+            .as_deref()
+            .unwrap_or_else(|| std::path::Path::new("/run/runc"));
+        format!("runtime-root:{}", root.display())
+    }
+
     /// True for the commands that create a container.
     #[must_use]
     pub fn creates(&self) -> bool {
@@ -76,6 +90,7 @@ pub fn parse(argv: &[OsString]) -> Invocation {
         match flag {
             "--log" => inv.log = value.map(PathBuf::from),
             "--log-format" => inv.log_format = value,
+            "--root" => inv.root = value.map(PathBuf::from),
             _ => {}
         }
         i += 1;
@@ -140,6 +155,11 @@ mod tests {
         assert_eq!(inv.bundle, Some(PathBuf::from("/b")));
         assert_eq!(inv.log, Some(PathBuf::from("/run/x/log.json")));
         assert_eq!(inv.log_format.as_deref(), Some("json"));
+        assert_eq!(inv.owner(), "runtime-root:/run/containerd/runc/k8s.io");
+        assert_eq!(
+            parse(&argv("runc delete c1")).owner(),
+            "runtime-root:/run/runc"
+        );
     }
 
     #[test]

@@ -62,9 +62,11 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<bool> {
     } else {
         Release::ByRuntime
     };
-    let claimed = claim_and_edit(id, &mut spec, Some(bundle), release_by, cfg)?;
+    let owner = inv.owner();
+    let owner = Some(owner.as_str());
+    let claimed = claim_and_edit(id, owner, &mut spec, Some(bundle), release_by, cfg)?;
     if claimed && let Err(e) = spec::write(&config_path, &spec) {
-        let _ = release(id, cfg);
+        let _ = release(id, owner, cfg);
         return Err(anyhow::Error::from(e).context(format!(
             "container {id}: the GPU slice could not be set up, so the container is not created"
         )));
@@ -87,16 +89,17 @@ pub enum Release {
 /// asks for no GPU (the spec is untouched). On failure after the claim, the claim is released.
 pub fn claim_and_edit(
     id: &str,
+    owner: Option<&str>,
     spec: &mut serde_json::Value,
     bundle: Option<&Path>,
     release_by: Release,
     cfg: &Config,
 ) -> Result<bool> {
-    let Some(edits) = claim_and_plan(id, spec, bundle, release_by, cfg)? else {
+    let Some(edits) = claim_and_plan(id, owner, spec, bundle, release_by, cfg)? else {
         return Ok(false);
     };
     if let Err(e) = spec::apply(spec, &edits) {
-        let _ = release(id, cfg);
+        let _ = release(id, owner, cfg);
         return Err(anyhow::Error::from(e).context(format!(
             "container {id}: the GPU slice could not be set up, so the container is not created"
         )));
@@ -104,11 +107,12 @@ pub fn claim_and_edit(
     Ok(true)
 }
 
-/// Claims a slice for container `id` from the annotations of `spec` and returns what the
-/// container must get; `None` when it asks for no GPU. On failure after the claim, the claim
-/// is released.
+/// Claims a slice for container `id` (created by `owner`, when the caller knows it: see
+/// [`Invocation::owner`]) from the annotations of `spec` and returns what the container must
+/// get; `None` when it asks for no GPU. On failure after the claim, the claim is released.
 pub fn claim_and_plan(
     id: &str,
+    owner: Option<&str>,
     spec: &serde_json::Value,
     bundle: Option<&Path>,
     release_by: Release,
@@ -135,14 +139,18 @@ pub fn claim_and_plan(
     let started = std::time::Instant::now();
     let json = block_on(async {
         let agent = agent(cfg).await?;
-        agent.claim(id, borrowed).await.map_err(agent_error)
+        match owner {
+            Some(o) => agent.claim_as(o, id, borrowed).await,
+            None => agent.claim(id, borrowed).await,
+        }
+        .map_err(agent_error)
     })??;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
     let edits = match plan(&claim, spec, bundle, release_by, cfg) {
         Ok(e) => e,
         Err(e) => {
-            let _ = release(id, cfg);
+            let _ = release(id, owner, cfg);
             return Err(e.context(format!(
                 "container {id}: the GPU slice could not be set up, so the container is not created"
             )));
@@ -219,18 +227,24 @@ fn plan(
 }
 
 /// Releases the claim of `id`.
-pub fn release(id: &str, cfg: &Config) -> Result<bool> {
+/// Releases the claim of `id`, as `owner` when the caller knows it (the agent refuses to
+/// release another owner's claim).
+pub fn release(id: &str, owner: Option<&str>, cfg: &Config) -> Result<bool> {
     block_on(async {
         let agent = agent(cfg).await?;
-        agent.release(id).await.map_err(agent_error)
+        match owner {
+            Some(o) => agent.release_as(o, id).await,
+            None => agent.release(id).await,
+        }
+        .map_err(agent_error)
     })?
 }
 
 /// Releases the claim of `id` if the container has a gpuslice directory (so that deleting a
 /// container without a GPU costs no round trip to the agent).
-pub fn release_if_claimed(id: &str, cfg: &Config) -> Result<()> {
+pub fn release_if_claimed(id: &str, owner: Option<&str>, cfg: &Config) -> Result<()> {
     if cfg.run_dir.join(id).exists() {
-        release(id, cfg)?;
+        release(id, owner, cfg)?;
     }
     Ok(())
 }

@@ -93,7 +93,7 @@ fn run_then_release(
     };
     if status.success() == (when == Release::OnSuccess)
         && let Some(id) = &inv.container_id
-        && let Err(e) = inject::release_if_claimed(id, cfg)
+        && let Err(e) = inject::release_if_claimed(id, Some(&inv.owner()), cfg)
     {
         log::error(
             inv.log.as_deref(),

@@ -390,3 +390,41 @@ fn a_limits_file_removed_from_under_a_container_closes_its_wall() {
     let out = node.wrapper(&["delete", "gone1"]);
     assert!(out.status.success(), "delete failed: {}", text(&out));
 }
+
+#[test]
+fn a_container_id_taken_under_another_runtime_root_gets_no_slice_and_takes_none_away() {
+    let node = Node::new();
+    let first = node.bundle(
+        "twin-a",
+        &["/bin/sleep", "600"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let out = node.wrapper(&["create", "--bundle", &first.display().to_string(), "twin"]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    // The same id under another runtime root (another containerd namespace, say).
+    let other_root = node.work.path().join("other-root");
+    let second = node.bundle("twin-b", &["/bin/true"], &[("gpuslice.io/memory", "1Gi")]);
+    let in_other_root = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(gpuslice_testsupport::binary("gpuslice-runtime"));
+        cmd.arg("--root")
+            .arg(&other_root)
+            .args(args)
+            .envs(node.env());
+        common::output_via_files(&mut cmd)
+    };
+    let out = in_other_root(&["create", "--bundle", &second.display().to_string(), "twin"]);
+    assert!(!out.status.success(), "the second container was created");
+    assert!(
+        text(&out).contains("already holds a slice for a container of runtime-root:"),
+        "{}",
+        text(&out)
+    );
+    let _ = in_other_root(&["delete", "--force", "twin"]);
+    // The first container keeps its claim and its limits.
+    let s = node.status();
+    assert_eq!(s.slices.len(), 1, "{s:?}");
+    assert!(node.agent.run_dir.join("twin/limits").exists());
+    let out = node.wrapper(&["delete", "twin"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+    assert!(node.status().slices.is_empty());
+}

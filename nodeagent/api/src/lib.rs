@@ -60,6 +60,16 @@ pub trait Agent {
     fn activate(&self, container_id: &str, pid: u32) -> zbus::Result<String>;
     /// Releases a container's claim; false when it held none.
     fn release(&self, container_id: &str) -> zbus::Result<bool>;
+    /// As `Claim`, for a container created by `owner` (e.g. `runtime-root:/run/runc`): an id
+    /// already claimed by another owner is refused.
+    fn claim_as(
+        &self,
+        owner: &str,
+        container_id: &str,
+        annotations: HashMap<&str, &str>,
+    ) -> zbus::Result<String>;
+    /// As `Release`, by `owner`: a claim another owner made is refused, not released.
+    fn release_as(&self, owner: &str, container_id: &str) -> zbus::Result<bool>;
     /// The node's GPUs as JSON.
     fn inventory(&self) -> zbus::Result<String>;
     /// Every claim and its usage as JSON.

@@ -120,3 +120,42 @@ fn capacity_is_never_exceeded_and_refusals_say_why() {
             .all(|g| g.memory_allocated <= g.memory_total)
     );
 }
+
+#[test]
+fn an_id_held_by_one_owner_is_neither_claimed_nor_released_by_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    let (a, b) = (
+        Some("runtime-root:/run/runc"),
+        Some("runtime-root:/run/other"),
+    );
+    assert!(matches!(
+        l.claim_as(a, "twin", &mem("1Gi"), 1).unwrap(),
+        Admission::New(_)
+    ));
+    let e = l
+        .claim_as(b, "twin", &mem("1Gi"), 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("already holds a slice for a container of runtime-root:/run/runc"),
+        "{e}"
+    );
+    let e = l.release_as(b, "twin").unwrap_err().to_string();
+    assert!(e.contains("not of runtime-root:/run/other"), "{e}");
+    assert_eq!(l.claims().count(), 1);
+    // The same owner claims again (a retried create) and releases; a caller naming no owner
+    // (the CLI, garbage collection) may release any claim.
+    assert!(matches!(
+        l.claim_as(a, "twin", &mem("1Gi"), 3).unwrap(),
+        Admission::Existing(_)
+    ));
+    assert!(l.release_as(a, "twin").unwrap().is_some());
+    l.claim_as(a, "twin", &mem("1Gi"), 4).unwrap();
+    assert!(l.release("twin").unwrap().is_some());
+    // Reopened, the owner is remembered.
+    l.claim_as(a, "kept", &mem("1Gi"), 5).unwrap();
+    drop(l);
+    let l = open(dir.path());
+    assert_eq!(l.claims().next().unwrap().owner.as_deref(), a);
+}
