@@ -21,6 +21,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, anyhow};
 use gpuslice_agent_api::{self as client, AgentProxy};
 
+mod beneath;
 pub mod prestart;
 
 /// The fields of the OCI state this hook reads.
