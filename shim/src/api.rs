@@ -237,6 +237,8 @@ table! {
     }
     helpers {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
+        Cuda fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult;
+        Cuda fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
         Cuda fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
         Cuda fn cuArrayGetMemoryRequirements(req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS, array: CUarray, dev: CUdevice) -> CUresult;

@@ -118,8 +118,37 @@ pub unsafe fn mem_alloc_pitch(
 
 type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
 
+/// Whether `stream` is being captured into a graph (`ptsz`: the per-thread default stream
+/// variant). A stream-ordered allocation made there becomes a graph memory node: the driver
+/// takes the memory at each launch of the graph, where the library cannot count it.
+fn capturing(stream: CUstream, ptsz: bool) -> bool {
+    let f = if ptsz {
+        real::cuStreamIsCapturing_ptsz().or_else(real::cuStreamIsCapturing)
+    } else {
+        real::cuStreamIsCapturing()
+    };
+    let Some(f) = f else {
+        return false;
+    };
+    let mut status: std::ffi::c_int = 0;
+    // SAFETY: cuStreamIsCapturing writes one CUstreamCaptureStatus.
+    let r = unsafe { f(stream, &raw mut status) };
+    r == CUDA_SUCCESS && status != 0
+}
+
+/// Refuses a stream-ordered allocation on a capturing stream, in a slice.
+fn refused_in_capture(stream: CUstream, ptsz: bool) -> Option<CUresult> {
+    capturing(stream, ptsz).then(|| {
+        crate::log::log!(
+            "stream-ordered allocation during graph capture: not supported in a slice (the graph would allocate uncounted at each launch)"
+        );
+        CUDA_ERROR_NOT_SUPPORTED
+    })
+}
+
 unsafe fn alloc_async(
     f: AllocAsync,
+    ptsz: bool,
     dptr: *mut CUdeviceptr,
     bytes: usize,
     stream: CUstream,
@@ -127,6 +156,9 @@ unsafe fn alloc_async(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, stream) };
     let s = slice_or_pass!(call());
+    if let Some(r) = refused_in_capture(stream, ptsz) {
+        return r;
+    }
     let dev = match s.current_device() {
         Ok(d) => d,
         Err(e) => return e,
@@ -138,7 +170,7 @@ unsafe fn alloc_async(
 
 pub unsafe fn mem_alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult {
     // SAFETY: the caller's contract.
-    unsafe { alloc_async(real_or_return!(cuMemAllocAsync), dptr, bytes, stream) }
+    unsafe { alloc_async(real_or_return!(cuMemAllocAsync), false, dptr, bytes, stream) }
 }
 
 pub unsafe fn mem_alloc_async_ptsz(
@@ -147,7 +179,15 @@ pub unsafe fn mem_alloc_async_ptsz(
     stream: CUstream,
 ) -> CUresult {
     // SAFETY: the caller's contract.
-    unsafe { alloc_async(real_or_return!(cuMemAllocAsync_ptsz), dptr, bytes, stream) }
+    unsafe {
+        alloc_async(
+            real_or_return!(cuMemAllocAsync_ptsz),
+            true,
+            dptr,
+            bytes,
+            stream,
+        )
+    }
 }
 
 type AllocFromPool =
@@ -155,6 +195,7 @@ type AllocFromPool =
 
 unsafe fn alloc_from_pool(
     f: AllocFromPool,
+    ptsz: bool,
     dptr: *mut CUdeviceptr,
     bytes: usize,
     pool: CUmemoryPool,
@@ -163,6 +204,9 @@ unsafe fn alloc_from_pool(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, pool, stream) };
     let s = slice_or_pass!(call());
+    if let Some(r) = refused_in_capture(stream, ptsz) {
+        return r;
+    }
     let known = s
         .pools
         .lock()
@@ -187,6 +231,7 @@ pub unsafe fn mem_alloc_from_pool(
     unsafe {
         alloc_from_pool(
             real_or_return!(cuMemAllocFromPoolAsync),
+            false,
             dptr,
             bytes,
             pool,
@@ -203,7 +248,7 @@ pub unsafe fn mem_alloc_from_pool_ptsz(
 ) -> CUresult {
     let f = real_or_return!(cuMemAllocFromPoolAsync_ptsz);
     // SAFETY: the caller's contract.
-    unsafe { alloc_from_pool(f, dptr, bytes, pool, stream) }
+    unsafe { alloc_from_pool(f, true, dptr, bytes, pool, stream) }
 }
 
 pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {

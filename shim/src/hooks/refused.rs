@@ -7,6 +7,9 @@
 //! | `cuGraphAddMemAllocNode`, `cuGraphAddNode{,_v2}` of a memory-allocation node | the memory is taken when the graph is launched, by the driver, with no call the library sees |
 //! | `cuMemImportFromShareableHandle`, `cuMemPoolImportFromShareableHandle`, `cuMemPoolImportPointer` | memory another process allocated, kept alive by the import after its owner gives it back |
 //! | `cuMulticastCreate` | multicast objects span GPUs and are backed by memory bound to them outside the allocators |
+//!
+//! Stream-ordered allocations on a stream being captured into a graph are refused the same way,
+//! in `alloc` (they become graph memory nodes).
 
 use std::ffi::{c_int, c_uint, c_void};
 

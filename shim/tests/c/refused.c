@@ -1,6 +1,7 @@
 /* Calls, through dlopen("libcuda.so.1") and dlsym, each entry point whose memory the wall
- * cannot count, and the legacy cuCtxCreate; prints name=CUresult pairs on one line, then waits
- * for stdin to close. A memory-allocation graph node has type 10; a kernel node type 0. */
+ * cannot count (and stream-ordered allocations on a stream being captured into a graph), and
+ * the legacy cuCtxCreate; prints name=CUresult pairs on one line, then waits for stdin to
+ * close. A memory-allocation graph node has type 10; a kernel node type 0. */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -29,6 +30,16 @@ int main(void) {
     printf("cuMemPoolImportFromShareableHandle=%d ", F("cuMemPoolImportFromShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolImportPointer=%d ", F("cuMemPoolImportPointer")(&out, (void *)0, (void *)0));
     printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
+    void *stream = 0, *graph = 0;
+    unsigned long long dptr = 0;
+    if (F("cuStreamCreate")(&stream, 0u) || F("cuStreamBeginCapture_v2")(stream, 0)) {
+        printf("error=capture\n");
+        return 1;
+    }
+    printf("cuMemAllocAsync.captured=%d ", F("cuMemAllocAsync")(&dptr, (size_t)(1u << 20), stream));
+    printf("cuMemAllocFromPoolAsync.captured=%d ", F("cuMemAllocFromPoolAsync")(&dptr, (size_t)(1u << 20), (void *)0, stream));
+    F("cuStreamEndCapture")(stream, &graph);
+    printf("cuMemAllocAsync.plain=%d ", F("cuMemAllocAsync")(&dptr, (size_t)(1u << 20), stream));
     void *legacy_ctx = 0;
     printf("cuCtxCreate=%d\n", F("cuCtxCreate")(&legacy_ctx, 0u, dev));
     fflush(stdout);

@@ -667,6 +667,48 @@ pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     })
 }
 
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`; a stream's one byte is its capture status.
+const CAPTURE_ACTIVE: u8 = 1;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, _mode: c_int) -> CUresult {
+    guard(|| {
+        if stream.is_null() {
+            // The legacy default stream cannot be captured.
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a stream from cuStreamCreate: one byte, its capture status.
+        unsafe { *stream.cast::<u8>() = CAPTURE_ACTIVE };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut *mut c_void) -> CUresult {
+    guard(|| {
+        // SAFETY: as above; checked for null.
+        if stream.is_null() || unsafe { *stream.cast::<u8>() } != CAPTURE_ACTIVE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: as above.
+        unsafe { *stream.cast::<u8>() = 0 };
+        out(graph, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult {
+    guard(|| {
+        let s = if stream.is_null() {
+            0
+        } else {
+            // SAFETY: a stream from cuStreamCreate.
+            c_int::from(unsafe { *stream.cast::<u8>() })
+        };
+        out(status, s)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(_stream: CUstream) -> CUresult {
     crate::cuCtxSynchronize()
