@@ -229,3 +229,26 @@ fn with_the_stop_action_a_container_over_its_slice_is_stopped_whole() {
     assert!(out.status.success(), "delete failed: {}", text(&out));
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn an_unprivileged_tenant_looking_for_the_real_allocator_finds_the_wall() {
+    let node = Node::new();
+    // glibc's own dlsym (taken by version) on the driver's handle, and the CUDA 12 runtime's
+    // way (cuGetProcAddress): both meet the 256 MiB wall.
+    let script = "/usr/bin/door dlsym 536870912; /usr/bin/wall procaddr alloc 268435456";
+    let bundle = unprivileged(&node, "seeker", script, "256Mi");
+    std::fs::copy(
+        node.door_program(),
+        std::path::Path::new(&bundle).join("rootfs/usr/bin/door"),
+    )
+    .unwrap();
+    let out = node.wrapper(&["run", "--bundle", &bundle, "seeker1"]);
+    let t = text(&out);
+    // 2: CUDA_ERROR_OUT_OF_MEMORY.
+    assert!(t.contains("alloc=2"), "{t}");
+    assert!(
+        t.contains("fit=CUDA_SUCCESS") && t.contains("over=CUDA_ERROR_OUT_OF_MEMORY"),
+        "{t}"
+    );
+    assert!(node.status().slices.is_empty());
+}
