@@ -139,16 +139,14 @@ pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
 /// What one container holds on one GPU: bytes, and its processes there as (start time, pid).
 type Held = (u64, Vec<(u64, u32)>);
 
-/// The containers over their slice, from the driver's `samples`: each sample is given to
-/// the active claim whose container holds the process (by cgroups), and a claim's samples
-/// on one GPU are summed against its wall there plus `tolerance`.
+/// What the driver says each active claim's container holds, by (container id, GPU uuid):
+/// each sample is given to the active claim whose container holds the process (by cgroups).
 #[must_use]
-pub fn violations(
+pub fn holdings(
     claims: &[Claim],
     samples: &[Sample],
     procs: &Procs,
-    tolerance: u64,
-) -> Vec<Violation> {
+) -> BTreeMap<(String, String), Held> {
     // The cgroups of each running container, from the process it was activated with (still
     // the same process: same start time).
     let containers: Vec<(&Claim, Cgroups)> = claims
@@ -178,26 +176,85 @@ pub fn violations(
         e.0 = e.0.saturating_add(s.used);
         e.1.push((procs.start_time(s.pid).unwrap_or(0), s.pid));
     }
+    held
+}
+
+/// The containers over their slice, from the driver's `samples`: a claim's samples on one GPU
+/// are summed against its wall there plus `tolerance`.
+#[must_use]
+pub fn violations(
+    claims: &[Claim],
+    samples: &[Sample],
+    procs: &Procs,
+    tolerance: u64,
+) -> Vec<Violation> {
+    over_slice(claims, &holdings(claims, samples, procs), tolerance)
+}
+
+/// The holdings over their claim's wall plus `tolerance`.
+#[must_use]
+pub fn over_slice(
+    claims: &[Claim],
+    held: &BTreeMap<(String, String), Held>,
+    tolerance: u64,
+) -> Vec<Violation> {
     let mut out = Vec::new();
-    for ((id, uuid), (used, mut pids)) in held {
-        let Some((claim, _)) = containers.iter().find(|(c, _)| c.container_id == id) else {
+    for ((id, uuid), (used, pids)) in held {
+        let Some(claim) = claims.iter().find(|c| &c.container_id == id) else {
             continue;
         };
         // A GPU outside the claim has no room at all.
         let limit = claim
             .gpus
             .iter()
-            .find(|g| g.uuid == uuid)
+            .find(|g| &g.uuid == uuid)
             .map_or(0, |g| g.memory_bytes);
-        if used > limit.saturating_add(tolerance) {
+        if *used > limit.saturating_add(tolerance) {
+            let mut pids = pids.clone();
             pids.sort_unstable();
             out.push(Violation {
-                container_id: id,
-                gpu_uuid: uuid,
-                used,
+                container_id: id.clone(),
+                gpu_uuid: uuid.clone(),
+                used: *used,
                 limit,
                 pids: pids.into_iter().map(|(_, p)| p).collect(),
             });
+        }
+    }
+    out
+}
+
+/// The containers whose usage region shows less than the driver says they hold, by more
+/// than `tolerance` on some GPU: a region whose counters were zeroed or rewritten. `region`
+/// gives a claim's region totals per claim GPU (None where it cannot be believed at all,
+/// which is reported elsewhere). Returns (container id, what was found).
+#[must_use]
+pub fn understated(
+    claims: &[Claim],
+    held: &BTreeMap<(String, String), Held>,
+    region: impl Fn(&Claim) -> Option<Vec<u64>>,
+    tolerance: u64,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for claim in claims {
+        let Some(totals) = region(claim) else {
+            continue;
+        };
+        for (pos, g) in claim.gpus.iter().enumerate() {
+            let Some((used, _)) = held.get(&(claim.container_id.clone(), g.uuid.clone())) else {
+                continue;
+            };
+            let shown = totals.get(pos).copied().unwrap_or(0);
+            if *used > shown.saturating_add(tolerance) {
+                out.push((
+                    claim.container_id.clone(),
+                    format!(
+                        "the usage region shows {shown} bytes on {} where the driver shows the container's processes holding {used}: its counters were rewritten, or a process went around the library",
+                        g.uuid
+                    ),
+                ));
+                break;
+            }
         }
     }
     out

@@ -52,6 +52,9 @@ pub struct Shared {
     uid_cache: Mutex<HashMap<String, u32>>,
     /// Containers whose usage region was found tampered with, and how.
     tampered: Mutex<BTreeMap<String, String>>,
+    /// Containers whose usage region shows less than the driver says they hold (found by the
+    /// enforcement backstop), and what was found.
+    understated: Mutex<BTreeMap<String, String>>,
     /// Tamperings found and not yet announced on the bus.
     tamper_events: Mutex<Vec<(String, String)>>,
 }
@@ -64,6 +67,8 @@ pub struct Snapshot {
     pub claims: Vec<gpuslice_core::Claim>,
     /// Each claim's device memory in use per GPU, or why its region is not believed.
     pub usage: Vec<Result<Vec<u64>, Tamper>>,
+    /// Containers whose region understates what the driver shows them holding.
+    pub understated: Vec<String>,
 }
 
 impl Shared {
@@ -75,6 +80,7 @@ impl Shared {
             proc_root,
             uid_cache: Mutex::new(HashMap::new()),
             tampered: Mutex::new(BTreeMap::new()),
+            understated: Mutex::new(BTreeMap::new()),
             tamper_events: Mutex::new(Vec::new()),
         }
     }
@@ -131,11 +137,46 @@ impl Shared {
                 }
             }
         }
+        let understated = {
+            let mut map = self
+                .understated
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            map.retain(|id, _| claims.iter().any(|c| &c.container_id == id));
+            map.keys().cloned().collect()
+        };
         Snapshot {
             inventory,
             loads,
             claims,
             usage,
+            understated,
+        }
+    }
+
+    /// Records what the backstop found of the containers it `checked`: those in `found` have
+    /// a region understating what the driver shows (logged and announced once per finding),
+    /// the others do not (any earlier finding is forgotten).
+    pub fn note_understated(&self, checked: &[String], found: Vec<(String, String)>) {
+        let mut map = self
+            .understated
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in checked {
+            if !found.iter().any(|(f, _)| f == id) {
+                map.remove(id);
+            }
+        }
+        for (id, why) in found {
+            let known = map.get(&id).is_some();
+            map.insert(id.clone(), why.clone());
+            if !known {
+                tracing::warn!(container = %id, "usage region tampered with: {why}");
+                self.tamper_events
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((id, why));
+            }
         }
     }
 

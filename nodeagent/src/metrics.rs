@@ -228,6 +228,14 @@ impl Metrics {
         self.slice_tampered.clear();
         self.slice_cores.clear();
         self.claims.clear();
+        for id in &snapshot.understated {
+            self.slice_tampered
+                .get_or_create(&TamperLabels {
+                    container: id.clone(),
+                    kind: "understated",
+                })
+                .set(1);
+        }
         let (mut pending, mut active) = (0, 0);
         for (claim, usage) in snapshot.claims.iter().zip(&snapshot.usage) {
             let running = match claim.state {

@@ -236,8 +236,20 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                 (ledger.claims().cloned().collect::<Vec<_>>(), uuids)
             };
             let samples = backstop::sample(&nvml, &uuids);
+            let held = backstop::holdings(&claims, &samples, &procs);
+            // A region that shows less than the driver does was rewritten: reported as
+            // tampering (log, metric, UsageTampered), whether or not the container is over.
+            let run = s.ledger().run_dir().clone();
+            let found = backstop::understated(
+                &claims,
+                &held,
+                |c| run.usage(&c.container_id, c.gpus.len()).ok(),
+                b.tolerance,
+            );
+            let checked: Vec<String> = claims.iter().map(|c| c.container_id.clone()).collect();
+            s.note_understated(&checked, found);
             let mut acted_on = Vec::new();
-            for v in backstop::violations(&claims, &samples, &procs, b.tolerance) {
+            for v in backstop::over_slice(&claims, &held, b.tolerance) {
                 let mut acted = Action::Log;
                 match b.action {
                     Action::Kill => {
@@ -287,6 +299,7 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
         })
         .await
         .unwrap_or_default();
+        announce_tampering(&shared, &conn).await;
         if found.is_empty() {
             continue;
         }

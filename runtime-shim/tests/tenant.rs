@@ -84,7 +84,7 @@ fn an_unprivileged_tenant_zeroing_its_counters_is_stopped_by_the_backstop() {
     // kept), so the region shows nothing held, and a second process takes 192 MiB more.
     let script = format!(
         "sleep 600 | /usr/bin/wall procaddr hold {hold} & \
-         sleep 1; busybox dd if=/dev/zero of=/run/gpuslice/usage bs=64 seek=1 count=800 conv=notrunc 2>/dev/null; \
+         sleep 1; busybox dd if=/dev/zero of=/run/gpuslice/usage bs=64 seek=1 count=768 conv=notrunc 2>/dev/null; \
          sleep 600 | /usr/bin/wall procaddr hold {hold}"
     );
     let bundle = unprivileged(&node, "zero", &script, "256Mi");
@@ -100,6 +100,14 @@ fn an_unprivileged_tenant_zeroing_its_counters_is_stopped_by_the_backstop() {
         log.contains("zero1") && log.contains("action=kill"),
         "{log}"
     );
+    // The rewritten region is reported as tampering, apart from the action taken.
+    let reported = wait_for(Duration::from_secs(5), || {
+        node.agent
+            .log()
+            .lines()
+            .any(|l| l.contains("zero1") && l.contains("counters were rewritten"))
+    });
+    assert!(reported, "{}", node.agent.log());
     responsive(&node);
     // One holder is killed (the newest), the other runs on: the container is back within
     // its slice.
@@ -110,7 +118,12 @@ fn an_unprivileged_tenant_zeroing_its_counters_is_stopped_by_the_backstop() {
             .count()
             == 1
     });
-    assert!(one_left, "{}", processes(&node, "zero1"));
+    assert!(
+        one_left,
+        "{}\n{}",
+        processes(&node, "zero1"),
+        node.agent.log()
+    );
     assert!(
         !node
             .agent
