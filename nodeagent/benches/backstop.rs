@@ -9,7 +9,7 @@
 //! (as root: it makes cgroups).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
@@ -21,18 +21,6 @@ const CONTAINERS: usize = 8;
 const PER_CONTAINER: usize = 8;
 const PASSES: usize = 200;
 const MIB: u64 = 1 << 20;
-
-fn cgroup2_root() -> PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            right
-                .starts_with("cgroup2 ")
-                .then(|| PathBuf::from(left.split_whitespace().nth(4).unwrap()))
-        })
-        .expect("a cgroup2 hierarchy is mounted")
-}
 
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -89,7 +77,8 @@ fn main() {
     let mut cgroups = Vec::new();
     let mut claims = Vec::new();
     for c in 0..CONTAINERS {
-        let cg = cgroup2_root().join(format!("gpuslice-bench-{c}-{}", std::process::id()));
+        let cg = gpuslice_testsupport::cgroup2_root()
+            .join(format!("gpuslice-bench-{c}-{}", std::process::id()));
         std::fs::create_dir_all(&cg).unwrap();
         let mut first = None;
         for _ in 0..PER_CONTAINER {

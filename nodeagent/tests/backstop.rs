@@ -15,25 +15,13 @@ use common::*;
 use futures_util::StreamExt;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode};
 
-/// Where a cgroup v2 hierarchy is mounted (the unified one on a hybrid host).
-fn cgroup2_root() -> PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            right
-                .starts_with("cgroup2 ")
-                .then(|| PathBuf::from(left.split_whitespace().nth(4).unwrap()))
-        })
-        .expect("a cgroup2 hierarchy is mounted")
-}
-
 /// A cgroup of its own (a container's, as far as the agent can tell), removed when dropped.
 struct Cgroup(PathBuf);
 
 impl Cgroup {
     fn new(name: &str) -> Self {
-        let path = cgroup2_root().join(format!("gpuslice-test-{name}-{}", std::process::id()));
+        let path = gpuslice_testsupport::cgroup2_root()
+            .join(format!("gpuslice-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&path).unwrap();
         Self(path)
     }

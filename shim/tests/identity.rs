@@ -4,29 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use common::{Facts, MIB, Running, Slice};
-
-/// Starts `cmd`, waits for its first line.
-fn start(mut cmd: Command) -> Running {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let stdin = child.stdin.take();
-    Running {
-        child,
-        stdin,
-        facts: Facts::parse(&line),
-    }
-}
 
 #[test]
 fn a_process_in_a_nested_pid_namespace_keeps_its_charge() {
@@ -38,7 +16,7 @@ fn a_process_in_a_nested_pid_namespace_keeps_its_charge() {
     cmd.args(["-Urpf", "--mount-proc", "--"])
         .arg(&slice.wall)
         .args(["link", "hold", &(40 * MIB).to_string()]);
-    let holder = start(cmd);
+    let holder = Running::start(cmd);
     assert_eq!(
         holder.facts.get("fit"),
         "CUDA_SUCCESS",
@@ -58,7 +36,7 @@ fn a_child_of_a_raw_fork_leaves_its_parents_charge_alone() {
     let program = common::compile(&slice.sim, "lifecycle");
     let mut cmd = slice.command(&program);
     cmd.args(["rawfork", &(40 * MIB).to_string()]);
-    let parent = start(cmd);
+    let parent = Running::start(cmd);
     assert_eq!(parent.facts.get("alloc"), "0", "{:?}", parent.facts.0);
     assert_eq!(parent.facts.get("child_exited"), "1");
     assert_eq!(
@@ -77,7 +55,7 @@ fn a_killed_process_left_a_zombie_holds_no_charge() {
     let program = common::compile(&slice.sim, "lifecycle");
     let mut cmd = slice.command(&program);
     cmd.args(["zombie", &(40 * MIB).to_string()]);
-    let parent = start(cmd);
+    let parent = Running::start(cmd);
     assert_eq!(parent.facts.get("child_alloc"), "0", "{:?}", parent.facts.0);
     assert_eq!(parent.facts.get("zombie"), "Z", "{:?}", parent.facts.0);
     // The dead child's 40 MiB are free again although its parent has not reaped it.

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::{Facts, MIB, Slice};
+use common::{Facts, MIB, Running, Slice};
 
 const REFUSED: &[&str] = &[
     "cuMemAlloc",
@@ -33,17 +32,9 @@ const NOT_FOUND: &str = "500";
 fn what_the_wall_cannot_count_is_refused_in_a_slice_and_a_legacy_context_is_charged() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let program = common::compile(&slice.sim, "refused");
-    let mut child = slice
-        .command(&program)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let f = Facts::parse(&line);
+    let mut running = Running::start(slice.command(&program));
+    let line = format!("{:?}", running.facts.0);
+    let f = &running.facts;
     for name in REFUSED {
         assert_eq!(f.get(name), NOT_SUPPORTED, "{name}: {line}");
     }
@@ -53,8 +44,8 @@ fn what_the_wall_cannot_count_is_refused_in_a_slice_and_a_legacy_context_is_char
     assert_eq!(f.get("cuMemAllocAsync.plain"), "0", "{line}");
     // The primary context, the one made by the legacy name, and the plain 1 MiB.
     assert_eq!(slice.usage().totals()[0], 2 * 2 * MIB + MIB, "{line}");
-    drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
+    drop(running.stdin.take());
+    assert!(running.child.wait().unwrap().success());
 }
 
 #[test]

@@ -107,23 +107,9 @@ impl Slice {
 
     /// Starts a wall program that keeps running ("hold", "fill", "churn"), once it has printed.
     pub fn start(&self, path: &str, bytes: u64) -> Running {
-        let mut child = self
-            .command(&self.wall)
-            .args(["link", path, &bytes.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let stdin = child.stdin.take();
-        Running {
-            child,
-            stdin,
-            facts: Facts::parse(&line),
-        }
+        let mut cmd = self.command(&self.wall);
+        cmd.args(["link", path, &bytes.to_string()]);
+        Running::start(cmd)
     }
 
     /// The usage region as every process of the slice shares it.
@@ -165,6 +151,25 @@ pub struct Running {
 }
 
 impl Running {
+    /// Starts `cmd` with piped stdin and stdout, once it has printed its first line.
+    pub fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let stdin = child.stdin.take();
+        Self {
+            child,
+            stdin,
+            facts: Facts::parse(&line),
+        }
+    }
+
     /// Lets the program end and waits for it.
     pub fn finish(mut self) {
         drop(self.stdin.take());

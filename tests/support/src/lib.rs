@@ -55,3 +55,18 @@ pub fn wait_for(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) ->
     }
     cond()
 }
+
+/// Where a cgroup v2 hierarchy is mounted (the unified one on a hybrid host).
+#[must_use]
+pub fn cgroup2_root() -> PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    info.lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            right
+                .starts_with("cgroup2 ")
+                .then(|| PathBuf::from(mount_point))
+        })
+        .expect("a cgroup2 hierarchy is mounted")
+}
