@@ -108,6 +108,8 @@ fn get_u64(buf: &[u8], at: usize) -> u64 {
 /// One live slot as read from a region.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotSnapshot {
+    /// The slot's position in the region (its lock is byte `SLOT_LOCK_BASE + index`).
+    pub index: usize,
     pub pid: u32,
     pub start_time: u64,
     pub used: Vec<u64>,
@@ -144,10 +146,11 @@ impl UsageSnapshot {
             return Err(UsageError::Header("file shorter than its slots"));
         }
         let slots = (0..slot_count)
-            .map(|i| HEADER_SIZE + i * SLOT_SIZE)
-            .filter_map(|at| {
+            .map(|i| (i, HEADER_SIZE + i * SLOT_SIZE))
+            .filter_map(|(index, at)| {
                 let pid = get_u32(buf, at + SLOT_PID);
                 pid_is_owner(pid).then(|| SlotSnapshot {
+                    index,
                     pid,
                     start_time: get_u64(buf, at + SLOT_START_TIME),
                     used: (0..gpu_count)
@@ -162,10 +165,16 @@ impl UsageSnapshot {
     /// Bytes held on each of the container's GPUs, summed over live slots.
     #[must_use]
     pub fn totals(&self) -> Vec<u64> {
+        self.totals_of(|_| true)
+    }
+
+    /// As [`UsageSnapshot::totals`], over the slots `live` keeps.
+    pub fn totals_of(&self, live: impl Fn(&SlotSnapshot) -> bool) -> Vec<u64> {
         (0..self.gpu_count)
             .map(|g| {
                 self.slots
                     .iter()
+                    .filter(|s| live(s))
                     .fold(0u64, |acc, s| acc.saturating_add(s.used[g]))
             })
             .collect()

@@ -110,7 +110,8 @@ pub fn read_totals(dir: &Path, gpus: usize) -> Result<Vec<u64>, Tamper> {
         return Err(Tamper::Io("the file changed while it was opened".into()));
     }
     let mut buf = Vec::with_capacity(expected as usize);
-    file.take(expected)
+    (&file)
+        .take(expected)
         .read_to_end(&mut buf)
         .map_err(|e| Tamper::Io(e.to_string()))?;
     if buf.len() as u64 != expected {
@@ -133,5 +134,84 @@ pub fn read_totals(dir: &Path, gpus: usize) -> Result<Vec<u64>, Tamper> {
             usage::DEFAULT_SLOTS
         )));
     }
+    // Only live owners' slots count: a slot's owner holds its lock until it exits or execs
+    // (a process killed before any library process reaped its slot holds nothing). A region
+    // where no slot is locked at all is an older library's, which takes no locks: all count.
+    let locked: std::collections::HashSet<usize> = snapshot
+        .slots
+        .iter()
+        .map(|s| s.index)
+        .filter(|i| slot_locked(&file, *i))
+        .collect();
+    if !locked.is_empty() {
+        return Ok(snapshot.totals_of(|s| locked.contains(&s.index)));
+    }
     Ok(snapshot.totals())
+}
+
+/// Whether some process holds slot `index`'s lock (an open-file-description lock on byte
+/// `SLOT_LOCK_BASE + index`); asking takes no lock and never waits.
+fn slot_locked(file: &std::fs::File, index: usize) -> bool {
+    let start = usage::SLOT_LOCK_BASE + index as u64;
+    let Ok(start) = i64::try_from(start) else {
+        return false;
+    };
+    let mut fl = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: start,
+        l_len: 1,
+        l_pid: 0,
+    };
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_GETLK(&mut fl)).is_ok()
+        && fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region of one GPU with slot 0 (pid 10) holding 100 bytes and slot 1 (pid 11) 1000.
+    fn region(dir: &Path) -> std::fs::File {
+        let mut r = usage::new_region(1, usage::DEFAULT_SLOTS);
+        for (i, pid, used) in [(0usize, 10u32, 100u64), (1, 11, 1000)] {
+            let at = usage::HEADER_SIZE + i * usage::SLOT_SIZE;
+            r[at..at + 4].copy_from_slice(&pid.to_le_bytes());
+            r[at + usage::SLOT_USED..at + usage::SLOT_USED + 8]
+                .copy_from_slice(&used.to_le_bytes());
+        }
+        r[usage::HEADER_HIGH_WATER..usage::HEADER_HIGH_WATER + 4]
+            .copy_from_slice(&2u32.to_le_bytes());
+        let path = dir.join(usage::FILE_NAME);
+        std::fs::write(&path, r).unwrap();
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+    }
+
+    fn lock(file: &std::fs::File, slot: usize) {
+        let mut fl = libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: i64::try_from(usage::SLOT_LOCK_BASE).unwrap() + slot as i64,
+            l_len: 1,
+            l_pid: 0,
+        };
+        nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&mut fl)).unwrap();
+    }
+
+    #[test]
+    fn only_slots_whose_owner_holds_its_lock_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = region(dir.path());
+        // No slot locked: an older library's region, every slot counts.
+        assert_eq!(read_totals(dir.path(), 1).unwrap(), vec![1100]);
+        // Slot 0's owner lives; slot 1's is gone (its lock went with it).
+        lock(&file, 0);
+        assert_eq!(read_totals(dir.path(), 1).unwrap(), vec![100]);
+        lock(&file, 1);
+        assert_eq!(read_totals(dir.path(), 1).unwrap(), vec![1100]);
+    }
 }
