@@ -199,7 +199,7 @@ mod tests {
             l_len: 1,
             l_pid: 0,
         };
-        nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&mut fl)).unwrap();
+        nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_OFD_SETLK(&fl)).unwrap();
     }
 
     #[test]
