@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn lock(file: &std::fs::File, slot: usize) {
-        let mut fl = libc::flock {
+        let fl = libc::flock {
             l_type: libc::F_WRLCK as libc::c_short,
             l_whence: libc::SEEK_SET as libc::c_short,
             l_start: i64::try_from(usage::SLOT_LOCK_BASE).unwrap() + slot as i64,
