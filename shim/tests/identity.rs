@@ -58,6 +58,16 @@ fn a_killed_process_left_a_zombie_holds_no_charge() {
     let parent = Running::start(cmd);
     assert_eq!(parent.facts.get("child_alloc"), "0", "{:?}", parent.facts.0);
     assert_eq!(parent.facts.get("zombie"), "Z", "{:?}", parent.facts.0);
+    // The driver freed its memory when it exited, as the real one does.
+    let smi = std::process::Command::new(slice.sim.root().join("usr/bin/nvidia-smi"))
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&smi.stdout).lines().next(),
+        Some("0")
+    );
     // The dead child's 40 MiB are free again although its parent has not reaped it.
     let f = slice.wall("link", "alloc", 64 * MIB);
     assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{:?}", f.0);

@@ -313,10 +313,15 @@ pub fn used_on(state_dir: &Path, index: usize) -> u64 {
 }
 
 /// The start time of `pid` in clock ticks since boot (`<proc_root>/<pid>/stat`), or `None`
-/// when no such process exists.
+/// when no such process exists or it has exited (a zombie, not reaped yet: the real driver
+/// frees a process's memory when it exits, as its descriptors close, not when it is reaped).
 #[must_use]
 pub fn process_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    if matches!(state, "Z" | "X") {
+        return None;
+    }
     gpuslice_core::process::parse_start_time(&stat)
 }
 
