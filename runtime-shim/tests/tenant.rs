@@ -265,3 +265,52 @@ fn an_unprivileged_tenant_looking_for_the_real_allocator_finds_the_wall() {
     );
     assert!(node.status().slices.is_empty());
 }
+
+/// `shim/tests/c/lifecycle.c`, linked against the node's driver, in the bundle's root.
+fn copy_lifecycle(node: &Node, bundle: &str) {
+    let out = node.work.path().join("lifecycle");
+    if !out.exists() {
+        let ok = std::process::Command::new("gcc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../shim/tests/c/lifecycle.c"),
+            )
+            .arg(format!("-L{}", node.sim.lib_dir().display()))
+            .arg("-lcuda")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    std::fs::copy(
+        &out,
+        std::path::Path::new(bundle).join("rootfs/usr/bin/lifecycle"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_unprivileged_tenants_dead_and_execed_processes_hold_no_charge() {
+    let node = Node::new();
+    // A child killed and left a zombie (160 MiB), then a process that takes 160 MiB and execs
+    // a program asking for the whole 256 MiB: neither dead image keeps its charge.
+    let script = format!(
+        "(sleep 600 | /usr/bin/lifecycle zombie {m} > /dev/shm/z.out) & \
+         while ! grep -q zombie= /dev/shm/z.out 2>/dev/null; do sleep 0.1; done; cat /dev/shm/z.out; \
+         /usr/bin/lifecycle exec {m} /usr/bin/wall procaddr alloc {all}",
+        m = 160 * MIB,
+        all = 256 * MIB
+    );
+    let bundle = unprivileged(&node, "lives", &script, "256Mi");
+    copy_lifecycle(&node, &bundle);
+    let out = node.wrapper(&["run", "--bundle", &bundle, "lives1"]);
+    let t = text(&out);
+    assert!(t.contains("child_alloc=0 zombie=Z"), "{t}");
+    assert!(t.contains("alloc=0"), "{t}");
+    assert!(
+        t.contains("fit=CUDA_SUCCESS"),
+        "a dead image kept its charge: {t}"
+    );
+    assert!(node.status().slices.is_empty());
+}
