@@ -314,3 +314,27 @@ fn an_unprivileged_tenants_dead_and_execed_processes_hold_no_charge() {
     );
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn an_unprivileged_tenants_raw_forked_child_leaves_its_parents_charge_in_place() {
+    let node = Node::new();
+    // The parent holds 160 MiB; its child, made by the raw clone system call, exits through
+    // exit(): 96 MiB are left, not the whole slice.
+    let script = format!(
+        "(sleep 600 | /usr/bin/lifecycle rawfork {m} > /dev/shm/f.out) & \
+         while ! grep -q child_exited= /dev/shm/f.out 2>/dev/null; do sleep 0.1; done; cat /dev/shm/f.out; \
+         /usr/bin/wall procaddr alloc {left}",
+        m = 160 * MIB,
+        left = 96 * MIB
+    );
+    let bundle = unprivileged(&node, "forks", &script, "256Mi");
+    copy_lifecycle(&node, &bundle);
+    let out = node.wrapper(&["run", "--bundle", &bundle, "forks1"]);
+    let t = text(&out);
+    assert!(t.contains("alloc=0 child_exited=1"), "{t}");
+    assert!(t.contains("fit=CUDA_SUCCESS"), "{t}");
+    assert!(
+        t.contains("over=CUDA_ERROR_OUT_OF_MEMORY"),
+        "the child's exit took its parent's charge away: {t}"
+    );
+}
