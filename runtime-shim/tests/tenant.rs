@@ -338,3 +338,29 @@ fn an_unprivileged_tenants_raw_forked_child_leaves_its_parents_charge_in_place()
         "the child's exit took its parent's charge away: {t}"
     );
 }
+
+#[test]
+fn an_unprivileged_tenant_in_a_nested_pid_namespace_cannot_fill_its_slice_twice() {
+    let node = Node::new();
+    // A process in a new user and PID namespace (as any user may make) is pid 1 there and looks
+    // like another process to the rest of the container; it holds 160 MiB while a second
+    // process asks for the rest: 96 MiB fit, a byte more does not.
+    let script = format!(
+        "(sleep 600 | busybox unshare -Urpf sh -c 'echo nested_pid=$$; exec /usr/bin/wall procaddr hold {m}' > /dev/shm/h.out 2>&1) & \
+         n=0; while ! grep -q fit= /dev/shm/h.out 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done; cat /dev/shm/h.out; \
+         /usr/bin/wall procaddr alloc {left}",
+        m = 160 * MIB,
+        left = 96 * MIB
+    );
+    let bundle = unprivileged(&node, "nested", &script, "256Mi");
+    let out = node.wrapper(&["run", "--bundle", &bundle, "nested1"]);
+    let t = text(&out);
+    assert!(t.contains("nested_pid=1\n"), "the holder is not in a PID namespace of its own: {t}");
+    assert!(t.contains("fit=CUDA_SUCCESS chunks=0"), "the nested holder got nothing: {t}");
+    assert!(t.contains("fit=CUDA_SUCCESS free_at_fit"), "{t}");
+    assert!(
+        t.contains("over=CUDA_ERROR_OUT_OF_MEMORY"),
+        "the nested holder's charge was reaped while it held its memory: {t}"
+    );
+    responsive(&node);
+}
