@@ -266,26 +266,28 @@ fn an_unprivileged_tenant_looking_for_the_real_allocator_finds_the_wall() {
     assert!(node.status().slices.is_empty());
 }
 
-/// `shim/tests/c/lifecycle.c`, linked against the node's driver, in the bundle's root.
-fn copy_lifecycle(node: &Node, bundle: &str) {
-    let out = node.work.path().join("lifecycle");
+/// `shim/tests/c/<name>.c`, linked against the node's driver, at `/usr/bin/<name>` in the
+/// bundle's root.
+fn copy_program(node: &Node, bundle: &str, name: &str) {
+    let out = node.work.path().join(name);
     if !out.exists() {
         let ok = std::process::Command::new("gcc")
             .args(["-O1", "-o"])
             .arg(&out)
             .arg(
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../shim/tests/c/lifecycle.c"),
+                    .join(format!("../shim/tests/c/{name}.c")),
             )
             .arg(format!("-L{}", node.sim.lib_dir().display()))
             .arg("-lcuda")
+            .arg("-ldl")
             .status()
             .unwrap();
         assert!(ok.success());
     }
     std::fs::copy(
         &out,
-        std::path::Path::new(bundle).join("rootfs/usr/bin/lifecycle"),
+        std::path::Path::new(bundle).join(format!("rootfs/usr/bin/{name}")),
     )
     .unwrap();
 }
@@ -303,7 +305,7 @@ fn an_unprivileged_tenants_dead_and_execed_processes_hold_no_charge() {
         all = 256 * MIB
     );
     let bundle = unprivileged(&node, "lives", &script, "256Mi");
-    copy_lifecycle(&node, &bundle);
+    copy_program(&node, &bundle, "lifecycle");
     let out = node.wrapper(&["run", "--bundle", &bundle, "lives1"]);
     let t = text(&out);
     assert!(t.contains("child_alloc=0 zombie=Z"), "{t}");
@@ -328,7 +330,7 @@ fn an_unprivileged_tenants_raw_forked_child_leaves_its_parents_charge_in_place()
         left = 96 * MIB
     );
     let bundle = unprivileged(&node, "forks", &script, "256Mi");
-    copy_lifecycle(&node, &bundle);
+    copy_program(&node, &bundle, "lifecycle");
     let out = node.wrapper(&["run", "--bundle", &bundle, "forks1"]);
     let t = text(&out);
     assert!(t.contains("alloc=0 child_exited=1"), "{t}");
@@ -355,12 +357,56 @@ fn an_unprivileged_tenant_in_a_nested_pid_namespace_cannot_fill_its_slice_twice(
     let bundle = unprivileged(&node, "nested", &script, "256Mi");
     let out = node.wrapper(&["run", "--bundle", &bundle, "nested1"]);
     let t = text(&out);
-    assert!(t.contains("nested_pid=1\n"), "the holder is not in a PID namespace of its own: {t}");
-    assert!(t.contains("fit=CUDA_SUCCESS chunks=0"), "the nested holder got nothing: {t}");
+    assert!(
+        t.contains("nested_pid=1\n"),
+        "the holder is not in a PID namespace of its own: {t}"
+    );
+    assert!(
+        t.contains("fit=CUDA_SUCCESS chunks=0"),
+        "the nested holder got nothing: {t}"
+    );
     assert!(t.contains("fit=CUDA_SUCCESS free_at_fit"), "{t}");
     assert!(
         t.contains("over=CUDA_ERROR_OUT_OF_MEMORY"),
         "the nested holder's charge was reaped while it held its memory: {t}"
     );
+    responsive(&node);
+}
+
+#[test]
+fn an_unprivileged_tenant_finds_no_allocator_the_wall_cannot_count() {
+    let node = Node::new();
+    // Released-while-mapped handles stay charged: four 64 MiB chunks fill the 256 MiB slice.
+    // Every entry point whose memory the library cannot count answers NOT_SUPPORTED (801).
+    let script = format!(
+        "/usr/bin/vmm {chunk} 6; /usr/bin/refused < /dev/null",
+        chunk = 64 * MIB
+    );
+    let bundle = unprivileged(&node, "doors", &script, "256Mi");
+    copy_program(&node, &bundle, "vmm");
+    copy_program(&node, &bundle, "refused");
+    let out = node.wrapper(&["run", "--bundle", &bundle, "doors1"]);
+    let t = text(&out);
+    assert!(
+        t.contains("mapped=4 "),
+        "released handles were given back while mapped: {t}"
+    );
+    assert!(t.contains("after_unmap=0"), "{t}");
+    for name in [
+        "cuMemAlloc",
+        "cuArrayCreate",
+        "cuGraphAddMemAllocNode",
+        "cuGraphAddNode_v2.alloc",
+        "cuMemImportFromShareableHandle",
+        "cuMemPoolImportPointer",
+        "cuMulticastCreate",
+        "cuMemAllocAsync.captured",
+    ] {
+        let refused = format!("{name}=801");
+        assert!(
+            t.split_whitespace().any(|pair| pair == refused),
+            "{name} was not refused: {t}"
+        );
+    }
     responsive(&node);
 }
