@@ -76,6 +76,7 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
     let start_time =
         gpuslice_simnode::procs::process_start_time(Path::new("/proc"), pid).unwrap_or(0);
     procs::remove_stale(&spec.state_dir);
+    gpuslice_simnode::unmodelled::set_state_dir(&spec.state_dir);
     let record = std::fs::OpenOptions::new()
         .create(true)
         .write(true)

@@ -9,6 +9,7 @@
 pub mod driver_root;
 pub mod node;
 pub mod procs;
+pub mod unmodelled;
 
 pub use node::{NodeSpec, SimGpu};
 

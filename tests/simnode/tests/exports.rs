@@ -1,0 +1,91 @@
+//! The simulated driver libraries export what the real ones export (Debian's driver 535, the
+//! reference in `tests/reference/`), `cuGetProcAddress` answers every name and version as the
+//! real driver does, and an entry point the simulation does not model answers "not supported"
+//! and is counted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuslice_testsupport::sim::SimNode;
+
+fn reference(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../reference")
+        .join(file)
+}
+
+fn compile(sim: &SimNode, name: &str, link_cuda: bool) -> PathBuf {
+    let out = sim.root().join(name);
+    let mut gcc = Command::new("gcc");
+    gcc.arg("-o")
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")));
+    if link_cuda {
+        gcc.arg(format!("-L{}", sim.lib_dir().display()))
+            .arg("-lcuda");
+    }
+    assert!(gcc.arg("-ldl").status().unwrap().success());
+    out
+}
+
+fn run(program: &Path, args: &[&Path]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+#[test]
+fn every_function_of_the_real_driver_exists_and_get_proc_address_answers_as_it_does() {
+    let sim = SimNode::new(1, "A10", None);
+    let exports = compile(&sim, "exports", false);
+    let text = run(
+        &exports,
+        &[
+            &sim.lib_dir().join("libcuda.so.1"),
+            &reference("libcuda.symbols"),
+            &reference("proc-address.tsv"),
+        ],
+    );
+    let symbols = std::fs::read_to_string(reference("libcuda.symbols")).unwrap();
+    assert!(
+        text.contains(&format!("symbols={} ", symbols.lines().count())),
+        "{text}"
+    );
+    assert!(text.contains("failures=0"), "{text}");
+}
+
+#[test]
+fn every_function_of_the_real_nvml_exists() {
+    let sim = SimNode::new(1, "A10", None);
+    let exports = compile(&sim, "exports", false);
+    let text = run(
+        &exports,
+        &[
+            &sim.lib_dir().join("libnvidia-ml.so.1"),
+            &reference("libnvidia-ml.symbols"),
+        ],
+    );
+    assert!(text.contains("failures=0"), "{text}");
+}
+
+#[test]
+fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
+    let sim = SimNode::new(1, "A10", None);
+    let program = compile(&sim, "unmodelled", true);
+    let log = sim.root().join("calls.log");
+    let out = Command::new(&program)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // cuProfilerStart twice, cuLinkCreate_v2 once: CUDA_ERROR_NOT_SUPPORTED each time.
+    assert_eq!(text.trim(), "profiler=801,801 link=801", "{text}");
+    let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
+    let mine = &calls["unmodelled"];
+    assert_eq!(mine["cuProfilerStart"], 2, "{calls:?}");
+    assert_eq!(mine["cuLinkCreate_v2"], 1, "{calls:?}");
+    assert_eq!(mine.len(), 2, "a modelled call was counted: {calls:?}");
+}
