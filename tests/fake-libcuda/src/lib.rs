@@ -10,6 +10,7 @@
 )]
 
 mod codes;
+mod context;
 mod paths;
 mod proc_address;
 mod state;
@@ -26,7 +27,6 @@ fn unmodelled(name: &'static str) -> CUresult {
     CUDA_ERROR_NOT_SUPPORTED
 }
 
-use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::PathBuf;
 
@@ -38,20 +38,11 @@ pub type CUdevice = c_int;
 pub type CUdeviceptr = u64;
 pub type CUcontext = *mut Ctx;
 
-/// A context; `CUcontext` points at one.
-pub struct Ctx {
-    pub(crate) node_index: usize,
-    ordinal: CUdevice,
-    primary: bool,
-}
+pub(crate) use context::{Ctx, current_ctx};
 
 #[repr(C)]
 pub struct CUuuid {
     pub bytes: [c_char; 16],
-}
-
-thread_local! {
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
 }
 
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
@@ -89,47 +80,6 @@ fn write_c_str(s: &str, buf: *mut c_char, len: c_int) -> Result<(), CUresult> {
         *buf.add(n) = 0;
     }
     Ok(())
-}
-
-pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
-    let p = CURRENT.with(Cell::get);
-    if p == 0 {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
-    }
-    // SAFETY: CURRENT only ever holds pointers from Box::leak in ctx_new, cleared on destroy.
-    Ok(unsafe { &*(p as *const Ctx) })
-}
-
-fn ctx_new(d: &Driver, ordinal: CUdevice, primary: bool) -> Result<CUcontext, CUresult> {
-    let node_index = d.node_index(ordinal)?;
-    let bytes = d.spec.gpus[node_index].context_bytes;
-    {
-        let mut inner = d.lock();
-        d.charge(&mut inner, node_index, bytes)?;
-    }
-    Ok(Box::into_raw(Box::new(Ctx {
-        node_index,
-        ordinal,
-        primary,
-    })))
-}
-
-/// # Safety
-/// `ctx` must come from `ctx_new` and not have been dropped.
-unsafe fn ctx_drop(d: &Driver, ctx: CUcontext) {
-    // SAFETY: per the contract, `ctx` is a live Box from ctx_new.
-    let c = unsafe { Box::from_raw(ctx) };
-    let mut inner = d.lock();
-    d.uncharge(
-        &mut inner,
-        c.node_index,
-        d.spec.gpus[c.node_index].context_bytes,
-    );
-    CURRENT.with(|cur| {
-        if cur.get() == ctx as usize {
-            cur.set(0);
-        }
-    });
 }
 
 #[unsafe(no_mangle)]
@@ -263,141 +213,6 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(
         let d = state::get()?;
         let id = d.spec.gpus[d.node_index(dev)?].pci_bus_id.clone();
         write_c_str(id.get(4..).unwrap_or(&id), bus, len)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    guard(|| {
-        let d = state::get()?;
-        let index = d.node_index(dev)?;
-        let existing = d.lock().primary.get(&index).copied();
-        let ctx = match existing {
-            Some((p, n)) => {
-                d.lock().primary.insert(index, (p, n + 1));
-                p as CUcontext
-            }
-            None => {
-                let c = ctx_new(d, dev, true)?;
-                d.lock().primary.insert(index, (c as usize, 1));
-                c
-            }
-        };
-        out(pctx, ctx)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    guard(|| {
-        let d = state::get()?;
-        let index = d.node_index(dev)?;
-        let entry = d.lock().primary.get(&index).copied();
-        match entry {
-            Some((p, 1)) => {
-                d.lock().primary.remove(&index);
-                // SAFETY: `p` is the live primary context created by ctx_new.
-                unsafe { ctx_drop(d, p as CUcontext) };
-                Ok(())
-            }
-            Some((p, n)) => {
-                d.lock().primary.insert(index, (p, n - 1));
-                Ok(())
-            }
-            None => Err(CUDA_ERROR_INVALID_CONTEXT),
-        }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
-    cuDevicePrimaryCtxRelease_v2(dev)
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v2(
-    pctx: *mut CUcontext,
-    _flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
-    guard(|| {
-        let c = ctx_new(state::get()?, dev, false)?;
-        CURRENT.with(|cur| cur.set(c as usize));
-        out(pctx, c)
-    })
-}
-
-/// CUDA 11.4's variant with execution-affinity parameters (ignored here).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v3(
-    pctx: *mut CUcontext,
-    _params: *mut c_void,
-    _num_params: c_int,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
-    // SAFETY: same contract as cuCtxCreate_v2.
-    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
-}
-
-/// CUDA 12.5's variant with `CUctxCreateParams` (ignored here).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v4(
-    pctx: *mut CUcontext,
-    _params: *mut c_void,
-    flags: c_uint,
-    dev: CUdevice,
-) -> CUresult {
-    // SAFETY: same contract as cuCtxCreate_v2.
-    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
-    guard(|| {
-        let d = state::get()?;
-        if ctx.is_null() {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        // SAFETY: the caller passes a context from cuCtxCreate; primary ones are refused.
-        if unsafe { (*ctx).primary } {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        // SAFETY: `ctx` is a live non-primary context created by cuCtxCreate.
-        unsafe { ctx_drop(d, ctx) };
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
-    guard(|| {
-        state::get()?;
-        CURRENT.with(|cur| cur.set(ctx as usize));
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
-    guard(|| {
-        state::get()?;
-        out(pctx, CURRENT.with(Cell::get) as CUcontext)
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
-    guard(|| out(dev, current_ctx()?.ordinal))
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    guard(|| {
-        let ctx = current_ctx()?;
-        // Every kernel of this process runs in order on the device: wait for the last.
-        std::thread::sleep(state::get()?.until_idle(ctx.node_index));
-        Ok(())
     })
 }
 

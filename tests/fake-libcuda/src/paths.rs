@@ -711,7 +711,7 @@ pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, status: *mut c_in
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(_stream: CUstream) -> CUresult {
-    crate::cuCtxSynchronize()
+    crate::context::cuCtxSynchronize()
 }
 
 #[unsafe(no_mangle)]

@@ -89,3 +89,33 @@ fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
     assert_eq!(mine["cuLinkCreate_v2"], 1, "{calls:?}");
     assert_eq!(mine.len(), 2, "a modelled call was counted: {calls:?}");
 }
+
+#[test]
+fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
+    let sim = SimNode::new(2, "A10", None);
+    let program = compile(&sim, "contexts", true);
+    let out = Command::new(&program)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // 201 is CUDA_ERROR_INVALID_CONTEXT.
+    for fact in [
+        "created_is_current=1",
+        "primary_active_before=0",
+        "primary_active=1",
+        "push=0 pushed_is_current=1",
+        "device=0",
+        "stack_limit=4096",
+        "pop=0 popped_primary=1 back_to_created=1",
+        "device_after_pop=1",
+        "set_null=0 empty=1",
+        "pop_empty=201",
+        "destroy=0",
+        "set_destroyed=201 push_destroyed=201",
+        "primary_active_after=0",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+}

@@ -1,0 +1,122 @@
+//! Real CUDA software behind the wall on the simulated node: NVIDIA's cuda-bindings, numba-cuda
+//! and nvidia-ml-py (installed by `scripts/cuda-clients`) each see the slice in their own
+//! memory query and meet their own out-of-memory error at the limit; two processes of one
+//! slice share it. Each run's unmodelled driver calls are listed in the test output.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{Facts, MIB, Slice};
+
+const GIB: u64 = 1 << 30;
+
+/// The clients' python, from `GPUSLICE_CLIENTS_PYTHON` or `scripts/cuda-clients`' place.
+fn python() -> PathBuf {
+    let path = std::env::var_os("GPUSLICE_CLIENTS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"));
+            cache.join("gpuslice/clients/bin/python")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/cuda-clients (scripts/test does) to install the real CUDA clients",
+        path.display()
+    );
+    path
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/wall.py")
+}
+
+fn client(slice: &Slice, log: &Path, args: &[&str]) -> Command {
+    let mut c = slice.command(&python());
+    c.arg(script())
+        .args(args)
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", log);
+    c
+}
+
+/// Runs one client to its end; prints its unmodelled driver calls.
+fn fill(slice: &Slice, name: &str, chunk: u64) -> Facts {
+    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
+    let out = client(slice, &log, &[name, "fill", &chunk.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    println!(
+        "{name}: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&calls)
+    );
+    Facts::parse(&text)
+}
+
+#[test]
+fn cuda_bindings_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "bindings", 64 * MIB);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("free"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
+    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+}
+
+#[test]
+fn numba_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "numba", 100 * MIB);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("free"), GIB, "{:?}", f.0);
+    // 10 arrays of 100 MiB fit in 1 GiB; the 11th does not.
+    assert_eq!(f.num("chunks"), 10, "{:?}", f.0);
+    assert_eq!(
+        f.get("error"),
+        "CudaAPIError:CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        f.0
+    );
+}
+
+#[test]
+fn nvidia_ml_py_reports_the_slice_as_the_devices_memory() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "nvml", 0);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("free"), GIB, "{:?}", f.0);
+}
+
+#[test]
+fn two_real_clients_of_one_slice_share_its_limit() {
+    let slice = Slice::new(GIB, 0);
+    // numba holds 600 MiB; cuda-bindings in another process sees and gets the other 424 MiB.
+    let log = slice.dir.path().join("unmodelled-hold.log");
+    let mut holder = client(&slice, &log, &["numba", "hold", &(600 * MIB).to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let held = Facts::parse(&line);
+    assert_eq!(held.num("chunks"), 1, "{line}");
+    let f = fill(&slice, "bindings", 8 * MIB);
+    assert_eq!(f.num("free"), 424 * MIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 53, "{:?}", f.0);
+    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+}

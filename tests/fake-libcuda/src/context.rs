@@ -1,0 +1,452 @@
+//! Contexts as the real driver keeps them: each thread has a stack of current contexts
+//! (`cuCtxPushCurrent` / `cuCtxPopCurrent`; `cuCtxSetCurrent` replaces the top, or pops with
+//! NULL), each device one reference-counted primary context with its flags, and a context
+//! carries its flags, limits and cache preferences. Creating a context charges the device the
+//! node's per-context reservation; destroying it (or releasing a primary one to zero) gives it
+//! back. A destroyed context's handle answers `CUDA_ERROR_INVALID_CONTEXT`, never a dangling
+//! read.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use crate::codes::*;
+use crate::state::{self, Driver};
+use crate::{CUcontext, CUdevice, CUresult, guard, out};
+
+/// A context; `CUcontext` points at one.
+pub struct Ctx {
+    pub(crate) node_index: usize,
+    pub(crate) ordinal: CUdevice,
+    primary: bool,
+    id: u64,
+    flags: AtomicU32,
+    limits: Mutex<HashMap<c_int, usize>>,
+    cache_config: AtomicU32,
+    shared_mem_config: AtomicU32,
+}
+
+thread_local! {
+    /// This thread's context stack; the last entry is current.
+    static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Every live context, so that a handle can be checked before it is read.
+static LIVE: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Each device's primary context flags (`cuDevicePrimaryCtxSetFlags`), by node index.
+static PRIMARY_FLAGS: LazyLock<Mutex<HashMap<usize, c_uint>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// `CU_LIMIT_*` and the driver's defaults for them.
+const LIMIT_DEFAULTS: &[(c_int, usize)] = &[
+    (0, 1024),    // CU_LIMIT_STACK_SIZE
+    (1, 1 << 20), // CU_LIMIT_PRINTF_FIFO_SIZE
+    (2, 8 << 20), // CU_LIMIT_MALLOC_HEAP_SIZE
+    (3, 2),       // CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH
+    (4, 2048),    // CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
+    (5, 64),      // CU_LIMIT_MAX_L2_FETCH_GRANULARITY
+    (6, 0),       // CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+];
+
+/// The API version `cuCtxGetApiVersion` reports: contexts made through the `_v2` interface.
+const CONTEXT_API_VERSION: c_uint = 3020;
+
+fn live(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
+    let live = LIVE.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    if ctx.is_null() || !live.contains(&(ctx as usize)) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    // SAFETY: the pointer is in LIVE: a Box leaked by ctx_new and not yet dropped.
+    Ok(unsafe { &*ctx })
+}
+
+fn top() -> CUcontext {
+    STACK.with(|s| s.borrow().last().copied().unwrap_or(0)) as CUcontext
+}
+
+/// The calling thread's current context.
+pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
+    let ctx = top();
+    if ctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    live(ctx)
+}
+
+/// `ctx` itself, or the current context when it is NULL (as the `cuCtx*` queries take it).
+fn given_or_current(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
+    if ctx.is_null() {
+        current_ctx()
+    } else {
+        live(ctx)
+    }
+}
+
+fn ctx_new(
+    d: &Driver,
+    ordinal: CUdevice,
+    primary: bool,
+    flags: c_uint,
+) -> Result<CUcontext, CUresult> {
+    let node_index = d.node_index(ordinal)?;
+    let bytes = d.spec.gpus[node_index].context_bytes;
+    {
+        let mut inner = d.lock();
+        d.charge(&mut inner, node_index, bytes)?;
+    }
+    let ctx = Box::into_raw(Box::new(Ctx {
+        node_index,
+        ordinal,
+        primary,
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        flags: AtomicU32::new(flags),
+        limits: Mutex::new(LIMIT_DEFAULTS.iter().copied().collect()),
+        cache_config: AtomicU32::new(0),
+        shared_mem_config: AtomicU32::new(1),
+    }));
+    LIVE.lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .insert(ctx as usize);
+    Ok(ctx)
+}
+
+fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
+    if !LIVE
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .remove(&(ctx as usize))
+    {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    // SAFETY: the pointer was in LIVE, so it is a Box from ctx_new, dropped only here.
+    let c = unsafe { Box::from_raw(ctx) };
+    let mut inner = d.lock();
+    d.uncharge(
+        &mut inner,
+        c.node_index,
+        d.spec.gpus[c.node_index].context_bytes,
+    );
+    // A context destroyed while current on this thread leaves the stack.
+    STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let index = d.node_index(dev)?;
+        let existing = d.lock().primary.get(&index).copied();
+        let ctx = match existing {
+            Some((p, n)) => {
+                d.lock().primary.insert(index, (p, n + 1));
+                p as CUcontext
+            }
+            None => {
+                let flags = PRIMARY_FLAGS
+                    .lock()
+                    .map_err(|_| CUDA_ERROR_UNKNOWN)?
+                    .get(&index)
+                    .copied()
+                    .unwrap_or(0);
+                let c = ctx_new(d, dev, true, flags)?;
+                d.lock().primary.insert(index, (c as usize, 1));
+                c
+            }
+        };
+        out(pctx, ctx)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let index = d.node_index(dev)?;
+        let entry = d.lock().primary.get(&index).copied();
+        match entry {
+            Some((p, 1)) => {
+                d.lock().primary.remove(&index);
+                ctx_drop(d, p as CUcontext)
+            }
+            Some((p, n)) => {
+                d.lock().primary.insert(index, (p, n - 1));
+                Ok(())
+            }
+            None => Err(CUDA_ERROR_INVALID_CONTEXT),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    cuDevicePrimaryCtxRelease_v2(dev)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: CUdevice,
+    flags: *mut c_uint,
+    active: *mut c_int,
+) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let index = d.node_index(dev)?;
+        let is_active = d.lock().primary.contains_key(&index);
+        let f = PRIMARY_FLAGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .get(&index)
+            .copied()
+            .unwrap_or(0);
+        out(flags, f)?;
+        out(active, c_int::from(is_active))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: c_uint) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let index = d.node_index(dev)?;
+        PRIMARY_FLAGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(index, flags);
+        if let Some((p, _)) = d.lock().primary.get(&index).copied() {
+            live(p as CUcontext)?.flags.store(flags, Ordering::Relaxed);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: c_uint) -> CUresult {
+    cuDevicePrimaryCtxSetFlags_v2(dev, flags)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    guard(|| {
+        let c = ctx_new(state::get()?, dev, false, flags)?;
+        STACK.with(|s| s.borrow_mut().push(c as usize));
+        out(pctx, c)
+    })
+}
+
+/// CUDA 11.4's variant with execution-affinity parameters (ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    _num_params: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// CUDA 12.5's variant with `CUctxCreateParams` (ignored here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    _params: *mut c_void,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        if live(ctx)?.primary {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        ctx_drop(d, ctx)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
+    guard(|| {
+        state::get()?;
+        if !ctx.is_null() {
+            live(ctx)?;
+        }
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            s.pop();
+            if !ctx.is_null() {
+                s.push(ctx as usize);
+            }
+        });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
+    guard(|| {
+        state::get()?;
+        out(pctx, top())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
+    guard(|| {
+        state::get()?;
+        if ctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        live(ctx)?;
+        STACK.with(|s| s.borrow_mut().push(ctx as usize));
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
+    guard(|| {
+        state::get()?;
+        let popped = STACK
+            .with(|s| s.borrow_mut().pop())
+            .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            out(pctx, popped as CUcontext)?;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
+    guard(|| out(dev, current_ctx()?.ordinal))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    guard(|| {
+        let ctx = current_ctx()?;
+        // Every kernel of this process runs in order on the device: wait for the last.
+        std::thread::sleep(state::get()?.until_idle(ctx.node_index));
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
+    guard(|| out(flags, current_ctx()?.flags.load(Ordering::Relaxed)))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetFlags(flags: c_uint) -> CUresult {
+    guard(|| {
+        current_ctx()?.flags.store(flags, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetId(ctx: CUcontext, id: *mut u64) -> CUresult {
+    guard(|| out(id, given_or_current(ctx)?.id))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint) -> CUresult {
+    guard(|| {
+        given_or_current(ctx)?;
+        out(version, CONTEXT_API_VERSION)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult {
+    guard(|| {
+        let ctx = current_ctx()?;
+        let limits = ctx.limits.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let v = *limits.get(&limit).ok_or(CUDA_ERROR_UNSUPPORTED_LIMIT)?;
+        out(value, v)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
+    guard(|| {
+        let ctx = current_ctx()?;
+        let mut limits = ctx.limits.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let slot = limits.get_mut(&limit).ok_or(CUDA_ERROR_UNSUPPORTED_LIMIT)?;
+        *slot = value;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCacheConfig(config: *mut c_uint) -> CUresult {
+    guard(|| out(config, current_ctx()?.cache_config.load(Ordering::Relaxed)))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCacheConfig(config: c_uint) -> CUresult {
+    guard(|| {
+        if config > 3 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        current_ctx()?.cache_config.store(config, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetSharedMemConfig(config: *mut c_uint) -> CUresult {
+    guard(|| {
+        out(
+            config,
+            current_ctx()?.shared_mem_config.load(Ordering::Relaxed),
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetSharedMemConfig(config: c_uint) -> CUresult {
+    guard(|| {
+        if config > 2 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        current_ctx()?
+            .shared_mem_config
+            .store(config, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+/// Lower numbers are higher priorities: 0 is the least, -5 the greatest, as on Ampere and
+/// later GPUs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        if !least.is_null() {
+            out(least, 0)?;
+        }
+        if !greatest.is_null() {
+            out(greatest, -5)?;
+        }
+        Ok(())
+    })
+}
