@@ -1,7 +1,9 @@
-//! Real CUDA software behind the wall on the simulated node: NVIDIA's cuda-bindings, numba-cuda
-//! and nvidia-ml-py (installed by `scripts/cuda-clients`) each see the slice in their own
-//! memory query and meet their own out-of-memory error at the limit; two processes of one
-//! slice share it. Each run's unmodelled driver calls are listed in the test output.
+//! Real CUDA software behind the wall on the simulated node: NVIDIA's CUDA runtime 12.9
+//! (`libcudart.so.12`) and Debian's CUDA 11.8 runtime (`libcudart.so.11.0`), cuda-bindings,
+//! numba-cuda and nvidia-ml-py (installed by `scripts/cuda-clients` and
+//! `scripts/reference-driver`) each see the slice in their own memory query and meet their own
+//! out-of-memory error at the limit; two processes of one slice share it. Each run's
+//! unmodelled driver calls are listed in the test output.
 
 mod common;
 
@@ -17,18 +19,53 @@ const GIB: u64 = 1 << 30;
 fn python() -> PathBuf {
     let path = std::env::var_os("GPUSLICE_CLIENTS_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"));
-            cache.join("gpuslice/clients/bin/python")
-        });
+        .unwrap_or_else(|| cache_dir().join("clients/bin/python"));
     assert!(
         path.exists(),
         "{} is missing: run scripts/cuda-clients (scripts/test does) to install the real CUDA clients",
         path.display()
     );
     path
+}
+
+fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"))
+        .join("gpuslice")
+}
+
+/// NVIDIA's CUDA 12 runtime, from the clients' environment.
+fn runtime12() -> PathBuf {
+    let venv = python().parent().unwrap().parent().unwrap().to_path_buf();
+    let lib = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| {
+            e.path()
+                .join("site-packages/nvidia/cuda_runtime/lib/libcudart.so.12")
+        })
+        .find(|p| p.exists());
+    lib.unwrap_or_else(|| {
+        panic!(
+            "no libcudart.so.12 in {}: run scripts/cuda-clients",
+            venv.display()
+        )
+    })
+}
+
+/// Debian's CUDA 11.8 runtime, from `scripts/reference-driver`'s cache.
+fn runtime11() -> PathBuf {
+    let dir = std::env::var_os("GPUSLICE_REFERENCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("reference"));
+    let lib = dir.join("driver/usr/lib/x86_64-linux-gnu/libcudart.so.11.0");
+    assert!(
+        lib.exists(),
+        "{} is missing: run scripts/reference-driver (scripts/test does)",
+        lib.display()
+    );
+    lib
 }
 
 fn script() -> PathBuf {
@@ -45,8 +82,12 @@ fn client(slice: &Slice, log: &Path, args: &[&str]) -> Command {
 
 /// Runs one client to its end; prints its unmodelled driver calls.
 fn fill(slice: &Slice, name: &str, chunk: u64) -> Facts {
-    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
-    let out = client(slice, &log, &[name, "fill", &chunk.to_string()])
+    fill_with(slice, name, chunk, "malloc")
+}
+
+fn fill_with(slice: &Slice, name: &str, chunk: u64, api: &str) -> Facts {
+    let log = slice.dir.path().join(format!("unmodelled-{api}.log"));
+    let out = client(slice, &log, &[name, "fill", &chunk.to_string(), api])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -117,6 +158,62 @@ fn two_real_clients_of_one_slice_share_its_limit() {
     assert_eq!(f.num("free"), 424 * MIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 53, "{:?}", f.0);
     assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+}
+
+/// Every allocation interface of one CUDA runtime stops at the slice with
+/// `cudaErrorMemoryAllocation`, its memory query showing the slice.
+fn runtime_meets_the_wall(library: &Path) {
+    let client = format!("runtime:{}", library.display());
+    for api in ["malloc", "async", "managed", "pitch", "array3d"] {
+        let slice = Slice::new(GIB, 0);
+        let f = fill_with(&slice, &client, 64 * MIB, api);
+        let what = format!("{api}: {:?}", f.0);
+        assert_eq!(f.num("total"), GIB, "{what}");
+        assert_eq!(f.num("free"), GIB, "{what}");
+        assert_eq!(f.num("chunks"), 16, "{what}");
+        assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{what}");
+    }
+}
+
+#[test]
+fn the_cuda_12_runtime_meets_the_wall_on_every_allocation_path() {
+    runtime_meets_the_wall(&runtime12());
+}
+
+#[test]
+fn the_cuda_11_runtime_meets_the_wall_on_every_allocation_path() {
+    runtime_meets_the_wall(&runtime11());
+}
+
+#[test]
+fn two_processes_of_different_cuda_runtimes_share_one_slice() {
+    let slice = Slice::new(GIB, 0);
+    let log = slice.dir.path().join("unmodelled-hold.log");
+    let holder_client = format!("runtime:{}", runtime11().display());
+    let mut holder = client(
+        &slice,
+        &log,
+        &[&holder_client, "hold", &(600 * MIB).to_string()],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(Facts::parse(&line).num("chunks"), 1, "{line}");
+    let f = fill(
+        &slice,
+        &format!("runtime:{}", runtime12().display()),
+        8 * MIB,
+    );
+    assert_eq!(f.num("free"), 424 * MIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 53, "{:?}", f.0);
+    assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{:?}", f.0);
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
 }

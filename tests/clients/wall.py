@@ -1,11 +1,12 @@
 """The wall seen by real CUDA software: each client asks for its memory the way its users do.
 
-Usage: wall.py CLIENT MODE BYTES
+Usage: wall.py CLIENT MODE BYTES [API]
   CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), nvml
-          (nvidia-ml-py)
+          (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; hold: allocate BYTES once, print, and wait for
           stdin to close
+  API     for the runtime: malloc (default), async, managed, pitch, array3d
 Prints key=value pairs on one line: total, free (the client's own memory query before
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 """
@@ -56,6 +57,60 @@ def numba(mode, size):
     return total, free, held, error, held.clear
 
 
+def runtime(path, api, mode, size):
+    import ctypes
+    from ctypes import byref, c_int, c_size_t, c_uint, c_void_p
+
+    class ChannelFormat(ctypes.Structure):
+        _fields_ = [("x", c_int), ("y", c_int), ("z", c_int), ("w", c_int), ("f", c_int)]
+
+    class Extent(ctypes.Structure):
+        _fields_ = [("width", c_size_t), ("height", c_size_t), ("depth", c_size_t)]
+
+    rt = ctypes.CDLL(path)
+    rt.cudaGetErrorName.restype = ctypes.c_char_p
+    free, total = c_size_t(), c_size_t()
+    err = rt.cudaMemGetInfo(byref(free), byref(total))
+    if err:
+        raise RuntimeError(rt.cudaGetErrorName(err).decode())
+    mib = 1 << 20
+
+    def alloc():
+        p, pitch = c_void_p(), c_size_t()
+        if api == "malloc":
+            return rt.cudaMalloc(byref(p), c_size_t(size)), p
+        if api == "async":
+            return rt.cudaMallocAsync(byref(p), c_size_t(size), c_void_p(0)), p
+        if api == "managed":
+            return rt.cudaMallocManaged(byref(p), c_size_t(size), c_uint(1)), p
+        if api == "pitch":
+            # Rows of 1 MiB: the pitch adds nothing, so `size` bytes are asked for.
+            return rt.cudaMallocPitch(byref(p), byref(pitch), c_size_t(mib), c_size_t(size // mib)), p
+        if api == "array3d":
+            desc = ChannelFormat(8, 0, 0, 0, 1)  # one unsigned byte per element
+            extent = Extent(1024, 1024, size // mib)
+            return rt.cudaMalloc3DArray(byref(p), byref(desc), extent, c_uint(0)), p
+        raise ValueError(api)
+
+    held, error = [], ""
+    while True:
+        err, p = alloc()
+        if err:
+            error = rt.cudaGetErrorName(err).decode()
+            rt.cudaGetLastError()
+            break
+        held.append(p)
+        if mode == "hold":
+            break
+
+    def release():
+        for p in held:
+            rt.cudaFreeArray(p) if api == "array3d" else rt.cudaFree(p)
+        rt.cudaDeviceSynchronize()
+
+    return total.value, free.value, held, error, release
+
+
 def nvml(_mode, _size):
     import pynvml
 
@@ -67,9 +122,12 @@ def nvml(_mode, _size):
 
 def main():
     client, mode, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    total, free, held, error, release = {"bindings": bindings, "numba": numba, "nvml": nvml}[
-        client
-    ](mode, size)
+    if client.startswith("runtime:"):
+        api = sys.argv[4] if len(sys.argv) > 4 else "malloc"
+        total, free, held, error, release = runtime(client[len("runtime:"):], api, mode, size)
+    else:
+        clients = {"bindings": bindings, "numba": numba, "nvml": nvml}
+        total, free, held, error, release = clients[client](mode, size)
     print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
     if mode == "hold":
         sys.stdin.read()

@@ -10,7 +10,9 @@ pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_DEINITIALIZED: CUresult = 4;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
 pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
@@ -44,7 +46,14 @@ pub fn name(r: CUresult) -> Option<(&'static std::ffi::CStr, &'static std::ffi::
             c"no CUDA-capable device is detected",
         ),
         CUDA_ERROR_INVALID_DEVICE => (c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+        CUDA_ERROR_INVALID_IMAGE => (
+            c"CUDA_ERROR_INVALID_IMAGE",
+            c"device kernel image is invalid",
+        ),
         CUDA_ERROR_INVALID_CONTEXT => (c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
+        CUDA_ERROR_CONTEXT_IS_DESTROYED => {
+            (c"CUDA_ERROR_CONTEXT_IS_DESTROYED", c"context is destroyed")
+        }
         CUDA_ERROR_INVALID_HANDLE => (c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
         CUDA_ERROR_UNSUPPORTED_LIMIT => (
             c"CUDA_ERROR_UNSUPPORTED_LIMIT",

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use crate::codes::*;
@@ -21,6 +21,8 @@ pub struct Ctx {
     pub(crate) node_index: usize,
     pub(crate) ordinal: CUdevice,
     primary: bool,
+    /// False for a primary context nobody retains (it keeps its handle, as in the driver).
+    active: AtomicBool,
     id: u64,
     flags: AtomicU32,
     limits: Mutex<HashMap<c_int, usize>>,
@@ -74,7 +76,11 @@ pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
     if ctx.is_null() {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
-    live(ctx)
+    let c = live(ctx)?;
+    if !c.active.load(Ordering::Acquire) {
+        return Err(CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    }
+    Ok(c)
 }
 
 /// `ctx` itself, or the current context when it is NULL (as the `cuCtx*` queries take it).
@@ -86,22 +92,33 @@ fn given_or_current(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
     }
 }
 
-fn ctx_new(
-    d: &Driver,
+fn charge_context(d: &Driver, node_index: usize) -> Result<(), CUresult> {
+    let bytes = d.spec.gpus[node_index].context_bytes;
+    let mut inner = d.lock();
+    d.charge(&mut inner, node_index, bytes)
+}
+
+fn uncharge_context(d: &Driver, node_index: usize) {
+    let mut inner = d.lock();
+    d.uncharge(
+        &mut inner,
+        node_index,
+        d.spec.gpus[node_index].context_bytes,
+    );
+}
+
+/// A new context object, registered live; charging for it is the caller's.
+fn ctx_alloc(
+    node_index: usize,
     ordinal: CUdevice,
     primary: bool,
     flags: c_uint,
 ) -> Result<CUcontext, CUresult> {
-    let node_index = d.node_index(ordinal)?;
-    let bytes = d.spec.gpus[node_index].context_bytes;
-    {
-        let mut inner = d.lock();
-        d.charge(&mut inner, node_index, bytes)?;
-    }
     let ctx = Box::into_raw(Box::new(Ctx {
         node_index,
         ordinal,
         primary,
+        active: AtomicBool::new(!primary),
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         flags: AtomicU32::new(flags),
         limits: Mutex::new(LIMIT_DEFAULTS.iter().copied().collect()),
@@ -114,6 +131,30 @@ fn ctx_new(
     Ok(ctx)
 }
 
+fn ctx_new(d: &Driver, ordinal: CUdevice, flags: c_uint) -> Result<CUcontext, CUresult> {
+    let node_index = d.node_index(ordinal)?;
+    charge_context(d, node_index)?;
+    ctx_alloc(node_index, ordinal, false, flags)
+}
+
+/// The device's primary context, made (inactive, uncharged) if it has none: its handle stays
+/// the same for the life of the process, active or not.
+pub(crate) fn primary_ctx(d: &Driver, dev: CUdevice) -> Result<(CUcontext, u32), CUresult> {
+    let index = d.node_index(dev)?;
+    if let Some((p, n)) = d.lock().primary.get(&index).copied() {
+        return Ok((p as CUcontext, n));
+    }
+    let flags = PRIMARY_FLAGS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(&index)
+        .copied()
+        .unwrap_or(0);
+    let c = ctx_alloc(index, dev, true, flags)?;
+    d.lock().primary.insert(index, (c as usize, 0));
+    Ok((c, 0))
+}
+
 fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     if !LIVE
         .lock()
@@ -122,14 +163,10 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
-    // SAFETY: the pointer was in LIVE, so it is a Box from ctx_new, dropped only here.
+    crate::export_table::context_destroyed(ctx);
+    // SAFETY: the pointer was in LIVE, so it is a Box from ctx_alloc, dropped only here.
     let c = unsafe { Box::from_raw(ctx) };
-    let mut inner = d.lock();
-    d.uncharge(
-        &mut inner,
-        c.node_index,
-        d.spec.gpus[c.node_index].context_bytes,
-    );
+    uncharge_context(d, c.node_index);
     // A context destroyed while current on this thread leaves the stack.
     STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));
     Ok(())
@@ -139,25 +176,13 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     guard(|| {
         let d = state::get()?;
-        let index = d.node_index(dev)?;
-        let existing = d.lock().primary.get(&index).copied();
-        let ctx = match existing {
-            Some((p, n)) => {
-                d.lock().primary.insert(index, (p, n + 1));
-                p as CUcontext
-            }
-            None => {
-                let flags = PRIMARY_FLAGS
-                    .lock()
-                    .map_err(|_| CUDA_ERROR_UNKNOWN)?
-                    .get(&index)
-                    .copied()
-                    .unwrap_or(0);
-                let c = ctx_new(d, dev, true, flags)?;
-                d.lock().primary.insert(index, (c as usize, 1));
-                c
-            }
-        };
+        let (ctx, n) = primary_ctx(d, dev)?;
+        let c = live(ctx)?;
+        if n == 0 {
+            charge_context(d, c.node_index)?;
+            c.active.store(true, Ordering::Release);
+        }
+        d.lock().primary.insert(c.node_index, (ctx as usize, n + 1));
         out(pctx, ctx)
     })
 }
@@ -166,19 +191,18 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     guard(|| {
         let d = state::get()?;
-        let index = d.node_index(dev)?;
-        let entry = d.lock().primary.get(&index).copied();
-        match entry {
-            Some((p, 1)) => {
-                d.lock().primary.remove(&index);
-                ctx_drop(d, p as CUcontext)
-            }
-            Some((p, n)) => {
-                d.lock().primary.insert(index, (p, n - 1));
-                Ok(())
-            }
-            None => Err(CUDA_ERROR_INVALID_CONTEXT),
+        let (ctx, n) = primary_ctx(d, dev)?;
+        let c = live(ctx)?;
+        if n == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
+        if n == 1 {
+            c.active.store(false, Ordering::Release);
+            crate::export_table::context_destroyed(ctx);
+            uncharge_context(d, c.node_index);
+        }
+        d.lock().primary.insert(c.node_index, (ctx as usize, n - 1));
+        Ok(())
     })
 }
 
@@ -196,7 +220,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     guard(|| {
         let d = state::get()?;
         let index = d.node_index(dev)?;
-        let is_active = d.lock().primary.contains_key(&index);
+        let is_active = d.lock().primary.get(&index).is_some_and(|&(_, n)| n > 0);
         let f = PRIMARY_FLAGS
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
@@ -236,7 +260,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     dev: CUdevice,
 ) -> CUresult {
     guard(|| {
-        let c = ctx_new(state::get()?, dev, false, flags)?;
+        let c = ctx_new(state::get()?, dev, flags)?;
         STACK.with(|s| s.borrow_mut().push(c as usize));
         out(pctx, c)
     })

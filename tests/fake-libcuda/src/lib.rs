@@ -11,6 +11,8 @@
 
 mod codes;
 mod context;
+mod export_table;
+mod module;
 mod paths;
 mod proc_address;
 mod state;
@@ -126,7 +128,19 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     })
 }
 
-fn uuid_bytes(uuid: &str) -> [c_char; 16] {
+/// PCI domain, bus and device of a bus id `DDDDDDDD:BB:DD.F`.
+pub(crate) fn pci_location(bus_id: &str) -> (c_int, c_int, c_int) {
+    let field = |k: usize| {
+        bus_id
+            .split([':', '.'])
+            .nth(k)
+            .and_then(|p| i32::from_str_radix(p, 16).ok())
+            .unwrap_or(0)
+    };
+    (field(0), field(1), field(2))
+}
+
+pub(crate) fn uuid_bytes(uuid: &str) -> [c_char; 16] {
     let hex: String = uuid
         .trim_start_matches("GPU-")
         .chars()
@@ -179,21 +193,15 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     guard(|| {
         let d = state::get()?;
         let g = &d.spec.gpus[d.node_index(dev)?];
-        let field = |k: usize| {
-            g.pci_bus_id
-                .split([':', '.'])
-                .nth(k)
-                .and_then(|p| i32::from_str_radix(p, 16).ok())
-                .unwrap_or(0)
-        };
+        let (domain, bus, device) = pci_location(&g.pci_bus_id);
         let cc = |v: u32| c_int::try_from(v).unwrap_or(0);
         let v = match attrib {
             ATTR_MAX_THREADS_PER_BLOCK => 1024,
             ATTR_WARP_SIZE => 32,
             ATTR_MULTIPROCESSOR_COUNT => cc(g.sm_count),
-            ATTR_PCI_DOMAIN_ID => field(0),
-            ATTR_PCI_BUS_ID => field(1),
-            ATTR_PCI_DEVICE_ID => field(2),
+            ATTR_PCI_DOMAIN_ID => domain,
+            ATTR_PCI_BUS_ID => bus,
+            ATTR_PCI_DEVICE_ID => device,
             ATTR_COMPUTE_CAPABILITY_MAJOR => cc(g.compute_capability.0),
             ATTR_COMPUTE_CAPABILITY_MINOR => cc(g.compute_capability.1),
             a if (1..ATTR_MAX).contains(&a) => 0,
