@@ -217,3 +217,14 @@ fn two_processes_of_different_cuda_runtimes_share_one_slice() {
     drop(holder.stdin.take());
     assert!(holder.wait().unwrap().success());
 }
+
+#[test]
+fn cupy_sees_its_slice_and_its_pool_stops_at_the_limit() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "cupy", 64 * MIB);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("free"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
+    assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
+    assert_eq!(f.num("pool_total"), GIB, "{:?}", f.0);
+}

@@ -1,8 +1,8 @@
 """The wall seen by real CUDA software: each client asks for its memory the way its users do.
 
 Usage: wall.py CLIENT MODE BYTES [API]
-  CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), nvml
-          (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes)
+  CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), cupy (CuPy and
+          its memory pool), nvml (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; hold: allocate BYTES once, print, and wait for
           stdin to close
@@ -55,6 +55,30 @@ def numba(mode, size):
         if mode == "hold":
             break
     return total, free, held, error, held.clear
+
+
+def cupy_client(mode, size):
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    held, error = [], ""
+    while True:
+        try:
+            held.append(cupy.empty(size, dtype=cupy.uint8))
+        except cupy.cuda.memory.OutOfMemoryError:
+            error = "OutOfMemoryError"
+            break
+        if mode == "hold":
+            break
+    pool = cupy.get_default_memory_pool()
+    # What the pool holds from the device, on the same line as the other facts.
+    print(f"pool_total={pool.total_bytes()}", end=" ")
+
+    def release():
+        held.clear()
+        pool.free_all_blocks()
+
+    return total, free, held, error, release
 
 
 def runtime(path, api, mode, size):
@@ -126,7 +150,7 @@ def main():
         api = sys.argv[4] if len(sys.argv) > 4 else "malloc"
         total, free, held, error, release = runtime(client[len("runtime:"):], api, mode, size)
     else:
-        clients = {"bindings": bindings, "numba": numba, "nvml": nvml}
+        clients = {"bindings": bindings, "numba": numba, "cupy": cupy_client, "nvml": nvml}
         total, free, held, error, release = clients[client](mode, size)
     print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
     if mode == "hold":
