@@ -428,3 +428,62 @@ fn a_container_id_taken_under_another_runtime_root_gets_no_slice_and_takes_none_
     assert!(out.status.success(), "delete failed: {}", text(&out));
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn a_container_sees_only_the_gpu_of_its_slice_through_cuda_and_nvml() {
+    let node = Node::new();
+    // The first container fills most of GPU 0; the second's slice lands on GPU 1.
+    for (name, id, memory) in [("big", "fills0", "15Gi"), ("small", "on1", "4Gi")] {
+        let b = node.bundle(
+            name,
+            &["/bin/sleep", "60"],
+            &[("gpuslice.io/memory", memory)],
+        );
+        let b = b.display().to_string();
+        let out = node.wrapper(&["create", "--bundle", &b, id]);
+        assert!(out.status.success(), "create failed: {}", text(&out));
+        let out = node.wrapper(&["start", id]);
+        assert!(out.status.success(), "start failed: {}", text(&out));
+    }
+    let s = node.status();
+    let on1 = s
+        .slices
+        .iter()
+        .find(|sl| sl.claim.container_id == "on1")
+        .unwrap();
+    assert_eq!(on1.claim.gpus[0].minor, 1);
+    let bus = node.sim.spec.gpus[1].pci_bus_id.clone();
+    let smi = text(&node.runc(&[
+        "exec",
+        "on1",
+        "/usr/bin/nvidia-smi",
+        "--query-gpu=index,pci.bus_id,memory.total",
+        "--format=csv,noheader",
+    ]));
+    assert_eq!(
+        smi.trim(),
+        format!("0, {bus}, 4096 MiB"),
+        "NVML shows other GPUs"
+    );
+    let wall = text(&node.runc(&["exec", "on1", "/usr/bin/wall", "procaddr", "alloc", "1"]));
+    assert!(wall.contains("total=4294967296 "), "{wall}");
+    let count = text(&node.runc(&[
+        "exec",
+        "on1",
+        "/bin/sh",
+        "-c",
+        "CUDA_VISIBLE_DEVICES=1 /usr/bin/wall procaddr alloc 1",
+    ]));
+    assert!(
+        count.contains("error=init"),
+        "CUDA_VISIBLE_DEVICES=1 named a GPU the container cannot open: {count}"
+    );
+    for id in ["fills0", "on1"] {
+        let _ = node.runc(&["kill", id, "KILL"]);
+        assert!(wait_for(Duration::from_secs(10), || text(
+            &node.runc(&["state", id])
+        )
+        .contains("\"stopped\"")));
+        assert!(node.wrapper(&["delete", id]).status.success());
+    }
+}

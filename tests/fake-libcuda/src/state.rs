@@ -98,18 +98,22 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
     Ok(driver)
 }
 
-/// Devices CUDA shows, as the real driver reads `CUDA_VISIBLE_DEVICES`: indexes or UUIDs
-/// (or unique UUID prefixes), stopping at the first entry that names no device.
+/// Devices CUDA shows: those whose device node this process can open, then narrowed as the
+/// real driver reads `CUDA_VISIBLE_DEVICES` (indexes among those devices, or UUIDs or unique
+/// UUID prefixes), stopping at the first entry that names no device.
 fn visible_devices(spec: &NodeSpec, env: Option<&str>) -> Vec<usize> {
+    let accessible = gpuslice_simnode::devices::accessible(spec);
     let Some(env) = env else {
-        return (0..spec.gpus.len()).collect();
+        return accessible;
     };
     let mut out = Vec::new();
     for item in env.split(',').map(str::trim) {
         let found = if let Ok(i) = item.parse::<usize>() {
-            (i < spec.gpus.len()).then_some(i)
+            accessible.get(i).copied()
         } else {
-            let matches: Vec<usize> = (0..spec.gpus.len())
+            let matches: Vec<usize> = accessible
+                .iter()
+                .copied()
                 .filter(|&i| spec.gpus[i].uuid.starts_with(item) && !item.is_empty())
                 .collect();
             (matches.len() == 1).then(|| matches[0])

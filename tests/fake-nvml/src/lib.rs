@@ -27,6 +27,8 @@ pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
 
 /// `nvmlDevice_t` points at one of these; they live as long as the library.
 pub struct Device {
+    /// Index in the node description (NVML's index is the position among the GPUs this
+    /// process can open).
     index: usize,
 }
 pub type nvmlDevice_t = *mut Device;
@@ -132,8 +134,10 @@ fn init() -> nvmlReturn_t {
         match NodeSpec::locate(library_dir().as_deref()) {
             Ok(spec) => {
                 gpuslice_simnode::unmodelled::set_state_dir(&spec.state_dir);
-                let devices: Vec<Device> =
-                    (0..spec.gpus.len()).map(|index| Device { index }).collect();
+                let devices: Vec<Device> = gpuslice_simnode::devices::accessible(&spec)
+                    .into_iter()
+                    .map(|index| Device { index })
+                    .collect();
                 let devices = Box::leak(devices.into_boxed_slice());
                 *slot = Some(Box::leak(Box::new(Loaded { spec, devices })));
             }
@@ -309,6 +313,23 @@ pub unsafe extern "C" fn nvmlDeviceGetCount(count: *mut c_uint) -> nvmlReturn_t 
     unsafe { device_count(count) }
 }
 
+/// The handle of the `index`-th GPU this process can open.
+unsafe fn handle_at(out: *mut nvmlDevice_t, index: c_uint) -> nvmlReturn_t {
+    guard(|| {
+        let Some(l) = loaded() else {
+            return NVML_ERROR_UNINITIALIZED;
+        };
+        match l.devices.get(index as usize) {
+            Some(d) if !out.is_null() => {
+                // SAFETY: `out` is non-null; the handle points into the leaked device slice.
+                unsafe { *out = std::ptr::from_ref(d).cast_mut() };
+                NVML_SUCCESS
+            }
+            _ => NVML_ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
 unsafe fn handle_where(
     out: *mut nvmlDevice_t,
     pick: impl Fn(&NodeSpec) -> Option<usize>,
@@ -320,13 +341,13 @@ unsafe fn handle_where(
         if out.is_null() {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        match pick(&l.spec) {
-            Some(i) if i < l.devices.len() => {
+        // A GPU of the node that this process cannot open is not found, as with the driver.
+        match pick(&l.spec).and_then(|i| l.devices.iter().find(|d| d.index == i)) {
+            Some(d) => {
                 // SAFETY: `out` is non-null; the handle points into the leaked device slice.
-                unsafe { *out = std::ptr::from_ref(&l.devices[i]).cast_mut() };
+                unsafe { *out = std::ptr::from_ref(d).cast_mut() };
                 NVML_SUCCESS
             }
-            Some(_) => NVML_ERROR_INVALID_ARGUMENT,
             None => NVML_ERROR_NOT_FOUND,
         }
     })
@@ -338,7 +359,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointer.
-    unsafe { handle_where(device, |_| Some(index as usize)) }
+    unsafe { handle_at(device, index) }
 }
 
 #[unsafe(no_mangle)]
@@ -347,7 +368,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointer.
-    unsafe { handle_where(device, |_| Some(index as usize)) }
+    unsafe { handle_at(device, index) }
 }
 
 unsafe fn c_str_arg<'a>(p: *const c_char) -> Option<&'a str> {
@@ -415,7 +436,11 @@ macro_rules! scalar_getter {
     };
 }
 
-scalar_getter!(nvmlDeviceGetIndex, c_uint, |_l, i| c_uint::try_from(i).ok());
+scalar_getter!(nvmlDeviceGetIndex, c_uint, |l, i| l
+    .devices
+    .iter()
+    .position(|d| d.index == i)
+    .and_then(|p| c_uint::try_from(p).ok()));
 scalar_getter!(nvmlDeviceGetMinorNumber, c_uint, |l, i| Some(
     l.spec.gpus[i].minor
 ));

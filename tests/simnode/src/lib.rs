@@ -6,6 +6,7 @@
 //! `gpuslice-sim/node.json` beside the library file itself, and at
 //! `/etc/gpuslice-sim/node.json`.
 
+pub mod devices;
 pub mod driver_root;
 pub mod node;
 pub mod procs;
