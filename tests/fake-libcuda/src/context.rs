@@ -63,7 +63,7 @@ fn live(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     // SAFETY: the pointer is in LIVE: a Box leaked by ctx_new and not yet dropped.
-    Ok(unsafe { &*ctx })
+    Ok(unsafe { &*ctx.cast::<Ctx>() })
 }
 
 fn top() -> CUcontext {
@@ -128,7 +128,7 @@ fn ctx_alloc(
     LIVE.lock()
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
         .insert(ctx as usize);
-    Ok(ctx)
+    Ok(ctx.cast())
 }
 
 fn ctx_new(d: &Driver, ordinal: CUdevice, flags: c_uint) -> Result<CUcontext, CUresult> {
@@ -165,7 +165,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     }
     crate::export_table::context_destroyed(ctx);
     // SAFETY: the pointer was in LIVE, so it is a Box from ctx_alloc, dropped only here.
-    let c = unsafe { Box::from_raw(ctx) };
+    let c = unsafe { Box::from_raw(ctx.cast::<Ctx>()) };
     uncharge_context(d, c.node_index);
     // A context destroyed while current on this thread leaves the stack.
     STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));

@@ -35,17 +35,9 @@ use std::path::PathBuf;
 use codes::*;
 use state::Driver;
 
-pub type CUresult = c_uint;
-pub type CUdevice = c_int;
-pub type CUdeviceptr = u64;
-pub type CUcontext = *mut Ctx;
+pub use gpuslice_cuda_abi::cuda::{CUcontext, CUdevice, CUdeviceptr, CUresult, CUuuid};
 
-pub(crate) use context::{Ctx, current_ctx};
-
-#[repr(C)]
-pub struct CUuuid {
-    pub bytes: [c_char; 16],
-}
+pub(crate) use context::current_ctx;
 
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {

@@ -26,58 +26,17 @@ pub const PITCH_ALIGNMENT: usize = 512;
 /// Granularity of the virtual-memory API.
 pub const VMM_GRANULARITY: usize = 2 << 20;
 
-pub type CUstream = *mut c_void;
-pub type CUmemoryPool = *mut Pool;
-pub type CUarray = *mut c_void;
-pub type CUmipmappedArray = *mut c_void;
-pub type CUmodule = *mut c_void;
-pub type CUfunction = *mut c_void;
-pub type CUmemGenericAllocationHandle = u64;
-
-#[repr(C)]
-pub struct CudaArrayDescriptor {
-    pub width: usize,
-    pub height: usize,
-    pub format: c_int,
-    pub num_channels: c_uint,
-}
-
-#[repr(C)]
-pub struct CudaArray3dDescriptor {
-    pub width: usize,
-    pub height: usize,
-    pub depth: usize,
-    pub format: c_int,
-    pub num_channels: c_uint,
-    pub flags: c_uint,
-}
-
-#[repr(C)]
-pub struct CUmemLocation {
-    pub typ: c_int,
-    pub id: c_int,
-}
-
-/// The leading fields of `CUmemAllocationProp` and `CUmemPoolProps` (same prefix).
-#[repr(C)]
-pub struct CUmemAllocationProp {
-    pub typ: c_int,
-    pub requested_handle_types: c_int,
-    pub location: CUmemLocation,
-}
-
-#[repr(C)]
-pub struct CUmemAccessDesc {
-    pub location: CUmemLocation,
-    pub flags: c_int,
-}
+pub use gpuslice_cuda_abi::cuda::{
+    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY_MEMORY_REQUIREMENTS,
+    CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUfunction, CUlaunchConfig, CUmemAccessDesc,
+    CUmemGenericAllocationHandle, CUmemPropHead, CUmemoryPool, CUmipmappedArray, CUmodule,
+    CUstream,
+};
 
 /// A memory pool: the device it allocates on.
 pub struct Pool {
     node_index: usize,
 }
-
-const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
 
 fn element_size(format: c_int) -> Result<u64, CUresult> {
     Ok(match format {
@@ -174,7 +133,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(
     pool: *mut CUmemoryPool,
-    props: *const CUmemAllocationProp,
+    props: *const CUmemPropHead,
 ) -> CUresult {
     guard(|| {
         let d = state::get()?;
@@ -187,7 +146,10 @@ pub unsafe extern "C" fn cuMemPoolCreate(
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }
         let index = d.node_index(props.location.id)?;
-        out(pool, Box::into_raw(Box::new(Pool { node_index: index })))
+        out(
+            pool,
+            Box::into_raw(Box::new(Pool { node_index: index })).cast(),
+        )
     })
 }
 
@@ -204,7 +166,7 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a pool from cuMemPoolCreate, destroyed once by the API's contract.
-        drop(unsafe { Box::from_raw(pool) });
+        drop(unsafe { Box::from_raw(pool.cast::<Pool>()) });
         Ok(())
     })
 }
@@ -222,7 +184,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a pool handle this library gave out.
-        let index = unsafe { (*pool).node_index };
+        let index = unsafe { (*pool.cast::<Pool>()).node_index };
         out(dptr, d.allocate(index, bytesize as u64, bytesize)?)
     })
 }
@@ -281,7 +243,7 @@ fn create_array(handle: *mut *mut c_void, bytes: Option<u64>) -> Result<(), CUre
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayCreate_v2(
     array: *mut CUarray,
-    desc: *const CudaArrayDescriptor,
+    desc: *const CUDA_ARRAY_DESCRIPTOR,
 ) -> CUresult {
     guard(|| {
         // SAFETY: checked for null; the caller's descriptor.
@@ -296,7 +258,7 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArray3DCreate_v2(
     array: *mut CUarray,
-    desc: *const CudaArray3dDescriptor,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
 ) -> CUresult {
     guard(|| {
         // SAFETY: checked for null; the caller's descriptor.
@@ -319,19 +281,11 @@ pub extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
     guard(|| state::get()?.free(array as u64))
 }
 
-/// `CUDA_ARRAY_MEMORY_REQUIREMENTS`.
-#[repr(C)]
-pub struct CudaArrayMemoryRequirements {
-    pub size: usize,
-    pub alignment: usize,
-    pub reserved: [c_uint; 4],
-}
-
 /// Alignment the simulated driver reports for arrays.
 const ARRAY_ALIGNMENT: usize = 512;
 
 fn array_requirements(
-    req: *mut CudaArrayMemoryRequirements,
+    req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
     array: *mut c_void,
 ) -> Result<(), CUresult> {
     let d = state::get()?;
@@ -343,7 +297,7 @@ fn array_requirements(
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     out(
         req,
-        CudaArrayMemoryRequirements {
+        CUDA_ARRAY_MEMORY_REQUIREMENTS {
             size: usize::try_from(charge).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
             alignment: ARRAY_ALIGNMENT,
             reserved: [0; 4],
@@ -354,7 +308,7 @@ fn array_requirements(
 /// The device memory an array takes: here exactly what it was charged.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
-    req: *mut CudaArrayMemoryRequirements,
+    req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
     array: CUarray,
     _device: CUdevice,
 ) -> CUresult {
@@ -363,7 +317,7 @@ pub unsafe extern "C" fn cuArrayGetMemoryRequirements(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
-    req: *mut CudaArrayMemoryRequirements,
+    req: *mut CUDA_ARRAY_MEMORY_REQUIREMENTS,
     array: CUmipmappedArray,
     _device: CUdevice,
 ) -> CUresult {
@@ -372,7 +326,7 @@ pub unsafe extern "C" fn cuMipmappedArrayGetMemoryRequirements(
 
 /// Bytes of a mipmapped array: every level halves each extent, down to 1.
 #[must_use]
-pub fn mipmapped_bytes(desc: &CudaArray3dDescriptor, levels: c_uint) -> Option<u64> {
+pub fn mipmapped_bytes(desc: &CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> Option<u64> {
     let (mut w, mut h, mut d) = (desc.width, desc.height, desc.depth);
     let mut total: u64 = 0;
     for _ in 0..levels {
@@ -387,7 +341,7 @@ pub fn mipmapped_bytes(desc: &CudaArray3dDescriptor, levels: c_uint) -> Option<u
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMipmappedArrayCreate(
     array: *mut CUmipmappedArray,
-    desc: *const CudaArray3dDescriptor,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
     levels: c_uint,
 ) -> CUresult {
     guard(|| {
@@ -437,7 +391,7 @@ fn free_if_done(handles: &mut HashMap<u64, Physical>, handle: u64) -> Result<(),
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     granularity: *mut usize,
-    _prop: *const CUmemAllocationProp,
+    _prop: *const CUmemPropHead,
     _option: c_int,
 ) -> CUresult {
     guard(|| out(granularity, VMM_GRANULARITY))
@@ -447,12 +401,12 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
-    prop: *const CUmemAllocationProp,
+    prop: *const CUmemPropHead,
     _flags: u64,
 ) -> CUresult {
     guard(|| {
         let d = state::get()?;
-        // SAFETY: checked for null; the caller's CUmemAllocationProp, whose prefix we read.
+        // SAFETY: checked for null; the caller's CUmemPropHead, whose prefix we read.
         let prop = unsafe { prop.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         if size == 0
             || !size.is_multiple_of(VMM_GRANULARITY)
@@ -803,21 +757,6 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     unsafe { cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
-/// `CUlaunchConfig` of `cuda.h`.
-#[repr(C)]
-pub struct CUlaunchConfig {
-    pub grid_dim_x: c_uint,
-    pub grid_dim_y: c_uint,
-    pub grid_dim_z: c_uint,
-    pub block_dim_x: c_uint,
-    pub block_dim_y: c_uint,
-    pub block_dim_z: c_uint,
-    pub shared_mem_bytes: c_uint,
-    pub stream: CUstream,
-    pub attrs: *mut c_void,
-    pub num_attrs: c_uint,
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx(
     config: *const CUlaunchConfig,
@@ -920,7 +859,7 @@ mod tests {
         assert_eq!(array_bytes(8, 8, 8, 0x10, 2), Some(2048));
         assert_eq!(array_bytes(8, 8, 8, 0x77, 2), None);
         assert_eq!(array_bytes(8, 8, 8, 0x10, 3), None);
-        let d = CudaArray3dDescriptor {
+        let d = CUDA_ARRAY3D_DESCRIPTOR {
             width: 8,
             height: 4,
             depth: 0,

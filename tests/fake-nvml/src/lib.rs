@@ -15,80 +15,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpuslice_simnode::{NodeSpec, procs};
 
-pub type nvmlReturn_t = c_uint;
-pub const NVML_SUCCESS: nvmlReturn_t = 0;
-pub const NVML_ERROR_UNINITIALIZED: nvmlReturn_t = 1;
-pub const NVML_ERROR_INVALID_ARGUMENT: nvmlReturn_t = 2;
-pub const NVML_ERROR_NOT_SUPPORTED: nvmlReturn_t = 3;
-pub const NVML_ERROR_NOT_FOUND: nvmlReturn_t = 6;
-pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
-pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
-pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
+pub use gpuslice_cuda_abi::nvml::{
+    NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNINITIALIZED, NVML_ERROR_UNKNOWN,
+    NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t,
+    nvmlProcessInfo_v1_t, nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlUtilization_t,
+};
 
 /// `nvmlDevice_t` points at one of these; they live as long as the library.
 pub struct Device {
     /// Index in the node description (NVML's index is the position among the GPUs this
     /// process can open).
     index: usize,
-}
-pub type nvmlDevice_t = *mut Device;
-
-#[repr(C)]
-pub struct nvmlMemory_t {
-    pub total: c_ulonglong,
-    pub free: c_ulonglong,
-    pub used: c_ulonglong,
-}
-
-#[repr(C)]
-pub struct nvmlMemory_v2_t {
-    pub version: c_uint,
-    pub total: c_ulonglong,
-    pub reserved: c_ulonglong,
-    pub free: c_ulonglong,
-    pub used: c_ulonglong,
-}
-
-#[repr(C)]
-pub struct nvmlPciInfo_t {
-    pub busIdLegacy: [c_char; 16],
-    pub domain: c_uint,
-    pub bus: c_uint,
-    pub device: c_uint,
-    pub pciDeviceId: c_uint,
-    pub pciSubSystemId: c_uint,
-    pub busId: [c_char; 32],
-}
-
-#[repr(C)]
-pub struct nvmlUtilization_t {
-    pub gpu: c_uint,
-    pub memory: c_uint,
-}
-
-#[repr(C)]
-pub struct nvmlProcessInfo_v1_t {
-    pub pid: c_uint,
-    pub usedGpuMemory: c_ulonglong,
-}
-
-#[repr(C)]
-pub struct nvmlProcessUtilizationSample_t {
-    pub pid: c_uint,
-    /// CPU timestamp in microseconds.
-    pub timeStamp: c_ulonglong,
-    pub smUtil: c_uint,
-    pub memUtil: c_uint,
-    pub encUtil: c_uint,
-    pub decUtil: c_uint,
-}
-
-#[repr(C)]
-pub struct nvmlProcessInfo_t {
-    pub pid: c_uint,
-    pub usedGpuMemory: c_ulonglong,
-    pub gpuInstanceId: c_uint,
-    pub computeInstanceId: c_uint,
 }
 
 struct Loaded {
@@ -179,7 +117,7 @@ unsafe fn with_device(
             return NVML_ERROR_UNINITIALIZED;
         };
         let range = l.devices.as_ptr_range();
-        let p = device.cast_const();
+        let p = device.cast_const().cast::<Device>();
         if device.is_null() || p < range.start || p >= range.end {
             return NVML_ERROR_INVALID_ARGUMENT;
         }
@@ -322,7 +260,7 @@ unsafe fn handle_at(out: *mut nvmlDevice_t, index: c_uint) -> nvmlReturn_t {
         match l.devices.get(index as usize) {
             Some(d) if !out.is_null() => {
                 // SAFETY: `out` is non-null; the handle points into the leaked device slice.
-                unsafe { *out = std::ptr::from_ref(d).cast_mut() };
+                unsafe { *out = std::ptr::from_ref(d).cast_mut().cast() };
                 NVML_SUCCESS
             }
             _ => NVML_ERROR_INVALID_ARGUMENT,
@@ -345,7 +283,7 @@ unsafe fn handle_where(
         match pick(&l.spec).and_then(|i| l.devices.iter().find(|d| d.index == i)) {
             Some(d) => {
                 // SAFETY: `out` is non-null; the handle points into the leaked device slice.
-                unsafe { *out = std::ptr::from_ref(d).cast_mut() };
+                unsafe { *out = std::ptr::from_ref(d).cast_mut().cast() };
                 NVML_SUCCESS
             }
             None => NVML_ERROR_NOT_FOUND,
@@ -520,11 +458,11 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
             info.domain = hex(0);
             info.bus = hex(1);
             info.device = hex(2);
-            info.pciDeviceId = 0x2236_10de;
-            info.pciSubSystemId = 0x1482_10de;
-            fill_chars(&mut info.busId, bus_id);
+            info.pci_device_id = 0x2236_10de;
+            info.pci_sub_system_id = 0x1482_10de;
+            fill_chars(&mut info.bus_id, bus_id);
             let legacy = bus_id.get(4..).unwrap_or(bus_id);
-            fill_chars(&mut info.busIdLegacy, legacy);
+            fill_chars(&mut info.bus_id_legacy, legacy);
             *pci = info;
             NVML_SUCCESS
         })
@@ -648,7 +586,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
     unsafe {
         processes(d, c, p, |pid, used| nvmlProcessInfo_v1_t {
             pid,
-            usedGpuMemory: used,
+            used_gpu_memory: used,
         })
     }
 }
@@ -656,9 +594,9 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
 fn v2_info(pid: u32, used: u64) -> nvmlProcessInfo_t {
     nvmlProcessInfo_t {
         pid,
-        usedGpuMemory: used,
-        gpuInstanceId: u32::MAX,
-        computeInstanceId: u32::MAX,
+        used_gpu_memory: used,
+        gpu_instance_id: u32::MAX,
+        compute_instance_id: u32::MAX,
     }
 }
 
@@ -755,11 +693,11 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
                     .add(written)
                     .write(nvmlProcessUtilizationSample_t {
                         pid: p.pid,
-                        timeStamp: now_us,
-                        smUtil: c_uint::try_from(util).unwrap_or(100),
-                        memUtil: 0,
-                        encUtil: 0,
-                        decUtil: 0,
+                        time_stamp: now_us,
+                        sm_util: c_uint::try_from(util).unwrap_or(100),
+                        mem_util: 0,
+                        enc_util: 0,
+                        dec_util: 0,
                     });
                 written += 1;
             }

@@ -1,0 +1,131 @@
+//! `cuda.h`: the driver API's types and constants.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub type CUresult = c_uint;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUcontext = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+pub type CUmemoryPool = *mut c_void;
+pub type CUarray = *mut c_void;
+pub type CUmipmappedArray = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUmemGenericAllocationHandle = u64;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
+pub const CUDA_ERROR_DEINITIALIZED: CUresult = 4;
+pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
+pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
+pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
+pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
+pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
+
+/// `CUdevice_attribute` values.
+pub const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 1;
+pub const CU_DEVICE_ATTRIBUTE_WARP_SIZE: c_int = 10;
+pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
+pub const CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: c_int = 34;
+pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_int = 50;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+
+/// `CU_MEM_LOCATION_TYPE_DEVICE` of `CUmemLocationType`.
+pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+
+/// `cuGetProcAddress` flags.
+pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1 << 0;
+pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
+/// `CUdriverProcAddressQueryResult` values.
+pub const CU_GET_PROC_ADDRESS_SUCCESS: c_int = 0;
+pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
+pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
+
+/// `CUgraphNodeType` of a memory-allocation node.
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+/// `CUstreamCaptureStatus` of a stream being captured.
+pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUuuid {
+    pub bytes: [c_char; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY3D_DESCRIPTOR {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+    pub format: c_int,
+    pub num_channels: c_uint,
+    pub flags: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_ARRAY_MEMORY_REQUIREMENTS {
+    pub size: usize,
+    pub alignment: usize,
+    pub reserved: [c_uint; 4],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemLocation {
+    pub typ: c_int,
+    pub id: c_int,
+}
+
+/// The head of `CUmemAllocationProp` and of `CUmemPoolProps`: both start with two enums
+/// (`type` / `allocType`, `requestedHandleTypes` / `handleTypes`) and the location.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemPropHead {
+    pub typ: c_int,
+    pub handle_types: c_int,
+    pub location: CUmemLocation,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUlaunchConfig {
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub stream: CUstream,
+    pub attrs: *mut c_void,
+    pub num_attrs: c_uint,
+}

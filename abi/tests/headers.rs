@@ -1,0 +1,307 @@
+//! Every declaration of this crate against NVIDIA's headers: for each size, field offset and
+//! constant, a C program built with the real `cuda.h` and `nvml.h` prints the header's value
+//! and the test compares it with the Rust one. Headers: CUDA 12.9 (NVIDIA's wheels) and
+//! Debian's CUDA 11.8, from `scripts/reference-driver`'s cache.
+
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuslice_cuda_abi::cuda::*;
+use gpuslice_cuda_abi::nvml::*;
+
+/// A C expression, the value Rust has for it, and the first CUDA version whose headers have it.
+struct Check {
+    c: String,
+    rust: i128,
+    since: u32,
+}
+
+fn checks() -> Vec<Check> {
+    let mut v = Vec::new();
+    let mut add = |c: &str, rust: i128, since: u32| {
+        v.push(Check {
+            c: c.to_string(),
+            rust,
+            since,
+        });
+    };
+    macro_rules! size {
+        ($t:ident) => {
+            add(
+                concat!("sizeof(", stringify!($t), ")"),
+                size_of::<$t>() as i128,
+                11080,
+            )
+        };
+        ($t:ident, $since:expr) => {
+            add(
+                concat!("sizeof(", stringify!($t), ")"),
+                size_of::<$t>() as i128,
+                $since,
+            )
+        };
+    }
+    macro_rules! field {
+        ($t:ident, $rust:ident, $c:literal) => {
+            add(
+                concat!("offsetof(", stringify!($t), ", ", $c, ")"),
+                offset_of!($t, $rust) as i128,
+                11080,
+            )
+        };
+        ($t:ident, $rust:ident, $c:literal, $since:expr) => {
+            add(
+                concat!("offsetof(", stringify!($t), ", ", $c, ")"),
+                offset_of!($t, $rust) as i128,
+                $since,
+            )
+        };
+    }
+    macro_rules! constant {
+        ($name:ident) => {
+            add(stringify!($name), $name as i128, 11080)
+        };
+        ($name:ident, $since:expr) => {
+            add(stringify!($name), $name as i128, $since)
+        };
+    }
+    // Handles and scalars.
+    for (c, rust) in [
+        ("sizeof(CUresult)", size_of::<CUresult>()),
+        ("sizeof(CUdevice)", size_of::<CUdevice>()),
+        ("sizeof(CUdeviceptr)", size_of::<CUdeviceptr>()),
+        ("sizeof(CUcontext)", size_of::<CUcontext>()),
+        ("sizeof(CUstream)", size_of::<CUstream>()),
+        ("sizeof(CUevent)", size_of::<CUevent>()),
+        ("sizeof(CUmemoryPool)", size_of::<CUmemoryPool>()),
+        ("sizeof(CUarray)", size_of::<CUarray>()),
+        ("sizeof(CUmipmappedArray)", size_of::<CUmipmappedArray>()),
+        ("sizeof(CUmodule)", size_of::<CUmodule>()),
+        ("sizeof(CUfunction)", size_of::<CUfunction>()),
+        (
+            "sizeof(CUmemGenericAllocationHandle)",
+            size_of::<CUmemGenericAllocationHandle>(),
+        ),
+        ("sizeof(nvmlReturn_t)", size_of::<nvmlReturn_t>()),
+        ("sizeof(nvmlDevice_t)", size_of::<nvmlDevice_t>()),
+    ] {
+        add(c, rust as i128, 11080);
+    }
+    size!(CUuuid);
+    field!(CUuuid, bytes, "bytes");
+    size!(CUDA_ARRAY_DESCRIPTOR);
+    field!(CUDA_ARRAY_DESCRIPTOR, width, "Width");
+    field!(CUDA_ARRAY_DESCRIPTOR, height, "Height");
+    field!(CUDA_ARRAY_DESCRIPTOR, format, "Format");
+    field!(CUDA_ARRAY_DESCRIPTOR, num_channels, "NumChannels");
+    size!(CUDA_ARRAY3D_DESCRIPTOR);
+    field!(CUDA_ARRAY3D_DESCRIPTOR, width, "Width");
+    field!(CUDA_ARRAY3D_DESCRIPTOR, height, "Height");
+    field!(CUDA_ARRAY3D_DESCRIPTOR, depth, "Depth");
+    field!(CUDA_ARRAY3D_DESCRIPTOR, format, "Format");
+    field!(CUDA_ARRAY3D_DESCRIPTOR, num_channels, "NumChannels");
+    field!(CUDA_ARRAY3D_DESCRIPTOR, flags, "Flags");
+    size!(CUDA_ARRAY_MEMORY_REQUIREMENTS);
+    field!(CUDA_ARRAY_MEMORY_REQUIREMENTS, size, "size");
+    field!(CUDA_ARRAY_MEMORY_REQUIREMENTS, alignment, "alignment");
+    field!(CUDA_ARRAY_MEMORY_REQUIREMENTS, reserved, "reserved");
+    size!(CUmemLocation);
+    field!(CUmemLocation, typ, "type");
+    field!(CUmemLocation, id, "id");
+    size!(CUmemAccessDesc);
+    field!(CUmemAccessDesc, location, "location");
+    field!(CUmemAccessDesc, flags, "flags");
+    // The shared head of the two property structs.
+    for (t, typ, handle_types) in [
+        ("CUmemAllocationProp", "type", "requestedHandleTypes"),
+        ("CUmemPoolProps", "allocType", "handleTypes"),
+    ] {
+        add(
+            &format!("offsetof({t}, {typ})"),
+            offset_of!(CUmemPropHead, typ) as i128,
+            11080,
+        );
+        add(
+            &format!("offsetof({t}, {handle_types})"),
+            offset_of!(CUmemPropHead, handle_types) as i128,
+            11080,
+        );
+        add(
+            &format!("offsetof({t}, location)"),
+            offset_of!(CUmemPropHead, location) as i128,
+            11080,
+        );
+    }
+    size!(CUlaunchConfig, 12000);
+    field!(CUlaunchConfig, grid_dim_x, "gridDimX", 12000);
+    field!(CUlaunchConfig, grid_dim_y, "gridDimY", 12000);
+    field!(CUlaunchConfig, grid_dim_z, "gridDimZ", 12000);
+    field!(CUlaunchConfig, block_dim_x, "blockDimX", 12000);
+    field!(CUlaunchConfig, block_dim_y, "blockDimY", 12000);
+    field!(CUlaunchConfig, block_dim_z, "blockDimZ", 12000);
+    field!(CUlaunchConfig, shared_mem_bytes, "sharedMemBytes", 12000);
+    field!(CUlaunchConfig, stream, "hStream", 12000);
+    field!(CUlaunchConfig, attrs, "attrs", 12000);
+    field!(CUlaunchConfig, num_attrs, "numAttrs", 12000);
+    constant!(CUDA_SUCCESS);
+    constant!(CUDA_ERROR_INVALID_VALUE);
+    constant!(CUDA_ERROR_OUT_OF_MEMORY);
+    constant!(CUDA_ERROR_NOT_INITIALIZED);
+    constant!(CUDA_ERROR_DEINITIALIZED);
+    constant!(CUDA_ERROR_NO_DEVICE);
+    constant!(CUDA_ERROR_INVALID_DEVICE);
+    constant!(CUDA_ERROR_INVALID_IMAGE);
+    constant!(CUDA_ERROR_INVALID_CONTEXT);
+    constant!(CUDA_ERROR_UNSUPPORTED_LIMIT);
+    constant!(CUDA_ERROR_INVALID_HANDLE);
+    constant!(CUDA_ERROR_NOT_FOUND);
+    constant!(CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    constant!(CUDA_ERROR_NOT_SUPPORTED);
+    constant!(CUDA_ERROR_UNKNOWN);
+    constant!(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    constant!(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    constant!(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    constant!(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
+    constant!(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
+    constant!(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID);
+    constant!(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    constant!(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    constant!(CU_MEM_LOCATION_TYPE_DEVICE);
+    constant!(CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+    constant!(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    constant!(CU_GET_PROC_ADDRESS_SUCCESS, 12000);
+    constant!(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, 12000);
+    constant!(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, 12000);
+    constant!(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    constant!(CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    // NVML.
+    constant!(NVML_SUCCESS);
+    constant!(NVML_ERROR_UNINITIALIZED);
+    constant!(NVML_ERROR_INVALID_ARGUMENT);
+    constant!(NVML_ERROR_NOT_SUPPORTED);
+    constant!(NVML_ERROR_NOT_FOUND);
+    constant!(NVML_ERROR_INSUFFICIENT_SIZE);
+    constant!(NVML_ERROR_DRIVER_NOT_LOADED);
+    constant!(NVML_ERROR_UNKNOWN);
+    size!(nvmlMemory_t);
+    field!(nvmlMemory_t, total, "total");
+    field!(nvmlMemory_t, free, "free");
+    field!(nvmlMemory_t, used, "used");
+    size!(nvmlMemory_v2_t);
+    field!(nvmlMemory_v2_t, version, "version");
+    field!(nvmlMemory_v2_t, total, "total");
+    field!(nvmlMemory_v2_t, reserved, "reserved");
+    field!(nvmlMemory_v2_t, free, "free");
+    field!(nvmlMemory_v2_t, used, "used");
+    size!(nvmlPciInfo_t);
+    field!(nvmlPciInfo_t, bus_id_legacy, "busIdLegacy");
+    field!(nvmlPciInfo_t, domain, "domain");
+    field!(nvmlPciInfo_t, bus, "bus");
+    field!(nvmlPciInfo_t, device, "device");
+    field!(nvmlPciInfo_t, pci_device_id, "pciDeviceId");
+    field!(nvmlPciInfo_t, pci_sub_system_id, "pciSubSystemId");
+    field!(nvmlPciInfo_t, bus_id, "busId");
+    size!(nvmlUtilization_t);
+    field!(nvmlUtilization_t, gpu, "gpu");
+    field!(nvmlUtilization_t, memory, "memory");
+    size!(nvmlProcessInfo_v1_t);
+    field!(nvmlProcessInfo_v1_t, pid, "pid");
+    field!(nvmlProcessInfo_v1_t, used_gpu_memory, "usedGpuMemory");
+    size!(nvmlProcessInfo_t);
+    field!(nvmlProcessInfo_t, pid, "pid");
+    field!(nvmlProcessInfo_t, used_gpu_memory, "usedGpuMemory");
+    field!(nvmlProcessInfo_t, gpu_instance_id, "gpuInstanceId");
+    field!(nvmlProcessInfo_t, compute_instance_id, "computeInstanceId");
+    size!(nvmlProcessUtilizationSample_t);
+    field!(nvmlProcessUtilizationSample_t, pid, "pid");
+    field!(nvmlProcessUtilizationSample_t, time_stamp, "timeStamp");
+    field!(nvmlProcessUtilizationSample_t, sm_util, "smUtil");
+    field!(nvmlProcessUtilizationSample_t, mem_util, "memUtil");
+    field!(nvmlProcessUtilizationSample_t, enc_util, "encUtil");
+    field!(nvmlProcessUtilizationSample_t, dec_util, "decUtil");
+    v
+}
+
+fn reference_dir() -> PathBuf {
+    let dir = std::env::var_os("GPUSLICE_REFERENCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap()).join(".cache/gpuslice/reference")
+        });
+    assert!(
+        dir.join("driver/.done").exists() && dir.join("cuda12/.done").exists(),
+        "{} lacks NVIDIA's headers: run scripts/reference-driver (scripts/test does)",
+        dir.display()
+    );
+    dir
+}
+
+/// Builds and runs a program printing each check's C expression as the headers in
+/// `include` evaluate it; returns (expression, value) pairs.
+fn header_values(include: &[PathBuf], version: u32, work: &Path) -> Vec<(String, i128)> {
+    let mut src = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <cuda.h>\n#include <nvml.h>\nint main(void) {\n",
+    );
+    for c in checks().iter().filter(|c| c.since <= version) {
+        src.push_str(&format!(
+            "    printf(\"%s=%lld\\n\", \"{0}\", (long long)({0}));\n",
+            c.c
+        ));
+    }
+    src.push_str("    return 0;\n}\n");
+    let c_file = work.join(format!("layout{version}.c"));
+    let exe = work.join(format!("layout{version}"));
+    std::fs::write(&c_file, src).unwrap();
+    let mut gcc = Command::new("gcc");
+    for dir in include {
+        gcc.arg("-I").arg(dir);
+    }
+    let out = gcc.arg("-o").arg(&exe).arg(&c_file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the declarations do not compile against the CUDA {version} headers: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+fn compare(include: &[PathBuf], version: u32) {
+    let work = tempfile::tempdir().unwrap();
+    let values = header_values(include, version, work.path());
+    let checks: Vec<Check> = checks()
+        .into_iter()
+        .filter(|c| c.since <= version)
+        .collect();
+    assert_eq!(values.len(), checks.len());
+    let wrong: Vec<String> = checks
+        .iter()
+        .zip(&values)
+        .filter(|(c, (_, header))| c.rust != *header)
+        .map(|(c, (_, header))| format!("{}: header {header}, ours {}", c.c, c.rust))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "differences from the CUDA {version} headers:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_declaration_matches_the_cuda_12_headers() {
+    let r = reference_dir().join("cuda12/nvidia");
+    compare(
+        &[r.join("cuda_runtime/include"), r.join("nvml_dev/include")],
+        12090,
+    );
+}
+
+#[test]
+fn every_declaration_matches_the_cuda_11_8_headers() {
+    compare(&[reference_dir().join("driver/usr/include")], 11080);
+}
