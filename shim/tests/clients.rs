@@ -54,12 +54,15 @@ fn runtime12() -> PathBuf {
     })
 }
 
+fn reference_dir() -> PathBuf {
+    std::env::var_os("GPUSLICE_REFERENCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("reference"))
+}
+
 /// Debian's CUDA 11.8 runtime, from `scripts/reference-driver`'s cache.
 fn runtime11() -> PathBuf {
-    let dir = std::env::var_os("GPUSLICE_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("reference"));
-    let lib = dir.join("driver/usr/lib/x86_64-linux-gnu/libcudart.so.11.0");
+    let lib = reference_dir().join("driver/usr/lib/x86_64-linux-gnu/libcudart.so.11.0");
     assert!(
         lib.exists(),
         "{} is missing: run scripts/reference-driver (scripts/test does)",
@@ -227,4 +230,54 @@ fn cupy_sees_its_slice_and_its_pool_stops_at_the_limit() {
     assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
     assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
     assert_eq!(f.num("pool_total"), GIB, "{:?}", f.0);
+}
+
+#[test]
+fn a_program_built_by_nvcc_launches_its_kernels_and_meets_the_wall() {
+    let slice = Slice::new(GIB, 0);
+    let nvcc = reference_dir().join("bin/nvcc");
+    assert!(
+        nvcc.exists(),
+        "{} is missing: run scripts/reference-driver (scripts/test does)",
+        nvcc.display()
+    );
+    let program = slice.dir.path().join("kernels");
+    let built = Command::new(&nvcc)
+        .args(["-arch=sm_75", "-cudart", "shared", "-o"])
+        .arg(&program)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/kernels.cu"))
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "nvcc: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let runtime_dir = runtime11().parent().unwrap().to_path_buf();
+    let log = slice.dir.path().join("unmodelled-nvcc.log");
+    let mut run = slice.command(&program);
+    let path = format!(
+        "{}:{}",
+        slice.sim.fronted_lib_dir().display(),
+        runtime_dir.display()
+    );
+    let out = run
+        .env("LD_LIBRARY_PATH", path)
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .arg((64 * MIB).to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    println!(
+        "nvcc-built program: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
+    );
+    let f = Facts::parse(&text);
+    assert_eq!(f.num("total"), GIB, "{text}");
+    for key in ["malloc", "launch", "launch2", "sync"] {
+        assert_eq!(f.get(key), "cudaSuccess", "{key}: {text}");
+    }
+    assert_eq!(f.num("chunks"), 16, "{text}");
+    assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{text}");
 }

@@ -1,18 +1,8 @@
-//! `CUresult` values and attribute numbers from cuda.h.
+//! `CUresult` values from cuda.h, and their names and descriptions.
 #![allow(dead_code)]
 
 use crate::CUresult;
 
-pub use gpuslice_cuda_abi::cuda::{
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as ATTR_COMPUTE_CAPABILITY_MAJOR,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as ATTR_COMPUTE_CAPABILITY_MINOR,
-    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK as ATTR_MAX_THREADS_PER_BLOCK,
-    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as ATTR_MULTIPROCESSOR_COUNT,
-    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID as ATTR_PCI_BUS_ID,
-    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID as ATTR_PCI_DEVICE_ID,
-    CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID as ATTR_PCI_DOMAIN_ID,
-    CU_DEVICE_ATTRIBUTE_WARP_SIZE as ATTR_WARP_SIZE,
-};
 pub use gpuslice_cuda_abi::cuda::{
     CU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
     CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, CUDA_ERROR_CONTEXT_IS_DESTROYED,
@@ -22,9 +12,6 @@ pub use gpuslice_cuda_abi::cuda::{
     CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN,
     CUDA_ERROR_UNSUPPORTED_LIMIT, CUDA_SUCCESS,
 };
-
-/// One past the highest `CUdevice_attribute` of the reference driver.
-pub const ATTR_MAX: i32 = 140;
 
 #[must_use]
 pub fn name(r: CUresult) -> Option<(&'static std::ffi::CStr, &'static std::ffi::CStr)> {

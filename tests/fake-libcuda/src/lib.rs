@@ -9,6 +9,7 @@
     clippy::missing_safety_doc
 )]
 
+mod attributes;
 mod codes;
 mod context;
 mod export_table;
@@ -185,20 +186,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     guard(|| {
         let d = state::get()?;
         let g = &d.spec.gpus[d.node_index(dev)?];
-        let (domain, bus, device) = pci_location(&g.pci_bus_id);
-        let cc = |v: u32| c_int::try_from(v).unwrap_or(0);
-        let v = match attrib {
-            ATTR_MAX_THREADS_PER_BLOCK => 1024,
-            ATTR_WARP_SIZE => 32,
-            ATTR_MULTIPROCESSOR_COUNT => cc(g.sm_count),
-            ATTR_PCI_DOMAIN_ID => domain,
-            ATTR_PCI_BUS_ID => bus,
-            ATTR_PCI_DEVICE_ID => device,
-            ATTR_COMPUTE_CAPABILITY_MAJOR => cc(g.compute_capability.0),
-            ATTR_COMPUTE_CAPABILITY_MINOR => cc(g.compute_capability.1),
-            a if (1..ATTR_MAX).contains(&a) => 0,
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
-        };
+        let v = attributes::value(g, attrib).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         out(value, v)
     })
 }

@@ -1,0 +1,38 @@
+// A CUDA program as nvcc builds it: kernels registered with the runtime, launched with the
+// triple-chevron syntax, memory from cudaMalloc until the runtime says it is out.
+// Prints key=value pairs on one line.
+#include <cstdio>
+#include <vector>
+
+__global__ void fill(int *p, int v) { p[blockIdx.x * blockDim.x + threadIdx.x] = v; }
+__global__ void scale(float *p, float k, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] *= k;
+}
+
+int main(int argc, char **argv) {
+    size_t chunk = argc > 1 ? strtoull(argv[1], 0, 10) : (64u << 20);
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    int *ints = 0;
+    cudaError_t malloc_result = cudaMalloc(&ints, 1 << 20);
+    fill<<<1024, 256>>>(ints, 7);
+    cudaError_t launch = cudaGetLastError();
+    scale<<<(1 << 18) / 256, 256>>>((float *)ints, 2.0f, 1 << 18);
+    cudaError_t launch2 = cudaGetLastError();
+    cudaError_t sync = cudaDeviceSynchronize();
+    cudaFree(ints);
+    std::vector<void *> held;
+    cudaError_t stop;
+    for (;;) {
+        void *p = 0;
+        stop = cudaMalloc(&p, chunk);
+        if (stop != cudaSuccess) break;
+        held.push_back(p);
+    }
+    for (void *p : held) cudaFree(p);
+    printf("total=%zu free=%zu malloc=%s launch=%s launch2=%s sync=%s chunks=%zu error=%s\n", total,
+           free_bytes, cudaGetErrorName(malloc_result), cudaGetErrorName(launch),
+           cudaGetErrorName(launch2), cudaGetErrorName(sync), held.size(), cudaGetErrorName(stop));
+    return 0;
+}
