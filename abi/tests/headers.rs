@@ -156,6 +156,7 @@ fn checks() -> Vec<Check> {
     constant!(CUDA_ERROR_UNSUPPORTED_LIMIT);
     constant!(CUDA_ERROR_INVALID_HANDLE);
     constant!(CUDA_ERROR_NOT_FOUND);
+    constant!(CUDA_ERROR_NOT_READY);
     constant!(CUDA_ERROR_CONTEXT_IS_DESTROYED);
     constant!(CUDA_ERROR_NOT_SUPPORTED);
     constant!(CUDA_ERROR_UNKNOWN);

@@ -1,6 +1,7 @@
 // Shared by the fake libraries' build scripts (`include!`d): which entry points a crate's
-// sources define, as `extern "C" fn NAME` or as the first argument of an item macro written
-// at the start of a line (`getter!(NAME, ...)`), with the file stem that defines each.
+// sources define, as `extern "C" fn NAME`, as the first argument of an item macro written
+// at the start of a line (`getter!(NAME, ...)`), or as a `NAME => target(...)` row of a
+// macro table, with the file stem that defines each.
 
 /// Entry point name → the stem of the source file that defines it.
 fn modelled_functions(src: &std::path::Path) -> std::collections::BTreeMap<String, String> {
@@ -23,6 +24,12 @@ fn modelled_functions(src: &std::path::Path) -> std::collections::BTreeMap<Strin
             found.insert(ident(part), stem.clone());
         }
         for line in text.lines() {
+            if let Some((name, _)) = line.trim_start().split_once(" => ")
+                && name.starts_with("cu")
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                found.insert(name.to_string(), stem.clone());
+            }
             if let Some((mac, rest)) = line.split_once("!(")
                 && !mac.is_empty()
                 && mac.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

@@ -1,0 +1,281 @@
+//! Copies, fills and pointer queries on the simulated device, whose memory is host memory at
+//! the addresses the allocations return (so a device pointer is also a valid host address, as
+//! under unified addressing). Every device range is checked against this process's
+//! allocations: a range outside them answers `CUDA_ERROR_INVALID_VALUE` instead of touching
+//! memory. Asynchronous variants complete before they return; `_ptds`/`_ptsz` variants are
+//! the same calls.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use crate::codes::*;
+use crate::paths::CUstream;
+use crate::state::{self, Driver};
+use crate::{CUcontext, CUdeviceptr, CUresult, current_ctx, guard, out};
+
+/// (base, length, node index) of the allocation holding `ptr`.
+fn allocation_of(d: &Driver, ptr: CUdeviceptr) -> Option<(u64, u64, usize)> {
+    let inner = d.lock();
+    inner
+        .allocs
+        .iter()
+        .find(|(base, (_, _, len))| ptr >= **base && ptr < **base + *len as u64)
+        .map(|(base, (index, _, len))| (*base, *len as u64, *index))
+}
+
+/// `[ptr, ptr + n)` lies inside one allocation of this process.
+fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
+    let d = state::get()?;
+    match allocation_of(d, ptr) {
+        Some((base, len, _)) if ptr + n as u64 <= base + len => Ok(()),
+        _ if n == 0 => Ok(()),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// Copies `n` bytes; both ends were checked (or are the caller's host memory).
+fn copy(dst: u64, src: u64, n: usize) {
+    if n > 0 {
+        // SAFETY: device ends were checked against live allocations; host ends hold n bytes
+        // by the API's contract. `copy` allows overlap, as cuMemcpy on one allocation may.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
+    }
+}
+
+fn fill<T: Copy>(dst: CUdeviceptr, value: T, count: usize) -> Result<(), CUresult> {
+    let bytes = count
+        .checked_mul(size_of::<T>())
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    device_range(dst, bytes)?;
+    if !dst.is_multiple_of(size_of::<T>() as u64) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the range lies inside one of our allocations and is aligned for T.
+    let slice = unsafe { std::slice::from_raw_parts_mut(dst as *mut T, count) };
+    slice.fill(value);
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
+    guard(|| {
+        device_range(dst, n)?;
+        copy(dst, src as u64, n);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
+    guard(|| {
+        device_range(src, n)?;
+        copy(dst as u64, src, n);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
+    guard(|| {
+        device_range(dst, n)?;
+        device_range(src, n)?;
+        copy(dst, src, n);
+        Ok(())
+    })
+}
+
+/// Unified addressing: either end may be host or device memory; device ends are checked.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        for end in [dst, src] {
+            if allocation_of(d, end).is_some() {
+                device_range(end, n)?;
+            }
+        }
+        copy(dst, src, n);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyPeer(
+    dst: CUdeviceptr,
+    _dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    _src_ctx: CUcontext,
+    n: usize,
+) -> CUresult {
+    // SAFETY: the same contract as cuMemcpyDtoD_v2.
+    unsafe { cuMemcpyDtoD_v2(dst, src, n) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) -> CUresult {
+    guard(|| fill(dst, value, n))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize) -> CUresult {
+    guard(|| fill(dst, value, n))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) -> CUresult {
+    guard(|| fill(dst, value, n))
+}
+
+/// `CUpointer_attribute` values answered, and `CUmemorytype`.
+const POINTER_CONTEXT: c_int = 1;
+const POINTER_MEMORY_TYPE: c_int = 2;
+const POINTER_DEVICE_POINTER: c_int = 3;
+const POINTER_HOST_POINTER: c_int = 4;
+const POINTER_SYNC_MEMOPS: c_int = 6;
+const POINTER_BUFFER_ID: c_int = 7;
+const POINTER_IS_MANAGED: c_int = 8;
+const POINTER_DEVICE_ORDINAL: c_int = 9;
+const POINTER_RANGE_START_ADDR: c_int = 11;
+const POINTER_RANGE_SIZE: c_int = 12;
+const POINTER_MAPPED: c_int = 13;
+const MEMORYTYPE_DEVICE: c_uint = 2;
+
+/// One attribute of a device pointer; `CUDA_ERROR_INVALID_VALUE` for memory this process did
+/// not allocate (host memory is not registered with the simulated driver).
+unsafe fn pointer_attribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: CUdeviceptr,
+) -> Result<(), CUresult> {
+    let d = state::get()?;
+    let (base, len, index) = allocation_of(d, ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let ordinal = d
+        .visible
+        .iter()
+        .position(|&i| i == index)
+        .and_then(|o| c_int::try_from(o).ok())
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    match attribute {
+        POINTER_CONTEXT => out(
+            data.cast::<CUcontext>(),
+            std::ptr::from_ref(current_ctx()?) as CUcontext,
+        ),
+        POINTER_MEMORY_TYPE => out(data.cast::<c_uint>(), MEMORYTYPE_DEVICE),
+        POINTER_DEVICE_POINTER | POINTER_HOST_POINTER => out(data.cast::<u64>(), ptr),
+        POINTER_SYNC_MEMOPS | POINTER_MAPPED => out(data.cast::<c_int>(), 1),
+        POINTER_BUFFER_ID => out(data.cast::<u64>(), base),
+        POINTER_IS_MANAGED => out(data.cast::<c_int>(), 0),
+        POINTER_DEVICE_ORDINAL => out(data.cast::<c_int>(), ordinal),
+        POINTER_RANGE_START_ADDR => out(data.cast::<u64>(), base),
+        POINTER_RANGE_SIZE => out(data.cast::<usize>(), len as usize),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    // SAFETY: `data` points at storage of the attribute's type, per the API.
+    guard(|| unsafe { pointer_attribute(data, attribute, ptr) })
+}
+
+/// Each requested attribute; those that do not apply to `ptr` are left as the driver leaves
+/// them for unregistered memory (zeroed), without failing the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attributes: *const c_int,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    guard(|| {
+        if attributes.is_null() || data.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for i in 0..count as usize {
+            // SAFETY: `count` entries in each array, per the API.
+            let (attribute, slot) = unsafe { (*attributes.add(i), *data.add(i)) };
+            // SAFETY: as for cuPointerGetAttribute.
+            if unsafe { pointer_attribute(slot, attribute, ptr) }.is_err() && !slot.is_null() {
+                // SAFETY: the smallest attribute is 4 bytes.
+                unsafe { slot.cast::<c_uint>().write(0) };
+            }
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    guard(|| {
+        let (b, len, _) = allocation_of(state::get()?, ptr).ok_or(CUDA_ERROR_NOT_FOUND)?;
+        if !base.is_null() {
+            out(base, b)?;
+        }
+        if !size.is_null() {
+            out(size, len as usize)?;
+        }
+        Ok(())
+    })
+}
+
+/// The asynchronous and per-thread variants: the same work, done before they return.
+macro_rules! same_as {
+    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*) $(, $ignored:ident: $ity:ty)*;)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty,)* $($ignored: $ity),*) -> CUresult {
+                $(let _ = $ignored;)*
+                // SAFETY: the same contract as the synchronous variant.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
+same_as! {
+    cuMemcpyHtoD_v2_ptds => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize);
+    cuMemcpyDtoH_v2_ptds => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize);
+    cuMemcpyDtoD_v2_ptds => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemcpy_ptds => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
+    cuMemsetD8_v2_ptds => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize);
+    cuMemsetD16_v2_ptds => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize);
+    cuMemsetD32_v2_ptds => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize);
+    cuMemcpyHtoDAsync_v2 => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize), stream: CUstream;
+    cuMemcpyHtoDAsync_v2_ptsz => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize), stream: CUstream;
+    cuMemcpyDtoHAsync_v2 => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemcpyDtoHAsync_v2_ptsz => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemcpyDtoDAsync_v2 => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemcpyDtoDAsync_v2_ptsz => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemcpyAsync => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemcpyAsync_ptsz => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
+    cuMemsetD8Async => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize), stream: CUstream;
+    cuMemsetD8Async_ptsz => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize), stream: CUstream;
+    cuMemsetD16Async => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize), stream: CUstream;
+    cuMemsetD16Async_ptsz => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize), stream: CUstream;
+    cuMemsetD32Async => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize), stream: CUstream;
+    cuMemsetD32Async_ptsz => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize), stream: CUstream;
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpyPeerAsync(
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    n: usize,
+    _stream: CUstream,
+) -> CUresult {
+    // SAFETY: the same contract as cuMemcpyPeer.
+    unsafe { cuMemcpyPeer(dst, dst_ctx, src, src_ctx, n) }
+}

@@ -1,0 +1,385 @@
+//! Streams and events. Work on the simulated device is done when it is issued (copies happen
+//! at once, kernels take only their simulated time, waited for at synchronisation), so a
+//! stream is always idle at a query, an event is complete once recorded, and a host function
+//! queued on a stream runs before the call that queues it returns, as it would run on an idle
+//! stream. An event records the host's monotonic clock, so `cuEventElapsedTime` measures what
+//! happened between two records. Handles are checked before use: a destroyed stream or event
+//! answers `CUDA_ERROR_INVALID_HANDLE`.
+
+use std::collections::HashSet;
+use std::ffi::{c_float, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use crate::codes::*;
+use crate::paths::CUstream;
+use crate::{CUcontext, CUresult, current_ctx, guard, out};
+use gpuslice_cuda_abi::cuda::CUevent;
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: the two default streams by name.
+const STREAM_LEGACY: usize = 0x1;
+const STREAM_PER_THREAD: usize = 0x2;
+
+/// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+const CAPTURE_ACTIVE: u8 = 1;
+
+/// `CU_EVENT_DISABLE_TIMING`.
+const EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+pub struct Stream {
+    ctx: usize,
+    flags: c_uint,
+    priority: c_int,
+    id: u64,
+    capture: AtomicU8,
+}
+
+pub struct Event {
+    flags: c_uint,
+    /// Monotonic nanoseconds of the last record, 0 before any.
+    recorded_ns: AtomicU64,
+}
+
+static STREAMS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+static EVENTS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(16);
+
+/// A stream this library made and has not destroyed; None for the default streams.
+fn stream(s: CUstream) -> Result<Option<&'static Stream>, CUresult> {
+    if s.is_null() || s as usize == STREAM_LEGACY || s as usize == STREAM_PER_THREAD {
+        return Ok(None);
+    }
+    if !STREAMS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .contains(&(s as usize))
+    {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: registered in STREAMS: a Box leaked by create and not yet dropped.
+    Ok(Some(unsafe { &*s.cast::<Stream>() }))
+}
+
+fn event(e: CUevent) -> Result<&'static Event, CUresult> {
+    if e.is_null()
+        || !EVENTS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .contains(&(e as usize))
+    {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: registered in EVENTS: a Box leaked by cuEventCreate and not yet dropped.
+    Ok(unsafe { &*e.cast::<Event>() })
+}
+
+fn create(out_stream: *mut CUstream, flags: c_uint, priority: c_int) -> Result<(), CUresult> {
+    let ctx = std::ptr::from_ref(current_ctx()?) as usize;
+    // Priorities outside [-5, 0] are clamped, as the driver does.
+    let s = Box::into_raw(Box::new(Stream {
+        ctx,
+        flags,
+        priority: priority.clamp(-5, 0),
+        id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
+        capture: AtomicU8::new(0),
+    }));
+    STREAMS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .insert(s as usize);
+    out(out_stream, s.cast())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(s: *mut CUstream, flags: c_uint) -> CUresult {
+    guard(|| create(s, flags, 0))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    s: *mut CUstream,
+    flags: c_uint,
+    priority: c_int,
+) -> CUresult {
+    guard(|| create(s, flags, priority))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
+    guard(|| {
+        if stream(s)?.is_none() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        STREAMS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .remove(&(s as usize));
+        // SAFETY: it was registered, so it is a Box from create, dropped only here.
+        drop(unsafe { Box::from_raw(s.cast::<Stream>()) });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
+    cuStreamDestroy_v2(s)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: c_int) -> CUresult {
+    guard(|| {
+        // The default streams cannot be captured.
+        let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void) -> CUresult {
+    guard(|| {
+        let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if st.capture.swap(0, Ordering::AcqRel) != CAPTURE_ACTIVE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // An empty graph: the simulation records no work.
+        out(graph, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut c_int) -> CUresult {
+    guard(|| {
+        let capturing = stream(s)?.map_or(0, |st| st.capture.load(Ordering::Acquire));
+        out(status, c_int::from(capturing))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
+    guard(|| {
+        stream(s)?;
+        match crate::context::cuCtxSynchronize() {
+            CUDA_SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamQuery(s: CUstream) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        stream(s).map(|_| ())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetPriority(s: CUstream, priority: *mut c_int) -> CUresult {
+    guard(|| out(priority, stream(s)?.map_or(0, |st| st.priority)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut c_uint) -> CUresult {
+    guard(|| out(flags, stream(s)?.map_or(0, |st| st.flags)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetId(s: CUstream, id: *mut u64) -> CUresult {
+    guard(|| out(id, stream(s)?.map_or(s as u64, |st| st.id)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx(s: CUstream, ctx: *mut CUcontext) -> CUresult {
+    guard(|| {
+        let c = match stream(s)? {
+            Some(st) => st.ctx,
+            None => std::ptr::from_ref(current_ctx()?) as usize,
+        };
+        out(ctx, c as CUcontext)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: c_uint) -> CUresult {
+    guard(|| {
+        stream(s)?;
+        event(e).map(|_| ())
+    })
+}
+
+type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
+type StreamCallback = Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_void)>;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
+    guard(|| {
+        stream(s)?;
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's host function with its own argument, as the driver would call it.
+        unsafe { f(data) };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamAddCallback(
+    s: CUstream,
+    f: StreamCallback,
+    data: *mut c_void,
+    _flags: c_uint,
+) -> CUresult {
+    guard(|| {
+        stream(s)?;
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's callback, with the stream, success and its argument.
+        unsafe { f(s, CUDA_SUCCESS, data) };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        let ev = Box::into_raw(Box::new(Event {
+            flags,
+            recorded_ns: AtomicU64::new(0),
+        }));
+        EVENTS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(ev as usize);
+        out(e, ev.cast())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy_v2(e: CUevent) -> CUresult {
+    guard(|| {
+        event(e)?;
+        EVENTS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .remove(&(e as usize));
+        // SAFETY: it was registered, so it is a Box from cuEventCreate, dropped only here.
+        drop(unsafe { Box::from_raw(e.cast::<Event>()) });
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy(e: CUevent) -> CUresult {
+    cuEventDestroy_v2(e)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
+    guard(|| {
+        stream(s)?;
+        let ev = event(e)?;
+        // The stream's work so far ends when its last kernel does.
+        let ctx = current_ctx()?;
+        let wait = crate::state::get()?.until_idle(ctx.node_index);
+        let at = gpuslice_simnode::procs::monotonic_ns()
+            + u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        ev.recorded_ns.store(at.max(1), Ordering::Release);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: c_uint) -> CUresult {
+    cuEventRecord(e, s)
+}
+
+/// Complete once its recorded time has passed (at once for work that takes no time).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
+    guard(|| {
+        let at = event(e)?.recorded_ns.load(Ordering::Acquire);
+        if at > gpuslice_simnode::procs::monotonic_ns() {
+            return Err(CUDA_ERROR_NOT_READY);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
+    guard(|| {
+        let at = event(e)?.recorded_ns.load(Ordering::Acquire);
+        let now = gpuslice_simnode::procs::monotonic_ns();
+        if at > now {
+            std::thread::sleep(std::time::Duration::from_nanos(at - now));
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut c_float,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
+    guard(|| {
+        let (a, b) = (event(start)?, event(end)?);
+        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let (ta, tb) = (
+            a.recorded_ns.load(Ordering::Acquire),
+            b.recorded_ns.load(Ordering::Acquire),
+        );
+        if ta == 0 || tb == 0 {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        out(ms, (tb as f64 - ta as f64) as c_float / 1.0e6)
+    })
+}
+
+/// The `_ptsz` variants: the same on the simulated device, where the per-thread default
+/// stream is as idle as the legacy one.
+macro_rules! per_thread {
+    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+                // SAFETY: the same contract as the legacy-stream variant.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
+per_thread! {
+    cuStreamBeginCapture_v2_ptsz => cuStreamBeginCapture_v2(s: CUstream, mode: c_int);
+    cuStreamEndCapture_ptsz => cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void);
+    cuStreamIsCapturing_ptsz => cuStreamIsCapturing(s: CUstream, status: *mut c_int);
+    cuStreamGetPriority_ptsz => cuStreamGetPriority(s: CUstream, priority: *mut c_int);
+    cuStreamGetFlags_ptsz => cuStreamGetFlags(s: CUstream, flags: *mut c_uint);
+    cuStreamGetId_ptsz => cuStreamGetId(s: CUstream, id: *mut u64);
+    cuStreamGetCtx_ptsz => cuStreamGetCtx(s: CUstream, ctx: *mut CUcontext);
+    cuLaunchHostFunc_ptsz => cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void);
+    cuStreamAddCallback_ptsz => cuStreamAddCallback(s: CUstream, f: StreamCallback, data: *mut c_void, flags: c_uint);
+}
+
+macro_rules! per_thread_safe {
+    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name($($arg: $ty),*) -> CUresult {
+                $target($($arg),*)
+            }
+        )*
+    };
+}
+
+per_thread_safe! {
+    cuStreamSynchronize_ptsz => cuStreamSynchronize(s: CUstream);
+    cuStreamQuery_ptsz => cuStreamQuery(s: CUstream);
+    cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: CUstream, e: CUevent, flags: c_uint);
+    cuEventRecord_ptsz => cuEventRecord(e: CUevent, s: CUstream);
+    cuEventRecordWithFlags_ptsz => cuEventRecordWithFlags(e: CUevent, s: CUstream, flags: c_uint);
+}

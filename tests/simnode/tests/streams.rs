@@ -1,0 +1,48 @@
+//! Streams, events, copies, fills and pointer queries on the simulated driver, from a C
+//! program that uses them as CUDA programs do.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpuslice_testsupport::sim::SimNode;
+
+#[test]
+fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = sim.root().join("streams");
+    let built = Command::new("gcc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/streams.c"))
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .arg("-lcuda")
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let log = sim.root().join("unmodelled.log");
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // 1 invalid value, 400 invalid handle.
+    for fact in [
+        "create=0 priority=-5 stream_ctx=1 query=0",
+        "host_fn=0 ran=1",
+        "record=0 h2d=0 d2d=0 d2h=0 same=1 wait=0 query_event=0 sync_event=0 elapsed=0 ms_ok=1",
+        "fill=0 word=deadbeef",
+        "outside=1",
+        "memtype=2 ordinal=0 range=0 base_ok=1 size=4096 host_ptr_attr=1",
+        "destroyed_event=400",
+        "destroyed_stream=400",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    assert!(
+        !log.exists(),
+        "an unmodelled call: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
