@@ -1,4 +1,6 @@
-//! Modules as the driver reports how it loads them.
+//! Modules and kernels as the driver describes them: how modules load, the attributes of a
+//! kernel (the simulation has no code for it: no static shared or local memory, 32 registers
+//! a thread, built for the current device) and the occupancy those give on the device.
 
 use std::ffi::c_int;
 
@@ -16,4 +18,205 @@ pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_int) -> CUresult {
             std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v.eq_ignore_ascii_case("EAGER"));
         out(mode, if eager { EAGER_LOADING } else { LAZY_LOADING })
     })
+}
+
+/// Settable function attributes (`cuFuncSetAttribute`), by function handle and attribute.
+static FUNCTION_SETTINGS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<(usize, c_int), c_int>>,
+> = std::sync::LazyLock::new(|| std::sync::Mutex::new(std::collections::HashMap::new()));
+
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` and `..._PREFERRED_SHARED_MEMORY_CARVEOUT`,
+/// the two a program may set.
+const FUNC_MAX_DYNAMIC_SHARED: c_int = 8;
+const FUNC_CARVEOUT: c_int = 9;
+
+/// Registers per thread the simulation reports for every kernel.
+const REGISTERS_PER_THREAD: c_int = 32;
+
+/// The attributes of a kernel the simulation has no code for: it uses no static shared,
+/// constant or local memory and 32 registers a thread, and was built for the current
+/// device's architecture.
+fn function_attribute(
+    f: crate::paths::CUfunction,
+    attribute: c_int,
+) -> Result<c_int, crate::CUresult> {
+    use crate::codes::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN};
+    if f.is_null() {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    let ctx = crate::current_ctx()?;
+    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let cc = c_int::try_from(gpu.compute_capability.0 * 10 + gpu.compute_capability.1).unwrap_or(0);
+    let set = |a: c_int| -> Result<Option<c_int>, crate::CUresult> {
+        Ok(FUNCTION_SETTINGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .get(&(f as usize, a))
+            .copied())
+    };
+    Ok(match attribute {
+        0 => 1024,  // MAX_THREADS_PER_BLOCK
+        1..=3 => 0, // SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES
+        4 => REGISTERS_PER_THREAD,
+        5 | 6 => cc, // PTX_VERSION, BINARY_VERSION
+        7 => 0,      // CACHE_MODE_CA
+        FUNC_MAX_DYNAMIC_SHARED => set(FUNC_MAX_DYNAMIC_SHARED)?.unwrap_or(49_152),
+        FUNC_CARVEOUT => set(FUNC_CARVEOUT)?.unwrap_or(-1),
+        10..=15 => 0, // the cluster attributes
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    f: crate::paths::CUfunction,
+) -> crate::CUresult {
+    guard(|| out(value, function_attribute(f, attribute)?))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetAttribute(
+    f: crate::paths::CUfunction,
+    attribute: c_int,
+    value: c_int,
+) -> crate::CUresult {
+    use crate::codes::{CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_UNKNOWN};
+    guard(|| {
+        if f.is_null() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        let ctx = crate::current_ctx()?;
+        let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+        let optin = crate::attributes::value(gpu, 97).unwrap_or(49_152);
+        let valid = match attribute {
+            FUNC_MAX_DYNAMIC_SHARED => (0..=optin).contains(&value),
+            FUNC_CARVEOUT => (-1..=100).contains(&value),
+            _ => false,
+        };
+        if !valid {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        FUNCTION_SETTINGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert((f as usize, attribute), value);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetCacheConfig(
+    f: crate::paths::CUfunction,
+    config: c_int,
+) -> crate::CUresult {
+    guard(|| {
+        if f.is_null() {
+            return Err(crate::codes::CUDA_ERROR_INVALID_HANDLE);
+        }
+        if !(0..=3).contains(&config) {
+            return Err(crate::codes::CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// Blocks of `block_size` threads using `dynamic_smem` bytes that fit on one SM of the
+/// current device, by threads, registers, shared memory and the block limit.
+fn blocks_per_sm(
+    f: crate::paths::CUfunction,
+    block_size: c_int,
+    dynamic_smem: usize,
+) -> Result<c_int, crate::CUresult> {
+    let ctx = crate::current_ctx()?;
+    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let attr = |a| crate::attributes::value(gpu, a).unwrap_or(0);
+    if block_size <= 0 || block_size > function_attribute(f, 0)? {
+        return Ok(0);
+    }
+    let warps = (block_size + 31) / 32;
+    let by_threads = attr(39) / (warps * 32);
+    let by_registers = attr(82) / (warps * 32 * REGISTERS_PER_THREAD);
+    let per_block_smem = i64::try_from(dynamic_smem).unwrap_or(i64::MAX) + i64::from(attr(111));
+    let by_smem = if per_block_smem > 0 {
+        i64::from(attr(81)) / per_block_smem
+    } else {
+        i64::MAX
+    };
+    let by_smem = c_int::try_from(by_smem).unwrap_or(c_int::MAX);
+    Ok(attr(106)
+        .min(by_threads)
+        .min(by_registers)
+        .min(by_smem)
+        .max(0))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    blocks: *mut c_int,
+    f: crate::paths::CUfunction,
+    block_size: c_int,
+    dynamic_smem: usize,
+) -> crate::CUresult {
+    guard(|| out(blocks, blocks_per_sm(f, block_size, dynamic_smem)?))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    blocks: *mut c_int,
+    f: crate::paths::CUfunction,
+    block_size: c_int,
+    dynamic_smem: usize,
+    _flags: std::ffi::c_uint,
+) -> crate::CUresult {
+    guard(|| out(blocks, blocks_per_sm(f, block_size, dynamic_smem)?))
+}
+
+type BlockSizeToSmem = Option<unsafe extern "C" fn(c_int) -> usize>;
+
+/// The block size (a multiple of the warp) that keeps the most threads resident, the largest
+/// on a tie, and the grid that fills every SM with it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
+    min_grid: *mut c_int,
+    block: *mut c_int,
+    f: crate::paths::CUfunction,
+    smem_of: BlockSizeToSmem,
+    dynamic_smem: usize,
+    limit: c_int,
+) -> crate::CUresult {
+    guard(|| {
+        let ctx = crate::current_ctx()?;
+        let sms =
+            c_int::try_from(crate::state::get()?.spec.gpus[ctx.node_index].sm_count).unwrap_or(1);
+        let max = if limit > 0 { limit.min(1024) } else { 1024 };
+        let mut best = (0, 0, 0); // (resident threads, block size, blocks per SM)
+        let mut size = 32;
+        while size <= max {
+            // SAFETY: the caller's callback, with a block size, as the driver calls it.
+            let smem = smem_of.map_or(dynamic_smem, |cb| unsafe { cb(size) });
+            let n = blocks_per_sm(f, size, smem)?;
+            if n * size >= best.0 {
+                best = (n * size, size, n);
+            }
+            size += 32;
+        }
+        out(min_grid, best.2 * sms)?;
+        out(block, best.1)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+    min_grid: *mut c_int,
+    block: *mut c_int,
+    f: crate::paths::CUfunction,
+    smem_of: BlockSizeToSmem,
+    dynamic_smem: usize,
+    limit: c_int,
+    _flags: std::ffi::c_uint,
+) -> crate::CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuOccupancyMaxPotentialBlockSize(min_grid, block, f, smem_of, dynamic_smem, limit) }
 }

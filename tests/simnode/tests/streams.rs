@@ -46,3 +46,31 @@ fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+#[test]
+fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = sim.root().join("occupancy");
+    let built = Command::new("gcc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/occupancy.c"))
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .arg("-lcuda")
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Compute capability 8.6: 1536 threads and 16 blocks an SM, 99 KiB of opt-in shared
+    // memory a block; 256-thread blocks are limited by threads to 6 an SM; 768 is the
+    // largest block keeping all 1536 threads resident, 2 an SM on 72 SMs.
+    assert_eq!(
+        text.trim(),
+        "threads=1024 regs=32 ptx=86 set=0 too_much=1 dynamic=65536 blocks256=6 block=768 grid=144"
+    );
+}

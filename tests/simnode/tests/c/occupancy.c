@@ -1,0 +1,31 @@
+/* A kernel's attributes and occupancy on a simulated A10 (compute capability 8.6, 72 SMs). */
+#include <stdio.h>
+
+typedef void *CUcontext, *CUmodule, *CUfunction;
+int cuInit(unsigned);
+int cuDevicePrimaryCtxRetain(CUcontext *, int);
+int cuCtxSetCurrent(CUcontext);
+int cuModuleLoadData(CUmodule *, const void *);
+int cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+int cuFuncGetAttribute(int *, int, CUfunction);
+int cuFuncSetAttribute(CUfunction, int, int);
+int cuOccupancyMaxActiveBlocksPerMultiprocessor(int *, CUfunction, int, size_t);
+int cuOccupancyMaxPotentialBlockSize(int *, int *, CUfunction, size_t (*)(int), size_t, int);
+
+int main(void) {
+    CUcontext ctx; CUmodule m; CUfunction f;
+    static const char image[] = "//\n.version 7.0\n.target sm_86\n.entry k() { ret; }\n";
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx) || cuModuleLoadData(&m, image)
+        || cuModuleGetFunction(&f, m, "k")) { printf("error=init\n"); return 1; }
+    int threads = 0, regs = 0, ptx = 0, dyn = 0, blocks = 0, grid = 0, block = 0;
+    cuFuncGetAttribute(&threads, 0, f);
+    cuFuncGetAttribute(&regs, 4, f);
+    cuFuncGetAttribute(&ptx, 5, f);
+    int set = cuFuncSetAttribute(f, 8, 65536), too_much = cuFuncSetAttribute(f, 8, 1 << 20);
+    cuFuncGetAttribute(&dyn, 8, f);
+    cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0);
+    cuOccupancyMaxPotentialBlockSize(&grid, &block, f, 0, 0, 0);
+    printf("threads=%d regs=%d ptx=%d set=%d too_much=%d dynamic=%d blocks256=%d block=%d grid=%d\n", threads, regs, ptx, set,
+           too_much, dyn, blocks, block, grid);
+    return 0;
+}
