@@ -134,6 +134,21 @@ fn numba_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
 }
 
 #[test]
+fn numba_compiles_loads_and_launches_a_kernel_behind_the_wall() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "numba-jit", 100 * MIB);
+    assert_eq!(f.get("launched"), "1", "{:?}", f.0);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 10, "{:?}", f.0);
+    assert_eq!(
+        f.get("error"),
+        "CudaAPIError:CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        f.0
+    );
+}
+
+#[test]
 fn nvidia_ml_py_reports_the_slice_as_the_devices_memory() {
     let slice = Slice::new(GIB, 0);
     let f = fill(&slice, "nvml", 0);

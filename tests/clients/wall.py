@@ -1,7 +1,8 @@
 """The wall seen by real CUDA software: each client asks for its memory the way its users do.
 
 Usage: wall.py CLIENT MODE BYTES [API]
-  CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), cupy (CuPy and
+  CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), numba-jit
+          (numba-cuda compiling and launching a kernel first), cupy (CuPy and
           its memory pool), nvml (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; hold: allocate BYTES once, print, and wait for
@@ -37,6 +38,25 @@ def bindings(mode, size):
         if mode == "hold":
             break
     return total, free, held, error, lambda: [check(cu.cuMemFree(p)) for p in held]
+
+
+def numba_jit(mode, size):
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def add(a, b):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] += b[i]
+
+    a = cuda.to_device(np.ones(1024, dtype=np.float32))
+    add[4, 256](a, a)
+    cuda.synchronize()
+    # The kernel was compiled (NVVM), linked (nvJitLink), loaded and launched.
+    print("launched=1", end=" ")
+    del a
+    return numba(mode, size)
 
 
 def numba(mode, size):
@@ -150,7 +170,13 @@ def main():
         api = sys.argv[4] if len(sys.argv) > 4 else "malloc"
         total, free, held, error, release = runtime(client[len("runtime:"):], api, mode, size)
     else:
-        clients = {"bindings": bindings, "numba": numba, "cupy": cupy_client, "nvml": nvml}
+        clients = {
+            "bindings": bindings,
+            "numba": numba,
+            "numba-jit": numba_jit,
+            "cupy": cupy_client,
+            "nvml": nvml,
+        }
         total, free, held, error, release = clients[client](mode, size)
     print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
     if mode == "hold":

@@ -220,3 +220,85 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
     // SAFETY: the same contract.
     unsafe { cuOccupancyMaxPotentialBlockSize(min_grid, block, f, smem_of, dynamic_smem, limit) }
 }
+
+/// A library (CUDA 12's context-independent module) is a module loaded in the current
+/// context; its kernels are the module's functions, and a kernel handle is accepted wherever a
+/// function is, as `cuLaunchKernel` takes a `CUkernel`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut *mut std::ffi::c_void,
+    code: *const std::ffi::c_void,
+    _jit_options: *mut c_int,
+    _jit_values: *mut *mut std::ffi::c_void,
+    _jit_count: std::ffi::c_uint,
+    _library_options: *mut c_int,
+    _library_values: *mut *mut std::ffi::c_void,
+    _library_count: std::ffi::c_uint,
+) -> crate::CUresult {
+    // SAFETY: `code` is an image as cuModuleLoadData takes it.
+    unsafe { crate::paths::cuModuleLoadData(library.cast(), code) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryUnload(library: *mut std::ffi::c_void) -> crate::CUresult {
+    crate::paths::cuModuleUnload(library)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryGetModule(
+    module: *mut crate::paths::CUmodule,
+    library: *mut std::ffi::c_void,
+) -> crate::CUresult {
+    guard(|| {
+        if library.is_null() {
+            return Err(crate::codes::CUDA_ERROR_INVALID_HANDLE);
+        }
+        out(module, library)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryGetKernel(
+    kernel: *mut crate::paths::CUfunction,
+    library: *mut std::ffi::c_void,
+    name: *const std::ffi::c_char,
+) -> crate::CUresult {
+    // SAFETY: the same contract as cuModuleGetFunction.
+    unsafe { crate::paths::cuModuleGetFunction(kernel, library, name) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetFunction(
+    function: *mut crate::paths::CUfunction,
+    kernel: crate::paths::CUfunction,
+) -> crate::CUresult {
+    guard(|| {
+        crate::current_ctx()?;
+        if kernel.is_null() {
+            return Err(crate::codes::CUDA_ERROR_INVALID_HANDLE);
+        }
+        out(function, kernel)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    kernel: crate::paths::CUfunction,
+    _dev: crate::CUdevice,
+) -> crate::CUresult {
+    // SAFETY: the same contract as cuFuncGetAttribute.
+    unsafe { cuFuncGetAttribute(value, attribute, kernel) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelSetAttribute(
+    attribute: c_int,
+    value: c_int,
+    kernel: crate::paths::CUfunction,
+    _dev: crate::CUdevice,
+) -> crate::CUresult {
+    cuFuncSetAttribute(kernel, attribute, value)
+}
