@@ -156,28 +156,32 @@ fn nvidia_ml_py_reports_the_slice_as_the_devices_memory() {
     assert_eq!(f.num("free"), GIB, "{:?}", f.0);
 }
 
-#[test]
-fn two_real_clients_of_one_slice_share_its_limit() {
+/// `holder` takes 600 MiB of a 1 GiB slice and keeps it; `filler`, in another process, then
+/// sees 424 MiB free and gets 53 chunks of 8 MiB before its own out-of-memory `error`.
+fn share_one_slice(holder: &str, filler: &str, error: &str) {
     let slice = Slice::new(GIB, 0);
-    // numba holds 600 MiB; cuda-bindings in another process sees and gets the other 424 MiB.
     let log = slice.dir.path().join("unmodelled-hold.log");
-    let mut holder = client(&slice, &log, &["numba", "hold", &(600 * MIB).to_string()])
+    let mut held = client(&slice, &log, &[holder, "hold", &(600 * MIB).to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
+    BufReader::new(held.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let held = Facts::parse(&line);
-    assert_eq!(held.num("chunks"), 1, "{line}");
-    let f = fill(&slice, "bindings", 8 * MIB);
+    assert_eq!(Facts::parse(&line).num("chunks"), 1, "{holder}: {line}");
+    let f = fill(&slice, filler, 8 * MIB);
     assert_eq!(f.num("free"), 424 * MIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 53, "{:?}", f.0);
-    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
-    drop(holder.stdin.take());
-    assert!(holder.wait().unwrap().success());
+    assert_eq!(f.get("error"), error, "{:?}", f.0);
+    drop(held.stdin.take());
+    assert!(held.wait().unwrap().success());
+}
+
+#[test]
+fn two_real_clients_of_one_slice_share_its_limit() {
+    share_one_slice("numba", "bindings", "CUDA_ERROR_OUT_OF_MEMORY");
 }
 
 /// Every allocation interface of one CUDA runtime stops at the slice with
@@ -207,33 +211,11 @@ fn the_cuda_11_runtime_meets_the_wall_on_every_allocation_path() {
 
 #[test]
 fn two_processes_of_different_cuda_runtimes_share_one_slice() {
-    let slice = Slice::new(GIB, 0);
-    let log = slice.dir.path().join("unmodelled-hold.log");
-    let holder_client = format!("runtime:{}", runtime11().display());
-    let mut holder = client(
-        &slice,
-        &log,
-        &[&holder_client, "hold", &(600 * MIB).to_string()],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(Facts::parse(&line).num("chunks"), 1, "{line}");
-    let f = fill(
-        &slice,
+    share_one_slice(
+        &format!("runtime:{}", runtime11().display()),
         &format!("runtime:{}", runtime12().display()),
-        8 * MIB,
+        "cudaErrorMemoryAllocation",
     );
-    assert_eq!(f.num("free"), 424 * MIB, "{:?}", f.0);
-    assert_eq!(f.num("chunks"), 53, "{:?}", f.0);
-    assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{:?}", f.0);
-    drop(holder.stdin.take());
-    assert!(holder.wait().unwrap().success());
 }
 
 #[test]

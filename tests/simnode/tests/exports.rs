@@ -3,6 +3,8 @@
 //! real driver does, and an entry point the simulation does not model answers "not supported"
 //! and is counted.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,20 +14,6 @@ fn reference(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../reference")
         .join(file)
-}
-
-fn compile(sim: &SimNode, name: &str, link_cuda: bool) -> PathBuf {
-    let out = sim.root().join(name);
-    let mut gcc = Command::new("gcc");
-    gcc.arg("-o")
-        .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")));
-    if link_cuda {
-        gcc.arg(format!("-L{}", sim.lib_dir().display()))
-            .arg("-lcuda");
-    }
-    assert!(gcc.arg("-ldl").status().unwrap().success());
-    out
 }
 
 fn run(program: &Path, args: &[&Path]) -> String {
@@ -38,7 +26,7 @@ fn run(program: &Path, args: &[&Path]) -> String {
 #[test]
 fn every_function_of_the_real_driver_exists_and_get_proc_address_answers_as_it_does() {
     let sim = SimNode::new(1, "A10", None);
-    let exports = compile(&sim, "exports", false);
+    let exports = common::compile(&sim, "exports", &["dl"]);
     let text = run(
         &exports,
         &[
@@ -58,7 +46,7 @@ fn every_function_of_the_real_driver_exists_and_get_proc_address_answers_as_it_d
 #[test]
 fn every_function_of_the_real_nvml_exists() {
     let sim = SimNode::new(1, "A10", None);
-    let exports = compile(&sim, "exports", false);
+    let exports = common::compile(&sim, "exports", &["dl"]);
     let text = run(
         &exports,
         &[
@@ -72,7 +60,7 @@ fn every_function_of_the_real_nvml_exists() {
 #[test]
 fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
     let sim = SimNode::new(1, "A10", None);
-    let program = compile(&sim, "unmodelled", true);
+    let program = common::compile(&sim, "unmodelled", &["cuda"]);
     let log = sim.root().join("calls.log");
     let out = Command::new(&program)
         .env("LD_LIBRARY_PATH", sim.lib_dir())
@@ -93,7 +81,7 @@ fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
 #[test]
 fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
     let sim = SimNode::new(2, "A10", None);
-    let program = compile(&sim, "contexts", true);
+    let program = common::compile(&sim, "contexts", &["cuda"]);
     let out = Command::new(&program)
         .env("LD_LIBRARY_PATH", sim.lib_dir())
         .output()

@@ -1,32 +1,16 @@
 //! Streams, events, copies, fills and pointer queries on the simulated driver, from a C
 //! program that uses them as CUDA programs do.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
 use gpuslice_testsupport::sim::SimNode;
 
 #[test]
 fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
     let sim = SimNode::new(1, "A10", None);
-    let exe = sim.root().join("streams");
-    let built = Command::new("gcc")
-        .arg("-o")
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/streams.c"))
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .arg("-lcuda")
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let exe = common::compile(&sim, "streams", &["cuda"]);
     let log = sim.root().join("unmodelled.log");
-    let out = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
     // 1 invalid value, 400 invalid handle.
     for fact in [
         "create=0 priority=-5 stream_ctx=1 query=0",
@@ -50,22 +34,8 @@ fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
 #[test]
 fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     let sim = SimNode::new(1, "A10", None);
-    let exe = sim.root().join("occupancy");
-    let built = Command::new("gcc")
-        .arg("-o")
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/occupancy.c"))
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .arg("-lcuda")
-        .status()
-        .unwrap();
-    assert!(built.success());
-    let out = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let exe = common::compile(&sim, "occupancy", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
     // Compute capability 8.6: 1536 threads and 16 blocks an SM, 99 KiB of opt-in shared
     // memory a block; 256-thread blocks are limited by threads to 6 an SM; 768 is the
     // largest block keeping all 1536 threads resident, 2 an SM on 72 SMs.

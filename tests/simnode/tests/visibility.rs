@@ -1,25 +1,13 @@
 //! A process sees the GPUs whose device nodes it can open, in the node's order, through CUDA
 //! and NVML alike; `CUDA_VISIBLE_DEVICES` narrows that further, its indexes counting only those.
 
+mod common;
+
 use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use gpuslice_testsupport::sim::SimNode;
-
-fn compile(sim: &SimNode) -> PathBuf {
-    let out = sim.root().join("visible");
-    let status = Command::new("gcc")
-        .arg("-o")
-        .arg(&out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/visible.c"))
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .args(["-lcuda", "-lnvidia-ml"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
 
 /// A device directory holding `/dev/nvidiaN` character nodes for the given minors.
 fn device_dir(minors: &[u32]) -> tempfile::TempDir {
@@ -57,7 +45,7 @@ fn seen(program: &Path, sim: &SimNode, dev: &Path, visible: Option<&str>) -> Str
 #[test]
 fn only_gpus_whose_device_nodes_can_be_opened_are_seen() {
     let sim = SimNode::new(4, "A10", None);
-    let program = compile(&sim);
+    let program = common::compile(&sim, "visible", &["cuda", "nvidia-ml"]);
     let dev = device_dir(&[0, 2, 3]);
     assert_eq!(
         seen(&program, &sim, dev.path(), None),
@@ -79,7 +67,7 @@ fn only_gpus_whose_device_nodes_can_be_opened_are_seen() {
 #[test]
 fn with_no_device_node_at_all_nothing_is_seen_where_a_device_directory_is_named() {
     let sim = SimNode::new(2, "A10", None);
-    let program = compile(&sim);
+    let program = common::compile(&sim, "visible", &["cuda", "nvidia-ml"]);
     let dev = device_dir(&[]);
     assert_eq!(seen(&program, &sim, dev.path(), None), "cuda= nvml=");
 }
