@@ -130,3 +130,11 @@ pub struct CUlaunchConfig {
     pub attrs: *mut c_void,
     pub num_attrs: c_uint,
 }
+
+/// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union this
+/// crate does not read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUgraphNodeParamsHead {
+    pub typ: c_int,
+}

@@ -133,6 +133,11 @@ fn checks() -> Vec<Check> {
             11080,
         );
     }
+    add(
+        "offsetof(CUgraphNodeParams, type)",
+        offset_of!(CUgraphNodeParamsHead, typ) as i128,
+        12020,
+    );
     size!(CUlaunchConfig, 12000);
     field!(CUlaunchConfig, grid_dim_x, "gridDimX", 12000);
     field!(CUlaunchConfig, grid_dim_y, "gridDimY", 12000);

@@ -226,8 +226,8 @@ table! {
         Cuda fn cuArrayCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_create;
         Cuda fn cuArray3DCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_3d_create;
         Cuda fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_void) -> CUresult = refused::graph_add_mem_alloc_node;
-        Cuda fn cuGraphAddNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_int) -> CUresult = refused::graph_add_node;
-        Cuda fn cuGraphAddNode_v2(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, edges: *const c_void, count: usize, params: *mut c_int) -> CUresult = refused::graph_add_node_v2;
+        Cuda fn cuGraphAddNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = refused::graph_add_node;
+        Cuda fn cuGraphAddNode_v2(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = refused::graph_add_node_v2;
         Cuda fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int) -> CUresult = refused::mem_import_from_shareable_handle;
         Cuda fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_import_from_shareable_handle;
         Cuda fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void) -> CUresult = refused::mem_pool_import_pointer;

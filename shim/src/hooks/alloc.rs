@@ -133,7 +133,7 @@ fn capturing(stream: CUstream, ptsz: bool) -> bool {
     let mut status: std::ffi::c_int = 0;
     // SAFETY: cuStreamIsCapturing writes one CUstreamCaptureStatus.
     let r = unsafe { f(stream, &raw mut status) };
-    r == CUDA_SUCCESS && status != 0
+    r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
 /// Refuses a stream-ordered allocation on a capturing stream, in a slice.

@@ -17,9 +17,6 @@ use crate::ffi::*;
 use crate::log::log;
 use crate::slice;
 
-/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
-const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
-
 /// Refuses `name` in a slice; passes `call` through otherwise.
 fn refuse_in_slice(name: &str, call: impl FnOnce() -> CUresult) -> CUresult {
     if slice::get().is_none() {
@@ -57,10 +54,10 @@ refused! {
 
 /// Whether `params` (a `CUgraphNodeParams`, whose first field is the node type) describes a
 /// memory-allocation node.
-fn allocates(params: *const c_int) -> bool {
+fn allocates(params: *const CUgraphNodeParamsHead) -> bool {
     // SAFETY: a non-null `CUgraphNodeParams` pointer per the caller's contract; its first
     // field is the `CUgraphNodeType`.
-    !params.is_null() && unsafe { params.read() } == CU_GRAPH_NODE_TYPE_MEM_ALLOC
+    !params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_MEM_ALLOC
 }
 
 pub unsafe fn graph_add_node(
@@ -68,7 +65,7 @@ pub unsafe fn graph_add_node(
     graph: *mut c_void,
     deps: *const *mut c_void,
     count: usize,
-    params: *mut c_int,
+    params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let call = || match crate::api::real::cuGraphAddNode() {
         // SAFETY: the caller's arguments, passed on unchanged.
@@ -88,7 +85,7 @@ pub unsafe fn graph_add_node_v2(
     deps: *const *mut c_void,
     edges: *const c_void,
     count: usize,
-    params: *mut c_int,
+    params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let call = || match crate::api::real::cuGraphAddNode_v2() {
         // SAFETY: the caller's arguments, passed on unchanged.
