@@ -14,6 +14,7 @@ mod codes;
 mod context;
 mod copy;
 mod export_table;
+mod graph;
 mod module;
 mod paths;
 mod proc_address;

@@ -649,7 +649,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
     block_y: c_uint,
     block_z: c_uint,
     _shared_mem_bytes: c_uint,
-    _stream: CUstream,
+    stream: CUstream,
     _params: *mut *mut c_void,
     _extra: *mut *mut c_void,
 ) -> CUresult {
@@ -661,13 +661,16 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
-        let blocks = u64::from(grid_x) * u64::from(grid_y) * u64::from(grid_z);
-        let wait = state::get()?.launch(current_ctx()?.node_index, blocks);
-        if !wait.is_zero() {
-            // The queue is full: the launch waits, as a real one does.
-            std::thread::sleep(wait);
+        current_ctx()?;
+        let op = crate::graph::Op::Kernel {
+            blocks: u64::from(grid_x) * u64::from(grid_y) * u64::from(grid_z),
+        };
+        // On a capturing stream the launch is recorded; otherwise it runs, waiting while the
+        // queue is full, as a real launch does.
+        match crate::stream::capturing_graph(stream)? {
+            Some(g) => crate::graph::record(g, op).map(|_| ()),
+            None => crate::graph::run(op),
         }
-        Ok(())
     })
 }
 

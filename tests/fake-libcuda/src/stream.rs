@@ -6,9 +6,10 @@
 //! happened between two records. Handles are checked before use: a destroyed stream or event
 //! answers `CUDA_ERROR_INVALID_HANDLE`.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::{c_float, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use crate::codes::*;
@@ -32,6 +33,9 @@ pub struct Stream {
     priority: c_int,
     id: u64,
     capture: AtomicU8,
+    /// The graph being captured into (0 when not capturing).
+    graph: AtomicUsize,
+    capture_id: AtomicU64,
 }
 
 pub struct Event {
@@ -82,6 +86,8 @@ fn create(out_stream: *mut CUstream, flags: c_uint, priority: c_int) -> Result<(
         priority: priority.clamp(-5, 0),
         id: NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed),
         capture: AtomicU8::new(0),
+        graph: AtomicUsize::new(0),
+        capture_id: AtomicU64::new(0),
     }));
     STREAMS
         .lock()
@@ -125,14 +131,45 @@ pub extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
     cuStreamDestroy_v2(s)
 }
 
+static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's `CUstreamCaptureMode` (`cuThreadExchangeStreamCaptureMode`).
+    static CAPTURE_MODE: Cell<c_int> = const { Cell::new(0) };
+}
+
+/// The graph `s` is capturing into, if it is capturing: work issued on it is recorded there
+/// instead of run.
+pub(crate) fn capturing_graph(s: CUstream) -> Result<Option<crate::graph::CUgraph>, CUresult> {
+    Ok(stream(s)?.and_then(|st| {
+        (st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE)
+            .then(|| st.graph.load(Ordering::Acquire) as crate::graph::CUgraph)
+    }))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: c_int) -> CUresult {
     guard(|| {
         // The default streams cannot be captured.
         let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        st.graph
+            .store(crate::graph::new_graph()? as usize, Ordering::Release);
+        st.capture_id.store(
+            NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
+            Ordering::Release,
+        );
         st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
         Ok(())
     })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
+    // SAFETY: the same contract, in the global capture mode.
+    unsafe { cuStreamBeginCapture_v2(s, 0) }
 }
 
 #[unsafe(no_mangle)]
@@ -142,8 +179,7 @@ pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void
         if st.capture.swap(0, Ordering::AcqRel) != CAPTURE_ACTIVE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        // An empty graph: the simulation records no work.
-        out(graph, Box::into_raw(Box::new(0u8)).cast::<c_void>())
+        out(graph, st.graph.swap(0, Ordering::AcqRel) as *mut c_void)
     })
 }
 
@@ -152,6 +188,69 @@ pub unsafe extern "C" fn cuStreamIsCapturing(s: CUstream, status: *mut c_int) ->
     guard(|| {
         let capturing = stream(s)?.map_or(0, |st| st.capture.load(Ordering::Acquire));
         out(status, c_int::from(capturing))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    s: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const *mut c_void,
+    count: *mut usize,
+) -> CUresult {
+    guard(|| {
+        let st = stream(s)?;
+        let active = st.is_some_and(|st| st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE);
+        out(status, c_int::from(active))?;
+        if active && let Some(st) = st {
+            if !id.is_null() {
+                out(id, st.capture_id.load(Ordering::Acquire))?;
+            }
+            if !graph.is_null() {
+                out(graph, st.graph.load(Ordering::Acquire) as *mut c_void)?;
+            }
+            // The simulation keeps no dependency edges: nodes run in their order.
+            if !deps.is_null() {
+                out(deps, std::ptr::null())?;
+            }
+            if !count.is_null() {
+                out(count, 0)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(
+    s: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+) -> CUresult {
+    // SAFETY: the same contract, without the graph and dependencies.
+    unsafe {
+        cuStreamGetCaptureInfo_v2(
+            s,
+            status,
+            id,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> CUresult {
+    guard(|| {
+        if mode.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller's mode, exchanged with this thread's.
+        let new = unsafe { *mode };
+        out(mode, CAPTURE_MODE.with(|m| m.replace(new)))
     })
 }
 
@@ -214,11 +313,15 @@ type StreamCallback = Option<unsafe extern "C" fn(CUstream, CUresult, *mut c_voi
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void) -> CUresult {
     guard(|| {
-        stream(s)?;
         let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        // SAFETY: the caller's host function with its own argument, as the driver would call it.
-        unsafe { f(data) };
-        Ok(())
+        let op = crate::graph::Op::Host {
+            function: f,
+            data: data as usize,
+        };
+        match capturing_graph(s)? {
+            Some(g) => crate::graph::record(g, op).map(|_| ()),
+            None => crate::graph::run(op),
+        }
     })
 }
 
@@ -355,6 +458,9 @@ macro_rules! per_thread {
 
 per_thread! {
     cuStreamBeginCapture_v2_ptsz => cuStreamBeginCapture_v2(s: CUstream, mode: c_int);
+    cuStreamBeginCapture_ptsz => cuStreamBeginCapture(s: CUstream);
+    cuStreamGetCaptureInfo_ptsz => cuStreamGetCaptureInfo(s: CUstream, status: *mut c_int, id: *mut u64);
+    cuStreamGetCaptureInfo_v2_ptsz => cuStreamGetCaptureInfo_v2(s: CUstream, status: *mut c_int, id: *mut u64, graph: *mut *mut c_void, deps: *mut *const *mut c_void, count: *mut usize);
     cuStreamEndCapture_ptsz => cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void);
     cuStreamIsCapturing_ptsz => cuStreamIsCapturing(s: CUstream, status: *mut c_int);
     cuStreamGetPriority_ptsz => cuStreamGetPriority(s: CUstream, priority: *mut c_int);

@@ -44,3 +44,16 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
         "threads=1024 regs=32 ptx=86 set=0 too_much=1 dynamic=65536 blocks256=6 block=768 grid=144"
     );
 }
+
+#[test]
+fn a_captured_graph_replays_its_work_at_each_launch() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "graphs", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 1 is CUDA_ERROR_INVALID_VALUE.
+    assert_eq!(
+        text.trim(),
+        "begin=0 status=1 id_set=1 graph_seen=1 launch=0 host=0 ran_during_capture=0 end=0 nodes=2 \
+         instantiate=0 launches=0,0,0 counter=3 explicit_add=0 counter_after=4 destroy=0,0 relaunch_destroyed=1"
+    );
+}
