@@ -230,7 +230,7 @@ fn cupy_sees_its_slice_and_its_pool_stops_at_the_limit() {
 }
 
 #[test]
-fn a_program_built_by_nvcc_launches_its_kernels_and_meets_the_wall() {
+fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_wall() {
     let slice = Slice::new(GIB, 0);
     let nvcc = reference_dir().join("bin/nvcc");
     assert!(
@@ -275,6 +275,16 @@ fn a_program_built_by_nvcc_launches_its_kernels_and_meets_the_wall() {
     for key in ["malloc", "launch", "launch2", "sync"] {
         assert_eq!(f.get(key), "cudaSuccess", "{key}: {text}");
     }
+    // The module's 1 KiB table and 4-byte constant, written and read through their symbols.
+    assert_eq!(
+        f.get("symbols"),
+        "cudaSuccess,cudaSuccess,cudaSuccess",
+        "{text}"
+    );
+    assert_eq!(f.num("symbol_size"), 1024, "{text}");
+    assert_eq!(f.get("roundtrip"), "1", "{text}");
+    // The module's globals (1028 bytes) take device memory the library does not count (it
+    // does not read module images; the agent's backstop sees them): 16 chunks still fit.
     assert_eq!(f.num("chunks"), 16, "{text}");
     assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{text}");
 }

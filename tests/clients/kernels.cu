@@ -1,10 +1,14 @@
-// A CUDA program as nvcc builds it: kernels registered with the runtime, launched with the
-// triple-chevron syntax, memory from cudaMalloc until the runtime says it is out.
+// A CUDA program as nvcc builds it: kernels and global variables registered with the
+// runtime, kernels launched with the triple-chevron syntax, variables written and read back
+// through their symbols, memory from cudaMalloc until the runtime says it is out.
 // Prints key=value pairs on one line.
 #include <cstdio>
 #include <vector>
 
-__global__ void fill(int *p, int v) { p[blockIdx.x * blockDim.x + threadIdx.x] = v; }
+__device__ int table[256];
+__constant__ float factor;
+
+__global__ void fill(int *p, int v) { p[blockIdx.x * blockDim.x + threadIdx.x] = v + table[0] * (int)factor; }
 __global__ void scale(float *p, float k, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] *= k;
@@ -21,6 +25,16 @@ int main(int argc, char **argv) {
     scale<<<(1 << 18) / 256, 256>>>((float *)ints, 2.0f, 1 << 18);
     cudaError_t launch2 = cudaGetLastError();
     cudaError_t sync = cudaDeviceSynchronize();
+    int rows[256], back[256] = {0};
+    for (int i = 0; i < 256; i++) rows[i] = i * 3;
+    float two = 2.0f;
+    cudaError_t to_symbol = cudaMemcpyToSymbol(table, rows, sizeof rows);
+    cudaError_t to_constant = cudaMemcpyToSymbol(factor, &two, sizeof two);
+    cudaError_t from_symbol = cudaMemcpyFromSymbol(back, table, sizeof back);
+    size_t symbol_size = 0;
+    cudaGetSymbolSize(&symbol_size, table);
+    int roundtrip = 1;
+    for (int i = 0; i < 256; i++) roundtrip &= back[i] == rows[i];
     cudaFree(ints);
     std::vector<void *> held;
     cudaError_t stop;
@@ -31,8 +45,11 @@ int main(int argc, char **argv) {
         held.push_back(p);
     }
     for (void *p : held) cudaFree(p);
-    printf("total=%zu free=%zu malloc=%s launch=%s launch2=%s sync=%s chunks=%zu error=%s\n", total,
-           free_bytes, cudaGetErrorName(malloc_result), cudaGetErrorName(launch),
-           cudaGetErrorName(launch2), cudaGetErrorName(sync), held.size(), cudaGetErrorName(stop));
+    printf("total=%zu free=%zu malloc=%s launch=%s launch2=%s sync=%s symbols=%s,%s,%s symbol_size=%zu "
+           "roundtrip=%d chunks=%zu error=%s\n",
+           total, free_bytes, cudaGetErrorName(malloc_result), cudaGetErrorName(launch),
+           cudaGetErrorName(launch2), cudaGetErrorName(sync), cudaGetErrorName(to_symbol),
+           cudaGetErrorName(to_constant), cudaGetErrorName(from_symbol), symbol_size, roundtrip, held.size(),
+           cudaGetErrorName(stop));
     return 0;
 }

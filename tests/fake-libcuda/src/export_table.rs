@@ -180,7 +180,7 @@ unsafe extern "C" fn module_from_fatbin_wrapper(
             return Err(CUDA_ERROR_INVALID_IMAGE);
         }
         // SAFETY: same contract as cuModuleLoadData with the wrapped image.
-        match unsafe { crate::paths::cuModuleLoadData(module.cast(), w.data) } {
+        match unsafe { crate::module::cuModuleLoadData(module.cast(), w.data) } {
             CUDA_SUCCESS => Ok(()),
             e => Err(e),
         }
@@ -206,7 +206,7 @@ unsafe extern "C" fn module_from_fatbin_ext(
     _arg5: c_uint,
 ) -> CUresult {
     // SAFETY: `image` is a fat binary as cuModuleLoadData takes it.
-    unsafe { crate::paths::cuModuleLoadData(module.cast(), image) }
+    unsafe { crate::module::cuModuleLoadData(module.cast(), image) }
 }
 
 /// The device's primary context, without retaining it (an inactive one stays inactive).

@@ -15,6 +15,7 @@ mod context;
 mod copy;
 mod export_table;
 mod graph;
+mod image;
 mod module;
 mod paths;
 mod proc_address;

@@ -2,9 +2,162 @@
 //! kernel (the simulation has no code for it: no static shared or local memory, 32 registers
 //! a thread, built for the current device) and the occupancy those give on the device.
 
-use std::ffi::c_int;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::{LazyLock, Mutex};
 
-use crate::{CUresult, guard, out};
+use crate::codes::*;
+use crate::paths::{CUfunction, CUmodule};
+use crate::{CUdeviceptr, CUresult, current_ctx, guard, out, state};
+
+/// A loaded module: its global variables, allocated on its context's device at load (as the
+/// driver does), and the function handles given out for it.
+struct Module {
+    globals: HashMap<String, (CUdeviceptr, usize)>,
+    functions: Mutex<HashMap<String, usize>>,
+}
+
+static MODULES: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+fn module(m: CUmodule) -> Result<&'static Module, CUresult> {
+    if m.is_null()
+        || !MODULES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .contains(&(m as usize))
+    {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: registered in MODULES: a Box leaked by cuModuleLoadData, not yet dropped.
+    Ok(unsafe { &*m.cast::<Module>() })
+}
+
+/// Loads an image (fat binary, cubin or PTX). Its global variables take device memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void) -> CUresult {
+    guard(|| {
+        let index = current_ctx()?.node_index;
+        if image.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: an image as this call takes one.
+        let sizes = crate::image::globals(unsafe { crate::image::bytes(image.cast()) });
+        let d = state::get()?;
+        let mut globals = HashMap::new();
+        for (name, size) in sizes {
+            let bytes = usize::try_from(size.max(1)).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
+            match d.allocate(index, bytes as u64, bytes) {
+                Ok(p) => {
+                    globals.insert(name, (p, size as usize));
+                }
+                Err(e) => {
+                    for (p, _) in globals.values() {
+                        let _ = d.free(*p);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let handle = Box::into_raw(Box::new(Module {
+            globals,
+            functions: Mutex::new(HashMap::new()),
+        }));
+        MODULES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(handle as usize);
+        out(m, handle.cast())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
+    guard(|| {
+        let md = module(m)?;
+        MODULES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .remove(&(m as usize));
+        let d = state::get()?;
+        for (p, _) in md.globals.values() {
+            let _ = d.free(*p);
+        }
+        for (_, f) in md.functions.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain() {
+            // SAFETY: a Box<u8> made by cuModuleGetFunction, freed only here.
+            drop(unsafe { Box::from_raw(f as *mut u8) });
+        }
+        // SAFETY: it was registered: a Box from cuModuleLoadData, dropped only here.
+        drop(unsafe { Box::from_raw(m.cast::<Module>()) });
+        Ok(())
+    })
+}
+
+fn name_arg(name: *const c_char) -> Result<String, CUresult> {
+    if name.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: a NUL-terminated name per the API.
+    Ok(unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// A handle for the kernel `name` (the same handle each time); the simulation runs no code,
+/// so any name is found.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut CUfunction,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    guard(|| {
+        let md = module(m)?;
+        let name = name_arg(name)?;
+        let handle = *md
+            .functions
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .entry(name)
+            .or_insert_with(|| Box::into_raw(Box::new(0u8)) as usize);
+        out(f, handle as CUfunction)
+    })
+}
+
+/// The device address and size of a global variable the module's cubins define;
+/// `CUDA_ERROR_NOT_FOUND` for any other name.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    m: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    guard(|| {
+        let md = module(m)?;
+        let (p, size) = *md
+            .globals
+            .get(&name_arg(name)?)
+            .ok_or(CUDA_ERROR_NOT_FOUND)?;
+        if !dptr.is_null() {
+            out(dptr, p)?;
+        }
+        if !bytes.is_null() {
+            out(bytes, size)?;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryGetGlobal(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    library: *mut c_void,
+    name: *const c_char,
+) -> CUresult {
+    // SAFETY: a library is a module here.
+    unsafe { cuModuleGetGlobal_v2(dptr, bytes, library, name) }
+}
 
 /// `CU_MODULE_EAGER_LOADING` and `CU_MODULE_LAZY_LOADING`.
 const EAGER_LOADING: c_int = 1;
@@ -237,12 +390,12 @@ pub unsafe extern "C" fn cuLibraryLoadData(
     _library_count: std::ffi::c_uint,
 ) -> crate::CUresult {
     // SAFETY: `code` is an image as cuModuleLoadData takes it.
-    unsafe { crate::paths::cuModuleLoadData(library.cast(), code) }
+    unsafe { cuModuleLoadData(library.cast(), code) }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuLibraryUnload(library: *mut std::ffi::c_void) -> crate::CUresult {
-    crate::paths::cuModuleUnload(library)
+    cuModuleUnload(library)
 }
 
 #[unsafe(no_mangle)]
@@ -265,7 +418,7 @@ pub unsafe extern "C" fn cuLibraryGetKernel(
     name: *const std::ffi::c_char,
 ) -> crate::CUresult {
     // SAFETY: the same contract as cuModuleGetFunction.
-    unsafe { crate::paths::cuModuleGetFunction(kernel, library, name) }
+    unsafe { cuModuleGetFunction(kernel, library, name) }
 }
 
 #[unsafe(no_mangle)]

@@ -14,7 +14,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex};
 
@@ -600,43 +600,6 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
 
 /// Launches made through the fake driver (no code runs on the simulated device).
 pub static LAUNCHES: AtomicU64 = AtomicU64::new(0);
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult {
-    guard(|| {
-        current_ctx()?;
-        if image.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        out(module, Box::into_raw(Box::new(0u8)).cast::<c_void>())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
-    guard(|| {
-        if module.is_null() {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        // SAFETY: a module from cuModuleLoadData, unloaded once by the API's contract.
-        drop(unsafe { Box::from_raw(module.cast::<u8>()) });
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuModuleGetFunction(
-    function: *mut CUfunction,
-    module: CUmodule,
-    name: *const c_char,
-) -> CUresult {
-    guard(|| {
-        if module.is_null() || name.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        out(function, Box::into_raw(Box::new(0u8)).cast::<c_void>())
-    })
-}
 
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]

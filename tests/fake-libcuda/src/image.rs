@@ -1,0 +1,101 @@
+//! What the simulated driver reads of a module image: its length, and the sizes of the global
+//! variables its cubins define, so that `cuModuleGetGlobal` answers as the driver does. An
+//! image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF cubin, or
+//! NUL-terminated PTX text. Fat binary entries compressed by `nvcc` (LZ4 or Zstandard) are
+//! not read: their globals are not found. The fat binary's layout is undocumented; as public
+//! reimplementations of the driver describe it: a 16-byte header (magic, version, header
+//! size, size of the entries), then entries of a header (kind 1 PTX, 2 ELF; its own size; the
+//! payload's size; flags at byte 40) followed by the payload.
+
+use std::collections::HashMap;
+
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+const ENTRY_ELF: u16 = 2;
+const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The bytes of the image at `image`, as far as its own headers say it extends.
+///
+/// # Safety
+/// `image` points at a module image as `cuModuleLoadData` takes one.
+pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
+    // SAFETY: every image kind starts with at least 16 readable bytes, or is PTX text whose
+    // NUL ends it; the first 4 bytes tell the kind.
+    let head = unsafe { std::slice::from_raw_parts(image, 4) };
+    let len = if u32_at(head, 0) == Some(FATBIN_MAGIC) {
+        // SAFETY: a fat binary header is 16 bytes.
+        let h = unsafe { std::slice::from_raw_parts(image, 16) };
+        usize::from(u16_at(h, 6).unwrap_or(16)) + u64_at(h, 8).unwrap_or(0) as usize
+    } else if head == ELF_MAGIC {
+        // SAFETY: an ELF64 header is 64 bytes; the section headers end the file.
+        let h = unsafe { std::slice::from_raw_parts(image, 64) };
+        let shoff = u64_at(h, 0x28).unwrap_or(0) as usize;
+        let shentsize = usize::from(u16_at(h, 0x3a).unwrap_or(0));
+        let shnum = usize::from(u16_at(h, 0x3c).unwrap_or(0));
+        shoff + shentsize * shnum
+    } else {
+        // SAFETY: PTX text is NUL-terminated.
+        unsafe { std::ffi::CStr::from_ptr(image.cast()) }
+            .to_bytes()
+            .len()
+    };
+    // SAFETY: the image's own headers give its extent.
+    unsafe { std::slice::from_raw_parts(image, len) }
+}
+
+/// Global variables (name → bytes) that the image's uncompressed ELF cubins define.
+#[must_use]
+pub fn globals(image: &[u8]) -> HashMap<String, u64> {
+    let mut found = HashMap::new();
+    if image.starts_with(ELF_MAGIC) {
+        elf_globals(image, &mut found);
+    } else if u32_at(image, 0) == Some(FATBIN_MAGIC) {
+        let mut at = usize::from(u16_at(image, 6).unwrap_or(16));
+        while let (Some(kind), Some(header), Some(size)) = (
+            u16_at(image, at),
+            u32_at(image, at + 4),
+            u64_at(image, at + 8),
+        ) {
+            let payload = at + header as usize;
+            let end = payload.saturating_add(size as usize);
+            let flags = u64_at(image, at + 40).unwrap_or(0);
+            if kind == ENTRY_ELF
+                && flags & ENTRY_COMPRESSED == 0
+                && let Some(elf) = image.get(payload..end)
+            {
+                elf_globals(elf, &mut found);
+            }
+            if header == 0 || end <= at {
+                break;
+            }
+            at = end;
+        }
+    }
+    found
+}
+
+fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let Ok(file) = object::File::parse(elf) else {
+        return;
+    };
+    for symbol in file.symbols() {
+        if symbol.kind() == SymbolKind::Data
+            && let Ok(name) = symbol.name()
+        {
+            found.insert(name.to_string(), symbol.size());
+        }
+    }
+}
