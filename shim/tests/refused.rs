@@ -90,16 +90,19 @@ fn outside_a_slice_those_entry_points_reach_the_driver() {
     // The reference driver (535, CUDA 12.2) has no cuGraphAddNode_v2 (CUDA 12.3): the library
     // passes on its absence.
     assert_eq!(f.get("cuGraphAddNode_v2.alloc"), "500", "{line}");
-    for name in REFUSED
-        .iter()
-        .filter(|n| !n.ends_with(".captured") && !n.starts_with("cuGraphAddNode_v2"))
-    {
+    // The simulated driver models memory nodes: with no graph it answers INVALID_VALUE.
+    assert_eq!(f.get("cuGraphAddMemAllocNode"), "1", "{line}");
+    for name in REFUSED.iter().filter(|n| {
+        !n.ends_with(".captured")
+            && !n.starts_with("cuGraphAddNode_v2")
+            && **n != "cuGraphAddMemAllocNode"
+    }) {
         assert_eq!(f.get(name), NOT_SUPPORTED, "{name}: {line}");
         assert!(
             reached.iter().any(|r| r == base(name)),
             "{name} did not reach the driver: {reached:?}"
         );
     }
-    // The simulated driver allocates on a capturing stream (the real one records a node).
+    // On a capturing stream the simulated driver records a memory node, as the real one does.
     assert_eq!(f.get("cuMemAllocAsync.captured"), "0", "{line}");
 }

@@ -1,9 +1,14 @@
 //! CUDA graphs, as far as programs that capture and replay work need them: a graph is a list
-//! of recorded operations (kernel launches, host functions, empty nodes); stream capture
-//! records the launches and host functions issued on a capturing stream instead of running
-//! them; an instantiated graph replays its operations at each `cuGraphLaunch`, kernels taking
-//! their simulated time. Memory nodes are not modelled (`cuGraphAddMemAllocNode` stays
-//! unmodelled; in a slice the interception library refuses them).
+//! of recorded operations (kernel launches, host functions, empty nodes, memory allocation and
+//! free nodes); stream capture records the launches, host functions and stream-ordered
+//! allocations and frees issued on a capturing stream instead of running them; an
+//! instantiated graph replays its operations at each `cuGraphLaunch`, kernels taking their
+//! simulated time.
+//!
+//! Memory nodes behave as the driver's: the node's address is fixed when the node is made, the
+//! memory is taken (and charged to the device) when the graph is launched and given back by a
+//! free node, `cuMemFree`/`cuMemFreeAsync`, never before; launching a graph whose earlier
+//! allocation is still held fails. In a slice the interception library refuses memory nodes.
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
@@ -28,6 +33,80 @@ pub enum Op {
         data: usize,
     },
     Empty,
+    MemAlloc {
+        ptr: u64,
+    },
+    MemFree {
+        ptr: u64,
+    },
+}
+
+/// A graph allocation: its device, size, and whether a launch holds it now.
+struct GraphMemory {
+    index: usize,
+    bytes: u64,
+    held: bool,
+}
+
+/// Graph allocations by address, for the life of the process (their addresses are reserved
+/// when the node is made, as the driver's are).
+static GRAPH_MEMORY: LazyLock<Mutex<std::collections::HashMap<u64, GraphMemory>>> =
+    LazyLock::new(|| Mutex::new(std::collections::HashMap::new()));
+
+/// Reserves `bytes` of address space on node GPU `index` for a memory node; nothing is
+/// charged until a launch.
+pub(crate) fn reserve(index: usize, bytes: u64) -> Result<u64, CUresult> {
+    let len = usize::try_from(bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    if len == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: an anonymous private mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.insert(
+        p as u64,
+        GraphMemory {
+            index,
+            bytes,
+            held: false,
+        },
+    );
+    Ok(p as u64)
+}
+
+/// Gives back a graph allocation a launch holds (`cuMemFree`, `cuMemFreeAsync`, a free
+/// node). Ok(false): `ptr` is no graph allocation.
+pub(crate) fn release(ptr: u64) -> Result<bool, CUresult> {
+    let mut all = GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let Some(m) = all.get_mut(&ptr) else {
+        return Ok(false);
+    };
+    if !m.held {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let d = state::get()?;
+    d.uncharge(&mut d.lock(), m.index, m.bytes);
+    m.held = false;
+    Ok(true)
+}
+
+/// Whether `ptr` is a graph allocation (held or not).
+pub(crate) fn is_graph_memory(ptr: u64) -> Result<bool, CUresult> {
+    Ok(GRAPH_MEMORY
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .contains_key(&ptr))
 }
 
 /// A node handle points at its graph's node number; graphs own their nodes.
@@ -95,6 +174,20 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
         // SAFETY: the program's host function with its own argument, as it asked.
         Op::Host { function, data } => unsafe { function(data as *mut c_void) },
         Op::Empty => {}
+        Op::MemAlloc { ptr } => {
+            let mut all = GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            let m = all.get_mut(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+            // The previous launch's allocation must be freed before the graph runs again.
+            if m.held {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            let d = state::get()?;
+            d.charge(&mut d.lock(), m.index, m.bytes)?;
+            m.held = true;
+        }
+        Op::MemFree { ptr } => {
+            release(ptr)?;
+        }
     }
     Ok(())
 }
@@ -236,6 +329,60 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
                 },
             )?,
         )
+    })
+}
+
+/// The head of `CUDA_MEM_ALLOC_NODE_PARAMS`: pool properties (88 bytes, the location at 8),
+/// access descriptors, then the size and the address the driver fills in.
+#[repr(C)]
+pub struct MemAllocNodeParams {
+    pool_props: [u8; 88],
+    access: *const c_void,
+    access_count: usize,
+    bytesize: usize,
+    dptr: u64,
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    g: CUgraph,
+    _deps: *const CUgraphNode,
+    _count: usize,
+    params: *mut MemAllocNodeParams,
+) -> CUresult {
+    guard(|| {
+        graph(g)?;
+        if params.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the caller's CUDA_MEM_ALLOC_NODE_PARAMS.
+        let p = unsafe { &mut *params };
+        let location_type = i32::from_le_bytes(p.pool_props[8..12].try_into().unwrap_or_default());
+        let location_id = i32::from_le_bytes(p.pool_props[12..16].try_into().unwrap_or_default());
+        if location_type != gpuslice_cuda_abi::cuda::CU_MEM_LOCATION_TYPE_DEVICE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let index = state::get()?.node_index(location_id)?;
+        let ptr = reserve(index, p.bytesize as u64)?;
+        p.dptr = ptr;
+        out(node, record(g, Op::MemAlloc { ptr })?)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    g: CUgraph,
+    _deps: *const CUgraphNode,
+    _count: usize,
+    dptr: u64,
+) -> CUresult {
+    guard(|| {
+        if !is_graph_memory(dptr)? {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(node, record(g, Op::MemFree { ptr: dptr })?)
     })
 }
 

@@ -221,7 +221,12 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    guard(|| state::get()?.free(dptr))
+    guard(|| {
+        if graph::release(dptr)? {
+            return Ok(());
+        }
+        state::get()?.free(dptr)
+    })
 }
 
 #[unsafe(no_mangle)]

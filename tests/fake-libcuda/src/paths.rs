@@ -204,9 +204,17 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 pub unsafe extern "C" fn cuMemAllocAsync(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
-    _stream: CUstream,
+    stream: CUstream,
 ) -> CUresult {
-    guard(|| alloc_on_current(dptr, bytesize as u64))
+    guard(|| {
+        // On a capturing stream the allocation becomes a memory node of the graph.
+        if let Some(g) = crate::stream::capturing_graph(stream)? {
+            let ptr = crate::graph::reserve(current_ctx()?.node_index, bytesize as u64)?;
+            crate::graph::record(g, crate::graph::Op::MemAlloc { ptr })?;
+            return out(dptr, ptr);
+        }
+        alloc_on_current(dptr, bytesize as u64)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -220,8 +228,18 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, _stream: CUstream) -> CUresult {
-    guard(|| state::get()?.free(dptr))
+pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    guard(|| {
+        if crate::graph::is_graph_memory(dptr)? {
+            // On a capturing stream the free becomes a node of the graph.
+            if let Some(g) = crate::stream::capturing_graph(stream)? {
+                return crate::graph::record(g, crate::graph::Op::MemFree { ptr: dptr })
+                    .map(|_| ());
+            }
+            return crate::graph::release(dptr).map(|_| ());
+        }
+        state::get()?.free(dptr)
+    })
 }
 
 #[unsafe(no_mangle)]

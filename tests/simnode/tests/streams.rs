@@ -57,3 +57,17 @@ fn a_captured_graph_replays_its_work_at_each_launch() {
          instantiate=0 launches=0,0,0 counter=3 explicit_add=0 counter_after=4 destroy=0,0 relaunch_destroyed=1"
     );
 }
+
+#[test]
+fn graph_memory_is_taken_at_launch_and_given_back_by_its_free() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "graphmem", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // A10: 24576 MiB. 1 is CUDA_ERROR_INVALID_VALUE, 2 CUDA_ERROR_OUT_OF_MEMORY.
+    assert_eq!(
+        text.trim(),
+        "start=24576 captured=0 addr=1 after_capture=24576 launch=0 after_launch=24320 \
+         relaunch_held=1 free=0 after_free=24576 relaunch=0 explicit=0,0 addr2=1 launch2=0 \
+         after_alloc_free=24576 too_big=2 end=24576"
+    );
+}
