@@ -138,3 +138,32 @@ pub struct CUlaunchConfig {
 pub struct CUgraphNodeParamsHead {
     pub typ: c_int,
 }
+
+/// `CUmemorytype` values.
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+pub const CU_MEMORYTYPE_ARRAY: c_uint = 3;
+pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// `CUDA_MEMCPY2D`: a copy of `height` rows of `width_in_bytes`, each end a host, device,
+/// array or unified address with its own offset and pitch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEMCPY2D {
+    pub src_x_in_bytes: usize,
+    pub src_y: usize,
+    pub src_memory_type: c_uint,
+    pub src_host: *const c_void,
+    pub src_device: CUdeviceptr,
+    pub src_array: CUarray,
+    pub src_pitch: usize,
+    pub dst_x_in_bytes: usize,
+    pub dst_y: usize,
+    pub dst_memory_type: c_uint,
+    pub dst_host: *mut c_void,
+    pub dst_device: CUdeviceptr,
+    pub dst_array: CUarray,
+    pub dst_pitch: usize,
+    pub width_in_bytes: usize,
+    pub height: usize,
+}

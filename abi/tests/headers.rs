@@ -138,6 +138,27 @@ fn checks() -> Vec<Check> {
         offset_of!(CUgraphNodeParamsHead, typ) as i128,
         12020,
     );
+    constant!(CU_MEMORYTYPE_HOST);
+    constant!(CU_MEMORYTYPE_DEVICE);
+    constant!(CU_MEMORYTYPE_ARRAY);
+    constant!(CU_MEMORYTYPE_UNIFIED);
+    size!(CUDA_MEMCPY2D);
+    field!(CUDA_MEMCPY2D, src_x_in_bytes, "srcXInBytes");
+    field!(CUDA_MEMCPY2D, src_y, "srcY");
+    field!(CUDA_MEMCPY2D, src_memory_type, "srcMemoryType");
+    field!(CUDA_MEMCPY2D, src_host, "srcHost");
+    field!(CUDA_MEMCPY2D, src_device, "srcDevice");
+    field!(CUDA_MEMCPY2D, src_array, "srcArray");
+    field!(CUDA_MEMCPY2D, src_pitch, "srcPitch");
+    field!(CUDA_MEMCPY2D, dst_x_in_bytes, "dstXInBytes");
+    field!(CUDA_MEMCPY2D, dst_y, "dstY");
+    field!(CUDA_MEMCPY2D, dst_memory_type, "dstMemoryType");
+    field!(CUDA_MEMCPY2D, dst_host, "dstHost");
+    field!(CUDA_MEMCPY2D, dst_device, "dstDevice");
+    field!(CUDA_MEMCPY2D, dst_array, "dstArray");
+    field!(CUDA_MEMCPY2D, dst_pitch, "dstPitch");
+    field!(CUDA_MEMCPY2D, width_in_bytes, "WidthInBytes");
+    field!(CUDA_MEMCPY2D, height, "Height");
     size!(CUlaunchConfig, 12000);
     field!(CUlaunchConfig, grid_dim_x, "gridDimX", 12000);
     field!(CUlaunchConfig, grid_dim_y, "gridDimY", 12000);

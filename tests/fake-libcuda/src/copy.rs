@@ -129,6 +129,129 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usiz
     guard(|| fill(dst, value, n))
 }
 
+/// One end of a 2-D copy: the address of row `y` (a device end is checked over the row).
+fn row_address(
+    memory_type: c_uint,
+    host: u64,
+    device: CUdeviceptr,
+    x: usize,
+    y: usize,
+    pitch: usize,
+    row: usize,
+) -> Result<u64, CUresult> {
+    use gpuslice_cuda_abi::cuda::{
+        CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED,
+    };
+    let offset = y
+        .checked_mul(pitch)
+        .and_then(|o| o.checked_add(x))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)? as u64;
+    match memory_type {
+        CU_MEMORYTYPE_HOST => Ok(host + offset),
+        CU_MEMORYTYPE_DEVICE => {
+            device_range(device + offset, row)?;
+            Ok(device + offset)
+        }
+        CU_MEMORYTYPE_UNIFIED => {
+            if allocation_of(state::get()?, device).is_some() {
+                device_range(device + offset, row)?;
+            }
+            Ok(device + offset)
+        }
+        // CUDA arrays have no linear address in the simulation.
+        _ => Err(CUDA_ERROR_NOT_SUPPORTED),
+    }
+}
+
+/// `cuMemcpy2D`: `height` rows of `width_in_bytes`, each end at its own pitch.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy2D_v2(
+    c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D,
+) -> CUresult {
+    guard(|| {
+        if c.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the caller's CUDA_MEMCPY2D.
+        let c = unsafe { &*c };
+        let w = c.width_in_bytes;
+        if (c.height > 1 && (c.src_pitch < w || c.dst_pitch < w)) || w == 0 && c.height != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for y in 0..c.height {
+            let src = row_address(
+                c.src_memory_type,
+                c.src_host as u64,
+                c.src_device,
+                c.src_x_in_bytes,
+                c.src_y + y,
+                c.src_pitch,
+                w,
+            )?;
+            let dst = row_address(
+                c.dst_memory_type,
+                c.dst_host as u64,
+                c.dst_device,
+                c.dst_x_in_bytes,
+                c.dst_y + y,
+                c.dst_pitch,
+                w,
+            )?;
+            copy(dst, src, w);
+        }
+        Ok(())
+    })
+}
+
+fn fill_2d<T: Copy>(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: T,
+    width: usize,
+    height: usize,
+) -> Result<(), CUresult> {
+    if height > 1 && pitch < width * size_of::<T>() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    for y in 0..height {
+        fill(dst + (y * pitch) as u64, value, width)?;
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D8_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u8,
+    width: usize,
+    height: usize,
+) -> CUresult {
+    guard(|| fill_2d(dst, pitch, value, width, height))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D16_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: u16,
+    width: usize,
+    height: usize,
+) -> CUresult {
+    guard(|| fill_2d(dst, pitch, value, width, height))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD2D32_v2(
+    dst: CUdeviceptr,
+    pitch: usize,
+    value: c_uint,
+    width: usize,
+    height: usize,
+) -> CUresult {
+    guard(|| fill_2d(dst, pitch, value, width, height))
+}
+
 /// `CUpointer_attribute` values answered, and `CUmemorytype`.
 const POINTER_CONTEXT: c_int = 1;
 const POINTER_MEMORY_TYPE: c_int = 2;
@@ -244,6 +367,11 @@ macro_rules! same_as {
 }
 
 same_as! {
+    cuMemcpy2D_v2_ptds => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2 => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2_ptds => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2 => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
+    cuMemcpy2DAsync_v2_ptsz => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
     cuMemcpyHtoD_v2_ptds => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoH_v2_ptds => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemcpyDtoD_v2_ptds => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize);

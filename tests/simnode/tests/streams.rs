@@ -19,6 +19,7 @@ fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
         "fill=0 word=deadbeef",
         "outside=1",
         "memtype=2 ordinal=0 range=0 base_ok=1 size=4096 host_ptr_attr=1",
+        "copy2d=0,0 rows_ok=1 fill2d=0 row2=7 past=1",
         "destroyed_event=400",
         "destroyed_stream=400",
     ] {

@@ -32,6 +32,14 @@ int cuMemcpy(CUdeviceptr, CUdeviceptr, size_t);
 int cuPointerGetAttribute(void *, int, CUdeviceptr);
 int cuMemGetAddressRange_v2(CUdeviceptr *, size_t *, CUdeviceptr);
 
+typedef struct {
+    size_t srcXInBytes, srcY; unsigned srcMemoryType; const void *srcHost; CUdeviceptr srcDevice; void *srcArray;
+    size_t srcPitch, dstXInBytes, dstY; unsigned dstMemoryType; void *dstHost; CUdeviceptr dstDevice; void *dstArray;
+    size_t dstPitch, WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+int cuMemcpy2D_v2(const CUDA_MEMCPY2D *);
+int cuMemsetD2D8_v2(CUdeviceptr, size_t, unsigned char, size_t, size_t);
+
 static void host_fn(void *p) { *(int *)p = 42; }
 
 int main(void) {
@@ -79,6 +87,27 @@ int main(void) {
     int host_attr = cuPointerGetAttribute(&host_type, 2, (CUdeviceptr)src);
     printf("memtype=%u ordinal=%d range=%d base_ok=%d size=%zu host_ptr_attr=%d ", memtype, ordinal, range, base == d1, size,
            host_attr);
+    /* 2-D: 4 rows of 16 bytes from host (pitch 32) to device (pitch 64, 8 bytes in), back
+     * to host (pitch 16); then a 2-D fill of 3 rows of 4 bytes. */
+    unsigned char h2[128], back2[64];
+    for (int i = 0; i < 128; i++) h2[i] = (unsigned char)i;
+    memset(back2, 0, sizeof back2);
+    CUDA_MEMCPY2D up = {0}, down = {0};
+    up.srcMemoryType = 1; up.srcHost = h2; up.srcPitch = 32;
+    up.dstMemoryType = 2; up.dstDevice = d2; up.dstXInBytes = 8; up.dstPitch = 64;
+    up.WidthInBytes = 16; up.Height = 4;
+    down.srcMemoryType = 2; down.srcDevice = d2; down.srcXInBytes = 8; down.srcPitch = 64;
+    down.dstMemoryType = 1; down.dstHost = back2; down.dstPitch = 16;
+    down.WidthInBytes = 16; down.Height = 4;
+    int c2u = cuMemcpy2D_v2(&up), c2d = cuMemcpy2D_v2(&down);
+    int rows_ok = 1;
+    for (int r = 0; r < 4; r++) rows_ok &= memcmp(back2 + 16 * r, h2 + 32 * r, 16) == 0;
+    int fill2 = cuMemsetD2D8_v2(d2, 64, 7, 4, 3);
+    unsigned char row2[4] = {0};
+    cuMemcpyDtoH_v2(row2, d2 + 128, 4);
+    up.dstDevice = 0x1000; /* no allocation of this process */
+    int past = cuMemcpy2D_v2(&up);
+    printf("copy2d=%d,%d rows_ok=%d fill2d=%d row2=%d past=%d ", c2u, c2d, rows_ok, fill2, row2[3], past);
     cuEventDestroy_v2(a);
     printf("destroyed_event=%d ", cuEventQuery(a));
     cuStreamDestroy_v2(s);
