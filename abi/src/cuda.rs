@@ -14,6 +14,9 @@ pub type CUmipmappedArray = *mut c_void;
 pub type CUmodule = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
+pub type CUgraph = *mut c_void;
+pub type CUgraphExec = *mut c_void;
+pub type CUgraphNode = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -53,8 +56,24 @@ pub const CU_GET_PROC_ADDRESS_SUCCESS: c_int = 0;
 pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
 pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
 
-/// `CUgraphNodeType` of a memory-allocation node.
+/// `CUgraphNodeType` values.
+pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+pub const CU_GRAPH_NODE_TYPE_HOST: c_int = 3;
+pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+pub const CU_GRAPH_NODE_TYPE_EMPTY: c_int = 5;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
+pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+/// `CUgraphInstantiate_flags`.
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
+pub const CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: u64 = 4;
+/// `CUgraphMem_attribute` values.
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
+pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
+pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
+/// `CU_MEM_ALLOCATION_TYPE_PINNED` of `CUmemAllocationType`.
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CUstreamCaptureStatus` of a stream being captured.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
 
@@ -107,6 +126,56 @@ pub struct CUmemPropHead {
     pub typ: c_int,
     pub handle_types: c_int,
     pub location: CUmemLocation,
+}
+
+/// `CUmemPoolProps`: the head, then fields this crate does not read (88 bytes in every
+/// version: CUDA 12 took `maxSize` and `usage` out of the reserved bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemPoolProps {
+    pub head: CUmemPropHead,
+    pub win32_security_attributes: *mut c_void,
+    pub rest: [u8; 64],
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (`_v1` since CUDA 12.2): the driver writes `dptr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_MEM_ALLOC_NODE_PARAMS {
+    pub pool_props: CUmemPoolProps,
+    pub access_descs: *const CUmemAccessDesc,
+    pub access_desc_count: usize,
+    pub bytesize: usize,
+    pub dptr: CUdeviceptr,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2` (CUDA 12.0); `CUDA_KERNEL_NODE_PARAMS` (v1) is the same up to
+/// `extra`, so a v1 call may write into this.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
+    pub func: CUfunction,
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub kernel_params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+    pub kern: *mut c_void,
+    pub ctx: CUcontext,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS` (CUDA 12.0): the driver writes the last two.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_GRAPH_INSTANTIATE_PARAMS {
+    pub flags: u64,
+    pub upload_stream: CUstream,
+    pub error_node: CUgraphNode,
+    pub result: c_int,
 }
 
 #[repr(C)]

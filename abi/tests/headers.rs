@@ -79,6 +79,9 @@ fn checks() -> Vec<Check> {
         ("sizeof(CUmipmappedArray)", size_of::<CUmipmappedArray>()),
         ("sizeof(CUmodule)", size_of::<CUmodule>()),
         ("sizeof(CUfunction)", size_of::<CUfunction>()),
+        ("sizeof(CUgraph)", size_of::<CUgraph>()),
+        ("sizeof(CUgraphExec)", size_of::<CUgraphExec>()),
+        ("sizeof(CUgraphNode)", size_of::<CUgraphNode>()),
         (
             "sizeof(CUmemGenericAllocationHandle)",
             size_of::<CUmemGenericAllocationHandle>(),
@@ -133,6 +136,72 @@ fn checks() -> Vec<Check> {
             11080,
         );
     }
+    size!(CUmemPoolProps);
+    field!(CUmemPoolProps, head, "allocType");
+    field!(
+        CUmemPoolProps,
+        win32_security_attributes,
+        "win32SecurityAttributes"
+    );
+    size!(CUDA_MEM_ALLOC_NODE_PARAMS);
+    field!(CUDA_MEM_ALLOC_NODE_PARAMS, pool_props, "poolProps");
+    field!(CUDA_MEM_ALLOC_NODE_PARAMS, access_descs, "accessDescs");
+    field!(
+        CUDA_MEM_ALLOC_NODE_PARAMS,
+        access_desc_count,
+        "accessDescCount"
+    );
+    field!(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize, "bytesize");
+    field!(CUDA_MEM_ALLOC_NODE_PARAMS, dptr, "dptr");
+    size!(CUDA_KERNEL_NODE_PARAMS_v2, 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, func, "func", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, grid_dim_x, "gridDimX", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, grid_dim_y, "gridDimY", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, grid_dim_z, "gridDimZ", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, block_dim_x, "blockDimX", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, block_dim_y, "blockDimY", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, block_dim_z, "blockDimZ", 12000);
+    field!(
+        CUDA_KERNEL_NODE_PARAMS_v2,
+        shared_mem_bytes,
+        "sharedMemBytes",
+        12000
+    );
+    field!(
+        CUDA_KERNEL_NODE_PARAMS_v2,
+        kernel_params,
+        "kernelParams",
+        12000
+    );
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, extra, "extra", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, kern, "kern", 12000);
+    field!(CUDA_KERNEL_NODE_PARAMS_v2, ctx, "ctx", 12000);
+    // The v1 structure (CUDA 11.8's only one) is the v2 one up to `extra`.
+    add(
+        "sizeof(CUDA_KERNEL_NODE_PARAMS_v1)",
+        offset_of!(CUDA_KERNEL_NODE_PARAMS_v2, kern) as i128,
+        12000,
+    );
+    add(
+        "offsetof(CUDA_KERNEL_NODE_PARAMS, extra)",
+        offset_of!(CUDA_KERNEL_NODE_PARAMS_v2, extra) as i128,
+        11080,
+    );
+    size!(CUDA_GRAPH_INSTANTIATE_PARAMS, 12000);
+    field!(CUDA_GRAPH_INSTANTIATE_PARAMS, flags, "flags", 12000);
+    field!(
+        CUDA_GRAPH_INSTANTIATE_PARAMS,
+        upload_stream,
+        "hUploadStream",
+        12000
+    );
+    field!(
+        CUDA_GRAPH_INSTANTIATE_PARAMS,
+        error_node,
+        "hErrNode_out",
+        12000
+    );
+    field!(CUDA_GRAPH_INSTANTIATE_PARAMS, result, "result_out", 12000);
     add(
         "offsetof(CUgraphNodeParams, type)",
         offset_of!(CUgraphNodeParamsHead, typ) as i128,
@@ -200,7 +269,20 @@ fn checks() -> Vec<Check> {
     constant!(CU_GET_PROC_ADDRESS_SUCCESS, 12000);
     constant!(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, 12000);
     constant!(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, 12000);
+    constant!(CU_GRAPH_NODE_TYPE_KERNEL);
+    constant!(CU_GRAPH_NODE_TYPE_HOST);
+    constant!(CU_GRAPH_NODE_TYPE_GRAPH);
+    constant!(CU_GRAPH_NODE_TYPE_EMPTY);
     constant!(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    constant!(CU_GRAPH_NODE_TYPE_MEM_FREE);
+    constant!(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    constant!(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, 12000);
+    constant!(CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH, 12000);
+    constant!(CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+    constant!(CU_GRAPH_MEM_ATTR_USED_MEM_HIGH);
+    constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+    constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
+    constant!(CU_MEM_ALLOCATION_TYPE_PINNED);
     constant!(CU_STREAM_CAPTURE_STATUS_ACTIVE);
     // NVML.
     constant!(NVML_SUCCESS);

@@ -176,7 +176,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, info, proc_address, refused, vmm};
+use crate::hooks::{alloc, context, graph, info, proc_address, refused, vmm};
 
 table! {
     intercepted {
@@ -225,9 +225,19 @@ table! {
         Cuda fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint) -> CUresult = refused::legacy_mem_alloc_pitch;
         Cuda fn cuArrayCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_create;
         Cuda fn cuArray3DCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_3d_create;
-        Cuda fn cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_void) -> CUresult = refused::graph_add_mem_alloc_node;
-        Cuda fn cuGraphAddNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = refused::graph_add_node;
-        Cuda fn cuGraphAddNode_v2(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = refused::graph_add_node_v2;
+        Cuda fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult = graph::graph_instantiate_v1;
+        Cuda fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult = graph::graph_instantiate_v2;
+        Cuda fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult = graph::graph_instantiate_with_flags;
+        Cuda fn cuGraphInstantiateWithParams(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult = graph::graph_instantiate_with_params;
+        Cuda fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult = graph::graph_instantiate_with_params_ptsz;
+        Cuda fn cuGraphExecUpdate(exec: CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, result: *mut c_int) -> CUresult = graph::graph_exec_update_v1;
+        Cuda fn cuGraphExecUpdate_v2(exec: CUgraphExec, graph: CUgraph, info: *mut c_void) -> CUresult = graph::graph_exec_update_v2;
+        Cuda fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult = graph::graph_exec_destroy;
+        Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch;
+        Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch_ptsz;
+        Cuda fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload;
+        Cuda fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload_ptsz;
+        Cuda fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult = graph::device_graph_mem_trim;
         Cuda fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int) -> CUresult = refused::mem_import_from_shareable_handle;
         Cuda fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_import_from_shareable_handle;
         Cuda fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void) -> CUresult = refused::mem_pool_import_pointer;
@@ -237,6 +247,14 @@ table! {
     }
     helpers {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
+        Cuda fn cuCtxSynchronize() -> CUresult;
+        Cuda fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CUresult;
+        Cuda fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) -> CUresult;
+        Cuda fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
+        Cuda fn cuGraphMemFreeNodeGetParams(node: CUgraphNode, dptr: *mut CUdeviceptr) -> CUresult;
+        Cuda fn cuGraphKernelNodeGetParams(node: CUgraphNode, params: *mut c_void) -> CUresult;
+        Cuda fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult;
+        Cuda fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) -> CUresult;
         Cuda fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;

@@ -62,6 +62,8 @@ pub struct Slice {
     /// Mappings of the virtual-memory API, so that a released handle stays charged until its
     /// last unmap.
     pub vmm: Mutex<crate::hooks::vmm::Mappings>,
+    /// Graph allocations and the graph memory pools.
+    pub graphs: Mutex<crate::hooks::graph::Books>,
     /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
     held: [AtomicU64; usage::MAX_GPUS],
     slot: AtomicUsize,
@@ -255,6 +257,7 @@ impl Slice {
             pools: Mutex::new(HashMap::new()),
             primary: Mutex::new(HashMap::new()),
             vmm: Mutex::new(crate::hooks::vmm::Mappings::default()),
+            graphs: Mutex::new(crate::hooks::graph::Books::default()),
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
             slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),

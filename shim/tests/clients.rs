@@ -185,10 +185,19 @@ fn two_real_clients_of_one_slice_share_its_limit() {
 }
 
 /// Every allocation interface of one CUDA runtime stops at the slice with
-/// `cudaErrorMemoryAllocation`, its memory query showing the slice.
+/// `cudaErrorMemoryAllocation`, its memory query showing the slice: graph memory (captured
+/// stream-ordered allocations and allocation nodes) at the launch that would cross it.
 fn runtime_meets_the_wall(library: &Path) {
     let client = format!("runtime:{}", library.display());
-    for api in ["malloc", "async", "managed", "pitch", "array3d"] {
+    for api in [
+        "malloc",
+        "async",
+        "managed",
+        "pitch",
+        "array3d",
+        "graph",
+        "graph-node",
+    ] {
         let slice = Slice::new(GIB, 0);
         let f = fill_with(&slice, &client, 64 * MIB, api);
         let what = format!("{api}: {:?}", f.0);

@@ -161,3 +161,16 @@ fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too()
         "cuLaunchCooperativeKernel: {coop:.1}% busy"
     );
 }
+
+#[test]
+fn graph_launches_are_paced_like_the_kernels_they_hold() {
+    let (paced, bare) = (setup(30), setup(30));
+    let paced = busy_percent(&paced.command_via(true, "graph").output().unwrap());
+    let bare = busy_percent(&bare.command_via(false, "graph").output().unwrap());
+    eprintln!("cuGraphLaunch: {paced:.1}% busy in a 30% slice, {bare:.1}% without the library");
+    assert!(bare > 90.0, "without the library: {bare:.1}% busy");
+    assert!(
+        (25.0..=36.0).contains(&paced),
+        "cuGraphLaunch: {paced:.1}% busy"
+    );
+}

@@ -42,7 +42,9 @@ fn scalar(name: &str) -> Option<Ty> {
         "usize" => int(8, false),
         "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => int(8, false),
         "CUcontext" | "CUstream" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
-        | "CUfunction" | "nvmlDevice_t" => Some(Ty::Handle),
+        | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "nvmlDevice_t" => {
+            Some(Ty::Handle)
+        }
         _ => None,
     }
 }
@@ -56,14 +58,16 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "c_char" => (1, false),
         "c_int" | "c_uint" | "CUdevice" => (4, false),
         "usize" | "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => (8, false),
-        "CUcontext" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "nvmlDevice_t" => {
-            (8, false)
-        }
+        "CUcontext" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "CUgraph"
+        | "CUgraphExec" | "CUgraphNode" | "nvmlDevice_t" => (8, false),
         "CUuuid" => (size_of::<CUuuid>(), false),
         "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),
         "CUDA_ARRAY3D_DESCRIPTOR" => (size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), false),
         "CUDA_ARRAY_MEMORY_REQUIREMENTS" => (size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS>(), false),
         "CUlaunchConfig" => (size_of::<CUlaunchConfig>(), false),
+        "CUDA_MEM_ALLOC_NODE_PARAMS" => (size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>(), false),
+        "CUDA_KERNEL_NODE_PARAMS_v2" => (size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), true),
+        "CUDA_GRAPH_INSTANTIATE_PARAMS" => (size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS>(), false),
         "CUmemPropHead" => (size_of::<CUmemPropHead>(), true),
         "CUgraphNodeParamsHead" => (size_of::<CUgraphNodeParamsHead>(), true),
         "nvmlMemory_t" => (size_of::<nvmlMemory_t>(), false),

@@ -7,7 +7,10 @@ Usage: wall.py CLIENT MODE BYTES [API]
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; hold: allocate BYTES once, print, and wait for
           stdin to close
-  API     for the runtime: malloc (default), async, managed, pitch, array3d
+  API     for the runtime: malloc (default), async, managed, pitch, array3d; graph (each
+          allocation a graph captured around cudaMallocAsync, instantiated and launched,
+          its allocation left unfreed); graph-node (the same with an allocation node made
+          by cudaGraphAddMemAllocNode)
 Prints key=value pairs on one line: total, free (the client's own memory query before
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 """
@@ -111,6 +114,14 @@ def runtime(path, api, mode, size):
     class Extent(ctypes.Structure):
         _fields_ = [("width", c_size_t), ("height", c_size_t), ("depth", c_size_t)]
 
+    class MemAllocNodeParams(ctypes.Structure):
+        # cudaMemAllocNodeParams: cudaMemPoolProps (allocType, handleTypes, location type and
+        # id, then 72 bytes this client leaves zero), access descriptors, size, address out.
+        _fields_ = [("alloc_type", c_int), ("handle_types", c_int), ("location_type", c_int),
+                    ("location_id", c_int), ("rest", ctypes.c_ubyte * 72),
+                    ("access_descs", c_void_p), ("access_desc_count", c_size_t),
+                    ("bytesize", c_size_t), ("dptr", c_void_p)]
+
     rt = ctypes.CDLL(path)
     rt.cudaGetErrorName.restype = ctypes.c_char_p
     free, total = c_size_t(), c_size_t()
@@ -118,9 +129,31 @@ def runtime(path, api, mode, size):
     if err:
         raise RuntimeError(rt.cudaGetErrorName(err).decode())
     mib = 1 << 20
+    stream = c_void_p()
+    if api.startswith("graph") and rt.cudaStreamCreate(byref(stream)):
+        raise RuntimeError("cudaStreamCreate")
+
+    def launch_graph(graph):
+        # Each graph's allocation is left unfreed: every launch holds `size` more.
+        exec_ = c_void_p()
+        err = rt.cudaGraphInstantiateWithFlags(byref(exec_), graph, ctypes.c_ulonglong(0))
+        return err or rt.cudaGraphLaunch(exec_, stream)
 
     def alloc():
         p, pitch = c_void_p(), c_size_t()
+        if api == "graph":
+            graph = c_void_p()
+            rt.cudaStreamBeginCapture(stream, c_int(0))
+            err = rt.cudaMallocAsync(byref(p), c_size_t(size), stream)
+            end = rt.cudaStreamEndCapture(stream, byref(graph))
+            return err or end or launch_graph(graph), p
+        if api == "graph-node":
+            graph, node = c_void_p(), c_void_p()
+            params = MemAllocNodeParams(alloc_type=1, location_type=1, location_id=0,
+                                        bytesize=size)
+            err = rt.cudaGraphCreate(byref(graph), c_uint(0)) or rt.cudaGraphAddMemAllocNode(
+                byref(node), graph, None, c_size_t(0), byref(params))
+            return err or launch_graph(graph), c_void_p(params.dptr)
         if api == "malloc":
             return rt.cudaMalloc(byref(p), c_size_t(size)), p
         if api == "async":
@@ -151,6 +184,8 @@ def runtime(path, api, mode, size):
         for p in held:
             rt.cudaFreeArray(p) if api == "array3d" else rt.cudaFree(p)
         rt.cudaDeviceSynchronize()
+        if api.startswith("graph"):
+            rt.cudaDeviceGraphMemTrim(c_int(0))
 
     return total.value, free.value, held, error, release
 

@@ -10,10 +10,14 @@
 //! Managed memory is charged in full to the current context's device, although the driver
 //! may keep part of it in host memory: the wall errs on the side of holding. Stream-ordered
 //! frees give the charge back when they are enqueued, not when the stream reaches them.
+//!
+//! On a stream being captured into a graph, a stream-ordered allocation or free is not made
+//! but recorded as a graph node: nothing is charged or given back then; the graph's launch
+//! counts it (`graph`).
 
 use std::ffi::c_uint;
 
-use super::{charged, real_or_return, uncharged};
+use super::{charged, graph, real_or_return, uncharged};
 use crate::api::real;
 use crate::ffi::*;
 use crate::slice::{self, Kind};
@@ -67,6 +71,9 @@ pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
     // SAFETY: the caller's argument, passed on unchanged.
     let call = || unsafe { f(dptr) };
     let s = slice_or_pass!(call());
+    if let Some(r) = graph::free_graph_allocation(s, dptr, call) {
+        return r;
+    }
     uncharged(s, Kind::Memory, dptr, call)
 }
 
@@ -119,9 +126,8 @@ pub unsafe fn mem_alloc_pitch(
 type AllocAsync = unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult;
 
 /// Whether `stream` is being captured into a graph (`ptsz`: the per-thread default stream
-/// variant). A stream-ordered allocation made there becomes a graph memory node: the driver
-/// takes the memory at each launch of the graph, where the library cannot count it.
-fn capturing(stream: CUstream, ptsz: bool) -> bool {
+/// variant). A stream-ordered allocation or free made there becomes a graph memory node.
+pub(crate) fn capturing(stream: CUstream, ptsz: bool) -> bool {
     let f = if ptsz {
         real::cuStreamIsCapturing_ptsz().or_else(real::cuStreamIsCapturing)
     } else {
@@ -136,16 +142,6 @@ fn capturing(stream: CUstream, ptsz: bool) -> bool {
     r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_ACTIVE
 }
 
-/// Refuses a stream-ordered allocation on a capturing stream, in a slice.
-fn refused_in_capture(stream: CUstream, ptsz: bool) -> Option<CUresult> {
-    capturing(stream, ptsz).then(|| {
-        crate::log::log!(
-            "stream-ordered allocation during graph capture: not supported in a slice (the graph would allocate uncounted at each launch)"
-        );
-        CUDA_ERROR_NOT_SUPPORTED
-    })
-}
-
 unsafe fn alloc_async(
     f: AllocAsync,
     ptsz: bool,
@@ -156,8 +152,8 @@ unsafe fn alloc_async(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, stream) };
     let s = slice_or_pass!(call());
-    if let Some(r) = refused_in_capture(stream, ptsz) {
-        return r;
+    if capturing(stream, ptsz) {
+        return call();
     }
     let dev = match s.current_device() {
         Ok(d) => d,
@@ -204,8 +200,8 @@ unsafe fn alloc_from_pool(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, pool, stream) };
     let s = slice_or_pass!(call());
-    if let Some(r) = refused_in_capture(stream, ptsz) {
-        return r;
+    if capturing(stream, ptsz) {
+        return call();
     }
     let known = s
         .pools
@@ -251,20 +247,27 @@ pub unsafe fn mem_alloc_from_pool_ptsz(
     unsafe { alloc_from_pool(f, true, dptr, bytes, pool, stream) }
 }
 
-pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    let f = real_or_return!(cuMemFreeAsync);
+type FreeAsync = unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult;
+
+fn free_async(f: FreeAsync, ptsz: bool, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, stream) };
     let s = slice_or_pass!(call());
+    if capturing(stream, ptsz) {
+        return call();
+    }
+    if let Some(r) = graph::free_graph_allocation(s, dptr, call) {
+        return r;
+    }
     uncharged(s, Kind::Memory, dptr, call)
 }
 
+pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    free_async(real_or_return!(cuMemFreeAsync), false, dptr, stream)
+}
+
 pub unsafe fn mem_free_async_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
-    let f = real_or_return!(cuMemFreeAsync_ptsz);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let call = || unsafe { f(dptr, stream) };
-    let s = slice_or_pass!(call());
-    uncharged(s, Kind::Memory, dptr, call)
+    free_async(real_or_return!(cuMemFreeAsync_ptsz), true, dptr, stream)
 }
 
 fn remember_pool(pool: CUmemoryPool, dev: CUdevice) {

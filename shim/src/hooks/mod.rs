@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod context;
+pub mod graph;
 pub mod info;
 pub mod launch;
 pub mod proc_address;

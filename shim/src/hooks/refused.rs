@@ -4,12 +4,10 @@
 //! | entry point | why |
 //! |---|---|
 //! | `cuMemAlloc`, `cuMemAllocPitch`, `cuArrayCreate`, `cuArray3DCreate` (unversioned) | the 32-bit API before CUDA 3.2; `cuda.h` has mapped these names to the `_v2` functions since, so only a program looking for them on purpose calls them |
-//! | `cuGraphAddMemAllocNode`, `cuGraphAddNode{,_v2}` of a memory-allocation node | the memory is taken when the graph is launched, by the driver, with no call the library sees |
 //! | `cuMemImportFromShareableHandle`, `cuMemPoolImportFromShareableHandle`, `cuMemPoolImportPointer` | memory another process allocated, kept alive by the import after its owner gives it back |
 //! | `cuMulticastCreate` | multicast objects span GPUs and are backed by memory bound to them outside the allocators |
 //!
-//! Stream-ordered allocations on a stream being captured into a graph are refused the same way,
-//! in `alloc` (they become graph memory nodes).
+//! Graph memory nodes are counted when a graph is launched (`graph`).
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -45,56 +43,8 @@ refused! {
     legacy_mem_alloc_pitch => cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint);
     legacy_array_create => cuArrayCreate(array: *mut CUarray, desc: *const c_void);
     legacy_array_3d_create => cuArray3DCreate(array: *mut CUarray, desc: *const c_void);
-    graph_add_mem_alloc_node => cuGraphAddMemAllocNode(node: *mut *mut c_void, graph: *mut c_void, deps: *const *mut c_void, count: usize, params: *mut c_void);
     mem_import_from_shareable_handle => cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int);
     mem_pool_import_from_shareable_handle => cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64);
     mem_pool_import_pointer => cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void);
     multicast_create => cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void);
-}
-
-/// Whether `params` (a `CUgraphNodeParams`, whose first field is the node type) describes a
-/// memory-allocation node.
-fn allocates(params: *const CUgraphNodeParamsHead) -> bool {
-    // SAFETY: a non-null `CUgraphNodeParams` pointer per the caller's contract; its first
-    // field is the `CUgraphNodeType`.
-    !params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_MEM_ALLOC
-}
-
-pub unsafe fn graph_add_node(
-    node: *mut *mut c_void,
-    graph: *mut c_void,
-    deps: *const *mut c_void,
-    count: usize,
-    params: *mut CUgraphNodeParamsHead,
-) -> CUresult {
-    let call = || match crate::api::real::cuGraphAddNode() {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        Some(f) => unsafe { f(node, graph, deps, count, params) },
-        None => CUDA_ERROR_NOT_FOUND,
-    };
-    if allocates(params) {
-        refuse_in_slice("cuGraphAddNode (memory allocation)", call)
-    } else {
-        call()
-    }
-}
-
-pub unsafe fn graph_add_node_v2(
-    node: *mut *mut c_void,
-    graph: *mut c_void,
-    deps: *const *mut c_void,
-    edges: *const c_void,
-    count: usize,
-    params: *mut CUgraphNodeParamsHead,
-) -> CUresult {
-    let call = || match crate::api::real::cuGraphAddNode_v2() {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        Some(f) => unsafe { f(node, graph, deps, edges, count, params) },
-        None => CUDA_ERROR_NOT_FOUND,
-    };
-    if allocates(params) {
-        refuse_in_slice("cuGraphAddNode_v2 (memory allocation)", call)
-    } else {
-        call()
-    }
 }

@@ -1,7 +1,6 @@
 /* Calls, through dlopen("libcuda.so.1") and dlsym, each entry point whose memory the wall
- * cannot count (and stream-ordered allocations on a stream being captured into a graph), and
- * the legacy cuCtxCreate; prints name=CUresult pairs on one line, then waits for stdin to
- * close. A memory-allocation graph node has type 10; a kernel node type 0. */
+ * cannot count, a stream-ordered allocation, and the legacy cuCtxCreate; prints
+ * name=CUresult pairs on one line, then waits for stdin to close. */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -16,29 +15,18 @@ int main(void) {
     void *ctx = 0, *out = 0;
     if (F("cuInit")(0) || F("cuDeviceGet")(&dev, 0) || F("cuDevicePrimaryCtxRetain")(&ctx, dev)
         || F("cuCtxSetCurrent")(ctx)) { printf("error=init\n"); return 1; }
-    int mem_alloc_node[32] = {10}, kernel_node[32] = {0};
     unsigned small = 0;
     printf("cuMemAlloc=%d ", F("cuMemAlloc")(&small, 1u << 20));
     printf("cuMemAllocPitch=%d ", F("cuMemAllocPitch")(&small, &small, 1024u, 1024u, 4u));
     printf("cuArrayCreate=%d ", F("cuArrayCreate")(&out, (void *)0));
     printf("cuArray3DCreate=%d ", F("cuArray3DCreate")(&out, (void *)0));
-    printf("cuGraphAddMemAllocNode=%d ", F("cuGraphAddMemAllocNode")(&out, (void *)0, (void *)0, (size_t)0, (void *)0));
-    printf("cuGraphAddNode.alloc=%d ", F("cuGraphAddNode")(&out, (void *)0, (void *)0, (size_t)0, mem_alloc_node));
-    printf("cuGraphAddNode.kernel=%d ", F("cuGraphAddNode")(&out, (void *)0, (void *)0, (size_t)0, kernel_node));
-    printf("cuGraphAddNode_v2.alloc=%d ", F("cuGraphAddNode_v2")(&out, (void *)0, (void *)0, (void *)0, (size_t)0, mem_alloc_node));
     printf("cuMemImportFromShareableHandle=%d ", F("cuMemImportFromShareableHandle")(&out, (void *)0, 1));
     printf("cuMemPoolImportFromShareableHandle=%d ", F("cuMemPoolImportFromShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolImportPointer=%d ", F("cuMemPoolImportPointer")(&out, (void *)0, (void *)0));
     printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
-    void *stream = 0, *graph = 0;
+    void *stream = 0;
     unsigned long long dptr = 0;
-    if (F("cuStreamCreate")(&stream, 0u) || F("cuStreamBeginCapture_v2")(stream, 0)) {
-        printf("error=capture\n");
-        return 1;
-    }
-    printf("cuMemAllocAsync.captured=%d ", F("cuMemAllocAsync")(&dptr, (size_t)(1u << 20), stream));
-    printf("cuMemAllocFromPoolAsync.captured=%d ", F("cuMemAllocFromPoolAsync")(&dptr, (size_t)(1u << 20), (void *)0, stream));
-    F("cuStreamEndCapture")(stream, &graph);
+    if (F("cuStreamCreate")(&stream, 0u)) { printf("error=stream\n"); return 1; }
     printf("cuMemAllocAsync.plain=%d ", F("cuMemAllocAsync")(&dptr, (size_t)(1u << 20), stream));
     void *legacy_ctx = 0;
     printf("cuCtxCreate=%d\n", F("cuCtxCreate")(&legacy_ctx, 0u, dev));

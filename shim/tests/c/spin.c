@@ -2,10 +2,11 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|graph [wait]]
  *
- * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx or
- * cuLaunchCooperativeKernel. With `wait`, it prints "ready" once set up and starts launching
+ * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel, or cuGraphLaunch of a graph captured around two launches of
+ * BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
  * when a line arrives on stdin, so that several programs run over the same interval.
  */
 #include <stdio.h>
@@ -29,6 +30,12 @@ CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, CUstream, void **, void **);
 CUresult cuCtxSynchronize(void);
+typedef void *CUgraph, *CUgraphExec;
+CUresult cuStreamCreate(CUstream *, unsigned);
+CUresult cuStreamBeginCapture_v2(CUstream, int);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
 
 typedef struct {
     unsigned gridDimX, gridDimY, gridDimZ;
@@ -50,7 +57,7 @@ static long long now_ns(void) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
-        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop [START_NS]]\n");
+        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop|graph [wait]]\n");
         return 2;
     }
     const char *how = argc >= 4 ? argv[3] : "kernel";
@@ -69,6 +76,18 @@ int main(int argc, char **argv) {
         printf("error=setup\n");
         return 1;
     }
+    CUstream stream = 0;
+    CUgraph graph;
+    CUgraphExec exec = 0;
+    if (strcmp(how, "graph") == 0) {
+        if (cuStreamCreate(&stream, 0) || cuStreamBeginCapture_v2(stream, 0) ||
+            cuLaunchKernel(kernel, blocks / 2, 1, 1, 128, 1, 1, 0, stream, 0, 0) ||
+            cuLaunchKernel(kernel, blocks - blocks / 2, 1, 1, 128, 1, 1, 0, stream, 0, 0) ||
+            cuStreamEndCapture(stream, &graph) || cuGraphInstantiateWithFlags(&exec, graph, 0)) {
+            printf("error=graph\n");
+            return 1;
+        }
+    }
     if (wait) {
         char line[16];
         printf("ready\n");
@@ -85,6 +104,8 @@ int main(int argc, char **argv) {
         if (strcmp(how, "ex") == 0) {
             CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0};
             r = cuLaunchKernelEx(&config, kernel, 0, 0);
+        } else if (exec) {
+            r = cuGraphLaunch(exec, stream);
         } else if (strcmp(how, "coop") == 0) {
             r = cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0);
         } else {

@@ -5,28 +5,40 @@
 //! instantiated graph replays its operations at each `cuGraphLaunch`, kernels taking their
 //! simulated time.
 //!
-//! Memory nodes behave as the driver's: the node's address is fixed when the node is made, the
-//! memory is taken (and charged to the device) when the graph is launched and given back by a
-//! free node, `cuMemFree`/`cuMemFreeAsync`, never before; launching a graph whose earlier
-//! allocation is still held fails. In a slice the interception library refuses memory nodes.
+//! Memory nodes behave as the driver's (`graph_memory`): the node's address is fixed when the
+//! node is made, the memory is taken from the device's graph pool when a launch reaches the
+//! node and goes back to the pool at a free node, `cuMemFree` or `cuMemFreeAsync`; launching a
+//! graph whose earlier allocation is still held fails, unless it was instantiated to free it
+//! on launch. A free node may also free stream-ordered memory made outside the graph.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 
+use gpuslice_cuda_abi::cuda::{
+    CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE, CU_MEM_ALLOCATION_TYPE_PINNED,
+    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS,
+    CUmemLocation, CUmemPoolProps, CUmemPropHead,
+};
+pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
+
 use crate::codes::*;
+use crate::graph_memory;
 use crate::paths::{CUfunction, CUstream};
 use crate::{CUresult, current_ctx, guard, out, state};
-
-pub type CUgraph = *mut c_void;
-pub type CUgraphExec = *mut c_void;
-pub type CUgraphNode = *mut c_void;
 
 /// One recorded operation.
 #[derive(Clone, Copy)]
 pub enum Op {
+    /// A kernel launch: function, grid and block dimensions, dynamic shared memory.
     Kernel {
-        blocks: u64,
+        func: usize,
+        grid: [c_uint; 3],
+        block: [c_uint; 3],
+        shared: c_uint,
     },
     Host {
         function: unsafe extern "C" fn(*mut c_void),
@@ -41,87 +53,43 @@ pub enum Op {
     },
 }
 
-/// A graph allocation: its device, size, and whether a launch holds it now.
-struct GraphMemory {
-    index: usize,
-    bytes: u64,
-    held: bool,
-}
-
-/// Graph allocations by address, for the life of the process (their addresses are reserved
-/// when the node is made, as the driver's are).
-static GRAPH_MEMORY: LazyLock<Mutex<std::collections::HashMap<u64, GraphMemory>>> =
-    LazyLock::new(|| Mutex::new(std::collections::HashMap::new()));
-
-/// Reserves `bytes` of address space on node GPU `index` for a memory node; nothing is
-/// charged until a launch.
-pub(crate) fn reserve(index: usize, bytes: u64) -> Result<u64, CUresult> {
-    let len = usize::try_from(bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-    if len == 0 {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: an anonymous private mapping; no existing memory is touched.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.insert(
-        p as u64,
-        GraphMemory {
-            index,
-            bytes,
-            held: false,
-        },
-    );
-    Ok(p as u64)
-}
-
-/// Gives back a graph allocation a launch holds (`cuMemFree`, `cuMemFreeAsync`, a free
-/// node). Ok(false): `ptr` is no graph allocation.
-pub(crate) fn release(ptr: u64) -> Result<bool, CUresult> {
-    let mut all = GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-    let Some(m) = all.get_mut(&ptr) else {
-        return Ok(false);
-    };
-    if !m.held {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    let d = state::get()?;
-    d.uncharge(&mut d.lock(), m.index, m.bytes);
-    m.held = false;
-    Ok(true)
-}
-
-/// Whether `ptr` is a graph allocation (held or not).
-pub(crate) fn is_graph_memory(ptr: u64) -> Result<bool, CUresult> {
-    Ok(GRAPH_MEMORY
-        .lock()
-        .map_err(|_| CUDA_ERROR_UNKNOWN)?
-        .contains_key(&ptr))
-}
-
-/// A node handle points at its graph's node number; graphs own their nodes.
+/// A graph's operations, in the order they were added; graphs own their nodes.
 pub struct Graph {
     ops: Mutex<Vec<Op>>,
-    /// Node handles given out for this graph (boxed indexes), freed with the graph.
+    /// Node handles given out for this graph, forgotten with the graph.
     nodes: Mutex<Vec<usize>>,
 }
 
 pub struct Exec {
     ops: Vec<Op>,
+    /// Each launch first frees what the previous one allocated and did not free.
+    auto_free: bool,
 }
 
 static GRAPHS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
 static EXECS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+/// Node handle → (graph, operation number).
+static NODES: LazyLock<Mutex<HashMap<usize, (usize, usize)>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Node handles are distinct non-null values, never reused.
+static NEXT_NODE: AtomicUsize = AtomicUsize::new(0x10_0000);
+
+/// The operation behind a node handle.
+fn node_op(node: CUgraphNode) -> Result<Op, CUresult> {
+    let (g, index) = NODES
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(&(node as usize))
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    graph(g as CUgraph)?
+        .ops
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(index)
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
 
 fn graph(g: CUgraph) -> Result<&'static Graph, CUresult> {
     if g.is_null()
@@ -157,7 +125,11 @@ pub(crate) fn record(g: CUgraph, op: Op) -> Result<CUgraphNode, CUresult> {
         ops.push(op);
         ops.len() - 1
     };
-    let node = Box::into_raw(Box::new(index)) as usize;
+    let node = NEXT_NODE.fetch_add(16, Ordering::Relaxed);
+    NODES
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .insert(node, (g as usize, index));
     gr.nodes.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.push(node);
     Ok(node as CUgraphNode)
 }
@@ -165,7 +137,8 @@ pub(crate) fn record(g: CUgraph, op: Op) -> Result<CUgraphNode, CUresult> {
 /// Runs one operation now, as a launch or host call on an idle stream would.
 pub(crate) fn run(op: Op) -> Result<(), CUresult> {
     match op {
-        Op::Kernel { blocks, .. } => {
+        Op::Kernel { grid, .. } => {
+            let blocks = grid.iter().map(|&g| u64::from(g)).product();
             let wait = state::get()?.launch(current_ctx()?.node_index, blocks);
             if !wait.is_zero() {
                 std::thread::sleep(wait);
@@ -174,19 +147,11 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
         // SAFETY: the program's host function with its own argument, as it asked.
         Op::Host { function, data } => unsafe { function(data as *mut c_void) },
         Op::Empty => {}
-        Op::MemAlloc { ptr } => {
-            let mut all = GRAPH_MEMORY.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-            let m = all.get_mut(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-            // The previous launch's allocation must be freed before the graph runs again.
-            if m.held {
-                return Err(CUDA_ERROR_INVALID_VALUE);
-            }
-            let d = state::get()?;
-            d.charge(&mut d.lock(), m.index, m.bytes)?;
-            m.held = true;
-        }
+        Op::MemAlloc { ptr } => graph_memory::take(ptr)?,
         Op::MemFree { ptr } => {
-            release(ptr)?;
+            if !graph_memory::release(ptr)? {
+                state::get()?.free(ptr)?;
+            }
         }
     }
     Ok(())
@@ -205,9 +170,9 @@ pub extern "C" fn cuGraphDestroy(g: CUgraph) -> CUresult {
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .remove(&(g as usize));
+        let mut nodes = NODES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         for node in gr.nodes.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain(..) {
-            // SAFETY: a Box<usize> made by record, freed only here.
-            drop(unsafe { Box::from_raw(node as *mut usize) });
+            nodes.remove(&node);
         }
         // SAFETY: it was registered: a Box from new_graph, dropped only here.
         drop(unsafe { Box::from_raw(g.cast::<Graph>()) });
@@ -249,29 +214,43 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     guard(|| out(node, record(g, Op::Empty)?))
 }
 
-/// `CUDA_KERNEL_NODE_PARAMS`: the fields up to the block dimensions are what is read.
-#[repr(C)]
-pub struct KernelNodeParams {
+/// A kernel launch's operation, refused as the driver refuses it.
+pub(crate) fn kernel(
     func: CUfunction,
     grid: [c_uint; 3],
     block: [c_uint; 3],
-}
-
-fn kernel_op(params: *const KernelNodeParams) -> Result<Op, CUresult> {
-    if params.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
+    shared: c_uint,
+) -> Result<Op, CUresult> {
+    if func.is_null() {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    // SAFETY: the caller's CUDA_KERNEL_NODE_PARAMS, whose head this is.
-    let p = unsafe { &*params };
-    if p.func.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    if p.grid.contains(&0) || p.block.contains(&0) {
+    if grid.contains(&0) || block.contains(&0) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     Ok(Op::Kernel {
-        blocks: p.grid.iter().map(|&g| u64::from(g)).product(),
+        func: func as usize,
+        grid,
+        block,
+        shared,
     })
+}
+
+/// Reads the head `CUDA_KERNEL_NODE_PARAMS` v1 and v2 share (up to `extra`).
+fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op, CUresult> {
+    if params.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's CUDA_KERNEL_NODE_PARAMS; only the fields v1 has are read.
+    let (func, grid, block, shared) = unsafe {
+        let p = &*params;
+        (
+            p.func,
+            [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
+            [p.block_dim_x, p.block_dim_y, p.block_dim_z],
+            p.shared_mem_bytes,
+        )
+    };
+    kernel(func, grid, block, shared).map_err(|_| CUDA_ERROR_INVALID_VALUE)
 }
 
 #[unsafe(no_mangle)]
@@ -280,7 +259,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     g: CUgraph,
     _deps: *const CUgraphNode,
     _count: usize,
-    params: *const KernelNodeParams,
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
 ) -> CUresult {
     guard(|| out(node, record(g, kernel_op(params)?)?))
 }
@@ -291,7 +270,7 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     g: CUgraph,
     deps: *const CUgraphNode,
     count: usize,
-    params: *const KernelNodeParams,
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
 ) -> CUresult {
     // SAFETY: the same contract; the v1 parameters are the head of the v2 ones.
     unsafe { cuGraphAddKernelNode_v2(node, g, deps, count, params) }
@@ -332,24 +311,13 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
     })
 }
 
-/// The head of `CUDA_MEM_ALLOC_NODE_PARAMS`: pool properties (88 bytes, the location at 8),
-/// access descriptors, then the size and the address the driver fills in.
-#[repr(C)]
-pub struct MemAllocNodeParams {
-    pool_props: [u8; 88],
-    access: *const c_void,
-    access_count: usize,
-    bytesize: usize,
-    dptr: u64,
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     node: *mut CUgraphNode,
     g: CUgraph,
     _deps: *const CUgraphNode,
     _count: usize,
-    params: *mut MemAllocNodeParams,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
 ) -> CUresult {
     guard(|| {
         graph(g)?;
@@ -358,13 +326,11 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         }
         // SAFETY: the caller's CUDA_MEM_ALLOC_NODE_PARAMS.
         let p = unsafe { &mut *params };
-        let location_type = i32::from_le_bytes(p.pool_props[8..12].try_into().unwrap_or_default());
-        let location_id = i32::from_le_bytes(p.pool_props[12..16].try_into().unwrap_or_default());
-        if location_type != gpuslice_cuda_abi::cuda::CU_MEM_LOCATION_TYPE_DEVICE {
+        let location = p.pool_props.head.location;
+        if location.typ != CU_MEM_LOCATION_TYPE_DEVICE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let index = state::get()?.node_index(location_id)?;
-        let ptr = reserve(index, p.bytesize as u64)?;
+        let ptr = graph_memory::reserve(location.id, p.bytesize as u64)?;
         p.dptr = ptr;
         out(node, record(g, Op::MemAlloc { ptr })?)
     })
@@ -379,20 +345,23 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     dptr: u64,
 ) -> CUresult {
     guard(|| {
-        if !is_graph_memory(dptr)? {
+        if dptr == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         out(node, record(g, Op::MemFree { ptr: dptr })?)
     })
 }
 
-fn instantiate(exec: *mut CUgraphExec, g: CUgraph) -> Result<(), CUresult> {
+fn instantiate(exec: *mut CUgraphExec, g: CUgraph, flags: u64) -> Result<(), CUresult> {
     let ops = graph(g)?
         .ops
         .lock()
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
         .clone();
-    let e = Box::into_raw(Box::new(Exec { ops }));
+    let e = Box::into_raw(Box::new(Exec {
+        ops,
+        auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
+    }));
     EXECS
         .lock()
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
@@ -404,9 +373,9 @@ fn instantiate(exec: *mut CUgraphExec, g: CUgraph) -> Result<(), CUresult> {
 pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     exec: *mut CUgraphExec,
     g: CUgraph,
-    _flags: c_ulonglong,
+    flags: c_ulonglong,
 ) -> CUresult {
-    guard(|| instantiate(exec, g))
+    guard(|| instantiate(exec, g, flags))
 }
 
 #[unsafe(no_mangle)]
@@ -417,7 +386,7 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     _log: *mut c_char,
     _log_size: usize,
 ) -> CUresult {
-    guard(|| instantiate(exec, g))
+    guard(|| instantiate(exec, g, 0))
 }
 
 #[unsafe(no_mangle)]
@@ -432,28 +401,21 @@ pub unsafe extern "C" fn cuGraphInstantiate(
     unsafe { cuGraphInstantiate_v2(exec, g, error_node, log, log_size) }
 }
 
-/// `CUDA_GRAPH_INSTANTIATE_PARAMS`: flags, upload stream, error node out, result out.
-#[repr(C)]
-pub struct InstantiateParams {
-    flags: c_ulonglong,
-    upload_stream: CUstream,
-    error_node: CUgraphNode,
-    result: c_int,
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphInstantiateWithParams(
     exec: *mut CUgraphExec,
     g: CUgraph,
-    params: *mut InstantiateParams,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
     guard(|| {
-        instantiate(exec, g)?;
-        if !params.is_null() {
-            // SAFETY: the caller's CUDA_GRAPH_INSTANTIATE_PARAMS; `result` is an out field
-            // (CUDA_GRAPH_INSTANTIATE_SUCCESS).
-            unsafe { (*params).result = 0 };
+        if params.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: the caller's CUDA_GRAPH_INSTANTIATE_PARAMS.
+        let p = unsafe { &mut *params };
+        instantiate(exec, g, p.flags)?;
+        // CUDA_GRAPH_INSTANTIATE_SUCCESS.
+        p.result = 0;
         Ok(())
     })
 }
@@ -481,6 +443,15 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
                 record(g, *op)?;
             }
             return Ok(());
+        }
+        if ex.auto_free {
+            for op in &ex.ops {
+                if let Op::MemAlloc { ptr } = op
+                    && graph_memory::held(*ptr) == Some(true)
+                {
+                    graph_memory::release(*ptr)?;
+                }
+            }
         }
         for op in &ex.ops {
             run(*op)?;
@@ -522,8 +493,122 @@ pub extern "C" fn cuGraphUpload_ptsz(e: CUgraphExec, s: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
     exec: *mut CUgraphExec,
     g: CUgraph,
-    params: *mut InstantiateParams,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
     // SAFETY: the same contract.
     unsafe { cuGraphInstantiateWithParams(exec, g, params) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) -> CUresult {
+    guard(|| {
+        let t = match node_op(node)? {
+            Op::Kernel { .. } => CU_GRAPH_NODE_TYPE_KERNEL,
+            Op::Host { .. } => CU_GRAPH_NODE_TYPE_HOST,
+            Op::Empty => CU_GRAPH_NODE_TYPE_EMPTY,
+            Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+            Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+        };
+        out(typ, t)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(
+    node: CUgraphNode,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> CUresult {
+    guard(|| {
+        let Op::MemAlloc { ptr } = node_op(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        let (ordinal, bytes) = graph_memory::params(ptr)?;
+        let pool_props = CUmemPoolProps {
+            head: CUmemPropHead {
+                typ: CU_MEM_ALLOCATION_TYPE_PINNED,
+                handle_types: 0,
+                location: CUmemLocation {
+                    typ: CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: ordinal,
+                },
+            },
+            win32_security_attributes: std::ptr::null_mut(),
+            rest: [0; 64],
+        };
+        out(
+            params,
+            CUDA_MEM_ALLOC_NODE_PARAMS {
+                pool_props,
+                access_descs: std::ptr::null(),
+                access_desc_count: 0,
+                bytesize: usize::try_from(bytes).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
+                dptr: ptr,
+            },
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(
+    node: CUgraphNode,
+    dptr: *mut u64,
+) -> CUresult {
+    guard(|| {
+        let Op::MemFree { ptr } = node_op(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        out(dptr, ptr)
+    })
+}
+
+/// Writes a kernel node's parameters; `v2`: the caller's structure has `kern` and `ctx`.
+fn kernel_params(
+    node: CUgraphNode,
+    params: *mut CUDA_KERNEL_NODE_PARAMS_v2,
+    v2: bool,
+) -> Result<(), CUresult> {
+    let Op::Kernel {
+        func,
+        grid,
+        block,
+        shared,
+    } = node_op(node)?
+    else {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    };
+    if params.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's structure, v2-sized only when `v2`; the fields written are within
+    // the size of the version asked for.
+    unsafe {
+        let p = &mut *params;
+        p.func = func as CUfunction;
+        [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z] = grid;
+        [p.block_dim_x, p.block_dim_y, p.block_dim_z] = block;
+        p.shared_mem_bytes = shared;
+        p.kernel_params = std::ptr::null_mut();
+        p.extra = std::ptr::null_mut();
+        if v2 {
+            p.kern = std::ptr::null_mut();
+            p.ctx = std::ptr::null_mut();
+        }
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
+    node: CUgraphNode,
+    params: *mut CUDA_KERNEL_NODE_PARAMS_v2,
+) -> CUresult {
+    guard(|| kernel_params(node, params, true))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
+    node: CUgraphNode,
+    params: *mut CUDA_KERNEL_NODE_PARAMS_v2,
+) -> CUresult {
+    guard(|| kernel_params(node, params, false))
 }

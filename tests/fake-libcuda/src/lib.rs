@@ -15,6 +15,7 @@ mod context;
 mod copy;
 mod export_table;
 mod graph;
+mod graph_memory;
 mod image;
 mod module;
 mod paths;
@@ -222,7 +223,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     guard(|| {
-        if graph::release(dptr)? {
+        if graph_memory::release(dptr)? {
             return Ok(());
         }
         state::get()?.free(dptr)

@@ -209,7 +209,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     guard(|| {
         // On a capturing stream the allocation becomes a memory node of the graph.
         if let Some(g) = crate::stream::capturing_graph(stream)? {
-            let ptr = crate::graph::reserve(current_ctx()?.node_index, bytesize as u64)?;
+            let ptr = crate::graph_memory::reserve(current_ctx()?.ordinal, bytesize as u64)?;
             crate::graph::record(g, crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
@@ -230,13 +230,12 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     guard(|| {
-        if crate::graph::is_graph_memory(dptr)? {
-            // On a capturing stream the free becomes a node of the graph.
-            if let Some(g) = crate::stream::capturing_graph(stream)? {
-                return crate::graph::record(g, crate::graph::Op::MemFree { ptr: dptr })
-                    .map(|_| ());
-            }
-            return crate::graph::release(dptr).map(|_| ());
+        // On a capturing stream the free becomes a node of the graph.
+        if let Some(g) = crate::stream::capturing_graph(stream)? {
+            return crate::graph::record(g, crate::graph::Op::MemFree { ptr: dptr }).map(|_| ());
+        }
+        if crate::graph_memory::release(dptr)? {
+            return Ok(());
         }
         state::get()?.free(dptr)
     })
@@ -629,23 +628,20 @@ pub unsafe extern "C" fn cuLaunchKernel(
     block_x: c_uint,
     block_y: c_uint,
     block_z: c_uint,
-    _shared_mem_bytes: c_uint,
+    shared_mem_bytes: c_uint,
     stream: CUstream,
     _params: *mut *mut c_void,
     _extra: *mut *mut c_void,
 ) -> CUresult {
     guard(|| {
-        if f.is_null() {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
-        }
-        if [grid_x, grid_y, grid_z, block_x, block_y, block_z].contains(&0) {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
+        let op = crate::graph::kernel(
+            f,
+            [grid_x, grid_y, grid_z],
+            [block_x, block_y, block_z],
+            shared_mem_bytes,
+        )?;
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         current_ctx()?;
-        let op = crate::graph::Op::Kernel {
-            blocks: u64::from(grid_x) * u64::from(grid_y) * u64::from(grid_z),
-        };
         // On a capturing stream the launch is recorded; otherwise it runs, waiting while the
         // queue is full, as a real launch does.
         match crate::stream::capturing_graph(stream)? {

@@ -1,6 +1,8 @@
-/* Graph memory nodes on the simulated driver: memory taken at launch, given back by a free
- * node or cuMemFree, a graph relaunched while holding its allocation refused. Prints the
- * device's free memory (MiB) at each step as key=value pairs. */
+/* Graph memory nodes on the simulated driver: memory taken from the device's graph pool at
+ * launch, returned to the pool by a free node or cuMemFree and to the device by
+ * cuDeviceGraphMemTrim; a graph relaunched while holding its allocation refused unless it
+ * frees on launch; a captured free of stream-ordered memory frees it when the graph runs.
+ * Prints the device's free memory (MiB) at each step as key=value pairs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +23,14 @@ int cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, 
 int cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
 int cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
 int cuGraphLaunch(CUgraphExec, CUstream);
+int cuDeviceGraphMemTrim(int);
+int cuDeviceGetGraphMemAttribute(int, int, void *);
+int cuGraphGetNodes(CUgraph, CUgraphNode *, size_t *);
+int cuGraphNodeGetType(CUgraphNode, int *);
+int cuGraphMemAllocNodeGetParams(CUgraphNode, void *);
+int cuGraphMemFreeNodeGetParams(CUgraphNode, CUdeviceptr *);
+
+static unsigned long long attr(int a) { unsigned long long v = 0; cuDeviceGetGraphMemAttribute(0, a, &v); return v >> 20; }
 
 static size_t free_mib(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f >> 20; }
 
@@ -66,6 +76,40 @@ int main(void) {
     cuGraphAddMemAllocNode(&n3, g3, 0, 0, params);
     cuGraphInstantiateWithFlags(&e3, g3, 0);
     int l5 = cuGraphLaunch(e3, s);
-    printf("too_big=%d end=%zu\n", l5, free_mib());
+    printf("too_big=%d pool=%llu,%llu,%llu,%llu ", l5, attr(0), attr(1), attr(2), attr(3));
+    /* What a node says about itself. */
+    CUgraphNode nodes[4]; size_t count = 4; int t0 = -1, t1 = -1;
+    cuGraphGetNodes(g2, nodes, &count);
+    cuGraphNodeGetType(nodes[0], &t0);
+    cuGraphNodeGetType(nodes[1], &t1);
+    unsigned char got[120]; CUdeviceptr freed = 0;
+    memset(got, 0xff, sizeof got);
+    int gp = cuGraphMemAllocNodeGetParams(nodes[0], got);
+    int fp = cuGraphMemFreeNodeGetParams(nodes[1], &freed);
+    printf("nodes=%zu types=%d,%d params=%d,%d size=%zu same_addr=%d,%d location=%d,%d ",
+           count, t0, t1, gp, fp, *(size_t *)(got + 104) >> 20, *(CUdeviceptr *)(got + 112) == q,
+           freed == q, *(int *)(got + 8), *(int *)(got + 12));
+    int trim = cuDeviceGraphMemTrim(0);
+    printf("trim=%d after_trim=%zu ", trim, free_mib());
+    /* Freed on each launch: relaunching while holding is allowed. */
+    CUgraph g4; CUgraphExec e4; CUdeviceptr r = 0;
+    cuStreamBeginCapture_v2(s, 0);
+    cuMemAllocAsync(&r, 256u << 20, s);
+    cuStreamEndCapture(s, &g4);
+    cuGraphInstantiateWithFlags(&e4, g4, 1);
+    int a1 = cuGraphLaunch(e4, s), a2 = cuGraphLaunch(e4, s);
+    printf("auto_free=%d,%d held=%zu ", a1, a2, free_mib());
+    /* A captured free of stream-ordered memory made outside the graph. */
+    CUgraph g5; CUgraphExec e5; CUdeviceptr m = 0;
+    cuMemAllocAsync(&m, 128u << 20, s);
+    size_t with_m = free_mib();
+    cuStreamBeginCapture_v2(s, 0);
+    int cf = cuMemFreeAsync(m, s);
+    cuStreamEndCapture(s, &g5);
+    size_t after_captured_free = free_mib();
+    cuGraphInstantiateWithFlags(&e5, g5, 0);
+    int l6 = cuGraphLaunch(e5, s);
+    printf("with_m=%zu captured_free=%d still=%zu freed_by_graph=%d end=%zu\n", with_m, cf,
+           after_captured_free, l6, free_mib());
     return 0;
 }

@@ -1,0 +1,651 @@
+//! CUDA graphs: the memory their allocation nodes take, counted where the library can see
+//! it, and their kernels paced to the slice's SM share.
+//!
+//! The driver takes a graph allocation's memory when a launch reaches its node, from the
+//! device's graph pool, which keeps it after the allocation is freed (for later launches)
+//! until `cuDeviceGraphMemTrim`. The library keeps the same books per slice GPU:
+//!
+//! - **instantiate**: the graph's allocation and free nodes are read from the driver
+//!   (`cuGraphGetNodes`, `cuGraphNodeGetType`, `cuGraph{MemAlloc,MemFree}NodeGetParams`, child
+//!   graphs followed) and kept with the executable graph; a graph that cannot be read is not
+//!   instantiated.
+//! - **launch**: the pool must hold what is already allocated from it plus every allocation
+//!   of the graph (an upper bound of the graph's peak: frees inside the graph are not
+//!   subtracted); what it lacks is charged before the launch and kept as reserved. Then the
+//!   graph's frees take their allocations (graph or stream-ordered memory) off the books.
+//!   An upload (`cuGraphUpload`, or the instantiate flag) reserves the same way.
+//! - **frees** by `cuMemFree`/`cuMemFreeAsync` return a graph allocation to the pool;
+//!   **trim** waits for the context's work (so that no launched graph still uses memory the
+//!   books already count as free), then gives back what the pool holds beyond its allocations.
+//!
+//! Pool figures are in 2 MiB pages, the driver's mapping granularity, so the books never hold
+//! less than the driver does. A launch on a stream being captured is recorded into the outer
+//! graph, whose own instantiate reads it.
+//!
+//! Where the slice has a share of the SMs, instantiate also sums the thread blocks of the
+//! graph's kernel nodes (`cuGraphKernelNodeGetParams`), and each launch takes that many from
+//! the pacing bucket, as that many separate launches would (`pacing`).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::real_or_return;
+use crate::api::real;
+use crate::ffi::*;
+use crate::log::log;
+use crate::slice::{self, Kind, Slice};
+
+const PAGE: u64 = 2 << 20;
+/// How deep child graphs are followed; a deeper graph is refused.
+const MAX_DEPTH: u32 = 32;
+
+/// Executable graphs in the books (with memory nodes, or kernels to pace); launches of others
+/// skip the books.
+static TRACKED_EXECS: AtomicUsize = AtomicUsize::new(0);
+/// Live graph allocations in the books; frees skip the books while there are none.
+static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Allocation {
+    gpu: usize,
+    bytes: u64,
+}
+
+/// What an executable graph allocates (address → allocation) and frees, and the thread
+/// blocks of its kernels where they are paced.
+#[derive(Clone, Default)]
+struct ExecMemory {
+    allocs: Vec<(CUdeviceptr, Allocation)>,
+    frees: Vec<CUdeviceptr>,
+    auto_free: bool,
+    blocks: u64,
+}
+
+impl ExecMemory {
+    fn tracked(&self) -> bool {
+        !(self.allocs.is_empty() && self.frees.is_empty()) || self.blocks > 0
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Pool {
+    used: u64,
+    reserved: u64,
+}
+
+/// This process's graph memory.
+#[derive(Default)]
+pub struct Books {
+    execs: HashMap<usize, ExecMemory>,
+    /// Graph allocations a launch made and nothing freed yet.
+    live: HashMap<CUdeviceptr, Allocation>,
+    /// By slice position.
+    pools: HashMap<usize, Pool>,
+}
+
+fn books(s: &Slice) -> std::sync::MutexGuard<'_, Books> {
+    s.graphs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn pages(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE).saturating_mul(PAGE)
+}
+
+/// The memory nodes of `graph` and of its child graphs.
+fn read_graph(
+    s: &Slice,
+    graph: CUgraph,
+    depth: u32,
+    into: &mut ExecMemory,
+) -> Result<(), CUresult> {
+    if depth > MAX_DEPTH {
+        log!("a graph nests child graphs deeper than {MAX_DEPTH}: not supported in a slice");
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let nodes_of = real::cuGraphGetNodes().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+    let type_of = real::cuGraphNodeGetType().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+    let mut count = 0usize;
+    // SAFETY: with a null array the driver only writes the count.
+    let r = unsafe { nodes_of(graph, std::ptr::null_mut(), &raw mut count) };
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    let mut nodes: Vec<CUgraphNode> = vec![std::ptr::null_mut(); count];
+    // SAFETY: the array holds `count` entries; the driver writes at most that many.
+    let r = unsafe { nodes_of(graph, nodes.as_mut_ptr(), &raw mut count) };
+    if r != CUDA_SUCCESS {
+        return Err(r);
+    }
+    nodes.truncate(count);
+    for node in nodes {
+        let mut typ: c_int = -1;
+        // SAFETY: a node of the graph; the driver writes one CUgraphNodeType.
+        let r = unsafe { type_of(node, &raw mut typ) };
+        if r != CUDA_SUCCESS {
+            return Err(r);
+        }
+        match typ {
+            CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+                let f = real::cuGraphMemAllocNodeGetParams().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+                // SAFETY: all-zero bytes are a valid CUDA_MEM_ALLOC_NODE_PARAMS (null
+                // pointers, zero sizes); the driver overwrites it.
+                let mut p: CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
+                // SAFETY: an allocation node; the driver fills the parameters.
+                let r = unsafe { f(node, &raw mut p) };
+                if r != CUDA_SUCCESS {
+                    return Err(r);
+                }
+                let location = p.pool_props.head.location;
+                let gpu = (location.typ == CU_MEM_LOCATION_TYPE_DEVICE)
+                    .then(|| s.position(location.id))
+                    .flatten();
+                let Some(gpu) = gpu else {
+                    log!(
+                        "a graph allocates on device {} (location type {}), outside this container's slice",
+                        location.id,
+                        location.typ
+                    );
+                    return Err(CUDA_ERROR_OUT_OF_MEMORY);
+                };
+                into.allocs.push((
+                    p.dptr,
+                    Allocation {
+                        gpu,
+                        bytes: pages(p.bytesize as u64),
+                    },
+                ));
+            }
+            CU_GRAPH_NODE_TYPE_MEM_FREE => {
+                let f = real::cuGraphMemFreeNodeGetParams().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+                let mut dptr: CUdeviceptr = 0;
+                // SAFETY: a free node; the driver writes one address.
+                let r = unsafe { f(node, &raw mut dptr) };
+                if r != CUDA_SUCCESS {
+                    return Err(r);
+                }
+                into.frees.push(dptr);
+            }
+            CU_GRAPH_NODE_TYPE_KERNEL if s.paced => {
+                into.blocks = into.blocks.saturating_add(kernel_blocks(node));
+            }
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                let f = real::cuGraphChildGraphNodeGetGraph().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+                let mut child: CUgraph = std::ptr::null_mut();
+                // SAFETY: a child graph node; the driver writes the embedded graph's handle.
+                let r = unsafe { f(node, &raw mut child) };
+                if r != CUDA_SUCCESS {
+                    return Err(r);
+                }
+                read_graph(s, child, depth + 1, into)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The thread blocks of a kernel node's grid (0 where the driver does not say).
+fn kernel_blocks(node: CUgraphNode) -> u64 {
+    // SAFETY: all-zero bytes are a valid CUDA_KERNEL_NODE_PARAMS_v2 (null pointers, zero
+    // dimensions); it is large enough for either version the driver writes.
+    let mut p: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
+    let r = if let Some(f) = real::cuGraphKernelNodeGetParams_v2() {
+        // SAFETY: a kernel node; the driver fills the parameters.
+        unsafe { f(node, &raw mut p) }
+    } else if let Some(f) = real::cuGraphKernelNodeGetParams() {
+        // SAFETY: as above; the v1 structure is the head of the v2 one.
+        unsafe { f(node, (&raw mut p).cast()) }
+    } else {
+        return 0;
+    };
+    if r != CUDA_SUCCESS {
+        return 0;
+    }
+    u64::from(p.grid_dim_x) * u64::from(p.grid_dim_y) * u64::from(p.grid_dim_z)
+}
+
+impl Books {
+    /// Reserves what `allocs` need on top of what the pools hold now, charging the slice.
+    /// Returns the growth per GPU (to undo), or None if the slice has no room.
+    fn reserve(
+        &mut self,
+        s: &Slice,
+        allocs: &[(CUdeviceptr, Allocation)],
+    ) -> Option<Vec<(usize, u64)>> {
+        let mut need: HashMap<usize, u64> = HashMap::new();
+        for (ptr, a) in allocs {
+            if !self.live.contains_key(ptr) {
+                *need.entry(a.gpu).or_default() += a.bytes;
+            }
+        }
+        let mut grown = Vec::new();
+        for (gpu, bytes) in need {
+            let pool = self.pools.entry(gpu).or_default();
+            let grow = pool
+                .used
+                .saturating_add(bytes)
+                .saturating_sub(pool.reserved);
+            if grow == 0 {
+                continue;
+            }
+            if !s.charge(gpu, grow) {
+                self.unreserve(s, &grown);
+                return None;
+            }
+            self.pools.entry(gpu).or_default().reserved += grow;
+            grown.push((gpu, grow));
+        }
+        Some(grown)
+    }
+
+    fn unreserve(&mut self, s: &Slice, grown: &[(usize, u64)]) {
+        for &(gpu, grow) in grown {
+            let pool = self.pools.entry(gpu).or_default();
+            pool.reserved = pool.reserved.saturating_sub(grow);
+            s.refund(gpu, grow);
+        }
+    }
+
+    fn allocate(&mut self, ptr: CUdeviceptr, a: Allocation) {
+        if self.live.insert(ptr, a).is_none() {
+            self.pools.entry(a.gpu).or_default().used += a.bytes;
+            LIVE_ALLOCATIONS.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Takes a graph allocation off the books into its pool; None: not a live one.
+    fn free(&mut self, ptr: CUdeviceptr) -> Option<Allocation> {
+        let a = self.live.remove(&ptr)?;
+        LIVE_ALLOCATIONS.fetch_sub(1, Ordering::AcqRel);
+        let pool = self.pools.entry(a.gpu).or_default();
+        pool.used = pool.used.saturating_sub(a.bytes);
+        Some(a)
+    }
+}
+
+/// What a launch changed in the books, to undo if the driver refuses it.
+struct Launched {
+    grown: Vec<(usize, u64)>,
+    auto_freed: Vec<(CUdeviceptr, Allocation)>,
+    allocated: Vec<CUdeviceptr>,
+    freed: Vec<(CUdeviceptr, Allocation)>,
+}
+
+fn launch(
+    exec: CUgraphExec,
+    stream: CUstream,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    if TRACKED_EXECS.load(Ordering::Acquire) == 0 {
+        return call();
+    }
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let Some(e) = books(s).execs.get(&(exec as usize)).cloned() else {
+        return call();
+    };
+    if super::alloc::capturing(stream, ptsz) {
+        return call();
+    }
+    if e.blocks > 0 {
+        crate::pacing::pace(s, e.blocks);
+    }
+    if e.allocs.is_empty() && e.frees.is_empty() {
+        return call();
+    }
+    let mut b = books(s);
+    let mut auto_freed = Vec::new();
+    if e.auto_free {
+        for (ptr, _) in &e.allocs {
+            if let Some(a) = b.free(*ptr) {
+                auto_freed.push((*ptr, a));
+            }
+        }
+    }
+    let Some(grown) = b.reserve(s, &e.allocs) else {
+        for (ptr, a) in auto_freed {
+            b.allocate(ptr, a);
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let mut allocated = Vec::new();
+    for (ptr, a) in &e.allocs {
+        if !b.live.contains_key(ptr) {
+            b.allocate(*ptr, *a);
+            allocated.push(*ptr);
+        }
+    }
+    let mut freed = Vec::new();
+    for ptr in &e.frees {
+        if let Some(a) = b.free(*ptr) {
+            freed.push((*ptr, a));
+        }
+    }
+    drop(b);
+    let done = Launched {
+        grown,
+        auto_freed,
+        allocated,
+        freed,
+    };
+    let r = call();
+    let mut b = books(s);
+    if r != CUDA_SUCCESS {
+        for (ptr, a) in done.freed {
+            b.allocate(ptr, a);
+        }
+        for ptr in done.allocated {
+            b.free(ptr);
+        }
+        for (ptr, a) in done.auto_freed {
+            b.allocate(ptr, a);
+        }
+        b.unreserve(s, &done.grown);
+        return r;
+    }
+    drop(b);
+    // Stream-ordered memory made outside the graph and freed by it.
+    for ptr in &e.frees {
+        if let Some(c) = s.take(Kind::Memory, *ptr) {
+            s.settle(c);
+        }
+    }
+    r
+}
+
+pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuGraphLaunch);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    launch(exec, stream, false, || unsafe { f(exec, stream) })
+}
+
+pub unsafe fn graph_launch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuGraphLaunch_ptsz);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    launch(exec, stream, true, || unsafe { f(exec, stream) })
+}
+
+fn upload(exec: CUgraphExec, call: impl FnOnce() -> CUresult) -> CUresult {
+    if TRACKED_EXECS.load(Ordering::Acquire) == 0 {
+        return call();
+    }
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let mut b = books(s);
+    let Some(e) = b.execs.get(&(exec as usize)).cloned() else {
+        drop(b);
+        return call();
+    };
+    let Some(grown) = b.reserve(s, &e.allocs) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    drop(b);
+    let r = call();
+    if r != CUDA_SUCCESS {
+        books(s).unreserve(s, &grown);
+    }
+    r
+}
+
+pub unsafe fn graph_upload(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuGraphUpload);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    upload(exec, || unsafe { f(exec, stream) })
+}
+
+pub unsafe fn graph_upload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult {
+    let f = real_or_return!(cuGraphUpload_ptsz);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    upload(exec, || unsafe { f(exec, stream) })
+}
+
+/// Instantiates `graph` into `*exec` with `flags`, keeping its memory nodes in the books.
+/// `upload_stream`: the instantiate also uploads (and so may map the graph's memory).
+fn instantiate(
+    graph: CUgraph,
+    exec: *mut CUgraphExec,
+    flags: u64,
+    upload_stream: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let mut memory = ExecMemory {
+        auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
+        ..ExecMemory::default()
+    };
+    if let Err(e) = read_graph(s, graph, 0, &mut memory) {
+        log!("a graph's memory nodes could not be read (error {e}); it is not instantiated");
+        return e;
+    }
+    if !memory.tracked() {
+        return call();
+    }
+    let grown = if upload_stream {
+        match books(s).reserve(s, &memory.allocs) {
+            Some(g) => g,
+            None => return CUDA_ERROR_OUT_OF_MEMORY,
+        }
+    } else {
+        Vec::new()
+    };
+    let r = call();
+    if r != CUDA_SUCCESS {
+        books(s).unreserve(s, &grown);
+        return r;
+    }
+    // SAFETY: the driver wrote the new executable graph's handle on success.
+    if let Some(e) = (!exec.is_null()).then(|| unsafe { exec.read() }) {
+        remember(s, e, memory);
+    }
+    r
+}
+
+fn remember(s: &Slice, exec: CUgraphExec, memory: ExecMemory) {
+    if books(s).execs.insert(exec as usize, memory).is_none() {
+        TRACKED_EXECS.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn forget(s: &Slice, exec: CUgraphExec) {
+    if books(s).execs.remove(&(exec as usize)).is_some() {
+        TRACKED_EXECS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pub unsafe fn graph_instantiate_v1(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    let f = real_or_return!(cuGraphInstantiate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    instantiate(graph, exec, 0, false, || unsafe {
+        f(exec, graph, error_node, log, log_size)
+    })
+}
+
+pub unsafe fn graph_instantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    let f = real_or_return!(cuGraphInstantiate_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    instantiate(graph, exec, 0, false, || unsafe {
+        f(exec, graph, error_node, log, log_size)
+    })
+}
+
+pub unsafe fn graph_instantiate_with_flags(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> CUresult {
+    let f = real_or_return!(cuGraphInstantiateWithFlags);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    instantiate(graph, exec, flags, false, || unsafe {
+        f(exec, graph, flags)
+    })
+}
+
+type WithParams =
+    unsafe extern "C" fn(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
+
+fn with_params(
+    f: WithParams,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    // SAFETY: read only if non-null; the caller's parameters.
+    let flags = unsafe { params.as_ref() }.map_or(0, |p| p.flags);
+    let upload = flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0;
+    // SAFETY: the caller's arguments, passed on unchanged.
+    instantiate(graph, exec, flags, upload, || unsafe {
+        f(exec, graph, params)
+    })
+}
+
+pub unsafe fn graph_instantiate_with_params(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    with_params(
+        real_or_return!(cuGraphInstantiateWithParams),
+        exec,
+        graph,
+        params,
+    )
+}
+
+pub unsafe fn graph_instantiate_with_params_ptsz(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> CUresult {
+    with_params(
+        real_or_return!(cuGraphInstantiateWithParams_ptsz),
+        exec,
+        graph,
+        params,
+    )
+}
+
+/// An update keeps the executable graph's handle but takes the new graph's nodes.
+fn update(exec: CUgraphExec, graph: CUgraph, call: impl FnOnce() -> CUresult) -> CUresult {
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let auto_free = books(s)
+        .execs
+        .get(&(exec as usize))
+        .is_some_and(|e| e.auto_free);
+    let mut memory = ExecMemory {
+        auto_free,
+        ..ExecMemory::default()
+    };
+    if let Err(e) = read_graph(s, graph, 0, &mut memory) {
+        log!("a graph's memory nodes could not be read (error {e}); the update is refused");
+        return e;
+    }
+    let r = call();
+    if r == CUDA_SUCCESS {
+        forget(s, exec);
+        if memory.tracked() {
+            remember(s, exec, memory);
+        }
+    }
+    r
+}
+
+pub unsafe fn graph_exec_update_v1(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    result: *mut c_int,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecUpdate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    update(exec, graph, || unsafe {
+        f(exec, graph, error_node, result)
+    })
+}
+
+pub unsafe fn graph_exec_update_v2(
+    exec: CUgraphExec,
+    graph: CUgraph,
+    info: *mut c_void,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecUpdate_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    update(exec, graph, || unsafe { f(exec, graph, info) })
+}
+
+pub unsafe fn graph_exec_destroy(exec: CUgraphExec) -> CUresult {
+    let f = real_or_return!(cuGraphExecDestroy);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let r = unsafe { f(exec) };
+    if r == CUDA_SUCCESS
+        && let Some(s) = slice::get()
+    {
+        forget(s, exec);
+    }
+    r
+}
+
+/// `cuMemFree`/`cuMemFreeAsync` of a graph allocation: back into its pool if the driver
+/// frees it. None (and `call` not made): `ptr` is no graph allocation this process holds.
+pub fn free_graph_allocation(
+    s: &Slice,
+    ptr: CUdeviceptr,
+    call: impl FnOnce() -> CUresult,
+) -> Option<CUresult> {
+    if LIVE_ALLOCATIONS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let a = books(s).free(ptr)?;
+    let r = call();
+    if r != CUDA_SUCCESS {
+        books(s).allocate(ptr, a);
+    }
+    Some(r)
+}
+
+pub unsafe fn device_graph_mem_trim(dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuDeviceGraphMemTrim);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(dev) };
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let Some(gpu) = s.position(dev) else {
+        return call();
+    };
+    // A graph launched and not finished may still use memory the books count as free: the
+    // pool is given back only once the context's work is done.
+    // SAFETY: no arguments; waits for the current context's work.
+    let idle = real::cuCtxSynchronize().is_some_and(|sync| unsafe { sync() } == CUDA_SUCCESS);
+    let r = call();
+    if r == CUDA_SUCCESS && idle {
+        let mut b = books(s);
+        let pool = b.pools.entry(gpu).or_default();
+        let spare = pool.reserved.saturating_sub(pool.used);
+        pool.reserved -= spare;
+        drop(b);
+        s.refund(gpu, spare);
+    }
+    r
+}

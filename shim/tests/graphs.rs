@@ -1,0 +1,59 @@
+//! Graph memory nodes in a slice: counted when a launch takes them, from a per-device pool
+//! that keeps what it reserved until a trim, as the driver's does; a launch the slice has no
+//! room for is refused before it reaches the driver.
+
+mod common;
+
+use common::{Facts, MIB, Slice};
+
+#[test]
+fn graph_allocations_are_charged_at_launch_and_the_pool_stays_charged_until_a_trim() {
+    let slice = Slice::new(512 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "graphs");
+    let out = slice.command(&program).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let f = Facts::parse(&text);
+    // Free MiB of the slice: 512 less the context's 2. 1 is CUDA_ERROR_INVALID_VALUE (the
+    // driver refusing a graph relaunched while it holds its allocation), 2 out of memory.
+    let expected = [
+        ("start", "510"),
+        ("captured", "0"),
+        ("after_capture", "510"),
+        ("launch", "0"),
+        ("after_launch", "310"),
+        ("drv_after_launch", "200"),
+        ("relaunch_held", "1"),
+        ("after_relaunch", "310"),
+        ("free", "0"),
+        // The freed 200 MiB stay in the graph pool: 2 + 200 + 400 is over the slice.
+        ("after_free", "310"),
+        ("alloc_over_pool", "2"),
+        ("alloc_beside_pool", "0"),
+        ("too_big", "2"),
+        ("upload_too_big", "2"),
+        ("after_too_big", "310"),
+        ("drv_after_too_big", "200"),
+        // 300 MiB allocated and freed inside one graph: the pool grows by 100 MiB.
+        ("inside", "0"),
+        ("after_inside", "210"),
+        ("inside_again", "0"),
+        ("after_inside_again", "210"),
+        ("trim", "0"),
+        ("after_trim", "510"),
+        ("drv_after_trim", "0"),
+        ("auto_free", "0,0,0"),
+        ("after_auto_free", "410"),
+        ("with_m", "410"),
+        ("captured_free", "0"),
+        // A free captured into a graph gives nothing back until the graph runs.
+        ("after_captured_free", "410"),
+        ("freed_by_graph", "0"),
+        ("end", "510"),
+    ];
+    for (k, v) in expected {
+        assert_eq!(f.get(k), v, "{k}: {text}");
+    }
+    // The process has exited: nothing stays charged.
+    assert_eq!(slice.usage().totals()[0], 0);
+}
