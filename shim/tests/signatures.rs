@@ -1,104 +1,16 @@
 //! Every function the interception library declares (its table in `src/api.rs`) against
-//! NVIDIA's own declaration in `cuda.h` / `nvml.h` (CUDA 12.9): a C++ program built with the
-//! real headers prints, for the header's prototype, the number of parameters and each one's
-//! size, signedness, pointer-ness and pointee size; the test compares them with the Rust
-//! declaration. Where the library deliberately declares less (`*mut c_void` for a structure
-//! it does not read, `CUmemPropHead` and `CUgraphNodeParamsHead` for the head of a structure,
-//! a C `int` for an enum), only what that declaration claims is compared: a pointer, no more
-//! than the structure's size, an integer of the same size.
+//! NVIDIA's own declaration in `cuda.h` / `nvml.h` (CUDA 12.9), as
+//! `tests/reference/prototypes.rs` compares them.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "../../tests/reference/prototypes.rs"]
+mod prototypes;
 
-/// One parameter (or the result) as the Rust declaration has it.
-#[derive(Debug)]
-enum Ty {
-    /// An integer or enum of this many bytes; `signed` where Rust says so.
-    Int { size: usize, signed: bool },
-    /// An opaque handle: a pointer whose pointee is not compared.
-    Handle,
-    /// A pointer to this many bytes (0: to `c_void`, anything).
-    Pointer { pointee: usize, at_most: bool },
-}
+use std::path::Path;
 
-/// A parameter (or the result) as the header declares it.
-#[derive(Debug)]
-#[allow(dead_code)]
-struct HeaderTy {
-    size: usize,
-    pointer: bool,
-    signed: bool,
-    pointee: usize,
-    is_enum: bool,
-}
+use prototypes::Declaration;
 
-fn scalar(name: &str) -> Option<Ty> {
-    let int = |size, signed| Some(Ty::Int { size, signed });
-    match name {
-        "c_int" => int(4, true),
-        "c_uint" | "CUresult" | "nvmlReturn_t" => int(4, false),
-        "CUdevice" => int(4, true),
-        "usize" => int(8, false),
-        "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => int(8, false),
-        "CUcontext" | "CUstream" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
-        | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "nvmlDevice_t" => {
-            Some(Ty::Handle)
-        }
-        _ => None,
-    }
-}
-
-/// Bytes of the types a pointer may point at in the table.
-fn pointee_size(name: &str) -> Option<(usize, bool)> {
-    use gpuslice_cuda_abi::{cuda::*, nvml::*};
-    use std::mem::size_of;
-    Some(match name {
-        "c_void" => (0, false),
-        "c_char" => (1, false),
-        "c_int" | "c_uint" | "CUdevice" => (4, false),
-        "usize" | "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => (8, false),
-        "CUcontext" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "CUgraph"
-        | "CUgraphExec" | "CUgraphNode" | "nvmlDevice_t" => (8, false),
-        "CUuuid" => (size_of::<CUuuid>(), false),
-        "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),
-        "CUDA_ARRAY3D_DESCRIPTOR" => (size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), false),
-        "CUDA_ARRAY_MEMORY_REQUIREMENTS" => (size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS>(), false),
-        "CUlaunchConfig" => (size_of::<CUlaunchConfig>(), false),
-        "CUDA_MEM_ALLOC_NODE_PARAMS" => (size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>(), false),
-        "CUDA_KERNEL_NODE_PARAMS_v2" => (size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), true),
-        "CUDA_GRAPH_INSTANTIATE_PARAMS" => (size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS>(), false),
-        "CUmemPropHead" => (size_of::<CUmemPropHead>(), true),
-        "CUgraphNodeParamsHead" => (size_of::<CUgraphNodeParamsHead>(), true),
-        "nvmlMemory_t" => (size_of::<nvmlMemory_t>(), false),
-        "nvmlMemory_v2_t" => (size_of::<nvmlMemory_v2_t>(), false),
-        "nvmlProcessUtilizationSample_t" => (size_of::<nvmlProcessUtilizationSample_t>(), false),
-        _ => return None,
-    })
-}
-
-fn parse_type(t: &str) -> Ty {
-    let t = t.trim();
-    if let Some(rest) = t
-        .strip_prefix("*mut ")
-        .or_else(|| t.strip_prefix("*const "))
-    {
-        // A pointer to a pointer points at 8 bytes.
-        if rest.starts_with('*') {
-            return Ty::Pointer {
-                pointee: 8,
-                at_most: false,
-            };
-        }
-        let (pointee, at_most) =
-            pointee_size(rest).unwrap_or_else(|| panic!("unknown pointee {rest:?}"));
-        return Ty::Pointer { pointee, at_most };
-    }
-    scalar(t).unwrap_or_else(|| panic!("unknown type {t:?}"))
-}
-
-/// (name, parameters, result) of every function of the table in `src/api.rs`.
-fn declarations() -> Vec<(String, Vec<Ty>, Ty)> {
+/// Every function of the table in `src/api.rs`.
+fn declarations() -> Vec<Declaration> {
     let api =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api.rs")).unwrap();
     let mut out = Vec::new();
@@ -117,10 +29,14 @@ fn declarations() -> Vec<(String, Vec<Ty>, Ty)> {
         } else {
             params
                 .split(", ")
-                .map(|p| parse_type(p.split_once(':').unwrap().1))
+                .map(|p| p.split_once(':').unwrap().1.trim().to_string())
                 .collect()
         };
-        out.push((name.to_string(), params, parse_type(result)));
+        out.push(Declaration {
+            name: name.to_string(),
+            params,
+            result: result.to_string(),
+        });
     }
     assert!(
         out.len() > 60,
@@ -130,162 +46,15 @@ fn declarations() -> Vec<(String, Vec<Ty>, Ty)> {
     out
 }
 
-/// The name the headers declare a function under: a per-thread variant has the signature of
-/// its base function (cuda.h declares it only when the per-thread default stream is chosen).
-fn header_name(name: &str) -> &str {
-    name.strip_suffix("_ptsz")
-        .or_else(|| name.strip_suffix("_ptds"))
-        .unwrap_or(name)
-}
-
-fn header_dirs() -> Vec<PathBuf> {
-    let dir = std::env::var_os("GPUSLICE_REFERENCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("HOME").unwrap()).join(".cache/gpuslice/reference")
-        });
-    let r = dir.join("cuda12/nvidia");
-    let dirs = vec![r.join("cuda_runtime/include"), r.join("nvml_dev/include")];
-    assert!(
-        dirs[0].join("cuda.h").exists(),
-        "{} lacks NVIDIA's headers: run scripts/reference-driver (scripts/test does)",
-        dir.display()
-    );
-    dirs
-}
-
-const PRELUDE: &str = r#"
-#include <cstdio>
-#include <cstddef>
-#include <tuple>
-#include <type_traits>
-#include <cuda.h>
-#include <nvml.h>
-template <typename F> struct sig;
-template <typename R, typename... A> struct sig<R (*)(A...)> {
-    using ret = R;
-    using args = std::tuple<A...>;
-    static constexpr std::size_t n = sizeof...(A);
-};
-template <typename T, typename = void> struct complete : std::false_type {};
-template <typename T> struct complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
-template <typename T> void describe(const char *fn, int i) {
-    using P = std::remove_cv_t<std::remove_pointer_t<T>>;
-    std::size_t pointee = 0;  // 0 also for a handle's opaque structure
-    if constexpr (std::is_pointer_v<T> && !std::is_void_v<P> && !std::is_function_v<P>) {
-        if constexpr (complete<P>::value) pointee = sizeof(P);
-    }
-    std::printf("%s %d %zu %d %d %zu %d\n", fn, i, sizeof(T), (int)std::is_pointer_v<T>,
-                (int)std::is_signed_v<T>, pointee, (int)std::is_enum_v<T>);
-}
-template <std::size_t I, typename S> void arg(const char *fn) {
-    if constexpr (I < S::n) describe<std::tuple_element_t<I, typename S::args>>(fn, I);
-}
-int main() {
-"#;
-
 #[test]
 fn every_function_the_library_declares_matches_nvidias_prototype() {
-    let declared = declarations();
-    let mut src = String::from(PRELUDE);
-    for (name, params, _) in &declared {
-        let h = header_name(name);
-        src.push_str(&format!(
-            "    {{ using S = sig<decltype(&{h})>; std::printf(\"{name} n %zu\\n\", S::n); describe<S::ret>(\"{name}\", -1);\n"
-        ));
-        for i in 0..params.len() {
-            src.push_str(&format!("      arg<{i}, S>(\"{name}\");\n"));
-        }
-        src.push_str("    }\n");
-    }
-    src.push_str("    return 0;\n}\n");
-    let work = tempfile::tempdir().unwrap();
-    let cpp = work.path().join("signatures.cpp");
-    let exe = work.path().join("signatures");
-    std::fs::write(&cpp, &src).unwrap();
-    let mut compiler = Command::new("g++-11");
-    compiler.arg("-std=c++17");
-    // The legacy 32-bit entry points (cuMemAlloc without _v2) are declared under this name.
-    compiler.arg("-D__CUDA_API_VERSION_INTERNAL");
-    for d in header_dirs() {
-        compiler.arg("-I").arg(d);
-    }
-    let built = compiler
-        .arg("-o")
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .expect("g++-11 (apt-get install g++-11)");
+    let found = prototypes::compare(&declarations(), false);
     assert!(
-        built.status.success(),
-        "the library declares a function the headers do not: {}",
-        String::from_utf8_lossy(&built.stderr)
+        found.undeclared.is_empty(),
+        "the library declares functions the headers do not: {:?}",
+        found.undeclared
     );
-    let run = Command::new(&exe).output().unwrap();
-    let text = String::from_utf8_lossy(&run.stdout);
-    // name → (count, position → what the header's type is); position -1 is the result.
-    let mut header: BTreeMap<String, (usize, BTreeMap<i32, HeaderTy>)> = BTreeMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        match f[..] {
-            [name, "n", n] => header.entry(name.into()).or_default().0 = n.parse().unwrap(),
-            [name, i, size, ptr, signed, pointee, is_enum] => {
-                header.entry(name.into()).or_default().1.insert(
-                    i.parse().unwrap(),
-                    HeaderTy {
-                        size: size.parse().unwrap(),
-                        pointer: ptr == "1",
-                        signed: signed == "1",
-                        pointee: pointee.parse().unwrap(),
-                        is_enum: is_enum == "1",
-                    },
-                );
-            }
-            _ => panic!("unexpected line {line:?}"),
-        }
-    }
-    let mut wrong = Vec::new();
-    for (name, params, result) in &declared {
-        let (count, args) = &header[name];
-        if *count != params.len() {
-            wrong.push(format!(
-                "{name}: {} parameters, the header has {count}",
-                params.len()
-            ));
-            continue;
-        }
-        for (i, ty) in std::iter::once((-1, result))
-            .chain(params.iter().enumerate().map(|(i, t)| (i as i32, t)))
-        {
-            let h = &args[&i];
-            let ok = match ty {
-                // An enum's signedness is the compiler's choice; an integer's must agree.
-                Ty::Int { size, signed } => {
-                    !h.pointer && h.size == *size && (h.is_enum || h.signed == *signed)
-                }
-                Ty::Handle => h.pointer && h.size == 8,
-                Ty::Pointer { pointee: 0, .. } => h.pointer,
-                Ty::Pointer {
-                    pointee,
-                    at_most: true,
-                } => h.pointer && *pointee <= h.pointee,
-                Ty::Pointer {
-                    pointee,
-                    at_most: false,
-                } => h.pointer && *pointee == h.pointee,
-            };
-            if !ok {
-                wrong.push(format!(
-                    "{name} {}: ours {ty:?}, the header's {h:?}",
-                    if i < 0 {
-                        "result".to_string()
-                    } else {
-                        format!("parameter {i}")
-                    }
-                ));
-            }
-        }
-    }
+    let wrong = found.wrong;
     assert!(
         wrong.is_empty(),
         "{} differences:\n{}",

@@ -240,14 +240,22 @@ fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op, CUresult> 
     if params.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // SAFETY: the caller's CUDA_KERNEL_NODE_PARAMS; only the fields v1 has are read.
+    // SAFETY: the caller's CUDA_KERNEL_NODE_PARAMS; only the fields v1 has are read, each
+    // through the raw pointer (no reference to the whole v2 structure is made).
     let (func, grid, block, shared) = unsafe {
-        let p = &*params;
         (
-            p.func,
-            [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
-            [p.block_dim_x, p.block_dim_y, p.block_dim_z],
-            p.shared_mem_bytes,
+            (*params).func,
+            [
+                (*params).grid_dim_x,
+                (*params).grid_dim_y,
+                (*params).grid_dim_z,
+            ],
+            [
+                (*params).block_dim_x,
+                (*params).block_dim_y,
+                (*params).block_dim_z,
+            ],
+            (*params).shared_mem_bytes,
         )
     };
     kernel(func, grid, block, shared).map_err(|_| CUDA_ERROR_INVALID_VALUE)
@@ -264,16 +272,17 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     guard(|| out(node, record(g, kernel_op(params)?)?))
 }
 
+/// Takes a `CUDA_KERNEL_NODE_PARAMS` v1, the head of the v2 structure (only that is read).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddKernelNode(
     node: *mut CUgraphNode,
     g: CUgraph,
     deps: *const CUgraphNode,
     count: usize,
-    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+    params: *const c_void,
 ) -> CUresult {
     // SAFETY: the same contract; the v1 parameters are the head of the v2 ones.
-    unsafe { cuGraphAddKernelNode_v2(node, g, deps, count, params) }
+    unsafe { cuGraphAddKernelNode_v2(node, g, deps, count, params.cast()) }
 }
 
 /// `CUDA_HOST_NODE_PARAMS`.
@@ -579,19 +588,26 @@ fn kernel_params(
     if params.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    // SAFETY: the caller's structure, v2-sized only when `v2`; the fields written are within
-    // the size of the version asked for.
+    // SAFETY: the caller's structure, v2-sized only when `v2`; each field is written through
+    // the raw pointer, only those within the size of the version asked for.
     unsafe {
-        let p = &mut *params;
-        p.func = func as CUfunction;
-        [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z] = grid;
-        [p.block_dim_x, p.block_dim_y, p.block_dim_z] = block;
-        p.shared_mem_bytes = shared;
-        p.kernel_params = std::ptr::null_mut();
-        p.extra = std::ptr::null_mut();
+        (*params).func = func as CUfunction;
+        [
+            (*params).grid_dim_x,
+            (*params).grid_dim_y,
+            (*params).grid_dim_z,
+        ] = grid;
+        [
+            (*params).block_dim_x,
+            (*params).block_dim_y,
+            (*params).block_dim_z,
+        ] = block;
+        (*params).shared_mem_bytes = shared;
+        (*params).kernel_params = std::ptr::null_mut();
+        (*params).extra = std::ptr::null_mut();
         if v2 {
-            p.kern = std::ptr::null_mut();
-            p.ctx = std::ptr::null_mut();
+            (*params).kern = std::ptr::null_mut();
+            (*params).ctx = std::ptr::null_mut();
         }
     }
     Ok(())
@@ -605,10 +621,11 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(
     guard(|| kernel_params(node, params, true))
 }
 
+/// Writes a `CUDA_KERNEL_NODE_PARAMS` v1, the head of the v2 structure.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
     node: CUgraphNode,
-    params: *mut CUDA_KERNEL_NODE_PARAMS_v2,
+    params: *mut c_void,
 ) -> CUresult {
-    guard(|| kernel_params(node, params, false))
+    guard(|| kernel_params(node, params.cast(), false))
 }
