@@ -297,3 +297,33 @@ fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_w
     assert_eq!(f.num("chunks"), 16, "{text}");
     assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{text}");
 }
+
+/// The CUDA 12 runtime's array copies (`cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`) and
+/// `cudaArrayGetInfo` in a slice.
+#[test]
+fn the_cuda_runtime_copies_to_and_from_arrays() {
+    let slice = Slice::new(GIB, 0);
+    let log = slice.dir.path().join("unmodelled-arrays.log");
+    let out = slice
+        .command(&python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/arrays.py"))
+        .arg(runtime12())
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "arrays: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
+    );
+    assert_eq!(
+        text.trim(),
+        "malloc_array=0 to_array=0 from_array=0 round_trip=1 part=0 part_ok=1 info=0 \
+         extent=64x16x0 format=32,2 free_array=0"
+    );
+}

@@ -23,7 +23,7 @@ fn allocation_of(d: &Driver, ptr: CUdeviceptr) -> Option<(u64, u64, usize)> {
 }
 
 /// `[ptr, ptr + n)` lies inside one allocation of this process.
-fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
+pub(crate) fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
     let d = state::get()?;
     match allocation_of(d, ptr) {
         Some((base, len, _)) if ptr + n as u64 <= base + len => Ok(()),
@@ -129,38 +129,86 @@ pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usiz
     guard(|| fill(dst, value, n))
 }
 
-/// One end of a 2-D copy: the address of row `y` (a device end is checked over the row).
-fn row_address(
+/// One end of a 2-D or 3-D copy.
+struct End {
     memory_type: c_uint,
     host: u64,
     device: CUdeviceptr,
+    array: gpuslice_cuda_abi::cuda::CUarray,
     x: usize,
     y: usize,
+    z: usize,
+    /// Bytes per row and rows per slice of a linear end.
     pitch: usize,
-    row: usize,
-) -> Result<u64, CUresult> {
-    use gpuslice_cuda_abi::cuda::{
-        CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED,
-    };
-    let offset = y
-        .checked_mul(pitch)
-        .and_then(|o| o.checked_add(x))
-        .ok_or(CUDA_ERROR_INVALID_VALUE)? as u64;
-    match memory_type {
-        CU_MEMORYTYPE_HOST => Ok(host + offset),
-        CU_MEMORYTYPE_DEVICE => {
-            device_range(device + offset, row)?;
-            Ok(device + offset)
+    height: usize,
+}
+
+impl End {
+    /// The address of row `y` of slice `z` (counted from the end's own offset), with `row`
+    /// bytes from there checked where the end is the simulated device's.
+    fn row(&self, y: usize, z: usize, row: usize) -> Result<u64, CUresult> {
+        use gpuslice_cuda_abi::cuda::{
+            CU_MEMORYTYPE_ARRAY, CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_UNIFIED,
+        };
+        let (y, z) = (self.y + y, self.z + z);
+        if self.memory_type == CU_MEMORYTYPE_ARRAY {
+            return crate::arrays::address(self.array, self.x, y, z, row);
         }
-        CU_MEMORYTYPE_UNIFIED => {
-            if allocation_of(state::get()?, device).is_some() {
-                device_range(device + offset, row)?;
+        let offset = z
+            .checked_mul(self.height)
+            .and_then(|r| r.checked_add(y))
+            .and_then(|r| r.checked_mul(self.pitch))
+            .and_then(|o| o.checked_add(self.x))
+            .ok_or(CUDA_ERROR_INVALID_VALUE)? as u64;
+        match self.memory_type {
+            CU_MEMORYTYPE_HOST => Ok(self.host + offset),
+            CU_MEMORYTYPE_DEVICE => {
+                device_range(self.device + offset, row)?;
+                Ok(self.device + offset)
             }
-            Ok(device + offset)
+            CU_MEMORYTYPE_UNIFIED => {
+                if allocation_of(state::get()?, self.device).is_some() {
+                    device_range(self.device + offset, row)?;
+                }
+                Ok(self.device + offset)
+            }
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
         }
-        // CUDA arrays have no linear address in the simulation.
-        _ => Err(CUDA_ERROR_NOT_SUPPORTED),
     }
+
+    /// A linear end must fit a row in its pitch and, over several slices, the rows in its
+    /// slice height.
+    fn check(&self, width: usize, height: usize, depth: usize) -> Result<(), CUresult> {
+        use gpuslice_cuda_abi::cuda::CU_MEMORYTYPE_ARRAY;
+        if self.memory_type == CU_MEMORYTYPE_ARRAY {
+            return Ok(());
+        }
+        if (height > 1 || depth > 1) && self.pitch < width || depth > 1 && self.height < height {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
+    }
+}
+
+/// Copies `depth` slices of `height` rows of `width` bytes between two ends.
+fn copy_3d(
+    src: &End,
+    dst: &End,
+    width: usize,
+    height: usize,
+    depth: usize,
+) -> Result<(), CUresult> {
+    if width == 0 && height != 0 && depth != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    src.check(width, height, depth)?;
+    dst.check(width, height, depth)?;
+    for z in 0..depth {
+        for y in 0..height {
+            copy(dst.row(y, z, width)?, src.row(y, z, width)?, width);
+        }
+    }
+    Ok(())
 }
 
 /// `cuMemcpy2D`: `height` rows of `width_in_bytes`, each end at its own pitch.
@@ -174,32 +222,70 @@ pub unsafe extern "C" fn cuMemcpy2D_v2(
         }
         // SAFETY: the caller's CUDA_MEMCPY2D.
         let c = unsafe { &*c };
-        let w = c.width_in_bytes;
-        if (c.height > 1 && (c.src_pitch < w || c.dst_pitch < w)) || w == 0 && c.height != 0 {
+        let src = End {
+            memory_type: c.src_memory_type,
+            host: c.src_host as u64,
+            device: c.src_device,
+            array: c.src_array,
+            x: c.src_x_in_bytes,
+            y: c.src_y,
+            z: 0,
+            pitch: c.src_pitch,
+            height: 0,
+        };
+        let dst = End {
+            memory_type: c.dst_memory_type,
+            host: c.dst_host as u64,
+            device: c.dst_device,
+            array: c.dst_array,
+            x: c.dst_x_in_bytes,
+            y: c.dst_y,
+            z: 0,
+            pitch: c.dst_pitch,
+            height: 0,
+        };
+        copy_3d(&src, &dst, c.width_in_bytes, c.height, 1)
+    })
+}
+
+/// `cuMemcpy3D`: `depth` slices of `height` rows of `width_in_bytes`; a linear end's slices
+/// are `height` of its rows apart (`srcHeight`/`dstHeight`). Levels of detail are 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy3D_v2(
+    c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D,
+) -> CUresult {
+    guard(|| {
+        if c.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        for y in 0..c.height {
-            let src = row_address(
-                c.src_memory_type,
-                c.src_host as u64,
-                c.src_device,
-                c.src_x_in_bytes,
-                c.src_y + y,
-                c.src_pitch,
-                w,
-            )?;
-            let dst = row_address(
-                c.dst_memory_type,
-                c.dst_host as u64,
-                c.dst_device,
-                c.dst_x_in_bytes,
-                c.dst_y + y,
-                c.dst_pitch,
-                w,
-            )?;
-            copy(dst, src, w);
+        // SAFETY: the caller's CUDA_MEMCPY3D.
+        let c = unsafe { &*c };
+        if c.src_lod != 0 || c.dst_lod != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        Ok(())
+        let src = End {
+            memory_type: c.src_memory_type,
+            host: c.src_host as u64,
+            device: c.src_device,
+            array: c.src_array,
+            x: c.src_x_in_bytes,
+            y: c.src_y,
+            z: c.src_z,
+            pitch: c.src_pitch,
+            height: c.src_height,
+        };
+        let dst = End {
+            memory_type: c.dst_memory_type,
+            host: c.dst_host as u64,
+            device: c.dst_device,
+            array: c.dst_array,
+            x: c.dst_x_in_bytes,
+            y: c.dst_y,
+            z: c.dst_z,
+            pitch: c.dst_pitch,
+            height: c.dst_height,
+        };
+        copy_3d(&src, &dst, c.width_in_bytes, c.height, c.depth)
     })
 }
 
@@ -372,6 +458,9 @@ same_as! {
     cuMemcpy2DUnaligned_v2_ptds => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
     cuMemcpy2DAsync_v2 => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
     cuMemcpy2DAsync_v2_ptsz => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
+    cuMemcpy3D_v2_ptds => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2 => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D), stream: CUstream;
+    cuMemcpy3DAsync_v2_ptsz => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D), stream: CUstream;
     cuMemcpyHtoD_v2_ptds => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoH_v2_ptds => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemcpyDtoD_v2_ptds => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize);

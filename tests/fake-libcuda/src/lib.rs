@@ -9,6 +9,7 @@
     clippy::missing_safety_doc
 )]
 
+mod arrays;
 mod attributes;
 mod codes;
 mod context;

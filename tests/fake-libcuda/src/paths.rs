@@ -38,7 +38,7 @@ pub struct Pool {
     node_index: usize,
 }
 
-fn element_size(format: c_int) -> Result<u64, CUresult> {
+pub(crate) fn element_size(format: c_int) -> Result<u64, CUresult> {
     Ok(match format {
         0x01 | 0x08 => 1,
         0x02 | 0x09 | 0x10 => 2,
@@ -246,15 +246,26 @@ pub extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CU
     cuMemFreeAsync(dptr, stream)
 }
 
-fn create_array(handle: *mut *mut c_void, bytes: Option<u64>) -> Result<(), CUresult> {
+/// Allocates `bytes` (None: a descriptor the driver refuses) for an array on the current
+/// context's device.
+fn allocate_array(bytes: Option<u64>) -> Result<u64, CUresult> {
     let d = state::get()?;
     let ctx = current_ctx()?;
     let bytes = bytes.ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let len = usize::try_from(bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-    out(
-        handle,
-        d.allocate(ctx.node_index, bytes, len)? as *mut c_void,
-    )
+    d.allocate(ctx.node_index, bytes, len)
+}
+
+fn create_array(handle: *mut *mut c_void, desc: CUDA_ARRAY3D_DESCRIPTOR) -> Result<(), CUresult> {
+    let array = allocate_array(array_bytes(
+        desc.width,
+        desc.height,
+        desc.depth,
+        desc.format,
+        desc.num_channels,
+    ))?;
+    crate::arrays::register(array, desc);
+    out(handle, array as *mut c_void)
 }
 
 #[unsafe(no_mangle)]
@@ -267,7 +278,14 @@ pub unsafe extern "C" fn cuArrayCreate_v2(
         let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         create_array(
             array,
-            array_bytes(desc.width, desc.height, 1, desc.format, desc.num_channels),
+            CUDA_ARRAY3D_DESCRIPTOR {
+                width: desc.width,
+                height: desc.height,
+                depth: 0,
+                format: desc.format,
+                num_channels: desc.num_channels,
+                flags: 0,
+            },
         )
     })
 }
@@ -280,22 +298,17 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
     guard(|| {
         // SAFETY: checked for null; the caller's descriptor.
         let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        create_array(
-            array,
-            array_bytes(
-                desc.width,
-                desc.height,
-                desc.depth,
-                desc.format,
-                desc.num_channels,
-            ),
-        )
+        create_array(array, *desc)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuArrayDestroy(array: CUarray) -> CUresult {
-    guard(|| state::get()?.free(array as u64))
+    guard(|| {
+        state::get()?.free(array as u64)?;
+        crate::arrays::forget(array as u64);
+        Ok(())
+    })
 }
 
 /// Alignment the simulated driver reports for arrays.
@@ -364,7 +377,10 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
     guard(|| {
         // SAFETY: checked for null; the caller's descriptor.
         let desc = unsafe { desc.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        create_array(array, mipmapped_bytes(desc, levels))
+        out(
+            array,
+            allocate_array(mipmapped_bytes(desc, levels))? as *mut c_void,
+        )
     })
 }
 

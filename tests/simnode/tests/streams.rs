@@ -76,3 +76,17 @@ fn graph_memory_comes_from_a_pool_that_launches_grow_and_a_trim_gives_back() {
          freed_by_graph=0 end=24320"
     );
 }
+
+#[test]
+fn arrays_are_copied_to_and_from_in_two_and_three_dimensions() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "arrays", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 1 is CUDA_ERROR_INVALID_VALUE, 400 CUDA_ERROR_INVALID_HANDLE.
+    assert_eq!(
+        text.trim(),
+        "create=0 copy2d=0,0 round_trip=1 row3=1 row5=1 row4_kept=1 atoa=0,0 shifted=1 \
+         desc=64x16,1 past_end=1 too_wide=1 create3d=0 copy3d=0,0 round_trip3d=1 box=0 \
+         box_ok=1 box_past_end=1 desc3=8x4x3 destroyed=400"
+    );
+}
