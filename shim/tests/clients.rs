@@ -28,6 +28,19 @@ fn python() -> PathBuf {
     path
 }
 
+/// PyTorch's python, from `GPUSLICE_TORCH_PYTHON` or `scripts/cuda-clients torch`' place.
+fn torch_python() -> PathBuf {
+    let path = std::env::var_os("GPUSLICE_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("torch/bin/python"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/cuda-clients torch (scripts/test does) to install PyTorch",
+        path.display()
+    );
+    path
+}
+
 fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -76,7 +89,12 @@ fn script() -> PathBuf {
 }
 
 fn client(slice: &Slice, log: &Path, args: &[&str]) -> Command {
-    let mut c = slice.command(&python());
+    let python = if args[0] == "torch" {
+        torch_python()
+    } else {
+        python()
+    };
+    let mut c = slice.command(&python);
     c.arg(script())
         .args(args)
         .env("GPUSLICE_SIM_UNMODELLED_LOG", log);
@@ -326,4 +344,17 @@ fn the_cuda_runtime_copies_to_and_from_arrays() {
         "malloc_array=0 to_array=0 from_array=0 round_trip=1 part=0 part_ok=1 info=0 \
          extent=64x16x0 format=32,2 free_array=0"
     );
+}
+
+#[test]
+fn pytorch_sees_its_slice_runs_a_graph_and_its_caching_allocator_stops_at_the_limit() {
+    let slice = Slice::new(GIB, 0);
+    let f = fill(&slice, "torch", 64 * MIB);
+    let what = format!("{:?}", f.0);
+    assert_eq!(f.num("total"), GIB, "{what}");
+    assert_eq!(f.num("free"), GIB, "{what}");
+    assert_eq!(f.num("props_total"), GIB, "{what}");
+    assert_eq!(f.get("graph"), "1", "{what}");
+    assert_eq!(f.num("chunks"), 16, "{what}");
+    assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
 }

@@ -3,7 +3,9 @@
 Usage: wall.py CLIENT MODE BYTES [API]
   CLIENT  bindings (NVIDIA's cuda-bindings, driver API), numba (numba-cuda), numba-jit
           (numba-cuda compiling and launching a kernel first), cupy (CuPy and
-          its memory pool), nvml (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes)
+          its memory pool), nvml (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes),
+          torch (PyTorch and its caching allocator, after launching kernels and replaying a
+          captured CUDA graph)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; hold: allocate BYTES once, print, and wait for
           stdin to close
@@ -190,6 +192,45 @@ def runtime(path, api, mode, size):
     return total.value, free.value, held, error, release
 
 
+def torch_client(mode, size):
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    # The device's memory as PyTorch's device properties report it (cudaGetDeviceProperties).
+    print(f"props_total={torch.cuda.get_device_properties(0).total_memory}", end=" ")
+    a = torch.ones(1 << 20, device="cuda")
+    b = a + 1
+    # A captured CUDA graph: warm-up on a side stream, capture, replay.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        c = a * 2
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = a * b
+    graph.replay()
+    torch.cuda.synchronize()
+    print("graph=1", end=" ")
+    del a, b, c, graph
+    torch.cuda.empty_cache()
+    held, error = [], ""
+    while True:
+        try:
+            held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.cuda.OutOfMemoryError:
+            error = "OutOfMemoryError"
+            break
+        if mode == "hold":
+            break
+
+    def release():
+        held.clear()
+        torch.cuda.empty_cache()
+
+    return total, free, held, error, release
+
+
 def nvml(_mode, _size):
     import pynvml
 
@@ -211,6 +252,7 @@ def main():
             "numba-jit": numba_jit,
             "cupy": cupy_client,
             "nvml": nvml,
+            "torch": torch_client,
         }
         total, free, held, error, release = clients[client](mode, size)
     print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
