@@ -21,6 +21,7 @@ use gpuslice_testsupport::sim::SimNode;
 
 type Alloc = unsafe extern "C" fn(*mut u64, usize) -> c_uint;
 type Free = unsafe extern "C" fn(u64) -> c_uint;
+type GraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_uint;
 type Launch = unsafe extern "C" fn(
     *mut c_void,
     c_uint,
@@ -205,6 +206,59 @@ fn measure() {
         2_000_000,
         launch(sym(cuda, c"cuLaunchKernel")),
         launch(sym(ours, c"cuLaunchKernel")),
+    );
+
+    // A graph of one kernel node, instantiated through the library (which reads its nodes).
+    let create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_uint =
+        sym(cuda, c"cuGraphCreate");
+    let add_kernel: unsafe extern "C" fn(
+        *mut *mut c_void,
+        *mut c_void,
+        *const *mut c_void,
+        usize,
+        *const gpuslice_cuda_abi::cuda::CUDA_KERNEL_NODE_PARAMS_v2,
+    ) -> c_uint = sym(cuda, c"cuGraphAddKernelNode_v2");
+    let instantiate: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u64) -> c_uint =
+        sym(ours, c"cuGraphInstantiateWithFlags");
+    let (mut graph, mut node, mut exec) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    let params = gpuslice_cuda_abi::cuda::CUDA_KERNEL_NODE_PARAMS_v2 {
+        func: kernel,
+        grid_dim_x: 1,
+        grid_dim_y: 1,
+        grid_dim_z: 1,
+        block_dim_x: 1,
+        block_dim_y: 1,
+        block_dim_z: 1,
+        shared_mem_bytes: 0,
+        kernel_params: std::ptr::null_mut(),
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    // SAFETY: the graph API called in order on live out-pointers and parameters.
+    unsafe {
+        assert_eq!(create(&raw mut graph, 0), 0);
+        assert_eq!(
+            add_kernel(&raw mut node, graph, std::ptr::null(), 0, &raw const params),
+            0
+        );
+        assert_eq!(instantiate(&raw mut exec, graph, 0), 0);
+    }
+    let graph_launch = |f: GraphLaunch| {
+        move || {
+            // SAFETY: launching the executable graph made above on the default stream.
+            assert_eq!(unsafe { f(exec, std::ptr::null_mut()) }, 0);
+        }
+    };
+    side_by_side(
+        "cuGraphLaunch",
+        1_000_000,
+        graph_launch(sym(cuda, c"cuGraphLaunch")),
+        graph_launch(sym(ours, c"cuGraphLaunch")),
     );
 
     startup(&fronted, &driver_dir);
