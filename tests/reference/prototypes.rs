@@ -223,7 +223,7 @@ pub fn exported_functions(source: &str) -> Vec<Declaration> {
 }
 
 /// The types of a parameter list `a: T, b: U` (commas inside parentheses do not split).
-fn split_params(list: &str) -> Vec<String> {
+pub fn split_params(list: &str) -> Vec<String> {
     let mut params = Vec::new();
     let (mut depth, mut start) = (0, 0);
     let list = list.trim().trim_end_matches(',');
