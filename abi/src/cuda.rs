@@ -33,6 +33,7 @@ pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
+pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: CUresult = 910;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 /// `CUdevice_attribute` values.
@@ -67,6 +68,10 @@ pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH: u64 = 4;
+/// `CUgraphExecUpdateResult` values.
+pub const CU_GRAPH_EXEC_UPDATE_SUCCESS: c_int = 0;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: c_int = 2;
+pub const CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: c_int = 3;
 /// `CUgraphMem_attribute` values.
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: c_int = 0;
 pub const CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: c_int = 1;
@@ -166,6 +171,15 @@ pub struct CUDA_KERNEL_NODE_PARAMS_v2 {
     pub extra: *mut *mut c_void,
     pub kern: *mut c_void,
     pub ctx: CUcontext,
+}
+
+/// `CUgraphExecUpdateResultInfo` (CUDA 12.0): what `cuGraphExecUpdate_v2` reports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUgraphExecUpdateResultInfo {
+    pub result: c_int,
+    pub error_node: CUgraphNode,
+    pub error_from_node: CUgraphNode,
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS` (CUDA 12.0): the driver writes the last two.

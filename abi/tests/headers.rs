@@ -187,6 +187,15 @@ fn checks() -> Vec<Check> {
         offset_of!(CUDA_KERNEL_NODE_PARAMS_v2, extra) as i128,
         11080,
     );
+    size!(CUgraphExecUpdateResultInfo, 12000);
+    field!(CUgraphExecUpdateResultInfo, result, "result", 12000);
+    field!(CUgraphExecUpdateResultInfo, error_node, "errorNode", 12000);
+    field!(
+        CUgraphExecUpdateResultInfo,
+        error_from_node,
+        "errorFromNode",
+        12000
+    );
     size!(CUDA_GRAPH_INSTANTIATE_PARAMS, 12000);
     field!(CUDA_GRAPH_INSTANTIATE_PARAMS, flags, "flags", 12000);
     field!(
@@ -280,6 +289,10 @@ fn checks() -> Vec<Check> {
     constant!(CUDA_ERROR_NOT_READY);
     constant!(CUDA_ERROR_CONTEXT_IS_DESTROYED);
     constant!(CUDA_ERROR_NOT_SUPPORTED);
+    constant!(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    constant!(CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    constant!(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    constant!(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
     constant!(CUDA_ERROR_UNKNOWN);
     constant!(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
     constant!(CU_DEVICE_ATTRIBUTE_WARP_SIZE);

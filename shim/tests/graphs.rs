@@ -50,6 +50,11 @@ fn graph_allocations_are_charged_at_launch_and_the_pool_stays_charged_until_a_tr
         ("after_captured_free", "410"),
         ("freed_by_graph", "0"),
         ("end", "510"),
+        // Updated from a 100 MiB graph to a 300 MiB one: the launch takes 300 MiB.
+        ("update", "0,0"),
+        ("updated_launch", "0"),
+        ("after_update", "210"),
+        ("drv_after_update", "300"),
     ];
     for (k, v) in expected {
         assert_eq!(f.get(k), v, "{k}: {text}");

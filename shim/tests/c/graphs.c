@@ -28,6 +28,7 @@ int cuGraphUpload(CUgraphExec, CUstream);
 int cuGraphExecDestroy(CUgraphExec);
 int cuDeviceGraphMemTrim(int);
 int cuDeviceGetGraphMemAttribute(int, int, void *);
+int cuGraphExecUpdate_v2(CUgraphExec, CUgraph, void *);
 
 static size_t free_mib(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f >> 20; }
 static unsigned long long drv_reserved(void) { unsigned long long v = 0; cuDeviceGetGraphMemAttribute(0, 2, &v); return v >> 20; }
@@ -111,7 +112,18 @@ int main(void) {
     size_t captured_free = free_mib();
     cuGraphInstantiateWithFlags(&e5, g5, 0);
     int l6 = cuGraphLaunch(e5, s);
-    printf("with_m=%zu captured_free=%d after_captured_free=%zu freed_by_graph=%d end=%zu\n",
+    printf("with_m=%zu captured_free=%d after_captured_free=%zu freed_by_graph=%d end=%zu ",
            with_m, cf, captured_free, l6, free_mib());
+    /* An executable graph updated from a graph that allocates more: its launches take the
+     * new graph's memory. */
+    CUgraph small, large; CUgraphExec eu; CUdeviceptr s1 = 0, s2 = 0;
+    explicit_graph(&small, 100, 1, &s1);
+    explicit_graph(&large, 300, 1, &s2);
+    cuGraphInstantiateWithFlags(&eu, small, 0);
+    struct { int result; void *node, *from; } info = {-1, 0, 0};
+    int up = cuGraphExecUpdate_v2(eu, large, &info);
+    int l7 = cuGraphLaunch(eu, s);
+    printf("update=%d,%d updated_launch=%d after_update=%zu drv_after_update=%llu\n", up,
+           info.result, l7, free_mib(), drv_reserved());
     return 0;
 }

@@ -17,10 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use gpuslice_cuda_abi::cuda::{
-    CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL,
-    CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE, CU_MEM_ALLOCATION_TYPE_PINNED,
-    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+    CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_HOST,
+    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
+    CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphExecUpdateResultInfo,
     CUmemLocation, CUmemPoolProps, CUmemPropHead,
 };
 pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
@@ -61,7 +63,8 @@ pub struct Graph {
 }
 
 pub struct Exec {
-    ops: Vec<Op>,
+    /// Replaced whole by an update.
+    ops: Mutex<Vec<Op>>,
     /// Each launch first frees what the previous one allocated and did not free.
     auto_free: bool,
 }
@@ -368,7 +371,7 @@ fn instantiate(exec: *mut CUgraphExec, g: CUgraph, flags: u64) -> Result<(), CUr
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
         .clone();
     let e = Box::into_raw(Box::new(Exec {
-        ops,
+        ops: Mutex::new(ops),
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
     }));
     EXECS
@@ -446,15 +449,16 @@ fn exec_of(e: CUgraphExec) -> Result<&'static Exec, CUresult> {
 pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
     guard(|| {
         let ex = exec_of(e)?;
+        let ops = ex.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clone();
         // A launch on a capturing stream is itself recorded, as a child would be.
         if let Some(g) = crate::stream::capturing_graph(s)? {
-            for op in &ex.ops {
+            for op in &ops {
                 record(g, *op)?;
             }
             return Ok(());
         }
         if ex.auto_free {
-            for op in &ex.ops {
+            for op in &ops {
                 if let Op::MemAlloc { ptr } = op
                     && graph_memory::held(*ptr) == Some(true)
                 {
@@ -462,7 +466,7 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
                 }
             }
         }
-        for op in &ex.ops {
+        for op in &ops {
             run(*op)?;
         }
         Ok(())
@@ -628,4 +632,71 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
     params: *mut c_void,
 ) -> CUresult {
     guard(|| kernel_params(node, params.cast(), false))
+}
+
+/// Whether two operations are nodes of the same type (what an update may not change).
+fn same_type(a: &Op, b: &Op) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+/// Gives `e` the operations of `g` if it has as many, each of the same type; else the
+/// `CUgraphExecUpdateResult` saying why, and nothing changes.
+fn update(e: CUgraphExec, g: CUgraph) -> Result<Result<(), c_int>, CUresult> {
+    let ex = exec_of(e)?;
+    let new = graph(g)?
+        .ops
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .clone();
+    let mut ops = ex.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    if ops.len() != new.len() {
+        return Ok(Err(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED));
+    }
+    if !ops.iter().zip(&new).all(|(a, b)| same_type(a, b)) {
+        return Ok(Err(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED));
+    }
+    *ops = new;
+    Ok(Ok(()))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(
+    e: CUgraphExec,
+    g: CUgraph,
+    info: *mut CUgraphExecUpdateResultInfo,
+) -> CUresult {
+    guard(|| {
+        let outcome = update(e, g)?;
+        let result = outcome.err().unwrap_or(CU_GRAPH_EXEC_UPDATE_SUCCESS);
+        out(
+            info,
+            CUgraphExecUpdateResultInfo {
+                result,
+                error_node: std::ptr::null_mut(),
+                error_from_node: std::ptr::null_mut(),
+            },
+        )?;
+        outcome.map_err(|_| CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
+    })
+}
+
+/// The CUDA 11 form: the error node and the result through separate pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecUpdate(
+    e: CUgraphExec,
+    g: CUgraph,
+    error_node: *mut CUgraphNode,
+    result: *mut c_int,
+) -> CUresult {
+    guard(|| {
+        let outcome = update(e, g)?;
+        out(
+            result,
+            outcome.err().unwrap_or(CU_GRAPH_EXEC_UPDATE_SUCCESS),
+        )?;
+        if !error_node.is_null() {
+            out(error_node, std::ptr::null_mut())?;
+        }
+        outcome.map_err(|_| CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
+    })
 }
