@@ -444,6 +444,9 @@ pub fn choose(
             gpus: c[random(c.len())].clone(),
         });
     }
+    if policy == ClusterPolicy::BestFit {
+        return best_fit_as_kube_scheduler_picks(nodes, &options, d, mix, random);
+    }
     // Lower is better; the first of equal scores wins (lower node, then GPU indexes).
     let mut best: Option<(f64, f64, usize, &Vec<usize>)> = None;
     for (i, cands) in &options {
@@ -497,6 +500,60 @@ pub fn best_on_node(
     best
 }
 
+/// Best-fit as the FGD paper's simulator runs it, through kube-scheduler's scoring: each node
+/// that fits gets the integer score `(1 − figure) × 100`, truncated (the figure is the node's
+/// best-fit score, `score`, in [0, 1]), the scores are normalized over those nodes to 0–100
+/// (integer division), and the highest wins, ties broken uniformly at random (as
+/// kube-scheduler's host selection does). On the node, the GPUs left with the least free
+/// share (best fit), the first of equal ones.
+fn best_fit_as_kube_scheduler_picks(
+    nodes: &[NodeState],
+    options: &[(usize, Vec<Vec<usize>>)],
+    d: &Demand,
+    mix: &TaskMix,
+    random: &mut dyn FnMut(usize) -> usize,
+) -> Option<Placement> {
+    let scored: Vec<(i64, usize, &Vec<usize>)> = options
+        .iter()
+        .filter_map(|(i, cands)| {
+            let node = &nodes[*i];
+            let mut best: Option<((f64, f64), &Vec<usize>)> = None;
+            for c in cands {
+                let s = score(node, d, c, ClusterPolicy::BestFit, mix, 0.0);
+                if best.is_none_or(|(b, _)| s.1 < b.1 - TIE) {
+                    best = Some((s, c));
+                }
+            }
+            let ((figure, _), c) = best?;
+            #[allow(clippy::cast_possible_truncation)]
+            let points = ((1.0 - figure) * 100.0) as i64;
+            Some((points, *i, c))
+        })
+        .collect();
+    let lowest = scored.iter().map(|s| s.0).min()?;
+    let highest = scored.iter().map(|s| s.0).max()?;
+    let normalized = |p: i64| {
+        if highest == lowest {
+            0
+        } else {
+            (p - lowest) * 100 / (highest - lowest)
+        }
+    };
+    let top = scored.iter().map(|s| normalized(s.0)).max()?;
+    let ties: Vec<&(i64, usize, &Vec<usize>)> =
+        scored.iter().filter(|s| normalized(s.0) == top).collect();
+    let (_, node, gpus) = ties[random(ties.len())];
+    Some(Placement {
+        node: *node,
+        gpus: (*gpus).clone(),
+    })
+}
+
+/// The FGD simulator's normalization of CPU (milli-CPU of its largest node) and GPU
+/// (milli-GPU of 8 GPUs) for best-fit.
+const BEST_FIT_CPU_SPEC: f64 = 128_000.0;
+const BEST_FIT_GPU_SPEC: f64 = 8_000.0;
+
 /// (node score, GPU score) of a candidate under `policy`; lower is better.
 fn score(
     node: &NodeState,
@@ -523,10 +580,11 @@ fn score(
             (node_score, gpu_score)
         }
         ClusterPolicy::BestFit => {
-            let gpus = node.gpus.len().max(1) as f64;
-            let left = frac(next.cpu_free, node.cpu_total)
-                + frac(next.mem_free, node.mem_total)
-                + node_left / gpus;
+            // What is left, CPU and GPU weighed equally, each against the simulator's
+            // cluster-wide maximum (not the node's own size): in [0, 1] for nodes of at
+            // most 128 CPUs and 8 GPUs.
+            let left = 0.5 * next.cpu_free as f64 / BEST_FIT_CPU_SPEC
+                + 0.5 * node_left * 1000.0 / BEST_FIT_GPU_SPEC;
             (left, gpu_left)
         }
         ClusterPolicy::DotProduct => {

@@ -220,3 +220,42 @@ fn mixes_of_the_same_shares_are_at_distance_zero_and_disjoint_ones_at_one() {
     assert!((a.distance(&d) - 1.0 / 3.0).abs() < 1e-12);
     assert_eq!(TaskMix::default().distance(&TaskMix::default()), 0.0);
 }
+
+#[test]
+fn best_fit_scores_as_the_fgd_simulator_does_and_breaks_ties_at_random() {
+    // Node 0 has half its CPUs taken and one GPU half used; nodes 1 and 2 are idle and equal.
+    let mut nodes = vec![node("a", 2), node("b", 2), node("c", 2)];
+    apply(
+        &mut nodes[0],
+        &Demand {
+            cpu: 32_000,
+            ..share(500)
+        },
+        &[0],
+    );
+    let mix = TaskMix::default();
+    let d = share(250);
+    // The fullest node wins whatever the random pick would be.
+    let mut last = |n: usize| n - 1;
+    let p = choose(&nodes, &d, ClusterPolicy::BestFit, &mix, &mut last).unwrap();
+    assert_eq!(
+        (p.node, p.gpus),
+        (0, vec![0]),
+        "best fit on the fullest node and GPU"
+    );
+    // Among equal nodes the pick is kube-scheduler's random one, not the first.
+    let idle = vec![node("b", 2), node("c", 2)];
+    let mut picks = Vec::new();
+    for k in 0..2 {
+        let mut pick = |n: usize| {
+            assert_eq!(n, 2, "both idle nodes tie");
+            k
+        };
+        picks.push(
+            choose(&idle, &d, ClusterPolicy::BestFit, &mix, &mut pick)
+                .unwrap()
+                .node,
+        );
+    }
+    assert_eq!(picks, [0, 1]);
+}
