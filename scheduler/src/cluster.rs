@@ -444,8 +444,23 @@ pub fn choose(
             gpus: c[random(c.len())].clone(),
         });
     }
-    if policy == ClusterPolicy::BestFit {
-        return best_fit_as_kube_scheduler_picks(nodes, &options, d, mix, random);
+    match policy {
+        ClusterPolicy::BestFit => {
+            return as_kube_scheduler_picks(
+                nodes,
+                &options,
+                d,
+                mix,
+                random,
+                true,
+                &best_fit_points,
+            );
+        }
+        ClusterPolicy::DotProduct => {
+            let points = |node: &NodeState, _: f64| dot_product_points(node, d);
+            return as_kube_scheduler_picks(nodes, &options, d, mix, random, false, &points);
+        }
+        _ => {}
     }
     // Lower is better; the first of equal scores wins (lower node, then GPU indexes).
     let mut best: Option<(f64, f64, usize, &Vec<usize>)> = None;
@@ -500,18 +515,20 @@ pub fn best_on_node(
     best
 }
 
-/// Best-fit as the FGD paper's simulator runs it, through kube-scheduler's scoring: each node
-/// that fits gets the integer score `(1 − figure) × 100`, truncated (the figure is the node's
-/// best-fit score, `score`, in [0, 1]), the scores are normalized over those nodes to 0–100
-/// (integer division), and the highest wins, ties broken uniformly at random (as
-/// kube-scheduler's host selection does). On the node, the GPUs left with the least free
-/// share (best fit), the first of equal ones.
-fn best_fit_as_kube_scheduler_picks(
+/// How the FGD paper's simulator picks a node for the baselines it compares with, through
+/// kube-scheduler's scoring: each node that fits gets an integer score (`points`, higher
+/// better), normalized over those nodes to 0–100 (integer division) where the plugin does so,
+/// and the highest wins, ties broken uniformly at random (as kube-scheduler's host selection
+/// does). On the node, the GPUs left with the least free share (best fit), the first of equal
+/// ones.
+fn as_kube_scheduler_picks(
     nodes: &[NodeState],
     options: &[(usize, Vec<Vec<usize>>)],
     d: &Demand,
     mix: &TaskMix,
     random: &mut dyn FnMut(usize) -> usize,
+    normalize: bool,
+    points: &dyn Fn(&NodeState, f64) -> i64,
 ) -> Option<Placement> {
     let scored: Vec<(i64, usize, &Vec<usize>)> = options
         .iter()
@@ -525,19 +542,15 @@ fn best_fit_as_kube_scheduler_picks(
                 }
             }
             let ((figure, _), c) = best?;
-            #[allow(clippy::cast_possible_truncation)]
-            let points = ((1.0 - figure) * 100.0) as i64;
-            Some((points, *i, c))
+            Some((points(node, figure), *i, c))
         })
         .collect();
     let lowest = scored.iter().map(|s| s.0).min()?;
     let highest = scored.iter().map(|s| s.0).max()?;
-    let normalized = |p: i64| {
-        if highest == lowest {
-            0
-        } else {
-            (p - lowest) * 100 / (highest - lowest)
-        }
+    let normalized = |p: i64| match (normalize, highest == lowest) {
+        (false, _) => p,
+        (true, true) => 0,
+        (true, false) => (p - lowest) * 100 / (highest - lowest),
     };
     let top = scored.iter().map(|s| normalized(s.0)).max()?;
     let ties: Vec<&(i64, usize, &Vec<usize>)> =
@@ -547,6 +560,34 @@ fn best_fit_as_kube_scheduler_picks(
         node: *node,
         gpus: (*gpus).clone(),
     })
+}
+
+/// Best-fit's points in the FGD simulator: `(1 − figure) × 100`, truncated, the figure being
+/// the node's best-fit score (`score`, in [0, 1]).
+#[allow(clippy::cast_possible_truncation)]
+fn best_fit_points(_node: &NodeState, figure: f64) -> i64 {
+    ((1.0 - figure) * 100.0) as i64
+}
+
+/// Dot-product's figure in the FGD simulator (its "merge" dimensions and "max" norm, as the
+/// paper ran it): the node's free CPU and free GPU share (summed over its GPUs), before the
+/// pod, against the pod's request, each over the cluster-wide maximum, averaged over the two.
+/// The smallest wins: the node with least free where the pod asks most.
+fn dot_product_figure(node: &NodeState, d: &Demand) -> f64 {
+    let req_gpu = if d.gpus == 0 {
+        0.0
+    } else {
+        gpus_share(node, d, 1.0) * 1000.0
+    };
+    let dot = (node.cpu_free as f64 / BEST_FIT_CPU_SPEC) * (d.cpu as f64 / BEST_FIT_CPU_SPEC)
+        + (node.gpu_free_share() * 1000.0 / BEST_FIT_GPU_SPEC) * (req_gpu / BEST_FIT_GPU_SPEC);
+    dot / 2.0
+}
+
+/// Dot-product's points in the FGD simulator: `(1 − figure) × 100`, truncated.
+#[allow(clippy::cast_possible_truncation)]
+fn dot_product_points(node: &NodeState, d: &Demand) -> i64 {
+    ((1.0 - dot_product_figure(node, d)) * 100.0) as i64
 }
 
 /// The FGD simulator's normalization of CPU (milli-CPU of its largest node) and GPU
@@ -566,7 +607,6 @@ fn score(
     let next = after(node, d, gpus);
     let gpu_left: f64 = gpus.iter().map(|&i| next.gpus[i].free_share()).sum();
     let node_left = next.gpu_free_share();
-    let frac = |free: u64, total: u64| free as f64 / total.max(1) as f64;
     match policy {
         ClusterPolicy::Axes { node: n, gpu: g } => {
             let node_score = match n {
@@ -587,15 +627,7 @@ fn score(
                 + 0.5 * node_left * 1000.0 / BEST_FIT_GPU_SPEC;
             (left, gpu_left)
         }
-        ClusterPolicy::DotProduct => {
-            // Alignment of the request with what the node has free (Tetris): larger is better.
-            let gpus = node.gpus.len().max(1) as f64;
-            let req_gpu = gpus_share(node, d, gpus);
-            let dot = frac(d.cpu, node.cpu_total) * frac(node.cpu_free, node.cpu_total)
-                + frac(d.mem, node.mem_total) * frac(node.mem_free, node.mem_total)
-                + req_gpu * (node.gpu_free_share() / gpus);
-            (-dot, gpu_left)
-        }
+        ClusterPolicy::DotProduct => (dot_product_figure(node, d), gpu_left),
         ClusterPolicy::GpuPacking => {
             // Shared GPUs first, then idle GPUs of busy nodes, then idle nodes.
             let on_used = gpus.iter().any(|&i| node.gpus[i].sharers > 0);

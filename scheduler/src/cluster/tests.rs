@@ -259,3 +259,40 @@ fn best_fit_scores_as_the_fgd_simulator_does_and_breaks_ties_at_random() {
     }
     assert_eq!(picks, [0, 1]);
 }
+
+#[test]
+fn dot_product_prefers_the_node_whose_free_resources_align_least_with_the_request() {
+    // As the FGD simulator's plugin scores it: (1 − (free · request) / 2) × 100, truncated,
+    // the highest wins: 93 for the idle node, 94 for the busy one.
+    let mut nodes = vec![node("idle", 8), node("busy", 8)];
+    apply(
+        &mut nodes[1],
+        &Demand {
+            cpu: 48_000,
+            ..whole(1)
+        },
+        &[0],
+    );
+    let mix = TaskMix::default();
+    let mut first = |_: usize| 0;
+    let p = choose(
+        &nodes,
+        &whole(1),
+        ClusterPolicy::DotProduct,
+        &mix,
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(p.node, 1, "the busy node has less free where the pod asks");
+    // Scores that truncate to the same integer tie, and the random pick decides.
+    let small = vec![node("idle", 2), node("busy", 2)];
+    let p = choose(
+        &small,
+        &share(100),
+        ClusterPolicy::DotProduct,
+        &mix,
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(p.node, 0, "both score 99: the pick took the first");
+}
