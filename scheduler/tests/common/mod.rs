@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use gpuslice_testsupport::http::{free_port, get, post_json};
+use gpuslice_testsupport::http::{get, post_json};
 use serde_json::Value;
 
 pub const GIB: u64 = 1 << 30;
@@ -24,18 +24,39 @@ impl Drop for Extender {
 }
 
 impl Extender {
-    /// Starts the extender with `args` after `serve --listen`, and waits until it answers
-    /// `/healthz` with `ok`.
+    /// Starts the extender with `args` after `serve --listen` on a port the kernel picks (the
+    /// extender logs the address it listens on; a port chosen beforehand could be taken by a
+    /// test running beside this one), and waits until it answers `/healthz` with `ok`.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
-        let addr = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-            .args(["serve", "--listen", &addr])
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
+            .env("GPUSLICE_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the log to its end, so that the extender never blocks on a full pipe.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut tx = Some(tx);
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(addr) = line.split("serving the extender on ").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the extender logged no listening address");
         let e = Self { child, addr };
         let up = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
             get(&e.addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
