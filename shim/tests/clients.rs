@@ -15,30 +15,28 @@ use common::{Facts, MIB, Slice};
 
 const GIB: u64 = 1 << 30;
 
-/// The clients' python, from `GPUSLICE_CLIENTS_PYTHON` or `scripts/cuda-clients`' place.
-fn python() -> PathBuf {
-    let path = std::env::var_os("GPUSLICE_CLIENTS_PYTHON")
+/// The python of a cached environment of `scripts/cuda-clients [which]`: from `env`, or its
+/// place in the cache (`dir`).
+fn cached_python(env: &str, dir: &str, which: &str) -> PathBuf {
+    let path = std::env::var_os(env)
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("clients/bin/python"));
+        .unwrap_or_else(|| cache_dir().join(dir).join("bin/python"));
     assert!(
         path.exists(),
-        "{} is missing: run scripts/cuda-clients (scripts/test does) to install the real CUDA clients",
+        "{} is missing: run scripts/cuda-clients {which} (scripts/test does) to install it",
         path.display()
     );
     path
 }
 
-/// PyTorch's python, from `GPUSLICE_TORCH_PYTHON` or `scripts/cuda-clients torch`' place.
+/// The real CUDA clients' python (`tests/clients/requirements.txt`).
+fn python() -> PathBuf {
+    cached_python("GPUSLICE_CLIENTS_PYTHON", "clients", "")
+}
+
+/// PyTorch's python (`tests/clients/torch-requirements.txt`).
 fn torch_python() -> PathBuf {
-    let path = std::env::var_os("GPUSLICE_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("torch/bin/python"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/cuda-clients torch (scripts/test does) to install PyTorch",
-        path.display()
-    );
-    path
+    cached_python("GPUSLICE_TORCH_PYTHON", "torch", "torch")
 }
 
 fn cache_dir() -> PathBuf {

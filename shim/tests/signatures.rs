@@ -54,11 +54,5 @@ fn every_function_the_library_declares_matches_nvidias_prototype() {
         "the library declares functions the headers do not: {:?}",
         found.undeclared
     );
-    let wrong = found.wrong;
-    assert!(
-        wrong.is_empty(),
-        "{} differences:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    found.assert_none_wrong();
 }

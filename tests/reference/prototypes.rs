@@ -260,6 +260,18 @@ pub struct Comparison {
     pub undeclared: Vec<String>,
 }
 
+impl Comparison {
+    /// Fails, listing them, if any declaration differs from its prototype.
+    pub fn assert_none_wrong(&self) {
+        assert!(
+            self.wrong.is_empty(),
+            "{} differences:\n{}",
+            self.wrong.len(),
+            self.wrong.join("\n")
+        );
+    }
+}
+
 /// Compares `declared` with the headers' prototypes. With `lenient`, a type this module does
 /// not know is compared by pointer-ness only.
 pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {

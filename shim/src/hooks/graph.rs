@@ -266,14 +266,6 @@ impl Books {
     }
 }
 
-/// What a launch changed in the books, to undo if the driver refuses it.
-struct Launched {
-    grown: Vec<(usize, u64)>,
-    auto_freed: Vec<(CUdeviceptr, Allocation)>,
-    allocated: Vec<CUdeviceptr>,
-    freed: Vec<(CUdeviceptr, Allocation)>,
-}
-
 fn launch(
     exec: CUgraphExec,
     stream: CUstream,
@@ -327,28 +319,22 @@ fn launch(
         }
     }
     drop(b);
-    let done = Launched {
-        grown,
-        auto_freed,
-        allocated,
-        freed,
-    };
     let r = call();
-    let mut b = books(s);
     if r != CUDA_SUCCESS {
-        for (ptr, a) in done.freed {
+        // Undone in the reverse order.
+        let mut b = books(s);
+        for (ptr, a) in freed {
             b.allocate(ptr, a);
         }
-        for ptr in done.allocated {
+        for ptr in allocated {
             b.free(ptr);
         }
-        for (ptr, a) in done.auto_freed {
+        for (ptr, a) in auto_freed {
             b.allocate(ptr, a);
         }
-        b.unreserve(s, &done.grown);
+        b.unreserve(s, &grown);
         return r;
     }
-    drop(b);
     // Stream-ordered memory made outside the graph and freed by it.
     for ptr in &e.frees {
         if let Some(c) = s.take(Kind::Memory, *ptr) {
@@ -460,6 +446,29 @@ fn forget(s: &Slice, exec: CUgraphExec) {
     }
 }
 
+type WithLog = unsafe extern "C" fn(
+    *mut CUgraphExec,
+    CUgraph,
+    *mut CUgraphNode,
+    *mut c_char,
+    usize,
+) -> CUresult;
+
+/// The CUDA 11 forms (`cuGraphInstantiate`, `_v2`): an error node and a log, no flags.
+fn with_log(
+    f: WithLog,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CUresult {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    instantiate(graph, exec, 0, false, || unsafe {
+        f(exec, graph, error_node, log, log_size)
+    })
+}
+
 pub unsafe fn graph_instantiate_v1(
     exec: *mut CUgraphExec,
     graph: CUgraph,
@@ -468,10 +477,7 @@ pub unsafe fn graph_instantiate_v1(
     log_size: usize,
 ) -> CUresult {
     let f = real_or_return!(cuGraphInstantiate);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    instantiate(graph, exec, 0, false, || unsafe {
-        f(exec, graph, error_node, log, log_size)
-    })
+    with_log(f, exec, graph, error_node, log, log_size)
 }
 
 pub unsafe fn graph_instantiate_v2(
@@ -482,10 +488,7 @@ pub unsafe fn graph_instantiate_v2(
     log_size: usize,
 ) -> CUresult {
     let f = real_or_return!(cuGraphInstantiate_v2);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    instantiate(graph, exec, 0, false, || unsafe {
-        f(exec, graph, error_node, log, log_size)
-    })
+    with_log(f, exec, graph, error_node, log, log_size)
 }
 
 pub unsafe fn graph_instantiate_with_flags(

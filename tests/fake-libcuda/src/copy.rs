@@ -7,6 +7,8 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
+use gpuslice_cuda_abi::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D};
+
 use crate::codes::*;
 use crate::paths::CUstream;
 use crate::state::{self, Driver};
@@ -190,14 +192,34 @@ impl End {
     }
 }
 
-/// Copies `depth` slices of `height` rows of `width` bytes between two ends.
-fn copy_3d(
-    src: &End,
-    dst: &End,
-    width: usize,
-    height: usize,
-    depth: usize,
-) -> Result<(), CUresult> {
+/// Copies `c.depth` slices of `c.height` rows of `c.width_in_bytes` between its two ends.
+fn copy_3d(c: &CUDA_MEMCPY3D) -> Result<(), CUresult> {
+    if c.src_lod != 0 || c.dst_lod != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let src = End {
+        memory_type: c.src_memory_type,
+        host: c.src_host as u64,
+        device: c.src_device,
+        array: c.src_array,
+        x: c.src_x_in_bytes,
+        y: c.src_y,
+        z: c.src_z,
+        pitch: c.src_pitch,
+        height: c.src_height,
+    };
+    let dst = End {
+        memory_type: c.dst_memory_type,
+        host: c.dst_host as u64,
+        device: c.dst_device,
+        array: c.dst_array,
+        x: c.dst_x_in_bytes,
+        y: c.dst_y,
+        z: c.dst_z,
+        pitch: c.dst_pitch,
+        height: c.dst_height,
+    };
+    let (width, height, depth) = (c.width_in_bytes, c.height, c.depth);
     if width == 0 && height != 0 && depth != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -211,81 +233,56 @@ fn copy_3d(
     Ok(())
 }
 
-/// `cuMemcpy2D`: `height` rows of `width_in_bytes`, each end at its own pitch.
+/// `cuMemcpy2D`: `height` rows of `width_in_bytes`, each end at its own pitch: the 3-D copy
+/// of one slice.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy2D_v2(
-    c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D) -> CUresult {
     guard(|| {
         if c.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: the caller's CUDA_MEMCPY2D.
         let c = unsafe { &*c };
-        let src = End {
-            memory_type: c.src_memory_type,
-            host: c.src_host as u64,
-            device: c.src_device,
-            array: c.src_array,
-            x: c.src_x_in_bytes,
-            y: c.src_y,
-            z: 0,
-            pitch: c.src_pitch,
-            height: 0,
-        };
-        let dst = End {
-            memory_type: c.dst_memory_type,
-            host: c.dst_host as u64,
-            device: c.dst_device,
-            array: c.dst_array,
-            x: c.dst_x_in_bytes,
-            y: c.dst_y,
-            z: 0,
-            pitch: c.dst_pitch,
-            height: 0,
-        };
-        copy_3d(&src, &dst, c.width_in_bytes, c.height, 1)
+        copy_3d(&CUDA_MEMCPY3D {
+            src_x_in_bytes: c.src_x_in_bytes,
+            src_y: c.src_y,
+            src_z: 0,
+            src_lod: 0,
+            src_memory_type: c.src_memory_type,
+            src_host: c.src_host,
+            src_device: c.src_device,
+            src_array: c.src_array,
+            reserved0: std::ptr::null_mut(),
+            src_pitch: c.src_pitch,
+            src_height: 0,
+            dst_x_in_bytes: c.dst_x_in_bytes,
+            dst_y: c.dst_y,
+            dst_z: 0,
+            dst_lod: 0,
+            dst_memory_type: c.dst_memory_type,
+            dst_host: c.dst_host,
+            dst_device: c.dst_device,
+            dst_array: c.dst_array,
+            reserved1: std::ptr::null_mut(),
+            dst_pitch: c.dst_pitch,
+            dst_height: 0,
+            width_in_bytes: c.width_in_bytes,
+            height: c.height,
+            depth: 1,
+        })
     })
 }
 
 /// `cuMemcpy3D`: `depth` slices of `height` rows of `width_in_bytes`; a linear end's slices
 /// are `height` of its rows apart (`srcHeight`/`dstHeight`). Levels of detail are 0.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuMemcpy3D_v2(
-    c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D,
-) -> CUresult {
+pub unsafe extern "C" fn cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D) -> CUresult {
     guard(|| {
         if c.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: the caller's CUDA_MEMCPY3D.
-        let c = unsafe { &*c };
-        if c.src_lod != 0 || c.dst_lod != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let src = End {
-            memory_type: c.src_memory_type,
-            host: c.src_host as u64,
-            device: c.src_device,
-            array: c.src_array,
-            x: c.src_x_in_bytes,
-            y: c.src_y,
-            z: c.src_z,
-            pitch: c.src_pitch,
-            height: c.src_height,
-        };
-        let dst = End {
-            memory_type: c.dst_memory_type,
-            host: c.dst_host as u64,
-            device: c.dst_device,
-            array: c.dst_array,
-            x: c.dst_x_in_bytes,
-            y: c.dst_y,
-            z: c.dst_z,
-            pitch: c.dst_pitch,
-            height: c.dst_height,
-        };
-        copy_3d(&src, &dst, c.width_in_bytes, c.height, c.depth)
+        copy_3d(unsafe { &*c })
     })
 }
 
@@ -453,14 +450,14 @@ macro_rules! same_as {
 }
 
 same_as! {
-    cuMemcpy2D_v2_ptds => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
-    cuMemcpy2DUnaligned_v2 => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
-    cuMemcpy2DUnaligned_v2_ptds => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D);
-    cuMemcpy2DAsync_v2 => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
-    cuMemcpy2DAsync_v2_ptsz => cuMemcpy2D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY2D), stream: CUstream;
-    cuMemcpy3D_v2_ptds => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D);
-    cuMemcpy3DAsync_v2 => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D), stream: CUstream;
-    cuMemcpy3DAsync_v2_ptsz => cuMemcpy3D_v2(c: *const gpuslice_cuda_abi::cuda::CUDA_MEMCPY3D), stream: CUstream;
+    cuMemcpy2D_v2_ptds => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2 => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
+    cuMemcpy2DUnaligned_v2_ptds => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
+    cuMemcpy2DAsync_v2 => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D), stream: CUstream;
+    cuMemcpy2DAsync_v2_ptsz => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D), stream: CUstream;
+    cuMemcpy3D_v2_ptds => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D);
+    cuMemcpy3DAsync_v2 => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D), stream: CUstream;
+    cuMemcpy3DAsync_v2_ptsz => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D), stream: CUstream;
     cuMemcpyHtoD_v2_ptds => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoH_v2_ptds => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemcpyDtoD_v2_ptds => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize);

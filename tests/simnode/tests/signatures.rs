@@ -96,11 +96,5 @@ fn every_function_the_simulated_driver_models_matches_nvidias_prototype() {
     let found = prototypes::compare(&all, true);
     println!("exports the headers do not declare: {:?}", found.undeclared);
     assert!(found.undeclared.len() <= 4, "{:?}", found.undeclared);
-    let wrong = found.wrong;
-    assert!(
-        wrong.is_empty(),
-        "{} differences:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    found.assert_none_wrong();
 }
