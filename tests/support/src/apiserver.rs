@@ -1,20 +1,23 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
 //! node, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
 //! watch nodes, create a pod's Binding. It answers as the API server does: objects
-//! as JSON, `metadata.resourceVersion` bumped on each write, errors as `v1.Status` objects
+//! as JSON, `metadata.resourceVersion` bumped on each write, a watch started from a list's
+//! `resourceVersion` replaying every change made after it (so that nothing written between
+//! the list and the watch is lost), errors as `v1.Status` objects
 //! with the API server's reasons and codes (404 NotFound, 409 Conflict for a pod already
 //! bound, 415 for a patch type it does not take). There is no real API server on these
 //! machines; this is what the Kubernetes calls are tested against.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, patch, post};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 pub struct Objects {
@@ -29,10 +32,28 @@ pub struct Objects {
     /// The query of every pod list call answered (one per page; watches not included).
     pub pod_lists: Vec<String>,
     version: u64,
-    /// Watch events on nodes, as `{"type", "object"}`.
-    node_events: tokio::sync::broadcast::Sender<Value>,
-    /// Watch events on pods.
-    pod_events: tokio::sync::broadcast::Sender<Value>,
+    /// Every change, in order: (resourceVersion, resource, `{"type", "object"}`), for watches
+    /// that start from an earlier version. Kept whole (the API server keeps a window and
+    /// answers 410 Gone before it; the tests' histories are small).
+    history: Vec<(u64, Resource, Value)>,
+    /// The same changes as they happen, for running watches.
+    events: tokio::sync::broadcast::Sender<(u64, Resource, Value)>,
+}
+
+/// The kinds of object a watch follows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resource {
+    Pods,
+    Nodes,
+}
+
+impl Resource {
+    fn plural(self) -> &'static str {
+        match self {
+            Self::Pods => "pods",
+            Self::Nodes => "nodes",
+        }
+    }
 }
 
 impl Default for Objects {
@@ -44,19 +65,28 @@ impl Default for Objects {
             refuse_bindings: false,
             pod_lists: Vec::new(),
             version: 0,
-            node_events: tokio::sync::broadcast::channel(1024).0,
-            pod_events: tokio::sync::broadcast::channel(1024).0,
+            history: Vec::new(),
+            events: tokio::sync::broadcast::channel(4096).0,
         }
     }
 }
 
 impl Objects {
-    fn node_event(&self, kind: &str, node: &Value) {
-        let _ = self.node_events.send(json!({"type": kind, "object": node}));
+    /// Takes the next resourceVersion for a write.
+    fn next_version(&mut self) -> u64 {
+        self.version += 1;
+        self.version
     }
 
-    fn pod_event(&self, kind: &str, pod: &Value) {
-        let _ = self.pod_events.send(json!({"type": kind, "object": pod}));
+    /// Records a change of `object` (already carrying its new resourceVersion) for watches.
+    fn record(&mut self, resource: Resource, kind: &str, object: &Value) {
+        let event = (
+            self.version,
+            resource,
+            json!({"type": kind, "object": object}),
+        );
+        self.history.push(event.clone());
+        let _ = self.events.send(event);
     }
 }
 
@@ -119,7 +149,9 @@ impl ApiServer {
         } else {
             "ADDED"
         };
-        o.pod_event(kind, &pod);
+        let mut pod = pod;
+        pod["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+        o.record(Resource::Pods, kind, &pod);
         o.pods.insert((ns, name), pod);
     }
 
@@ -130,30 +162,31 @@ impl ApiServer {
             .unwrap_or_default()
             .to_string();
         let mut o = self.objects.lock().expect("lock");
-        o.version += 1;
-        node["metadata"]["resourceVersion"] = Value::String(o.version.to_string());
+        node["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
         let kind = if o.nodes.contains_key(&name) {
             "MODIFIED"
         } else {
             "ADDED"
         };
-        o.node_event(kind, &node);
+        o.record(Resource::Nodes, kind, &node);
         o.nodes.insert(name, node);
     }
 
     /// Deletes a pod (watchers see DELETED).
     pub fn delete_pod(&self, ns: &str, name: &str) {
         let mut o = self.objects.lock().expect("lock");
-        if let Some(pod) = o.pods.remove(&(ns.to_string(), name.to_string())) {
-            o.pod_event("DELETED", &pod);
+        if let Some(mut pod) = o.pods.remove(&(ns.to_string(), name.to_string())) {
+            pod["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+            o.record(Resource::Pods, "DELETED", &pod);
         }
     }
 
     /// Deletes a node (watchers see DELETED).
     pub fn delete_node(&self, name: &str) {
         let mut o = self.objects.lock().expect("lock");
-        if let Some(node) = o.nodes.remove(name) {
-            o.node_event("DELETED", &node);
+        if let Some(mut node) = o.nodes.remove(name) {
+            node["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+            o.record(Resource::Nodes, "DELETED", &node);
         }
     }
 
@@ -201,45 +234,99 @@ async fn get_pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String
     }
 }
 
-/// A watch response: the events of `rx`, one JSON object per line, from now on (the client's
-/// resourceVersion is not replayed).
-fn event_stream(rx: tokio::sync::broadcast::Receiver<Value>) -> Response {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(event) => {
-                    let mut line = event.to_string();
-                    line.push('\n');
-                    return Some((Ok::<_, std::convert::Infallible>(line), rx));
+/// Whether `object` matches a field selector such as `spec.nodeName!=` or
+/// `metadata.name=a` (comma-separated terms, all must hold; a missing field is "").
+fn matches_fields(object: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else {
+        return true;
+    };
+    selector.split(',').all(|term| {
+        let (path, want, equal) = if let Some((p, v)) = term.split_once("!=") {
+            (p, v, false)
+        } else if let Some((p, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            (p, v, true)
+        } else {
+            return false;
+        };
+        let got = path
+            .split('.')
+            .try_fold(object, |v, key| v.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        (got == want) == equal
+    })
+}
+
+/// A watch response, one JSON event per line. From the client's `resourceVersion`: every
+/// change made after it, then the changes as they come; without one (or "0"): an ADDED event
+/// for each object there is, then the changes. Only objects matching `fieldSelector`.
+fn watch(s: &Shared, resource: Resource, query: &HashMap<String, String>) -> Response {
+    let selector = query.get("fieldSelector").cloned();
+    let since = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|v| *v > 0);
+    let o = s.lock().expect("lock");
+    let first: Vec<Value> = match since {
+        Some(since) => o
+            .history
+            .iter()
+            .filter(|(v, r, _)| *v > since && *r == resource)
+            .map(|(_, _, e)| e.clone())
+            .collect(),
+        None => {
+            let objects: Vec<&Value> = match resource {
+                Resource::Pods => o.pods.values().collect(),
+                Resource::Nodes => o.nodes.values().collect(),
+            };
+            objects
+                .into_iter()
+                .map(|object| json!({"type": "ADDED", "object": object}))
+                .collect()
+        }
+    };
+    // Subscribed under the same lock as the snapshot: nothing falls between the two.
+    let rx = o.events.subscribe();
+    drop(o);
+    let keep = move |event: &Value| matches_fields(&event["object"], selector.as_deref());
+    let first: Vec<Value> = first.into_iter().filter(|e| keep(e)).collect();
+    let live = futures_util::stream::unfold(rx, move |mut rx| {
+        let keep = keep.clone();
+        async move {
+            loop {
+                match rx.recv().await {
+                    Ok((_, r, event)) if r == resource && keep(&event) => return Some((event, rx)),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });
+    let lines = futures_util::stream::iter(first).chain(live).map(|event| {
+        let mut line = event.to_string();
+        line.push('\n');
+        Ok::<_, std::convert::Infallible>(line)
+    });
     (
         [("content-type", "application/json")],
-        axum::body::Body::from_stream(stream),
+        axum::body::Body::from_stream(lines),
     )
         .into_response()
 }
 
-/// `GET /api/v1/nodes`: a NodeList, or with `watch=true` a stream of watch events, one JSON
-/// object per line, from now on (the client's resourceVersion is not replayed).
+fn is_watch(query: &HashMap<String, String>) -> bool {
+    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+/// `GET /api/v1/nodes`: a NodeList, or with `watch=true` a stream of watch events.
 async fn list_nodes(
     State(s): State<Shared>,
-    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    let watch = query
-        .unwrap_or_default()
-        .split('&')
-        .any(|kv| kv == "watch=true" || kv == "watch=1");
-    let o = s.lock().expect("lock");
-    if watch {
-        let rx = o.node_events.subscribe();
-        drop(o);
-        return event_stream(rx);
+    if is_watch(&query) {
+        return watch(&s, Resource::Nodes, &query);
     }
+    let o = s.lock().expect("lock");
     let list = json!({
         "kind": "NodeList", "apiVersion": "v1",
         "metadata": {"resourceVersion": o.version.to_string()},
@@ -253,8 +340,12 @@ async fn list_nodes(
 /// opaque, as they do the real one).
 async fn list_pods(
     State(s): State<Shared>,
+    Query(decoded): Query<HashMap<String, String>>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
+    if is_watch(&decoded) {
+        return watch(&s, Resource::Pods, &decoded);
+    }
     let query = query.unwrap_or_default();
     let param = |name: &str| {
         query
@@ -263,20 +354,27 @@ async fn list_pods(
             .map(str::to_string)
     };
     let mut o = s.lock().expect("lock");
-    if param("watch").is_some_and(|w| w == "true" || w == "1") {
-        let rx = o.pod_events.subscribe();
-        drop(o);
-        return event_stream(rx);
-    }
     let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
     let limit: usize = param("limit")
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let items: Vec<Value> = o.pods.values().skip(start).take(limit).cloned().collect();
+    let selector = decoded.get("fieldSelector").map(String::as_str);
+    let matching: Vec<&Value> = o
+        .pods
+        .values()
+        .filter(|p| matches_fields(p, selector))
+        .collect();
+    let total = matching.len();
+    let items: Vec<Value> = matching
+        .into_iter()
+        .skip(start)
+        .take(limit)
+        .cloned()
+        .collect();
     let next = start.saturating_add(items.len());
     let mut metadata = json!({"resourceVersion": o.version.to_string()});
-    if next < o.pods.len() {
+    if next < total {
         metadata["continue"] = Value::String(next.to_string());
     }
     o.pod_lists.push(query.clone());
@@ -345,11 +443,32 @@ fn merge_patch_body(
     })
 }
 
-/// Applies a merge patch to `object`, bumping its resourceVersion, and answers with it.
-fn patched(object: &mut Value, patch: &Value, version: u64) -> Response {
+/// Applies a merge patch to the object `key` names, gives it the next resourceVersion,
+/// records the change for watches and answers with the object.
+fn apply_patch(
+    o: &mut Objects,
+    resource: Resource,
+    key: &(String, String),
+    patch: &Value,
+) -> Response {
+    let exists = match resource {
+        Resource::Pods => o.pods.contains_key(key),
+        Resource::Nodes => o.nodes.contains_key(&key.1),
+    };
+    if !exists {
+        return not_found(resource.plural(), &key.1);
+    }
+    let version = o.next_version().to_string();
+    let object = match resource {
+        Resource::Pods => o.pods.get_mut(key),
+        Resource::Nodes => o.nodes.get_mut(&key.1),
+    }
+    .expect("checked above");
     merge(object, patch);
-    object["metadata"]["resourceVersion"] = Value::String(version.to_string());
-    Json(object.clone()).into_response()
+    object["metadata"]["resourceVersion"] = Value::String(version);
+    let object = object.clone();
+    o.record(resource, "MODIFIED", &object);
+    Json(object).into_response()
 }
 
 async fn patch_pod(
@@ -363,12 +482,7 @@ async fn patch_pod(
         Err(r) => return r,
     };
     let mut o = s.lock().expect("lock");
-    o.version += 1;
-    let version = o.version;
-    match o.pods.get_mut(&(ns, name.clone())) {
-        Some(pod) => patched(pod, &patch, version),
-        None => not_found("pods", &name),
-    }
+    apply_patch(&mut o, Resource::Pods, &(ns, name), &patch)
 }
 
 /// `PATCH /api/v1/nodes/{name}`: as the API server, changes to `status` are dropped there
@@ -405,18 +519,13 @@ async fn patch_node_status(
 }
 
 fn apply_node_patch(s: &Shared, name: &str, patch: &Value) -> Response {
-    let name = name.to_string();
     let mut o = s.lock().expect("lock");
-    o.version += 1;
-    let version = o.version;
-    let response = match o.nodes.get_mut(&name) {
-        Some(node) => patched(node, patch, version),
-        None => return not_found("nodes", &name),
-    };
-    if let Some(node) = o.nodes.get(&name) {
-        o.node_event("MODIFIED", node);
-    }
-    response
+    apply_patch(
+        &mut o,
+        Resource::Nodes,
+        &(String::new(), name.to_string()),
+        patch,
+    )
 }
 
 async fn bind_pod(
@@ -430,7 +539,7 @@ async fn bind_pod(
         .unwrap_or_default()
         .to_string();
     let refuse = o.refuse_bindings;
-    let Some(pod) = o.pods.get_mut(&(ns, name.clone())) else {
+    let Some(pod) = o.pods.get_mut(&(ns.clone(), name.clone())) else {
         return not_found("pods", &name);
     };
     if refuse {
@@ -456,6 +565,12 @@ async fn bind_pod(
         );
     }
     pod["spec"]["nodeName"] = Value::String(target);
+    let version = o.next_version().to_string();
+    let key = (ns, name);
+    let pod = o.pods.get_mut(&key).expect("found above");
+    pod["metadata"]["resourceVersion"] = Value::String(version);
+    let pod = pod.clone();
+    o.record(Resource::Pods, "MODIFIED", &pod);
     o.bindings.push(binding);
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
     (StatusCode::CREATED, Json(body)).into_response()

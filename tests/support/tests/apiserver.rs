@@ -1,0 +1,92 @@
+//! The API-server stand-in answers a watch as the API server does: from the resourceVersion
+//! of a list, every change made after it is replayed, so a client that lists, then watches,
+//! misses nothing written in between.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use gpuslice_testsupport::apiserver::ApiServer;
+use serde_json::{Value, json};
+
+/// Sends `GET path` and returns the response's body lines as they come (chunked transfer
+/// coding: a size line, then the chunk).
+fn get(api: &ApiServer, path: &str) -> impl Iterator<Item = String> + use<> {
+    let addr = api.url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    let mut lines = BufReader::new(stream).lines().map_while(Result::ok);
+    for line in lines.by_ref() {
+        if line.is_empty() {
+            break; // end of the headers
+        }
+    }
+    lines.filter(|l| !l.is_empty() && !l.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+}
+
+#[test]
+fn a_watch_from_a_lists_version_replays_what_changed_after_it() {
+    let api = ApiServer::start();
+    api.put_node(node("a"));
+    let list: Value =
+        serde_json::from_str(&get(&api, "/api/v1/nodes").next().expect("list")).expect("json");
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    // Written after the list, before the watch starts.
+    api.put_node(node("b"));
+    api.delete_node("a");
+    let mut events = get(
+        &api,
+        &format!("/api/v1/nodes?watch=true&resourceVersion={version}"),
+    );
+    let mut next = || -> (String, String) {
+        let e: Value = serde_json::from_str(&events.next().expect("event")).expect("json");
+        (
+            e["type"].as_str().unwrap_or_default().into(),
+            e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+        )
+    };
+    assert_eq!(next(), ("ADDED".into(), "b".into()));
+    assert_eq!(next(), ("DELETED".into(), "a".into()));
+    // Then the changes as they come.
+    api.put_node(node("b"));
+    assert_eq!(next(), ("MODIFIED".into(), "b".into()));
+}
+
+#[test]
+fn a_watch_without_a_version_starts_with_every_object_and_honours_the_field_selector() {
+    let api = ApiServer::start();
+    let pod = |name: &str, node: Option<&str>| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"nodeName": node}})
+    };
+    api.put_pod(pod("placed", Some("n1")));
+    api.put_pod(pod("pending", None));
+    let mut events = get(
+        &api,
+        "/api/v1/pods?watch=true&fieldSelector=spec.nodeName%21%3D",
+    );
+    let first: Value = serde_json::from_str(&events.next().expect("event")).expect("json");
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["metadata"]["name"], "placed");
+    api.put_pod(pod("pending", None));
+    api.put_pod(pod("bound", Some("n2")));
+    let next: Value = serde_json::from_str(&events.next().expect("event")).expect("json");
+    assert_eq!(
+        next["object"]["metadata"]["name"], "bound",
+        "the pod without a node is not watched: {next}"
+    );
+}
