@@ -5,5 +5,7 @@
 pub mod cluster;
 pub mod extender;
 pub mod plot;
+pub mod published;
+pub mod report;
 pub mod simulate;
 pub mod trace;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gpuslice_scheduler::cluster::{self, ClusterPolicy, TaskMix};
 use gpuslice_scheduler::simulate::{self, Run};
-use gpuslice_scheduler::{plot, trace};
+use gpuslice_scheduler::{plot, published, report, trace};
 
 #[derive(Parser)]
 #[command(version, about = "gpuslice cluster placement")]
@@ -52,9 +52,12 @@ struct SimulateArgs {
     /// Node list: sn,cpu_milli,memory_mib,gpu,model
     #[arg(long)]
     nodes: PathBuf,
-    /// Pod list: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…]
-    #[arg(long)]
-    pods: PathBuf,
+    /// Pod lists: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…]; several
+    /// (comma-separated or the option repeated) are replayed one after the other on the same
+    /// nodes, and compared in one table (with the FGD paper's published figures for the openb
+    /// traces given with gpuslice, recognized by their file names)
+    #[arg(long, required = true, value_delimiter = ',')]
+    pods: Vec<PathBuf>,
     /// Policies, comma-separated: random, dot-product, gpu-packing, best-fit, binpack,
     /// spread, binpack-spread, spread-binpack, frag-aware
     #[arg(
@@ -72,7 +75,8 @@ struct SimulateArgs {
     /// CSV of every run's curve
     #[arg(long, default_value = "simulate.csv")]
     csv: PathBuf,
-    /// SVG plot of unallocated GPU against arrived workload (mean over seeds)
+    /// SVG plot of unallocated GPU against arrived workload (mean over seeds); with several
+    /// pod lists, one per trace, named `<stem>-<trace>.svg`
     #[arg(long, default_value = "simulate.svg")]
     plot: PathBuf,
     /// How frag-aware weighs the pods it has seen: one per pod plus one per GPU asked for,
@@ -112,6 +116,14 @@ fn parse_seeds(s: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
+/// One pod list to replay.
+struct Trace {
+    path: PathBuf,
+    name: String,
+    pods: Vec<trace::PodRow>,
+    demands: Vec<cluster::Demand>,
+}
+
 fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     let policies: Vec<(String, ClusterPolicy)> = args
         .policy
@@ -128,8 +140,18 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     if let Some(n) = args.node_limit {
         nodes.truncate(n.max(1));
     }
-    let pods = trace::read_pods(&args.pods)?;
-    let demands: Vec<_> = pods.iter().map(|p| trace::demand(p, &mut models)).collect();
+    let mut traces = Vec::new();
+    for path in &args.pods {
+        let pods = trace::read_pods(path)?;
+        let demands = pods.iter().map(|p| trace::demand(p, &mut models)).collect();
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
+        traces.push(Trace {
+            path: path.clone(),
+            name: published::trace_name(&file).to_string(),
+            pods,
+            demands,
+        });
+    }
     let mut prior = TaskMix::new(match args.weighting {
         Weighting::GpuDemand => cluster::Weighting::GpuDemand,
         Weighting::Pods => cluster::Weighting::Pods,
@@ -145,16 +167,20 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
         bail!("{}: the nodes have no GPUs", args.nodes.display());
     }
     tracing::info!(
-        "cluster: {} nodes, {} GPUs; {} pods in the trace; {} policies × {} seeds",
+        "cluster: {} nodes, {} GPUs; {} traces; {} policies × {} seeds",
         nodes.len(),
         capacity / 1000,
-        pods.len(),
+        traces.len(),
         policies.len(),
         seeds.len()
     );
-    let jobs: Vec<(u64, usize)> = seeds
-        .iter()
-        .flat_map(|&s| (0..policies.len()).map(move |p| (s, p)))
+    let jobs: Vec<(usize, u64, usize)> = (0..traces.len())
+        .flat_map(|t| {
+            let n = policies.len();
+            seeds
+                .iter()
+                .flat_map(move |&s| (0..n).map(move |p| (t, s, p)))
+        })
         .collect();
     let threads = args
         .threads
@@ -168,23 +194,26 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
                     let mut done = Vec::new();
                     loop {
                         let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&(seed, p)) = jobs.get(j) else {
+                        let Some(&(t, seed, p)) = jobs.get(j) else {
                             break done;
                         };
-                        let order = simulate::workload(&pods, capacity, seed);
+                        let tr = &traces[t];
+                        let order = simulate::workload(&tr.pods, capacity, seed);
                         let (name, policy) = &policies[p];
                         let started = std::time::Instant::now();
-                        let run = simulate::replay(
+                        let mut run = simulate::replay(
                             &nodes,
-                            &demands,
-                            &pods,
+                            &tr.demands,
+                            &tr.pods,
                             &order,
                             (name, *policy),
                             &prior,
                             seed,
                         );
+                        run.trace.clone_from(&tr.name);
                         tracing::info!(
-                            "policy={name} seed={seed} pods={} placed={} failed={} in {:.1}s",
+                            "trace={} policy={name} seed={seed} pods={} placed={} failed={} in {:.1}s",
+                            tr.name,
                             order.len(),
                             run.placed,
                             run.failed,
@@ -200,62 +229,50 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
             .flat_map(|w| w.join().expect("worker"))
             .collect()
     });
-    runs.sort_by(|a, b| a.policy.cmp(&b.policy).then(a.seed.cmp(&b.seed)));
+    let order = |r: &Run| {
+        (
+            traces.iter().position(|t| t.name == r.trace),
+            policies.iter().position(|p| p.0 == r.policy),
+            r.seed,
+        )
+    };
+    runs.sort_by_key(order);
 
     let mut csv = std::io::BufWriter::new(
         std::fs::File::create(&args.csv).with_context(|| format!("{}", args.csv.display()))?,
     );
-    writeln!(
-        csv,
-        "policy,seed,arrived_pct,allocated_pct,unallocated_pct,fragmentation_pct"
-    )?;
-    for r in &runs {
-        for p in &r.points {
-            writeln!(
-                csv,
-                "{},{},{},{:.4},{:.4},{:.4}",
-                r.policy,
-                r.seed,
-                p.arrived_pct,
-                p.allocated_pct,
-                100.0 - p.allocated_pct,
-                p.fragmentation_pct
-            )?;
-        }
-    }
+    report::write_csv(&mut csv, &runs)?;
     csv.flush()?;
 
-    let mut series = Vec::new();
-    let mut summary = Vec::new();
-    for (name, _) in &policies {
-        let mine: Vec<&Run> = runs.iter().filter(|r| &r.policy == name).collect();
-        let curve: Vec<(f64, f64)> = (1..=simulate::ARRIVED_MAX_PCT)
-            .filter_map(|pct| {
-                let v: Vec<f64> = mine.iter().filter_map(|r| r.unallocated_at(pct)).collect();
-                (!v.is_empty()).then(|| (f64::from(pct), simulate::mean_sd(&v).0))
-            })
+    let names: Vec<String> = policies.iter().map(|p| p.0.clone()).collect();
+    for (i, tr) in traces.iter().enumerate() {
+        let title = format!(
+            "{} on {} ({} seeds)",
+            tr.path.file_name().unwrap_or_default().to_string_lossy(),
+            args.nodes.file_name().unwrap_or_default().to_string_lossy(),
+            seeds.len()
+        );
+        let mine: Vec<Run> = runs
+            .iter()
+            .filter(|r| r.trace == tr.name)
+            .cloned()
             .collect();
-        series.push((name.clone(), curve));
-        let at = |pct| -> Vec<f64> { mine.iter().filter_map(|r| r.unallocated_at(pct)).collect() };
-        let (m100, sd100) = simulate::mean_sd(&at(100));
-        let (m130, _) = simulate::mean_sd(&at(130));
-        summary.push(format!(
-            "policy={name} seeds={} unallocated_pct_at_100={m100:.2} sd={sd100:.2} unallocated_pct_at_130={m130:.2}",
-            mine.len()
-        ));
+        let path = if traces.len() == 1 {
+            args.plot.clone()
+        } else {
+            report::plot_path(&args.plot, &tr.name, i)
+        };
+        std::fs::write(&path, plot::svg(&title, &report::curves(&mine, &names)))
+            .with_context(|| format!("{}", path.display()))?;
+        tracing::info!("wrote {}", path.display());
     }
-    let title = format!(
-        "{} on {} ({} seeds)",
-        args.pods.file_name().unwrap_or_default().to_string_lossy(),
-        args.nodes.file_name().unwrap_or_default().to_string_lossy(),
-        seeds.len()
-    );
-    std::fs::write(&args.plot, plot::svg(&title, &series))
-        .with_context(|| format!("{}", args.plot.display()))?;
-    tracing::info!("wrote {} and {}", args.csv.display(), args.plot.display());
-    for line in summary {
+    tracing::info!("wrote {}", args.csv.display());
+    let trace_names: Vec<String> = traces.iter().map(|t| t.name.clone()).collect();
+    for line in report::summary_lines(&runs, &trace_names, &names) {
         println!("{line}");
     }
+    println!();
+    print!("{}", report::table(&runs, &trace_names, &names));
     Ok(())
 }
 

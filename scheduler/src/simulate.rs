@@ -26,6 +26,8 @@ pub struct Point {
 /// One policy on one seed.
 #[derive(Debug, Clone)]
 pub struct Run {
+    /// The pod list's name (empty until the caller names it).
+    pub trace: String,
     pub policy: String,
     pub seed: u64,
     pub points: Vec<Point>,
@@ -61,7 +63,9 @@ pub fn workload(pods: &[PodRow], capacity_milli: u64, seed: u64) -> Vec<usize> {
 }
 
 /// Replays `order` on a fresh copy of `nodes`. Frag-aware placement measures fragmentation
-/// against `prior` plus every pod seen so far (learned online).
+/// against `prior` plus every pod seen so far (learned online, older pods counting less: the
+/// weight of a pod halves once pods asking for the cluster's GPU capacity have arrived after
+/// it), each type weighed by the scarcity of the capacity it can use.
 pub fn replay(
     nodes: &[NodeState],
     demands: &[Demand],
@@ -74,15 +78,19 @@ pub fn replay(
     let mut nodes = nodes.to_vec();
     let capacity: u64 = nodes.iter().map(|n| n.gpus.len() as u64 * 1000).sum();
     let mut mix = prior.clone();
+    mix.set_half_life(capacity as f64 / 1000.0);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut random = |n: usize| rng.random_range(0..n);
     let (mut arrived, mut allocated) = (0u64, 0u64);
     let (mut placed, mut failed) = (0, 0);
     let mut points = Vec::new();
     let mut next = 1u32;
-    for &i in order {
+    for (decided, &i) in order.iter().enumerate() {
         let d = &demands[i];
         mix.observe(d);
+        if decided % cluster::SCARCITY_EVERY == 0 {
+            mix.weigh_by_scarcity(&nodes);
+        }
         arrived += gpu_milli(&pods[i]);
         match cluster::choose(&nodes, d, policy.1, &mix, &mut random) {
             Some(p) => {
@@ -103,6 +111,7 @@ pub fn replay(
         }
     }
     Run {
+        trace: String::new(),
         policy: policy.0.to_string(),
         seed,
         points,

@@ -25,6 +25,7 @@ fn simulate(args: &[&str], out: &Path) -> std::process::Output {
 fn summary(stdout: &str) -> Vec<(String, f64, f64)> {
     stdout
         .lines()
+        .filter(|l| l.starts_with("policy="))
         .map(|l| {
             let kv: std::collections::HashMap<&str, &str> =
                 l.split(' ').filter_map(|p| p.split_once('=')).collect();
@@ -56,11 +57,11 @@ fn a_replay_of_the_openb_trace_reports_every_policy_and_frag_aware_strands_least
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let lines: Vec<&str> = stdout.lines().collect();
+    let lines: Vec<&str> = stdout.lines().take_while(|l| !l.is_empty()).collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     let re_ok = lines.iter().all(|l| {
         l.starts_with("policy=")
-            && l.contains(" seeds=2 unallocated_pct_at_100=")
+            && l.contains(" trace=default seeds=2 unallocated_pct_at_100=")
             && l.contains(" sd=")
             && l.contains(" unallocated_pct_at_130=")
     });
@@ -74,14 +75,15 @@ fn a_replay_of_the_openb_trace_reports_every_policy_and_frag_aware_strands_least
     let mut rows = csv.lines();
     assert_eq!(
         rows.next(),
-        Some("policy,seed,arrived_pct,allocated_pct,unallocated_pct,fragmentation_pct")
+        Some("trace,policy,seed,arrived_pct,allocated_pct,unallocated_pct,fragmentation_pct")
     );
     let rows: Vec<Vec<&str>> = rows.map(|r| r.split(',').collect()).collect();
     assert_eq!(rows.len(), 4 * 2 * 130);
     for r in &rows {
-        let arrived: f64 = r[2].parse().unwrap();
-        let allocated: f64 = r[3].parse().unwrap();
-        let unallocated: f64 = r[4].parse().unwrap();
+        assert_eq!(r[0], "default");
+        let arrived: f64 = r[3].parse().unwrap();
+        let allocated: f64 = r[4].parse().unwrap();
+        let unallocated: f64 = r[5].parse().unwrap();
         assert!(
             allocated <= arrived + 1.0,
             "never more allocated than arrived: {r:?}"
@@ -91,6 +93,72 @@ fn a_replay_of_the_openb_trace_reports_every_policy_and_frag_aware_strands_least
     let svg = std::fs::read_to_string(out.path().join("sim.svg")).unwrap();
     assert_eq!(svg.matches("<polyline").count(), 4);
     assert!(svg.contains(">frag-aware</text>"));
+
+    // The table: the trace beside the FGD paper's published figures.
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.is_empty())
+        .skip(1)
+        .collect();
+    assert_eq!(table.len(), 3, "{stdout}");
+    assert!(
+        table[1].contains("paper FGD") && table[1].contains("frag-aware − FGD"),
+        "{stdout}"
+    );
+    assert!(
+        table[2].starts_with("default ") && table[2].contains("4.77 / 4.61"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn several_traces_are_replayed_and_compared_in_one_table() {
+    let out = tempfile::tempdir().unwrap();
+    let pods = ["default", "gpuspec10"]
+        .map(|t| {
+            traces()
+                .join(format!("openb_pod_list_{t}.csv"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .join(",");
+    let o = simulate(
+        &[
+            "--pods",
+            &pods,
+            "--node-limit",
+            "60",
+            "--seeds",
+            "1",
+            "--policy",
+            "best-fit,frag-aware",
+        ],
+        out.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("policy="))
+        .collect();
+    assert_eq!(s.len(), 4, "{stdout}");
+    assert!(
+        s[3].starts_with("policy=frag-aware trace=gpuspec10 seeds=1 "),
+        "{stdout}"
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("default ") || l.starts_with("gpuspec10 "))
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(
+        rows[1].contains("5.34 / 5.05"),
+        "the paper's FGD on gpuspec10: {stdout}"
+    );
+    for t in ["default", "gpuspec10"] {
+        let svg = std::fs::read_to_string(out.path().join(format!("sim-{t}.svg"))).unwrap();
+        assert_eq!(svg.matches("<polyline").count(), 2, "{t}");
+    }
 }
 
 #[test]

@@ -296,3 +296,66 @@ fn dot_product_prefers_the_node_whose_free_resources_align_least_with_the_reques
     .unwrap();
     assert_eq!(p.node, 0, "both score 99: the pick took the first");
 }
+
+#[test]
+fn a_pod_that_could_go_anywhere_leaves_alone_the_scarce_model_other_pods_name() {
+    // Node 0: two GPUs of model 1, the only ones pods naming that model can use. Nodes 1-3:
+    // eight GPUs of model 0. The mix: as many 8-GPU pods as pods naming model 1.
+    let mut scarce = node("scarce", 2);
+    scarce.model = 1;
+    let cluster = vec![scarce, node("a", 8), node("b", 8), node("c", 8)];
+    let named = Demand {
+        models: Some(1 << 1),
+        ..whole(1)
+    };
+    let mut mix = TaskMix::new(Weighting::Pods);
+    for _ in 0..10 {
+        mix.observe(&whole(8));
+        mix.observe(&named);
+    }
+    mix.observe(&whole(1));
+    let mut never = |_: usize| -> usize { unreachable!("no random policy here") };
+    let place = |mix: &TaskMix, never: &mut dyn FnMut(usize) -> usize| {
+        choose(&cluster, &whole(1), ClusterPolicy::FragAware, mix, never)
+            .unwrap()
+            .node
+    };
+    // Counted by share alone, the scarce node looks like room the 8-GPU pods cannot use.
+    assert_eq!(place(&mix, &mut never), 0);
+    // Weighed by scarcity (26 GPUs free, 2 of them usable by the named pods, 24 by the
+    // 8-GPU pods), the pod goes where only the plentiful capacity shrinks.
+    mix.weigh_by_scarcity(&cluster);
+    assert_ne!(place(&mix, &mut never), 0);
+}
+
+#[test]
+fn recent_pods_count_more_once_a_half_life_is_set() {
+    let (a, b) = (whole(1), share(500));
+    let mut steady = TaskMix::new(Weighting::Pods);
+    let mut decaying = TaskMix::new(Weighting::Pods);
+    decaying.set_half_life(10.0);
+    for m in [&mut steady, &mut decaying] {
+        for _ in 0..40 {
+            m.observe(&a);
+        }
+        for _ in 0..40 {
+            m.observe(&b);
+        }
+    }
+    let only_b = {
+        let mut m = TaskMix::new(Weighting::Pods);
+        m.observe(&b);
+        m
+    };
+    // Without decay the two halves weigh alike; with a half-life of 10 GPUs, the 40 whole
+    // GPUs asked for 20 GPUs ago (two half-lives and more) weigh about a tenth of b's.
+    assert!((steady.distance(&only_b) - 0.5).abs() < 1e-9);
+    let d = decaying.distance(&only_b);
+    assert!(d > 0.05 && d < 0.2, "{d}");
+    // Long runs fold the clock into the weights without losing the shares.
+    for _ in 0..100_000 {
+        decaying.observe(&a);
+    }
+    assert!(decaying.distance(&only_b) > 0.99);
+    assert!(decaying.weight().is_finite());
+}

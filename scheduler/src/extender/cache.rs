@@ -126,6 +126,15 @@ impl NodeCache {
         self.len() == 0
     }
 
+    /// Every node whose publication is known.
+    #[must_use]
+    pub fn all(&self) -> Vec<Arc<Known>> {
+        self.nodes
+            .read()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Counts placements on node `name` until its agent shows them.
     pub fn assume(&self, name: &str, placed: Vec<Assumed>) {
         if let Ok(mut assumed) = self.assumed.lock() {

@@ -29,7 +29,7 @@ pub use cache::{ASSUME_FOR, Assumed, Known, NodeCache, NodeError};
 pub use request::{ContainerSlice, PodRequest, PodSlices, RequestError, pod_request, pod_slices};
 pub use score::Unfit;
 
-use crate::cluster::{ClusterPolicy, Demand, TaskMix};
+use crate::cluster::{ClusterPolicy, Demand, NodeState, TaskMix};
 use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_all, node_score};
 use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY, NodeList};
 
@@ -103,7 +103,7 @@ impl Extender {
         if demands.is_empty() {
             return;
         }
-        self.observe(pod, &demands);
+        self.observe(pod, &demands, &[]);
         let assignment_key = format!("{}{}", annotations::PREFIX, annotations::ASSIGNMENT);
         let (Some(key), Some(value)) = (key, wire::annotations(pod).remove(&assignment_key)) else {
             return;
@@ -127,9 +127,9 @@ impl Extender {
         self.cache.assume(&a.node, placed);
     }
 
-    fn observe(&self, pod: &Value, demands: &[Demand]) {
+    fn observe(&self, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
         if let Ok(mut m) = self.mix.lock() {
-            m.observe(pod, demands);
+            m.observe(pod, demands, nodes);
         }
     }
 
@@ -148,6 +148,18 @@ impl Extender {
         let cands = self.cache.lookup(args);
         let mut result = ExtenderFilterResult::default();
         let request = pod_request(&args.pod);
+        // The cluster as the extender knows it, to measure scarcity on: the node cache, or,
+        // without it, the nodes of this request.
+        let due = matches!(request, PodRequest::Slices(..))
+            && self.mix.lock().is_ok_and(|m| m.scarcity_due());
+        let cluster: Vec<Arc<Known>> = match (due, &args.nodes) {
+            (false, _) => Vec::new(),
+            (true, None) => self.cache.all(),
+            (true, Some(_)) => cands
+                .iter()
+                .filter_map(|(_, _, s)| s.as_ref().ok().cloned())
+                .collect(),
+        };
         let mut passing = Vec::new();
         for (name, object, state) in cands {
             let verdict: Result<(), (bool, String)> = match (&request, state) {
@@ -169,7 +181,8 @@ impl Extender {
             }
         }
         if let PodRequest::Slices(d, _) = &request {
-            self.observe(&args.pod, d);
+            let nodes: Vec<&NodeState> = cluster.iter().map(|k| &k.state).collect();
+            self.observe(&args.pod, d, &nodes);
         }
         tracing::debug!(
             passing = passing.len(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use gpuslice_core::fit::GpuRoom;
 use serde_json::Value;
 
-use crate::cluster::{self, Axis, ClusterPolicy, Demand, NodeState, TaskMix};
+use crate::cluster::{self, Axis, ClusterPolicy, Demand, NodeState, SCARCITY_EVERY, TaskMix};
 
 /// Why a node cannot take a pod. The messages are the same for every node in the same
 /// situation, so that kube-scheduler's event sums them up ("12 gpuslice: …") instead of
@@ -107,15 +107,19 @@ pub struct Mix {
     /// Pods seen, by UID.
     seen: HashSet<String>,
     learned: TaskMix,
+    /// Pods counted since scarcity was last measured.
+    unweighed: usize,
     /// Bumped whenever the snapshot is renewed.
     pub generation: u64,
     pub snapshot: Arc<TaskMix>,
 }
 
 impl Mix {
-    /// Counts a pod's demands into the mix, once per pod UID; renews the snapshot when the
-    /// learned shares moved away from it.
-    pub fn observe(&mut self, pod: &Value, demands: &[Demand]) {
+    /// Counts a pod's demands into the mix, once per pod UID; every [`SCARCITY_EVERY`] pods,
+    /// measures each type's scarcity on `nodes` (the cluster as the extender knows it) and
+    /// sets the decay's half-life to their GPU count; renews the snapshot when the shares
+    /// moved away from it.
+    pub fn observe(&mut self, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
         if !uid.is_empty() && !self.seen.insert(uid) {
             return;
@@ -123,10 +127,23 @@ impl Mix {
         for d in demands {
             self.learned.observe(d);
         }
+        self.unweighed += 1;
+        if self.unweighed >= SCARCITY_EVERY && !nodes.is_empty() {
+            self.unweighed = 0;
+            let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
+            self.learned.set_half_life(gpus as f64);
+            self.learned.weigh_by_scarcity(nodes.iter().copied());
+        }
         if self.learned.distance(&self.snapshot) > MIX_STALENESS {
             self.generation += 1;
             self.snapshot = Arc::new(self.learned.clone());
         }
+    }
+
+    /// Whether the next pod counted measures scarcity (and so needs the nodes).
+    #[must_use]
+    pub fn scarcity_due(&self) -> bool {
+        self.unweighed + 1 >= SCARCITY_EVERY
     }
 
     /// Pods counted.

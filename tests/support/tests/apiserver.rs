@@ -17,7 +17,11 @@ fn get(api: &ApiServer, path: &str) -> impl Iterator<Item = String> + use<> {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("request");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
     let mut lines = BufReader::new(stream).lines().map_while(Result::ok);
     for line in lines.by_ref() {
         if line.is_empty() {
