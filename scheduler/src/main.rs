@@ -22,10 +22,13 @@ enum Command {
     /// Replay a trace (Alibaba openb format) with the protocol of the fragmentation paper and
     /// report GPU allocation per policy.
     Simulate(SimulateArgs),
-    /// Serve the kube-scheduler extender (filter and prioritize) over HTTP. With
-    /// `nodeCacheCapable: false`, kube-scheduler sends the Nodes and their published GPUs in
-    /// every request; the node cache for `nodeCacheCapable: true` is fed by a Node watch that
-    /// is not built yet.
+    /// Serve the kube-scheduler extender (filter, prioritize and bind) over HTTP. With
+    /// `nodeCacheCapable: false`, kube-scheduler sends the Nodes, with the GPUs their agents
+    /// publish, in every request; with `nodeCacheCapable: true`, it sends node names and the
+    /// extender answers from its node cache, fed by a watch on Nodes through the API server
+    /// (`--api-server`, in-cluster configuration or $KUBECONFIG). With API access, the pods
+    /// already placed are counted into the learned workload at start, and bind creates the
+    /// Binding with a signed assignment (`--assignment-key`).
     Serve(ServeArgs),
 }
 

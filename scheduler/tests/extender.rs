@@ -203,12 +203,14 @@ fn with_node_names_the_extender_answers_from_what_it_knows_of_each_node() {
     let (_, r) = call(&server, "/filter", &args);
     assert_eq!(r["Nodes"], Value::Null);
     assert_eq!(r["NodeNames"], json!([]));
-    let failed = r["FailedNodes"].as_object().unwrap();
+    // Unresolvable, as the same node is when its Node object is sent without a publication.
+    assert_eq!(r["FailedNodes"], json!({}), "{r}");
+    let failed = r["FailedAndUnresolvableNodes"].as_object().unwrap();
     assert!(
         failed["gpu-1"]
             .as_str()
             .unwrap()
-            .contains("no GPUs published"),
+            .contains("publishes no GPUs"),
         "{r}"
     );
     let (_, r) = call(&server, "/prioritize", &args);

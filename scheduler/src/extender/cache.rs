@@ -12,23 +12,25 @@ use super::score::{Mix64, gpu_set_hash};
 use super::wire;
 use crate::cluster::{self, Demand, NodeState};
 
-/// Why a node's GPUs are not known.
+/// Why a node's GPUs are not known. Both are answered as unresolvable in either cache mode:
+/// evicting pods from the node cannot make it publish GPUs (kube-scheduler still retries the
+/// pod when the cluster changes, so a node whose agent publishes later is used then).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeError {
-    #[error("gpuslice: this node publishes no GPUs (no gpuslice agent)")]
-    NoAgent,
+    /// No publication: no gpuslice agent runs there, or it has not published yet.
+    #[error(
+        "gpuslice: this node publishes no GPUs (annotation {NODE_STATE_ANNOTATION} absent: no gpuslice agent, or not published yet)"
+    )]
+    NoPublication,
     #[error("gpuslice: annotation {NODE_STATE_ANNOTATION} is not readable: {0}")]
     Unreadable(String),
-    /// It may publish soon (a new node, an agent restarting).
-    #[error("gpuslice: no GPUs published by this node (yet)")]
-    NotYet,
 }
 
 impl NodeError {
-    /// Whether waiting cannot help (preemption neither).
+    /// Whether preemption cannot help (always: see the type).
     #[must_use]
     pub fn is_lasting(&self) -> bool {
-        !matches!(self, Self::NotYet)
+        true
     }
 }
 
@@ -173,7 +175,7 @@ impl NodeCache {
                     let name = wire::name(n).to_string();
                     let state = wire::annotations(n)
                         .get(NODE_STATE_ANNOTATION)
-                        .ok_or(NodeError::NoAgent)
+                        .ok_or(NodeError::NoPublication)
                         .and_then(|v| {
                             serde_json::from_str::<NodePublication>(v)
                                 .map_err(|e| NodeError::Unreadable(e.to_string()))
@@ -190,7 +192,7 @@ impl NodeCache {
             .iter()
             .flatten()
             .map(|name| {
-                let state = cache.get(name).cloned().ok_or(NodeError::NotYet);
+                let state = cache.get(name).cloned().ok_or(NodeError::NoPublication);
                 (name.clone(), None, state)
             })
             .collect()
