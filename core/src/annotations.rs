@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::Policy;
 use crate::quantity::{self, MemoryQuantity};
+use crate::selection::{self, ModelSelector};
 
 /// Prefix of every gpuslice annotation.
 pub const PREFIX: &str = "gpuslice.io/";
@@ -20,8 +21,11 @@ pub const GPUS: &str = "gpus";
 pub const MEMORY: &str = "memory";
 /// Share of the SMs per GPU, in percent (1..=100).
 pub const CORES: &str = "cores";
-/// Explicit GPUs: comma-separated indexes or `GPU-…` UUIDs.
+/// Explicit GPUs: comma-separated indexes or `GPU-…` UUIDs to use, or, each with `!` before
+/// it, to avoid.
 pub const DEVICES: &str = "devices";
+/// GPU models to use, or with `!` to avoid, comma-separated (see [`crate::selection`]).
+pub const GPU_MODEL: &str = "gpu-model";
 /// GPU-level placement policy on the node.
 pub const GPU_POLICY: &str = "gpu-policy";
 /// Node-level placement policy, read by the cluster scheduler.
@@ -34,6 +38,7 @@ pub const KEYS: &[&str] = &[
     MEMORY,
     CORES,
     DEVICES,
+    GPU_MODEL,
     GPU_POLICY,
     NODE_POLICY,
     ASSIGNMENT,
@@ -41,7 +46,7 @@ pub const KEYS: &[&str] = &[
 /// Keys that ask for GPUs; the others only say how or where, and ask for nothing alone.
 pub const REQUEST_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES];
 /// Keys that may be given per container.
-pub const PER_CONTAINER_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES, GPU_POLICY];
+pub const PER_CONTAINER_KEYS: &[&str] = &[GPUS, MEMORY, CORES, DEVICES, GPU_MODEL, GPU_POLICY];
 
 /// The container name as containerd's CRI plugin writes it into the OCI spec.
 pub const CRI_CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
@@ -100,8 +105,14 @@ pub struct SliceRequest {
     pub memory: Option<MemoryQuantity>,
     /// Percent of the SMs per GPU; `None` means no reserved share.
     pub cores: Option<u32>,
-    /// GPUs the request names, in order.
+    /// GPUs the request names, in order: it gets exactly these.
     pub devices: Vec<DeviceSelector>,
+    /// GPUs the request avoids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid_devices: Vec<DeviceSelector>,
+    /// The GPU models it accepts.
+    #[serde(default, skip_serializing_if = "ModelSelector::is_any")]
+    pub models: ModelSelector,
     pub gpu_policy: Option<Policy>,
     pub node_policy: Option<Policy>,
     /// The scheduler's assignment, as written on the pod.
@@ -241,8 +252,13 @@ fn build(
         })
         .transpose()?;
     let cores = get(CORES).map(|(k, v)| parse_cores(k, v)).transpose()?;
-    let devices = get(DEVICES)
-        .map(|(k, v)| parse_devices(k, v))
+    let device_list = get(DEVICES)
+        .map(|(k, v)| selection::parse_devices(k, v))
+        .transpose()?
+        .unwrap_or_default();
+    let devices = device_list.named;
+    let models = get(GPU_MODEL)
+        .map(|(k, v)| ModelSelector::parse(k, v))
         .transpose()?
         .unwrap_or_default();
     let gpus = match get(GPUS) {
@@ -280,6 +296,8 @@ fn build(
         memory,
         cores,
         devices,
+        avoid_devices: device_list.avoided,
+        models,
         gpu_policy: policy(GPU_POLICY)?,
         node_policy: policy(NODE_POLICY)?,
         assignment,
@@ -334,56 +352,6 @@ fn parse_cores(key: &str, value: &str) -> Result<u32, AnnotationError> {
             value,
             "must be at most 100 (percent of the SMs)",
         )),
-    }
-}
-
-fn parse_devices(key: &str, value: &str) -> Result<Vec<DeviceSelector>, AnnotationError> {
-    let mut out: Vec<DeviceSelector> = Vec::new();
-    for raw in value.split(',') {
-        let item = raw.trim();
-        if item.is_empty() {
-            return Err(AnnotationError::new(
-                key,
-                value,
-                "empty entry in the device list",
-            ));
-        }
-        let sel = if let Ok(i) = item.parse::<u32>() {
-            DeviceSelector::Index(i)
-        } else if is_gpu_uuid(item) {
-            DeviceSelector::Uuid(item.to_string())
-        } else {
-            return Err(AnnotationError::new(
-                key,
-                value,
-                format!(
-                    "{item:?} is neither a GPU index nor a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"
-                ),
-            ));
-        };
-        if out.iter().any(|s| same_device(s, &sel)) {
-            return Err(AnnotationError::new(
-                key,
-                value,
-                format!("device {item} is listed twice"),
-            ));
-        }
-        out.push(sel);
-    }
-    if out.len() > MAX_GPUS_PER_CONTAINER as usize {
-        return Err(AnnotationError::new(
-            key,
-            value,
-            format!("at most {MAX_GPUS_PER_CONTAINER} GPUs per container"),
-        ));
-    }
-    Ok(out)
-}
-
-fn same_device(a: &DeviceSelector, b: &DeviceSelector) -> bool {
-    match (a, b) {
-        (DeviceSelector::Uuid(x), DeviceSelector::Uuid(y)) => x.eq_ignore_ascii_case(y),
-        _ => a == b,
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::annotations::{AnnotationError, CORES, DeviceSelector, MEMORY, SliceRequest};
 use crate::quantity::{MemoryQuantity, format_bytes};
+use crate::selection::ModelSelector;
 
 /// What is free on one GPU: all the fit model needs to know of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,7 +258,17 @@ pub struct Ask<'a> {
     pub gpus: u32,
     /// The GPUs the request names (it then gets exactly these); empty for any.
     pub devices: &'a [DeviceSelector],
+    /// The GPUs it avoids.
+    pub avoid: &'a [DeviceSelector],
+    /// The GPU models it accepts.
+    pub models: &'a ModelSelector,
 }
+
+/// Accepts every model.
+pub static ANY_MODEL: ModelSelector = ModelSelector {
+    accept: Vec::new(),
+    avoid: Vec::new(),
+};
 
 impl<'a> Ask<'a> {
     /// The fit model's reading of `req`.
@@ -266,7 +277,15 @@ impl<'a> Ask<'a> {
             shape: Shape::of(req)?,
             gpus: req.gpus,
             devices: &req.devices,
+            avoid: &req.avoid_devices,
+            models: &req.models,
         })
+    }
+
+    /// Whether the request may use some GPUs and not others (named, avoided, by model).
+    #[must_use]
+    pub fn selects(&self) -> bool {
+        !self.devices.is_empty() || !self.avoid.is_empty() || !self.models.is_any()
     }
 }
 
@@ -280,6 +299,8 @@ pub trait NodeView {
     /// The GPU's index on the node (NVML order).
     fn index(&self, pos: usize) -> u32;
     fn uuid(&self, pos: usize) -> &str;
+    /// The GPU's model name as NVML reports it (`NVIDIA A100-SXM4-80GB`); empty if unknown.
+    fn model(&self, pos: usize) -> &str;
     fn rules(&self) -> Rules;
 }
 
@@ -296,10 +317,12 @@ pub fn find_named<N: NodeView + ?Sized>(node: &N, sel: &DeviceSelector) -> Optio
     (0..node.gpu_count()).find(|&p| names(sel, node, p))
 }
 
-/// Whether the request may use the GPU at `pos`: any GPU when it names none, else only the
-/// GPUs it names.
+/// Whether the request may use the GPU at `pos`: only the GPUs it names when it names some,
+/// none it avoids, and only of the models it accepts.
 pub fn eligible<N: NodeView + ?Sized>(ask: &Ask<'_>, node: &N, pos: usize) -> bool {
-    ask.devices.is_empty() || ask.devices.iter().any(|s| names(s, node, pos))
+    (ask.devices.is_empty() || ask.devices.iter().any(|s| names(s, node, pos)))
+        && !ask.avoid.iter().any(|s| names(s, node, pos))
+        && (ask.models.is_any() || ask.models.accepts(node.model(pos)))
 }
 
 /// Why a node cannot take a request.
@@ -311,6 +334,8 @@ pub enum NodeMisfit {
     NamedTwice { pos: usize },
     /// A GPU the request names cannot take the slice.
     Named { pos: usize, misfit: Misfit },
+    /// A GPU the request names is of a model it does not accept.
+    NamedModel { pos: usize },
     /// Fewer GPUs than asked can take the slice (`fitting` of them can).
     TooFew { fitting: u32 },
 }
@@ -320,7 +345,7 @@ impl NodeMisfit {
     #[must_use]
     pub fn is_lasting<N: NodeView + ?Sized>(&self, ask: &Ask<'_>, node: &N) -> bool {
         match self {
-            Self::NoSuchDevice { .. } | Self::NamedTwice { .. } => true,
+            Self::NoSuchDevice { .. } | Self::NamedTwice { .. } | Self::NamedModel { .. } => true,
             Self::Named { misfit, .. } => misfit.is_lasting(),
             Self::TooFew { .. } => {
                 let idle = (0..node.gpu_count())
@@ -357,6 +382,9 @@ pub fn fit_node<N: NodeView + ?Sized>(
             if named.contains(&pos) {
                 return Err(NodeMisfit::NamedTwice { pos });
             }
+            if !eligible(ask, node, pos) {
+                return Err(NodeMisfit::NamedModel { pos });
+            }
             fit_gpu(&ask.shape, &node.room(pos), &rules)
                 .map_err(|misfit| NodeMisfit::Named { pos, misfit })?;
             named.push(pos);
@@ -371,8 +399,12 @@ pub fn fit_node<N: NodeView + ?Sized>(
         }
         return Ok(());
     }
+    let selects = ask.selects();
     let mut fitting = 0u32;
     for pos in 0..node.gpu_count() {
+        if selects && !eligible(ask, node, pos) {
+            continue;
+        }
         if let Ok(take) = fit_gpu(&ask.shape, &node.room(pos), &rules) {
             fitting += 1;
             each(pos, take);
@@ -387,7 +419,7 @@ pub fn fit_node<N: NodeView + ?Sized>(
 /// Whether `ask` fits `node`, as [`fit_node`] decides, without saying where: it stops at the
 /// first `ask.gpus` GPUs that can take the slice.
 pub fn fits_node<N: NodeView + ?Sized>(ask: &Ask<'_>, node: &N) -> bool {
-    if !ask.devices.is_empty() {
+    if ask.selects() {
         return fit_node(ask, node, |_, _| ()).is_ok();
     }
     let rules = node.rules();
@@ -443,7 +475,8 @@ pub enum ChosenMisfit {
     Twice {
         pos: usize,
     },
-    /// The request names its GPUs and this is not one of them.
+    /// The request may not use this GPU (not one it names, one it avoids, or of a model it
+    /// does not accept).
     NotNamed {
         pos: usize,
     },

@@ -36,6 +36,9 @@ pub struct GpuLoad {
     pub index: u32,
     pub uuid: String,
     pub minor: u32,
+    /// The GPU's model name (NVML's), which `gpuslice.io/gpu-model` is matched against.
+    #[serde(default)]
+    pub model: String,
     pub memory_total: u64,
     pub memory_allocated: u64,
     /// Percent of the SMs reserved by slices.
@@ -89,6 +92,9 @@ impl NodeView for NodeLoads<'_> {
     }
     fn uuid(&self, pos: usize) -> &str {
         &self.gpus[pos].uuid
+    }
+    fn model(&self, pos: usize) -> &str {
+        &self.gpus[pos].model
     }
     fn rules(&self) -> Rules {
         self.rules

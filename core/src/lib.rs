@@ -21,6 +21,7 @@ pub mod process;
 pub mod publication;
 pub mod quantity;
 pub mod resources;
+pub mod selection;
 pub mod usage;
 
 pub use annotations::{AnnotationError, SliceRequest};

@@ -90,6 +90,9 @@ impl NodeView for NodePublication {
     fn uuid(&self, pos: usize) -> &str {
         &self.gpus[pos].uuid
     }
+    fn model(&self, pos: usize) -> &str {
+        &self.gpus[pos].model
+    }
     fn rules(&self) -> Rules {
         NodePublication::rules(self)
     }

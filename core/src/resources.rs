@@ -144,6 +144,8 @@ pub fn resolve(
                 memory: None,
                 cores: None,
                 devices: Vec::new(),
+                avoid_devices: Vec::new(),
+                models: Default::default(),
                 gpu_policy: None,
                 node_policy: None,
                 assignment: None,

@@ -100,6 +100,8 @@ mod tests {
                 memory: None,
                 cores: None,
                 devices: vec![],
+                avoid_devices: Vec::new(),
+                models: Default::default(),
                 gpu_policy: None,
                 node_policy: None,
                 assignment: None,

@@ -206,6 +206,7 @@ impl Ledger {
                     index: g.index,
                     uuid: g.uuid.clone(),
                     minor: g.minor,
+                    model: g.name.clone(),
                     memory_total: g.memory_total_bytes,
                     memory_allocated: 0,
                     cores_allocated: 0,

@@ -143,8 +143,51 @@ fn explain(
                 ),
             )
         }
+        NodeMisfit::NamedModel { pos } => PlacementError::new(
+            RefusalReason::NoSuchDevice,
+            &req.key(annotations::GPU_MODEL),
+            &req.written(annotations::GPU_MODEL, String::new),
+            &format!(
+                "GPU {} named by {} is a {}, a model this request does not accept",
+                node.index(pos),
+                req.key(annotations::DEVICES),
+                node.model(pos)
+            ),
+        ),
         NodeMisfit::TooFew { fitting } => shortfall(req, ask, node, fitting),
     }
+}
+
+/// The refusal of a request that may use fewer GPUs of this node than it asks for, naming
+/// the annotation that rules the others out; None when the selection leaves enough.
+fn unselected(req: &SliceRequest, ask: &Ask<'_>, node: &NodeLoads<'_>) -> Option<PlacementError> {
+    if !ask.selects() {
+        return None;
+    }
+    let usable = (0..node.gpu_count())
+        .filter(|&p| fit::eligible(ask, node, p))
+        .count();
+    if usable >= req.gpus as usize {
+        return None;
+    }
+    let field = if ask.models.is_any() {
+        annotations::DEVICES
+    } else {
+        annotations::GPU_MODEL
+    };
+    let mut models_here: Vec<&str> = node.gpus.iter().map(|g| g.model.as_str()).collect();
+    models_here.sort_unstable();
+    models_here.dedup();
+    Some(PlacementError::new(
+        RefusalReason::NoSuchDevice,
+        &req.key(field),
+        &req.written(field, String::new),
+        &format!(
+            "{} GPU(s) needed, this node has {usable} the request may use (its GPUs: {})",
+            req.gpus,
+            models_here.join(", ")
+        ),
+    ))
 }
 
 /// The annotation that best explains a misfit.
@@ -173,11 +216,16 @@ fn shortfall(
     node: &NodeLoads<'_>,
     fitting: u32,
 ) -> PlacementError {
+    if let Some(e) = unselected(req, ask, node) {
+        return e;
+    }
     let rules = node.rules;
     let misfits: Vec<(u32, Misfit)> = node
         .gpus
         .iter()
-        .filter_map(|g| {
+        .enumerate()
+        .filter(|&(p, _)| fit::eligible(ask, node, p))
+        .filter_map(|(_, g)| {
             fit::fit_gpu(&ask.shape, &g.room(), &rules)
                 .err()
                 .map(|m| (g.index, m))
@@ -259,9 +307,11 @@ pub fn place_assigned(
         ChosenMisfit::NotNamed { pos } => refuse(
             RefusalReason::Conflict,
             format!(
-                "assigns GPU {}, which {} does not name",
+                "assigns GPU {} ({}), which the request may not use ({} or {})",
                 gpus[pos].uuid,
-                req.key(annotations::DEVICES)
+                gpus[pos].model,
+                req.key(annotations::DEVICES),
+                req.key(annotations::GPU_MODEL)
             ),
         ),
         ChosenMisfit::Misfit { pos, misfit } => refuse(

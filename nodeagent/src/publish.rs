@@ -21,7 +21,6 @@ use crate::ledger::Ledger;
 /// What the ledger says, as the scheduler reads it.
 #[must_use]
 pub fn publication(ledger: &Ledger) -> NodePublication {
-    let inventory = ledger.inventory();
     NodePublication {
         version: 1,
         max_sharers: ledger.rules().max_sharers,
@@ -30,12 +29,7 @@ pub fn publication(ledger: &Ledger) -> NodePublication {
             .into_iter()
             .map(|l| PublishedGpu {
                 index: Some(l.index),
-                model: inventory
-                    .gpus
-                    .iter()
-                    .find(|g| g.uuid == l.uuid)
-                    .map(|g| g.name.clone())
-                    .unwrap_or_default(),
+                model: l.model,
                 uuid: l.uuid,
                 memory_total: l.memory_total,
                 memory_allocated: l.memory_allocated,

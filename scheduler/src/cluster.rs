@@ -16,6 +16,7 @@ use std::sync::Arc;
 use gpuslice_core::annotations::DeviceSelector;
 use gpuslice_core::fit::{self, Ask, GpuRoom, NodeView, Rules, Shape};
 use gpuslice_core::publication::NodePublication;
+use gpuslice_core::selection::ModelSelector;
 
 /// One node: host resources left and its GPUs.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,9 +29,9 @@ pub struct NodeState {
     pub mem_total: u64,
     pub mem_free: u64,
     pub gpus: Vec<GpuRoom>,
-    /// Each GPU's index on its node and UUID, for requests that name GPUs; empty where GPUs
-    /// have no identity (simulated clusters: GPU i is index i).
-    pub ids: Arc<[(u32, String)]>,
+    /// Each GPU's identity, for requests that name GPUs or models; empty where GPUs have
+    /// none (simulated clusters: GPU i is index i, and the node's model is `model`).
+    pub ids: Arc<[GpuId]>,
     /// The node agent's rules.
     pub rules: Rules,
 }
@@ -54,11 +55,25 @@ impl NodeState {
             mem_free: u64::MAX / 2,
             gpus: p.gpus.iter().map(|g| g.room()).collect(),
             ids: (0..p.gpus.len())
-                .map(|i| (p.index(i), p.gpus[i].uuid.clone()))
+                .map(|i| GpuId {
+                    index: p.index(i),
+                    uuid: p.gpus[i].uuid.clone(),
+                    model: p.gpus[i].model.clone(),
+                })
                 .collect(),
             rules: p.rules(),
         }
     }
+}
+
+/// A GPU's identity on its node, as its agent publishes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuId {
+    /// Its index on the node (NVML order).
+    pub index: u32,
+    pub uuid: String,
+    /// Its model name (NVML's).
+    pub model: String,
 }
 
 impl NodeView for NodeState {
@@ -71,10 +86,13 @@ impl NodeView for NodeState {
     fn index(&self, pos: usize) -> u32 {
         self.ids
             .get(pos)
-            .map_or_else(|| u32::try_from(pos).unwrap_or(u32::MAX), |id| id.0)
+            .map_or_else(|| u32::try_from(pos).unwrap_or(u32::MAX), |id| id.index)
     }
     fn uuid(&self, pos: usize) -> &str {
-        self.ids.get(pos).map_or("", |id| id.1.as_str())
+        self.ids.get(pos).map_or("", |id| id.uuid.as_str())
+    }
+    fn model(&self, pos: usize) -> &str {
+        self.ids.get(pos).map_or("", |id| id.model.as_str())
     }
     fn rules(&self) -> Rules {
         self.rules
@@ -92,7 +110,13 @@ pub struct Demand {
     pub shape: Shape,
     /// The GPUs it names (`gpuslice.io/devices`); empty for any.
     pub devices: Vec<DeviceSelector>,
-    /// Bit set of the GPU models the pod accepts; None for any.
+    /// The GPUs it avoids (`gpuslice.io/devices` with `!`).
+    pub avoid: Vec<DeviceSelector>,
+    /// The GPU models it accepts by name (`gpuslice.io/gpu-model`), matched against each
+    /// GPU's published model.
+    pub gpu_models: ModelSelector,
+    /// Bit set of the node models the pod accepts in the simulator's model table (traces
+    /// name a model per node); None for any.
     pub models: Option<u64>,
 }
 
@@ -114,14 +138,29 @@ impl Demand {
             shape: self.shape,
             gpus: self.gpus,
             devices: &self.devices,
+            avoid: &self.avoid,
+            models: &self.gpu_models,
         }
     }
 
+    /// Whether the node has the host resources, the model and enough GPUs the pod may use.
     fn host_fits(&self, n: &NodeState) -> bool {
         self.cpu <= n.cpu_free
             && self.mem <= n.mem_free
             && self.models.is_none_or(|m| m & (1 << n.model) != 0)
             && self.gpus as usize <= n.gpus.len()
+            && (self.devices.is_empty() && self.avoid.is_empty() && self.gpu_models.is_any()
+                || self.selectable(n))
+    }
+
+    /// Whether enough of the node's GPUs are ones the pod may use (named, not avoided, of
+    /// an accepted model), whatever their room.
+    fn selectable(&self, n: &NodeState) -> bool {
+        let ask = self.ask();
+        let usable = (0..n.gpus.len())
+            .filter(|&p| fit::eligible(&ask, n, p))
+            .count();
+        usable >= self.gpus as usize
     }
 
     fn gpu_class(&self) -> GpuClass {

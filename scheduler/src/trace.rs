@@ -16,6 +16,7 @@ use gpuslice_core::fit::{GpuRoom, Rules, Shape};
 
 use crate::cluster::{Demand, NodeState};
 use gpuslice_core::quantity::MemoryQuantity;
+use gpuslice_core::selection::ModelSelector;
 use serde::Deserialize;
 
 const MIB: u64 = 1 << 20;
@@ -145,6 +146,8 @@ pub fn demand(pod: &PodRow, models: &mut Models) -> Demand {
             cores: if whole { 0 } else { pod.gpu_milli / 10 },
         },
         devices: Vec::new(),
+        avoid: Vec::new(),
+        gpu_models: ModelSelector::default(),
         models: set,
     }
 }

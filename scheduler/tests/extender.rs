@@ -14,6 +14,12 @@ fn serve(policy: &str) -> Extender {
 
 /// (memory total GiB, memory allocated GiB, sharers) per GPU.
 fn publication(gpus: &[(u64, u64, u32)]) -> String {
+    let models = vec!["NVIDIA A10"; gpus.len()];
+    publication_of(gpus, &models)
+}
+
+/// As [`publication`], GPU i being of model `models[i]`.
+fn publication_of(gpus: &[(u64, u64, u32)], models: &[&str]) -> String {
     let p = NodePublication {
         max_sharers: 16,
         version: 1,
@@ -24,7 +30,7 @@ fn publication(gpus: &[(u64, u64, u32)]) -> String {
             .map(|(i, &(total, used, sharers))| PublishedGpu {
                 index: None,
                 uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
-                model: "NVIDIA A10".into(),
+                model: models[i].into(),
                 memory_total: total * GIB,
                 memory_allocated: used * GIB,
                 cores_allocated: 0,
@@ -318,4 +324,108 @@ fn resources_that_contradict_the_annotations_fit_no_node_and_say_why() {
             10u64 << 30
         )
     );
+}
+
+#[test]
+fn gpu_models_and_avoided_devices_decide_which_nodes_pass_and_how_they_score() {
+    let server = serve("binpack");
+    let a100 = "NVIDIA A100-SXM4-80GB";
+    let t4 = "Tesla T4";
+    let nodes = vec![
+        node(
+            "a100s",
+            Some(publication_of(&[(80, 0, 0), (80, 0, 0)], &[a100, a100])),
+        ),
+        node("t4", Some(publication_of(&[(15, 0, 0)], &[t4]))),
+        node(
+            "mixed",
+            Some(publication_of(&[(80, 70, 1), (15, 0, 0)], &[a100, t4])),
+        ),
+    ];
+    let filter = |annotations: Value| {
+        let args = json!({"Pod": pod(annotations), "Nodes": {"items": nodes}});
+        let (status, r) = call(&server, "/filter", &args);
+        assert!(status.contains("200"), "{status}");
+        let names = |v: &Value| -> Vec<String> {
+            v.as_object()
+                .map_or_else(Vec::new, |o| o.keys().cloned().collect())
+        };
+        let passed: Vec<String> = r["Nodes"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        (
+            passed,
+            names(&r["FailedNodes"]),
+            names(&r["FailedAndUnresolvableNodes"]),
+            r,
+        )
+    };
+    // By model: only nodes with a T4; an A100-only node never can.
+    let (passed, full, never, r) =
+        filter(json!({"gpuslice.io/memory": "4Gi", "gpuslice.io/gpu-model": "T4"}));
+    assert_eq!(passed, ["t4", "mixed"], "{r}");
+    assert!(full.is_empty(), "{r}");
+    assert_eq!(never, ["a100s"], "{r}");
+    // Avoiding a model: the mixed node's A100 is too full now (but could be emptied), the
+    // T4-only node never can.
+    let (passed, full, never, r) =
+        filter(json!({"gpuslice.io/memory": "20Gi", "gpuslice.io/gpu-model": "!T4"}));
+    assert_eq!(
+        (passed, full, never),
+        (
+            vec!["a100s".to_string()],
+            vec!["mixed".to_string()],
+            vec!["t4".to_string()]
+        ),
+        "{r}"
+    );
+    // Avoiding GPU 0: one GPU is left on the two-GPU nodes, none on the T4 node; two GPUs
+    // avoiding GPU 0 fit nowhere, ever.
+    let (passed, _, never, r) =
+        filter(json!({"gpuslice.io/memory": "1Gi", "gpuslice.io/devices": "!0"}));
+    assert_eq!(passed, ["a100s", "mixed"], "{r}");
+    assert_eq!(never, ["t4"], "{r}");
+    let (passed, _, never, r) = filter(
+        json!({"gpuslice.io/memory": "1Gi", "gpuslice.io/gpus": "2", "gpuslice.io/devices": "!0"}),
+    );
+    assert!(passed.is_empty(), "{r}");
+    assert_eq!(never, ["a100s", "mixed", "t4"], "{r}");
+    // A malformed model list fails every node for good, naming the annotation.
+    let (passed, _, never, r) =
+        filter(json!({"gpuslice.io/memory": "1Gi", "gpuslice.io/gpu-model": "T4,,A100"}));
+    assert!(passed.is_empty());
+    assert_eq!(never.len(), 3);
+    assert!(
+        r["FailedAndUnresolvableNodes"]["t4"]
+            .as_str()
+            .unwrap()
+            .contains("gpuslice.io/gpu-model"),
+        "{r}"
+    );
+    // Scores see only the GPUs the pod may use: binpack prefers the mixed node's fuller A100
+    // for an A100 pod, and is indifferent between T4s.
+    let args = json!({"Pod": pod(json!({"gpuslice.io/memory": "4Gi", "gpuslice.io/gpu-model": "a100"})), "Nodes": {"items": nodes}});
+    let (_, r) = call(&server, "/prioritize", &args);
+    assert_eq!(
+        r,
+        json!([{"Host": "a100s", "Score": 0}, {"Host": "t4", "Score": 0}, {"Host": "mixed", "Score": 10}]),
+        "{r}"
+    );
+    // The same answers from the node cache (node names only, Nodes watched on the API
+    // server).
+    let api = gpuslice_testsupport::apiserver::ApiServer::start();
+    for n in &nodes {
+        api.put_node(n.clone());
+    }
+    let cached = Extender::with_api(&api.url, None);
+    let args = json!({"Pod": pod(json!({"gpuslice.io/memory": "4Gi", "gpuslice.io/gpu-model": "T4"})), "NodeNames": ["a100s", "t4", "mixed"]});
+    let seen = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(10), || {
+        call(&cached, "/filter", &args).1["NodeNames"] == json!(["t4", "mixed"])
+    });
+    let (_, r) = call(&cached, "/filter", &args);
+    assert!(seen, "{r}");
+    assert!(r["FailedAndUnresolvableNodes"]["a100s"].is_string(), "{r}");
 }

@@ -33,6 +33,7 @@ struct Request {
     memory: Option<String>,
     cores: Option<u32>,
     devices: Option<String>,
+    model: Option<String>,
 }
 
 impl Request {
@@ -55,6 +56,9 @@ impl Request {
         if let Some(d) = &self.devices {
             a.insert(key("devices"), d.clone());
         }
+        if let Some(m) = &self.model {
+            a.insert(key("gpu-model"), m.clone());
+        }
         a
     }
 }
@@ -72,22 +76,33 @@ fn request() -> impl Strategy<Value = Request> {
         1 => (0u32..5).prop_map(|i| Some(i.to_string())),
         1 => (0u32..5).prop_map(|i| Some(format!("GPU-00000000-0000-4000-8000-00000000000{i}"))),
         1 => (0u32..4, 0u32..4).prop_map(|(a, b)| Some(format!("{a},{b}"))),
+        1 => (0u32..5).prop_map(|i| Some(format!("!{i}"))),
     ];
-    (prop::option::of(1u32..=3), memory, cores, devices).prop_map(
-        |(gpus, memory, mut cores, devices)| {
+    // The node's GPUs alternate A100 and T4 (see `inventory`).
+    let model = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some("A100".to_string())),
+        1 => Just(Some("t4".to_string())),
+        1 => Just(Some("!T4".to_string())),
+        1 => Just(Some("A100-SXM4, !80GB".to_string())),
+        1 => Just(Some("H100".to_string())),
+    ];
+    (prop::option::of(1u32..=3), memory, cores, devices, model).prop_map(
+        |(gpus, memory, mut cores, devices, model)| {
             // Cores alone are not a request the parser takes; keep those that mean a slice.
             if memory.is_none() && cores.is_some_and(|c| c < 100) {
                 cores = None;
             }
             let gpus = match &devices {
-                Some(d) => Some(d.split(',').count() as u32),
-                None => gpus,
+                Some(d) if !d.starts_with('!') => Some(d.split(',').count() as u32),
+                _ => gpus,
             };
             Request {
                 gpus,
                 memory,
                 cores,
                 devices,
+                model,
             }
         },
     )
@@ -131,7 +146,12 @@ fn inventory(gpus: &[u64]) -> Inventory {
             .map(|(i, &total)| GpuInfo {
                 index: i as u32,
                 uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
-                name: "NVIDIA A10".into(),
+                name: if i % 2 == 0 {
+                    "NVIDIA A100-SXM4-80GB"
+                } else {
+                    "Tesla T4"
+                }
+                .into(),
                 memory_total_bytes: total,
                 minor: i as u32,
                 pci_bus_id: String::new(),

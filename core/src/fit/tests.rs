@@ -34,6 +34,13 @@ impl NodeView for Node {
     fn uuid(&self, pos: usize) -> &str {
         &self.uuids[pos]
     }
+    fn model(&self, pos: usize) -> &str {
+        if pos.is_multiple_of(2) {
+            "NVIDIA A100-SXM4-80GB"
+        } else {
+            "Tesla T4"
+        }
+    }
     fn rules(&self) -> Rules {
         self.rules
     }
@@ -84,6 +91,8 @@ fn the_sharer_limit_refuses_one_slice_more_whatever_the_room() {
         shape: slice(1, 0),
         gpus: 1,
         devices: &[],
+        avoid: &[],
+        models: &ANY_MODEL,
     };
     assert_eq!(fitting(&ask, &node), Err(NodeMisfit::TooFew { fitting: 0 }));
     assert!(!NodeMisfit::TooFew { fitting: 0 }.is_lasting(&ask, &node));
@@ -121,6 +130,8 @@ fn named_devices_get_exactly_those_gpus_or_say_which_is_missing_or_full() {
         shape: slice(4, 0),
         gpus: 2,
         devices: &devices,
+        avoid: &[],
+        models: &ANY_MODEL,
     };
     assert_eq!(fitting(&ask, &node), Ok(vec![2, 0]));
     let missing = [DeviceSelector::Index(7)];
@@ -153,6 +164,8 @@ fn chosen_gpus_must_be_eligible_distinct_fitting_and_as_many_as_asked() {
         shape: slice(4, 20),
         gpus: 1,
         devices: &named,
+        avoid: &[],
+        models: &ANY_MODEL,
     };
     assert_eq!(
         fit_chosen(&ask, &node, &[1]),
@@ -187,6 +200,8 @@ fn a_slice_larger_than_the_gpu_never_fits_and_says_so() {
         shape: slice(10, 0),
         gpus: 1,
         devices: &[],
+        avoid: &[],
+        models: &ANY_MODEL,
     };
     let e = fitting(&ask, &node).unwrap_err();
     assert!(e.is_lasting(&ask, &node));
@@ -202,4 +217,52 @@ fn a_share_of_the_sms_without_memory_is_refused_naming_the_cores_annotation() {
         e,
         "annotation gpuslice.io/cores=\"30\": a share of the SMs needs a memory limit too (gpuslice.io/memory), or leave out gpuslice.io/cores for whole GPUs"
     );
+}
+
+#[test]
+fn a_request_uses_only_the_models_it_accepts_and_never_the_gpus_it_avoids() {
+    // GPUs 0 and 2 are A100s, 1 and 3 T4s.
+    let node = Node::new(vec![GpuRoom::idle(16 * GIB); 4], 4);
+    let a100 = crate::selection::ModelSelector::parse("k", "A100").unwrap();
+    let no_a100 = crate::selection::ModelSelector::parse("k", "!a100").unwrap();
+    let ask = |gpus, avoid, models| Ask {
+        shape: slice(1, 0),
+        gpus,
+        devices: &[],
+        avoid,
+        models,
+    };
+    assert_eq!(fitting(&ask(2, &[], &a100), &node), Ok(vec![0, 2]));
+    assert_eq!(fitting(&ask(1, &[], &no_a100), &node), Ok(vec![1, 3]));
+    let avoid = [
+        DeviceSelector::Index(0),
+        DeviceSelector::Uuid("gpu-3".into()),
+    ];
+    assert_eq!(fitting(&ask(2, &avoid, &ANY_MODEL), &node), Ok(vec![1, 2]));
+    assert_eq!(fitting(&ask(1, &avoid, &a100), &node), Ok(vec![2]));
+    let three = ask(3, &[], &a100);
+    let e = fitting(&three, &node).unwrap_err();
+    assert_eq!(e, NodeMisfit::TooFew { fitting: 2 });
+    assert!(
+        e.is_lasting(&three, &node),
+        "two A100s can never give three"
+    );
+    let named_t4 = [DeviceSelector::Index(1)];
+    let named = Ask {
+        devices: &named_t4,
+        ..ask(1, &[], &a100)
+    };
+    assert_eq!(
+        fitting(&named, &node),
+        Err(NodeMisfit::NamedModel { pos: 1 })
+    );
+    assert_eq!(
+        fit_chosen(&ask(1, &avoid, &ANY_MODEL), &node, &[0]),
+        Err(ChosenMisfit::NotNamed { pos: 0 })
+    );
+    assert_eq!(
+        fit_chosen(&ask(1, &[], &a100), &node, &[3]),
+        Err(ChosenMisfit::NotNamed { pos: 3 })
+    );
+    assert!(fit_chosen(&ask(1, &[], &a100), &node, &[2]).is_ok());
 }

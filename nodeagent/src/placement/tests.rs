@@ -13,6 +13,12 @@ fn gpus(n: u32, total: u64) -> Vec<GpuLoad> {
             index: i,
             uuid: format!("GPU-{i}"),
             minor: i,
+            model: if i % 2 == 0 {
+                "NVIDIA A100-SXM4-80GB"
+            } else {
+                "Tesla T4"
+            }
+            .to_string(),
             memory_total: total,
             memory_allocated: 0,
             cores_allocated: 0,
@@ -28,6 +34,8 @@ fn slice(memory: u64, policy: Policy) -> SliceRequest {
         memory: Some(MemoryQuantity::Bytes(memory)),
         cores: None,
         devices: vec![],
+        avoid_devices: Vec::new(),
+        models: Default::default(),
         gpu_policy: Some(policy),
         node_policy: None,
         assignment: None,
@@ -195,4 +203,52 @@ fn multi_gpu_requests_take_distinct_gpus() {
             .reason,
         RefusalReason::NotEnoughGpus
     );
+}
+
+#[test]
+fn the_agent_places_only_on_accepted_models_and_never_on_avoided_gpus() {
+    // GPUs 0 and 2 are A100s, 1 and 3 T4s.
+    let load = gpus(4, 15 * GIB);
+    let models = |v: &str| {
+        gpuslice_core::selection::ModelSelector::parse("gpuslice.io/gpu-model", v).unwrap()
+    };
+    let mut source = BTreeMap::new();
+    source.insert("gpuslice.io/gpu-model".to_string(), "T4".to_string());
+    let t4 = SliceRequest {
+        models: models("T4"),
+        source,
+        ..slice(GIB, Policy::Binpack)
+    };
+    let g = place(&t4, &load, Rules::default(), Policy::Binpack).unwrap();
+    assert_eq!(g[0].index, 1);
+    let three_t4 = SliceRequest {
+        gpus: 3,
+        ..t4.clone()
+    };
+    let e = place(&three_t4, &load, Rules::default(), Policy::Binpack).unwrap_err();
+    assert_eq!(e.reason, RefusalReason::NoSuchDevice);
+    assert!(
+        e.message.contains("gpuslice.io/gpu-model=\"T4\""),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("has 2 the request may use"),
+        "{}",
+        e.message
+    );
+    let avoid = SliceRequest {
+        gpus: 3,
+        avoid_devices: vec![DeviceSelector::Index(1)],
+        ..slice(GIB, Policy::Binpack)
+    };
+    let g = place(&avoid, &load, Rules::default(), Policy::Binpack).unwrap();
+    assert_eq!(g.iter().map(|g| g.index).collect::<Vec<_>>(), vec![0, 2, 3]);
+    let named_t4 = SliceRequest {
+        devices: vec![DeviceSelector::Index(1)],
+        models: models("A100"),
+        ..slice(GIB, Policy::Binpack)
+    };
+    let e = place(&named_t4, &load, Rules::default(), Policy::Binpack).unwrap_err();
+    assert!(e.message.contains("is a Tesla T4"), "{}", e.message);
 }

@@ -30,6 +30,8 @@ fn slice(memory: u64) -> Demand {
             cores: 0,
         },
         devices: Vec::new(),
+        avoid: Vec::new(),
+        gpu_models: ModelSelector::default(),
         models: None,
     }
 }

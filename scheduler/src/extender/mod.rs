@@ -217,8 +217,10 @@ impl Extender {
         let (generation, mix) = self.mix_snapshot();
         // Scores depend on a node's GPUs as a set, not on their order or the node's name:
         // nodes alike (common in a cluster, and unchanged between decisions) are scored once.
-        // A pod that names GPUs depends on which GPU is which: it is scored afresh.
-        let names_gpus = demands.iter().any(|d| !d.devices.is_empty());
+        // A pod that names or avoids GPUs depends on which GPU is which: it is scored afresh.
+        let names_gpus = demands
+            .iter()
+            .any(|d| !d.devices.is_empty() || !d.avoid.is_empty());
         let mut prefix = Mix64::default();
         (generation, policy, &demands).hash(&mut prefix);
         let Ok(mut memo) = self.scores.lock() else {

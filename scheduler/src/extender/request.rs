@@ -121,6 +121,8 @@ pub fn pod_slices(pod: &Value) -> Result<PodSlices, RequestError> {
                 gpus: req.gpus,
                 shape: Shape::of(req)?,
                 devices: req.devices.clone(),
+                avoid: req.avoid_devices.clone(),
+                gpu_models: req.models.clone(),
                 models: None,
             },
             resolved,

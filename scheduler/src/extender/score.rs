@@ -187,35 +187,47 @@ impl Hasher for Mix64 {
     }
 }
 
-/// A GPU as far as scores go: total and free memory, free SMs, sharers, held whole.
-type GpuKey = (u64, u64, u32, u32, bool);
+/// A GPU as far as scores go: total and free memory, free SMs, sharers, held whole, and a
+/// hash of its model name (requests may accept some models only).
+type GpuKey = (u64, u64, u32, u32, bool, u64);
 
 /// A hash of `node`'s GPUs as a set (sorted) and of its rules, continuing `prefix`. A node
 /// whose GPUs are named by a request is scored by the GPU identities too (see the caller).
 #[must_use]
 pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
-    use std::hash::Hash;
-    let key = |g: &GpuRoom| -> GpuKey {
+    use std::hash::{Hash, Hasher as _};
+    let model = |pos: usize| {
+        let mut h = Mix64::default();
+        h.write(gpuslice_core::fit::NodeView::model(node, pos).as_bytes());
+        h.finish()
+    };
+    let key = |pos: usize, g: &GpuRoom| -> GpuKey {
         (
             g.memory_total,
             g.memory_free,
             g.cores_free,
             g.sharers,
             g.exclusive,
+            model(pos),
         )
     };
     let mut h = *prefix;
     node.rules.max_sharers.hash(&mut h);
-    let mut small = [(0u64, 0u64, 0u32, 0u32, false); 16];
+    let mut small = [(0u64, 0u64, 0u32, 0u32, false, 0u64); 16];
     if node.gpus.len() <= small.len() {
-        for (slot, g) in small.iter_mut().zip(&node.gpus) {
-            *slot = key(g);
+        for (pos, (slot, g)) in small.iter_mut().zip(&node.gpus).enumerate() {
+            *slot = key(pos, g);
         }
         let used = &mut small[..node.gpus.len()];
         used.sort_unstable();
         used.hash(&mut h);
     } else {
-        let mut all: Vec<GpuKey> = node.gpus.iter().map(key).collect();
+        let mut all: Vec<GpuKey> = node
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(p, g)| key(p, g))
+            .collect();
         all.sort_unstable();
         all.hash(&mut h);
     }
