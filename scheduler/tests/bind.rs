@@ -327,3 +327,87 @@ fn a_pod_deleted_before_its_container_started_gives_its_room_back() {
     });
     assert!(bound, "a's 8 GiB were not given back");
 }
+
+#[tokio::test]
+async fn an_init_container_gets_its_own_slice_and_the_app_gets_the_room_it_leaves() {
+    // One 15 GiB GPU: a 10 GiB init container, then a 10 GiB app container. They never run
+    // together, so the pod fits; the agent admits each in its turn.
+    let sim = SimNode::new(1, "T4", Some(15 * GIB));
+    let api = ApiServer::start();
+    let publication = NodePublication {
+        max_sharers: 16,
+        version: 1,
+        claimed: Vec::new(),
+        gpus: vec![PublishedGpu {
+            index: None,
+            uuid: sim.spec.gpus[0].uuid.clone(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    let annotations = json!({"gpuslice.io/fetch.memory": "10Gi", "gpuslice.io/app.memory": "10Gi"});
+    api.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "model", "namespace": "default", "uid": "uid-model",
+                     "resourceVersion": "1", "annotations": annotations},
+        "spec": {"initContainers": [{"name": "fetch", "image": "registry.example/fetch:1"}],
+                 "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+        "status": {"phase": "Pending"}
+    }));
+    let (_dir, key) = key_file(KEY);
+    let ext = extender(&api, &key);
+    assert_eq!(bind(&ext, "model", "uid-model"), "");
+    let pod = api.pod("default", "model").unwrap();
+    let signed = pod["metadata"]["annotations"]["gpuslice.io/assignment"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = Assignment::verify(&signed, KEY).unwrap();
+    assert_eq!(a.containers.keys().collect::<Vec<_>>(), ["app", "fetch"]);
+    assert_eq!(a.containers["fetch"][0].memory_bytes, 10 * GIB);
+
+    let bus = Bus::start();
+    let _agent = node_agent(&bus, &sim, &key, &[]);
+    let signed_pod = pod["metadata"]["annotations"].clone();
+    let fetch = claim_as_container(&bus, &signed_pod, "fetch", "uid-model");
+    assert!(
+        fetch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
+    // While the init container holds its slice, the app's does not fit: they run in turn.
+    let early = claim_as_container(&bus, &signed_pod, "app", "uid-model");
+    assert!(!early.status.success());
+    let out = Command::new(gpuslice_testsupport::binary("gpuslice"))
+        .args([
+            "--bus-address",
+            &bus.address,
+            "release",
+            "ctr-uid-model-fetch",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let app = claim_as_container(&bus, &signed_pod, "app", "uid-model");
+    assert!(
+        app.status.success(),
+        "{}",
+        String::from_utf8_lossy(&app.stderr)
+    );
+    // Placed, the pod counts only what stays (the app): a 5 GiB pod still fits beside it.
+    api.put_pod(crate::pod("next", "uid-next", "5Gi"));
+    assert_eq!(bind(&ext, "next", "uid-next"), "");
+}

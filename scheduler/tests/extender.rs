@@ -429,3 +429,54 @@ fn gpu_models_and_avoided_devices_decide_which_nodes_pass_and_how_they_score() {
     assert!(seen, "{r}");
     assert!(r["FailedAndUnresolvableNodes"]["a100s"].is_string(), "{r}");
 }
+
+#[test]
+fn a_node_must_take_each_init_container_in_turn_and_the_sidecars_beside_the_apps() {
+    let server = serve("binpack");
+    let nodes = vec![
+        node("one-16", Some(publication(&[(16, 0, 0)]))),
+        node("one-24", Some(publication(&[(24, 0, 0)]))),
+        node("two-16", Some(publication(&[(16, 0, 0), (16, 0, 0)]))),
+    ];
+    let filter = |init: Value, annotations: Value| {
+        let mut p = pod(annotations);
+        p["spec"]["initContainers"] = init;
+        let args = json!({"Pod": p, "Nodes": {"items": nodes}});
+        let (_, r) = call(&server, "/filter", &args);
+        let passed: Vec<String> = r["Nodes"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        (passed, r)
+    };
+    // A 20 GiB init container before a 4 GiB app: the init container rules (Kubernetes'
+    // effective request), and a node too small for it never takes the pod.
+    let (passed, r) = filter(
+        json!([{"name": "warm", "image": "x"}]),
+        json!({"gpuslice.io/warm.memory": "20Gi", "gpuslice.io/app.memory": "4Gi"}),
+    );
+    assert_eq!(passed, ["one-24"], "{r}");
+    assert!(r["FailedAndUnresolvableNodes"]["one-16"].is_string(), "{r}");
+    // Two 12 GiB init containers run one after the other: one 16 GiB GPU takes both.
+    let (passed, r) = filter(
+        json!([{"name": "a", "image": "x"}, {"name": "b", "image": "x"}]),
+        json!({"gpuslice.io/a.memory": "12Gi", "gpuslice.io/b.memory": "12Gi",
+               "gpuslice.io/app.memory": "12Gi"}),
+    );
+    assert_eq!(passed, ["one-16", "one-24", "two-16"], "{r}");
+    // A 12 GiB sidecar keeps running beside the 12 GiB app: two GPUs of 16, or one of 24.
+    let (passed, r) = filter(
+        json!([{"name": "proxy", "image": "x", "restartPolicy": "Always"}]),
+        json!({"gpuslice.io/proxy.memory": "12Gi", "gpuslice.io/app.memory": "12Gi"}),
+    );
+    assert_eq!(passed, ["one-24", "two-16"], "{r}");
+    // Pod-level keys give every container a slice, init containers included (as the agent
+    // does): 10 GiB each, in turn, fits one 16 GiB GPU.
+    let (passed, r) = filter(
+        json!([{"name": "warm", "image": "x"}]),
+        json!({"gpuslice.io/memory": "10Gi"}),
+    );
+    assert_eq!(passed, ["one-16", "one-24", "two-16"], "{r}");
+}

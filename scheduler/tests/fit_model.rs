@@ -181,16 +181,30 @@ fn agent(dir: &std::path::Path, node: &Node) -> Ledger {
     ledger
 }
 
-fn pod(containers: &[Request]) -> Value {
-    let per_container = containers.len() > 1;
+/// A pod of app containers `c0`, `c1`… and, when given, an init container `i0` (a sidecar
+/// when its flag says so).
+fn pod(containers: &[Request], init: Option<&(Request, bool)>) -> Value {
+    let per_container = containers.len() > 1 || init.is_some();
     let mut annotations = BTreeMap::new();
     for (i, c) in containers.iter().enumerate() {
         let name = format!("c{i}");
         annotations.extend(c.annotations(per_container.then_some(name.as_str())));
     }
+    let mut init_containers = Vec::new();
+    if let Some((r, sidecar)) = init {
+        annotations.extend(r.annotations(Some("i0")));
+        let mut c = json!({"name": "i0"});
+        if *sidecar {
+            c["restartPolicy"] = json!("Always");
+        }
+        init_containers.push(c);
+    }
     json!({
         "metadata": {"name": "p", "namespace": "default", "uid": POD_UID, "annotations": annotations},
-        "spec": {"containers": (0..containers.len()).map(|i| json!({"name": format!("c{i}")})).collect::<Vec<_>>()}
+        "spec": {
+            "initContainers": init_containers,
+            "containers": (0..containers.len()).map(|i| json!({"name": format!("c{i}")})).collect::<Vec<_>>()
+        }
     })
 }
 
@@ -201,6 +215,7 @@ proptest! {
     fn the_extender_binds_only_what_the_agent_admits_and_what_it_passes_it_binds(
         node in node(),
         containers in prop::collection::vec(request(), 1..=2),
+        init in prop::option::weighted(0.3, (request(), any::<bool>())),
         policy in policy(),
     ) {
         let dir = tempfile::tempdir().unwrap();
@@ -208,13 +223,13 @@ proptest! {
         let publication = publish::publication(&ledger);
         let extender = Extender::new(policy.parse::<ClusterPolicy>().unwrap());
         extender.update_node(NODE, Some(publication.clone()));
-        let pod = pod(&containers);
+        let pod = pod(&containers, init.as_ref());
         let args: ExtenderArgs = serde_json::from_value(json!({"Pod": pod, "NodeNames": [NODE]})).unwrap();
         let filtered = extender.filter(&args);
         let passed = filtered.node_names.as_ref().is_some_and(|n| n.iter().any(|x| x == NODE));
 
         // The agent's own placement of a one-container pod, on the same state.
-        if containers.len() == 1 {
+        if containers.len() == 1 && init.is_none() {
             let mut ann = containers[0].annotations(None);
             ann.insert(CRI_CONTAINER_NAME.into(), "c0".into());
             let own = gpuslice_core::annotations::parse(&ann)
@@ -245,8 +260,14 @@ proptest! {
         let signed = Assignment { node: NODE.into(), pod_uid: POD_UID.into(), containers: assigned.clone() }
             .sign(KEY)
             .unwrap();
-        // Each container starts: the agent admits it with the assignment, as containerd asks.
-        for (i, c) in slices.containers.iter().enumerate() {
+        // Each container starts: the agent admits it with the assignment, as containerd asks;
+        // a plain init container exits (its claim released) before the next one starts.
+        let steps = slices
+            .init
+            .iter()
+            .map(|(c, sidecar)| (c, *sidecar))
+            .chain(slices.containers.iter().map(|c| (c, true)));
+        for (i, (c, stays)) in steps.enumerate() {
             let mut ann: BTreeMap<String, String> = pod["metadata"]["annotations"]
                 .as_object()
                 .unwrap()
@@ -262,6 +283,9 @@ proptest! {
                 "the extender bound {} to {:?}, the agent refused: {:?}",
                 c.name, assigned[&c.name], admitted.err().map(|e| e.to_string())
             );
+            if !stays {
+                ledger.release(&format!("pod-{i}")).unwrap();
+            }
         }
     }
 }

@@ -54,9 +54,10 @@ fn api(what: &'static str) -> impl FnOnce(kube::Error) -> BindError {
 /// Each container's GPUs, by name, as the signed assignment carries them.
 pub type AssignedContainers = BTreeMap<String, Vec<AssignedGpu>>;
 
-/// The GPUs of `node` for each container of a pod, chosen in turn by `policy` as prioritize
-/// scored the node (the fit model decides what fits), and the placements to count until the
-/// agent shows them. `node` is the node as published, with the placements not yet shown.
+/// The GPUs of `node` for each container of a pod (init containers included, each placed as
+/// it will run: beside the sidecars started before it), chosen in turn by `policy` as
+/// prioritize scored the node (the fit model decides what fits), and the placements to count
+/// until the agent shows them (what runs once the pod has started). `node` is the node as published, with the placements not yet shown.
 /// When the policy's choice for one container leaves no room for the next, the pod is placed
 /// by binpack, the way filter found that it fits.
 pub fn place_pod(
@@ -68,7 +69,7 @@ pub fn place_pod(
     mix: &TaskMix,
 ) -> Result<(AssignedContainers, Vec<Assumed>), BindError> {
     match place_each(node.clone(), publication, pod_uid, slices, policy, mix) {
-        Err(BindError::NoLongerFits(_)) if slices.containers.len() > 1 => {
+        Err(BindError::NoLongerFits(_)) if slices.all().count() > 1 => {
             place_each(node.clone(), publication, pod_uid, slices, BINPACK, mix)
         }
         other => other,
@@ -90,7 +91,14 @@ fn place_each(
 ) -> Result<(AssignedContainers, Vec<Assumed>), BindError> {
     let mut placed = Vec::new();
     let mut containers = BTreeMap::new();
-    for c in &slices.containers {
+    // Init containers in turn: a sidecar keeps its slice beside the next ones, a plain init
+    // container gives its slice back before the next starts (and is not counted after).
+    let steps = slices
+        .init
+        .iter()
+        .map(|(c, sidecar)| (c, *sidecar))
+        .chain(slices.containers.iter().map(|c| (c, true)));
+    for (c, stays) in steps {
         let (name, d) = (&c.name, &c.demand);
         let (_, gpus) = cluster::best_on_node(&node, d, policy, mix)
             .ok_or_else(|| BindError::NoLongerFits(name.clone()))?;
@@ -105,13 +113,15 @@ fn place_each(
                 }
             })
             .collect();
-        cluster::apply(&mut node, d, &gpus);
-        placed.push(Assumed {
-            container: assigned_container(pod_uid, name),
-            demand: d.clone(),
-            gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
-            since: std::time::Instant::now(),
-        });
+        if stays {
+            cluster::apply(&mut node, d, &gpus);
+            placed.push(Assumed {
+                container: assigned_container(pod_uid, name),
+                demand: d.clone(),
+                gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
+                since: std::time::Instant::now(),
+            });
+        }
         containers.insert(name.clone(), assigned);
     }
     Ok((containers, placed))
@@ -160,7 +170,7 @@ impl Extender {
         }
         let pod_json = serde_json::to_value(&pod).map_err(BindError::Encode)?;
         let slices = super::pod_slices(&pod_json)?;
-        if !slices.containers.is_empty() {
+        if !slices.is_empty() {
             let policy = slices.policy.unwrap_or(self.default_policy);
             let (signed, publication) = self
                 .assign(binder, &args.node, &uid, &slices, policy)

@@ -26,11 +26,13 @@ use gpuslice_core::publication::{NodePublication, assigned_container};
 use serde_json::Value;
 
 pub use cache::{ASSUME_FOR, Assumed, Known, NodeCache, NodeError};
-pub use request::{ContainerSlice, PodRequest, PodSlices, RequestError, pod_request, pod_slices};
+pub use request::{
+    ContainerSlice, PodDemands, PodRequest, PodSlices, RequestError, pod_request, pod_slices,
+};
 pub use score::Unfit;
 
 use crate::cluster::{ClusterPolicy, Demand, NodeState, TaskMix};
-use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_all, node_score};
+use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_pod, node_score};
 use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY, NodeList};
 
 pub struct Extender {
@@ -99,7 +101,7 @@ impl Extender {
         let Ok(slices) = pod_slices(pod) else {
             return;
         };
-        let demands: Vec<Demand> = slices.containers.iter().map(|c| c.demand.clone()).collect();
+        let demands = slices.demands().running();
         if demands.is_empty() {
             return;
         }
@@ -111,9 +113,13 @@ impl Extender {
         let Ok(a) = Assignment::verify(&value, key) else {
             return;
         };
+        // What the pod holds once started: its sidecars and app containers.
         let placed: Vec<Assumed> = slices
-            .containers
+            .init
             .iter()
+            .filter(|(_, sidecar)| *sidecar)
+            .map(|(c, _)| c)
+            .chain(&slices.containers)
             .filter_map(|c| {
                 let gpus = a.containers.get(&c.name)?;
                 Some(Assumed {
@@ -167,7 +173,7 @@ impl Extender {
                 (PodRequest::Invalid(e), _) => Err((true, format!("gpuslice: {e}"))),
                 (PodRequest::Slices(..), Err(why)) => Err((why.is_lasting(), why.to_string())),
                 (PodRequest::Slices(d, _), Ok(node)) => {
-                    fit_all(&node.state, d).map_err(|u| (matches!(u, Unfit::Never), u.to_string()))
+                    fit_pod(&node.state, d).map_err(|u| (matches!(u, Unfit::Never), u.to_string()))
                 }
             };
             match verdict {
@@ -182,7 +188,7 @@ impl Extender {
         }
         if let PodRequest::Slices(d, _) = &request {
             let nodes: Vec<&NodeState> = cluster.iter().map(|k| &k.state).collect();
-            self.observe(&args.pod, d, &nodes);
+            self.observe(&args.pod, &d.running(), &nodes);
         }
         tracing::debug!(
             passing = passing.len(),
@@ -207,12 +213,14 @@ impl Extender {
         let _entered = span.enter();
         let cands = self.cache.lookup(args);
         let request = pod_request(&args.pod);
-        let PodRequest::Slices(demands, policy) = request else {
+        let PodRequest::Slices(pod, policy) = request else {
             return cands
                 .into_iter()
                 .map(|(host, ..)| HostPriority { host, score: 0 })
                 .collect();
         };
+        // Scores count what the pod holds once started; filter checked its init steps.
+        let demands = pod.running();
         let policy = policy.unwrap_or(self.default_policy);
         let (generation, mix) = self.mix_snapshot();
         // Scores depend on a node's GPUs as a set, not on their order or the node's name:

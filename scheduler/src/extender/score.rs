@@ -9,6 +9,7 @@ use std::sync::Arc;
 use gpuslice_core::fit::GpuRoom;
 use serde_json::Value;
 
+use super::request::PodDemands;
 use crate::cluster::{self, Axis, ClusterPolicy, Demand, NodeState, SCARCITY_EVERY, TaskMix};
 
 /// Why a node cannot take a pod. The messages are the same for every node in the same
@@ -31,26 +32,35 @@ const BINPACK: ClusterPolicy = ClusterPolicy::Axes {
     gpu: Axis::Binpack,
 };
 
-/// Places `demands` one after the other on `node`, each on the GPUs binpack picks.
-pub fn fit_all(node: &NodeState, demands: &[Demand]) -> Result<(), Unfit> {
-    if let [d] = demands {
+/// Whether `pod` fits `node`: each init container in turn beside the sidecars started before
+/// it, then the app containers beside all sidecars, each placed on the GPUs binpack picks.
+pub fn fit_pod(node: &NodeState, pod: &PodDemands) -> Result<(), Unfit> {
+    if let ([], [d]) = (pod.init.as_slice(), pod.apps.as_slice()) {
         return if cluster::fits(node, d) {
             Ok(())
         } else {
-            Err(unfit(node, demands))
+            Err(unfit(node, pod))
         };
     }
-    if place_all(node.clone(), demands) {
+    if place_all(node.clone(), pod) {
         Ok(())
     } else {
-        Err(unfit(node, demands))
+        Err(unfit(node, pod))
     }
 }
 
-/// Whether `demands` can all be placed on `node` one after the other.
-fn place_all(mut node: NodeState, demands: &[Demand]) -> bool {
+/// Whether every step of `pod` can be placed on `node`.
+fn place_all(mut node: NodeState, pod: &PodDemands) -> bool {
     let mix = TaskMix::default();
-    for d in demands {
+    for (d, sidecar) in &pod.init {
+        match cluster::best_on_node(&node, d, BINPACK, &mix) {
+            // A sidecar keeps its slice; a plain init container gives it back on exit.
+            Some((_, gpus)) if *sidecar => cluster::apply(&mut node, d, &gpus),
+            Some(_) => {}
+            None => return false,
+        }
+    }
+    for d in &pod.apps {
         match cluster::best_on_node(&node, d, BINPACK, &mix) {
             Some((_, gpus)) => cluster::apply(&mut node, d, &gpus),
             None => return false,
@@ -59,13 +69,13 @@ fn place_all(mut node: NodeState, demands: &[Demand]) -> bool {
     true
 }
 
-/// Why `demands` do not fit `node`: for now, or even with the node empty.
-fn unfit(node: &NodeState, demands: &[Demand]) -> Unfit {
+/// Why `pod` does not fit `node`: for now, or even with the node empty.
+fn unfit(node: &NodeState, pod: &PodDemands) -> Unfit {
     let mut empty = node.clone();
     for g in &mut empty.gpus {
         *g = GpuRoom::idle(g.memory_total);
     }
-    if place_all(empty, demands) {
+    if place_all(empty, pod) {
         Unfit::Full
     } else {
         Unfit::Never
