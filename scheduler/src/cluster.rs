@@ -472,17 +472,19 @@ impl std::str::FromStr for ClusterPolicy {
                 node: Binpack,
                 gpu: Binpack,
             },
-            "spread" => Self::Axes {
+            // Spread means spreading pods over nodes, as in a pod's node policy; within a
+            // node, GPUs are binpacked (as the agent does by default) unless asked otherwise.
+            "spread" | "spread-binpack" => Self::Axes {
+                node: Spread,
+                gpu: Binpack,
+            },
+            "spread-spread" => Self::Axes {
                 node: Spread,
                 gpu: Spread,
             },
             "binpack-spread" => Self::Axes {
                 node: Binpack,
                 gpu: Spread,
-            },
-            "spread-binpack" => Self::Axes {
-                node: Spread,
-                gpu: Binpack,
             },
             "random" => Self::Random,
             "dot-product" => Self::DotProduct,
@@ -491,7 +493,7 @@ impl std::str::FromStr for ClusterPolicy {
             "frag-aware" => Self::FragAware,
             _ => {
                 return Err(format!(
-                    "unknown policy {s:?} (random, dot-product, gpu-packing, best-fit, binpack, spread, binpack-spread, spread-binpack, frag-aware)"
+                    "unknown policy {s:?} (random, dot-product, gpu-packing, best-fit, binpack, spread, binpack-spread, spread-binpack, spread-spread, frag-aware)"
                 ));
             }
         })

@@ -37,8 +37,9 @@ struct ServeArgs {
     /// Address to listen on
     #[arg(long, default_value = "0.0.0.0:8888")]
     listen: std::net::SocketAddr,
-    /// Node policy for pods that name none (gpuslice.io/node-policy): binpack, spread or
-    /// frag-aware
+    /// Node policy for pods that name none, read as gpuslice.io/node-policy is: binpack
+    /// (fullest node), spread (emptiest node) or frag-aware; within the node, GPUs are
+    /// binpacked unless the container's gpuslice.io/gpu-policy says spread
     #[arg(long, default_value = "frag-aware")]
     default_node_policy: String,
     /// File with the key shared with the node agents, to sign assignments at bind; without
@@ -62,7 +63,8 @@ struct SimulateArgs {
     #[arg(long, required = true, value_delimiter = ',')]
     pods: Vec<PathBuf>,
     /// Policies, comma-separated: random, dot-product, gpu-packing, best-fit, binpack,
-    /// spread, binpack-spread, spread-binpack, frag-aware
+    /// spread (nodes spread, GPUs binpacked: the meaning of spread everywhere), binpack-spread,
+    /// spread-binpack (= spread), spread-spread, frag-aware
     #[arg(
         long,
         value_delimiter = ',',
@@ -280,13 +282,15 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
 }
 
 fn serve_cmd(args: ServeArgs) -> Result<()> {
-    let policy: ClusterPolicy = match args.default_node_policy.as_str() {
-        "binpack" | "spread" | "frag-aware" => args
-            .default_node_policy
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--default-node-policy: {e}"))?,
-        other => bail!("--default-node-policy {other:?}: use binpack, spread or frag-aware"),
-    };
+    // The same reading as a pod's gpuslice.io/node-policy.
+    let policy: ClusterPolicy = args
+        .default_node_policy
+        .trim()
+        .parse::<gpuslice_core::policy::Policy>()
+        .map(gpuslice_scheduler::extender::request::node_policy)
+        .map_err(|e| {
+            anyhow::anyhow!("--default-node-policy {:?}: {e}", args.default_node_policy)
+        })?;
     let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));
     let key = args.assignment_key.as_deref().map(read_key).transpose()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

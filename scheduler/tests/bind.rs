@@ -411,3 +411,53 @@ async fn an_init_container_gets_its_own_slice_and_the_app_gets_the_room_it_leave
     api.put_pod(crate::pod("next", "uid-next", "5Gi"));
     assert_eq!(bind(&ext, "next", "uid-next"), "");
 }
+
+#[test]
+fn bind_chooses_gpus_within_the_node_by_the_container_gpu_policy() {
+    let api = ApiServer::start();
+    // GPU 0 has 10 of 15 GiB taken, GPU 1 is free.
+    let gpu = |i: u64, allocated: u64| PublishedGpu {
+        index: None,
+        uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
+        model: "Tesla T4".into(),
+        memory_total: 15 * GIB,
+        memory_allocated: allocated,
+        cores_allocated: 0,
+        sharers: u32::from(allocated > 0),
+        exclusive: false,
+    };
+    let publication = NodePublication {
+        max_sharers: 16,
+        version: 1,
+        claimed: Vec::new(),
+        gpus: vec![gpu(0, 10 * GIB), gpu(1, 0)],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    let mut packed = pod("packed", "uid-packed", "2Gi");
+    packed["metadata"]["annotations"]["gpuslice.io/node-policy"] = json!("spread");
+    let mut spread = pod("spread", "uid-spread", "2Gi");
+    spread["metadata"]["annotations"]["gpuslice.io/node-policy"] = json!("spread");
+    spread["metadata"]["annotations"]["gpuslice.io/gpu-policy"] = json!("spread");
+    api.put_pod(packed);
+    api.put_pod(spread);
+    let (_dir, key) = key_file(KEY);
+    let ext = extender(&api, &key);
+    let gpu_of = |name: &str, uid: &str| {
+        assert_eq!(bind(&ext, name, uid), "");
+        let signed =
+            api.pod("default", name).unwrap()["metadata"]["annotations"]["gpuslice.io/assignment"]
+                .as_str()
+                .unwrap()
+                .to_string();
+        Assignment::verify(&signed, KEY).unwrap().containers["app"][0]
+            .uuid
+            .clone()
+    };
+    // Node spread, GPUs binpacked: the fuller GPU; with gpu-policy spread: the emptier.
+    assert_eq!(gpu_of("packed", "uid-packed"), publication.gpus[0].uuid);
+    assert_eq!(gpu_of("spread", "uid-spread"), publication.gpus[1].uuid);
+}

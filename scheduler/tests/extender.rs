@@ -480,3 +480,62 @@ fn a_node_must_take_each_init_container_in_turn_and_the_sidecars_beside_the_apps
     );
     assert_eq!(passed, ["one-16", "one-24", "two-16"], "{r}");
 }
+
+#[test]
+fn frag_aware_scores_break_ties_on_the_node_axis_across_the_whole_range() {
+    let server = serve("frag-aware");
+    // A 4 GiB slice leaves no fragment on any of these nodes (each has an empty GPU): the
+    // fragmentation measure ties, and binpack on the node axis decides.
+    let nodes = vec![
+        node("empty", Some(publication(&[(24, 0, 0), (24, 0, 0)]))),
+        node("half", Some(publication(&[(24, 12, 1), (24, 0, 0)]))),
+        node("fuller", Some(publication(&[(24, 18, 2), (24, 0, 0)]))),
+        node("fullest", Some(publication(&[(24, 23, 3), (24, 0, 0)]))),
+        node("cannot", Some(publication(&[(24, 23, 3)]))),
+    ];
+    let args = json!({"Pod": pod(json!({"gpuslice.io/memory": "4Gi"})), "Nodes": {"items": nodes}});
+    call(&server, "/filter", &args);
+    let (_, r) = call(&server, "/prioritize", &args);
+    assert_eq!(
+        r,
+        json!([
+            {"Host": "empty", "Score": 0}, {"Host": "half", "Score": 3},
+            {"Host": "fuller", "Score": 7}, {"Host": "fullest", "Score": 10},
+            {"Host": "cannot", "Score": 0}
+        ]),
+        "{r}"
+    );
+}
+
+#[test]
+fn spread_means_the_same_as_a_flag_and_as_an_annotation() {
+    let nodes = vec![
+        node("empty", Some(publication(&[(24, 0, 0), (24, 0, 0)]))),
+        node("half", Some(publication(&[(24, 12, 2), (24, 0, 0)]))),
+    ];
+    let scores = |server: &Extender, annotations: Value| {
+        let args = json!({"Pod": pod(annotations), "Nodes": {"items": nodes}});
+        call(server, "/prioritize", &args).1
+    };
+    let by_annotation = scores(
+        &serve("binpack"),
+        json!({"gpuslice.io/memory": "4Gi", "gpuslice.io/node-policy": "spread"}),
+    );
+    let by_flag = scores(&serve("spread"), json!({"gpuslice.io/memory": "4Gi"}));
+    assert_eq!(by_annotation, by_flag);
+    assert_eq!(
+        by_flag,
+        json!([{"Host": "empty", "Score": 10}, {"Host": "half", "Score": 0}])
+    );
+    let out = std::process::Command::new(gpuslice_testsupport::binary("gpuslice-scheduler"))
+        .args(["serve", "--default-node-policy", "spreed"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--default-node-policy \"spreed\"")
+            && err.contains("binpack, spread or frag-aware"),
+        "{err}"
+    );
+}

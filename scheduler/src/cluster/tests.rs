@@ -85,7 +85,9 @@ fn the_four_patterns_of_node_and_gpu_binpack_and_spread() {
         ("binpack", [(0, 0), (0, 0), (0, 0), (0, 0)]),
         ("binpack-spread", [(0, 0), (0, 1), (0, 2), (0, 3)]),
         ("spread-binpack", [(0, 0), (1, 0), (0, 0), (1, 0)]),
-        ("spread", [(0, 0), (1, 0), (0, 1), (1, 1)]),
+        ("spread-spread", [(0, 0), (1, 0), (0, 1), (1, 1)]),
+        // Spread means the node axis, wherever it is written.
+        ("spread", [(0, 0), (1, 0), (0, 0), (1, 0)]),
     ];
     for (name, want) in cases {
         let mut nodes = vec![node("a", 4), node("b", 4)];

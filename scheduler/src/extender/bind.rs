@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use gpuslice_core::annotations;
 use gpuslice_core::assignment::{AssignedGpu, Assignment};
+use gpuslice_core::policy::Policy;
 use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, assigned_container};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -100,6 +101,7 @@ fn place_each(
         .chain(slices.containers.iter().map(|c| (c, true)));
     for (c, stays) in steps {
         let (name, d) = (&c.name, &c.demand);
+        let policy = with_gpu_policy(policy, c.resolved.request.gpu_policy);
         let (_, gpus) = cluster::best_on_node(&node, d, policy, mix)
             .ok_or_else(|| BindError::NoLongerFits(name.clone()))?;
         let assigned: Vec<AssignedGpu> = gpus
@@ -125,6 +127,22 @@ fn place_each(
         containers.insert(name.clone(), assigned);
     }
     Ok((containers, placed))
+}
+
+/// `policy` with its GPU axis set by a container's `gpuslice.io/gpu-policy` (binpack or
+/// spread), as the agent reads it; frag-aware chooses GPUs by its own measure.
+fn with_gpu_policy(policy: ClusterPolicy, gpu_policy: Option<Policy>) -> ClusterPolicy {
+    match (policy, gpu_policy) {
+        (ClusterPolicy::Axes { node, .. }, Some(Policy::Binpack)) => ClusterPolicy::Axes {
+            node,
+            gpu: cluster::Axis::Binpack,
+        },
+        (ClusterPolicy::Axes { node, .. }, Some(Policy::Spread)) => ClusterPolicy::Axes {
+            node,
+            gpu: cluster::Axis::Spread,
+        },
+        _ => policy,
+    }
 }
 
 /// What binding needs: an API client and the key shared with the node agents.

@@ -32,7 +32,7 @@ pub use request::{
 pub use score::Unfit;
 
 use crate::cluster::{ClusterPolicy, Demand, NodeState, TaskMix};
-use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_pod, node_score};
+use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_pod, node_score, priorities};
 use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY, NodeList};
 
 pub struct Extender {
@@ -207,7 +207,7 @@ impl Extender {
     }
 
     /// The prioritize verb: 10 for the node the policy likes best, 0 for the one it likes
-    /// least and for nodes that cannot take the pod, linear in between.
+    /// least and for nodes that cannot take the pod, by rank in between ([`priorities`]).
     pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
         let span = tracing::debug_span!("prioritize", pod = %pod_name(&args.pod));
         let _entered = span.enter();
@@ -237,7 +237,7 @@ impl Extender {
         if memo.0 != generation || memo.1.len() > SCORE_MEMO_LIMIT {
             *memo = (generation, ScoreMap::default());
         }
-        let scores: Vec<(String, Option<f64>)> = cands
+        let scores: Vec<(String, Option<(f64, f64)>)> = cands
             .into_iter()
             .map(|(name, _, state)| {
                 let s = state.ok().and_then(|n| {
@@ -255,22 +255,11 @@ impl Extender {
             })
             .collect();
         drop(memo);
-        let known: Vec<f64> = scores.iter().filter_map(|(_, s)| *s).collect();
-        let best = known.iter().copied().fold(f64::INFINITY, f64::min);
-        let worst = known.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let values: Vec<Option<(f64, f64)>> = scores.iter().map(|(_, s)| *s).collect();
         scores
             .into_iter()
-            .map(|(host, s)| {
-                let score = match s {
-                    None => 0,
-                    Some(_) if worst - best < 1e-12 => MAX_EXTENDER_PRIORITY,
-                    Some(v) => {
-                        let r = (worst - v) / (worst - best) * MAX_EXTENDER_PRIORITY as f64;
-                        (r.round() as i64).clamp(0, MAX_EXTENDER_PRIORITY)
-                    }
-                };
-                HostPriority { host, score }
-            })
+            .zip(priorities(&values, MAX_EXTENDER_PRIORITY))
+            .map(|((host, _), score)| HostPriority { host, score })
             .collect()
     }
 }

@@ -253,9 +253,11 @@ fn pod_node_policy(ann: &BTreeMap<String, String>) -> Result<Option<ClusterPolic
         .transpose()
 }
 
-/// The cluster policy a pod's node policy stands for: node binpack or spread (GPUs binpacked
-/// within the node), or frag-aware.
-fn node_policy(p: Policy) -> ClusterPolicy {
+/// The cluster policy a pod's node policy (or the extender's default) stands for: node
+/// binpack or spread (GPUs binpacked within the node, unless a container's
+/// `gpuslice.io/gpu-policy` says otherwise), or frag-aware.
+#[must_use]
+pub fn node_policy(p: Policy) -> ClusterPolicy {
     match p {
         Policy::Binpack => ClusterPolicy::Axes {
             node: Axis::Binpack,

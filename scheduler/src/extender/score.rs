@@ -82,22 +82,59 @@ fn unfit(node: &NodeState, pod: &PodDemands) -> Unfit {
     }
 }
 
-/// Sum over the pod's demands (placed one after the other) of the node-level score.
+/// Sums over the pod's demands (placed one after the other) of the node-level scores under
+/// `policy` (lower is better): the policy's own measure, and its tie-break on the node axis
+/// (for frag-aware, binpack: the free GPU share left).
 #[must_use]
 pub fn node_score(
     node: &NodeState,
     demands: &[Demand],
     policy: ClusterPolicy,
     mix: &TaskMix,
-) -> Option<f64> {
+) -> Option<(f64, f64)> {
     let mut n = node.clone();
-    let mut total = 0.0;
+    let (mut primary, mut secondary) = (0.0, 0.0);
     for d in demands {
-        let ((primary, _), gpus) = cluster::best_on_node(&n, d, policy, mix)?;
-        total += primary;
+        let ((p, s), gpus) = cluster::best_on_node(&n, d, policy, mix)?;
+        primary += p;
+        secondary += s;
         cluster::apply(&mut n, d, &gpus);
     }
-    Some(total)
+    Some((primary, secondary))
+}
+
+/// Scores closer than this are equal (sums of fractions differ in their last bits).
+const SCORE_TIE: f64 = 1e-9;
+
+/// kube-scheduler's extender priorities (0 to `max`) for node scores (lower is better; None
+/// for a node that cannot take the pod, which gets 0). The nodes that can are ranked by their
+/// scores, the policy's measure first and its node-axis tie-break second, equal ones alike;
+/// the best gets `max`, the worst 0, and the ranks between spread evenly over the range, so
+/// that the few distinct values a measure takes (fragmentation often moves in steps) still
+/// leave the tie-break visible to kube-scheduler.
+#[must_use]
+pub fn priorities(scores: &[Option<(f64, f64)>], max: i64) -> Vec<i64> {
+    let mut keys: Vec<(f64, f64)> = scores.iter().flatten().copied().collect();
+    keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let same = |a: &(f64, f64), b: &(f64, f64)| {
+        (a.0 - b.0).abs() <= SCORE_TIE && (a.1 - b.1).abs() <= SCORE_TIE
+    };
+    keys.dedup_by(|b, a| same(a, b));
+    let last = keys.len().saturating_sub(1);
+    scores
+        .iter()
+        .map(|s| {
+            let Some(s) = s else { return 0 };
+            if last == 0 {
+                return max;
+            }
+            let rank = keys
+                .partition_point(|k| !same(k, s) && (k.0, k.1) < (s.0, s.1))
+                .min(last);
+            let r = (last - rank) as f64 / last as f64 * max as f64;
+            (r.round() as i64).clamp(0, max)
+        })
+        .collect()
 }
 
 /// How far (total variation distance) the learned mix may move from the snapshot scores are
@@ -164,7 +201,7 @@ impl Mix {
 }
 
 /// Scores by a key already hashed with [`Mix64`].
-pub type ScoreMap = HashMap<u64, Option<f64>, BuildHasherDefault<Mix64>>;
+pub type ScoreMap = HashMap<u64, Option<(f64, f64)>, BuildHasherDefault<Mix64>>;
 
 /// A fast multiply-rotate hasher (as FxHash) for keys this extender derives itself from node
 /// states: not resistant to chosen inputs, which is fine for a cache of scores.
@@ -242,4 +279,32 @@ pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
         all.hash(&mut h);
     }
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::priorities;
+
+    #[test]
+    fn priorities_rank_by_the_measure_then_the_tie_break_over_the_whole_range() {
+        // Three nodes tie on the measure (0.0) and differ by the tie-break; one is worse.
+        let scores = [
+            Some((0.0, 3.0)),
+            Some((0.0, 1.0)),
+            None,
+            Some((0.0, 2.0)),
+            Some((0.5, 0.0)),
+            Some((0.0, 1.0 + 1e-12)),
+        ];
+        assert_eq!(priorities(&scores, 10), [3, 10, 0, 7, 0, 10]);
+        assert_eq!(priorities(&[Some((1.0, 1.0)), None], 10), [10, 0]);
+        assert_eq!(priorities(&[None, None], 10), [0, 0]);
+        // Many distinct scores use every level from 0 to 10.
+        let many: Vec<Option<(f64, f64)>> = (0..100).map(|i| Some((f64::from(i), 0.0))).collect();
+        let p = priorities(&many, 10);
+        assert_eq!((p[0], p[99]), (10, 0));
+        for level in 0..=10 {
+            assert!(p.contains(&level), "{level} unused: {p:?}");
+        }
+    }
 }
