@@ -315,6 +315,8 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
             },
         };
         if let Some(c) = &client {
+            // Not ready (/readyz) until both watches below have listed the cluster.
+            extender.expect_watches(2);
             // The placed pods first (their assigned placements must be known before the nodes'
             // publications are taken in), then the Node watch.
             let (extender, c, key) = (extender.clone(), c.clone(), key.clone());

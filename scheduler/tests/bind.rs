@@ -461,3 +461,75 @@ fn bind_chooses_gpus_within_the_node_by_the_container_gpu_policy() {
     assert_eq!(gpu_of("packed", "uid-packed"), publication.gpus[0].uuid);
     assert_eq!(gpu_of("spread", "uid-spread"), publication.gpus[1].uuid);
 }
+
+#[test]
+fn two_replicas_binding_at_once_never_oversubscribe_a_gpu_and_lose_no_pod() {
+    // One 15 GiB GPU, nothing on it; twelve 4 GiB pods bound at once, half through each of
+    // two extender replicas that share nothing but the API server: three fit.
+    let api = ApiServer::start();
+    publish_one_gpu(&api, 0, &[]);
+    let pods: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
+    for p in &pods {
+        api.put_pod(pod(p, &format!("uid-{p}"), "4Gi"));
+    }
+    let (_dir, key) = key_file(KEY);
+    let replicas = [extender(&api, &key), extender(&api, &key)];
+    let errors: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let ext = &replicas[i % 2];
+                s.spawn(move || (p.clone(), bind(ext, p, &format!("uid-{p}"))))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let bound: Vec<&String> = errors
+        .iter()
+        .filter(|(_, e)| e.is_empty())
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(bound.len(), 3, "15 GiB free, 4 GiB each: {errors:?}");
+    for (p, e) in &errors {
+        assert!(
+            e.is_empty() || e.contains("no longer fits"),
+            "{p}: refused for another reason: {e}"
+        );
+    }
+    // Every bound pod has its Binding and its assignment; nothing else was bound.
+    let o = api.objects.lock().unwrap();
+    assert_eq!(o.bindings.len(), 3);
+    drop(o);
+    let mut assigned = 0;
+    for p in &bound {
+        let pod = api.pod("default", p).unwrap();
+        assert_eq!(pod["spec"]["nodeName"], "gpu-node-1");
+        let signed = pod["metadata"]["annotations"]["gpuslice.io/assignment"]
+            .as_str()
+            .unwrap();
+        let a = Assignment::verify(signed, KEY).unwrap();
+        assigned += a.containers["app"][0].memory_bytes;
+    }
+    assert!(
+        assigned <= 15 * GIB,
+        "{assigned} bytes assigned on a 15 GiB GPU"
+    );
+    // The Node records exactly the bound pods' placements, for every replica to count.
+    let node = api.node("gpu-node-1").unwrap();
+    let record: Vec<Value> = serde_json::from_str(
+        node["metadata"]["annotations"]["gpuslice.io/placements"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut recorded: Vec<String> = record
+        .iter()
+        .map(|r| r["container"].as_str().unwrap().to_string())
+        .collect();
+    recorded.sort();
+    let mut want: Vec<String> = bound.iter().map(|p| format!("uid-{p}/app")).collect();
+    want.sort();
+    assert_eq!(recorded, want);
+    drop(replicas);
+}

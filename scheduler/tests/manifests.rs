@@ -133,6 +133,10 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
     }
     let role: ClusterRole = kind(&docs, "ClusterRole");
     assert!(can_patch(&role, "pods"), "bind writes the assignment");
+    assert!(
+        can_patch(&role, "nodes"),
+        "bind records its placements on the Node"
+    );
     assert!(may(&role, "get", "pods"), "bind reads the pod");
     assert!(may(&role, "create", "pods/binding"), "bind binds");
     assert!(may(&role, "list", "pods"), "the mix is learned at start");

@@ -1,7 +1,8 @@
 //! The bind verb: the extender commits its choice once. It reads the pod and the node from the
-//! API server, places each container's slice on the node's published GPUs, writes the signed
-//! assignment onto the pod (`gpuslice.io/assignment`, a JSON merge patch) and then creates the
-//! pod's Binding. The node agent honours the assignment only if the signature checks and the
+//! API server, places each container's slice on the node's published GPUs, records the
+//! placement on the Node under the Node's `resourceVersion` (so that replicas binding at once
+//! never both take the same room: see [`super::recorded`]), writes the signed assignment onto
+//! the pod (`gpuslice.io/assignment`, a JSON merge patch) and then creates the pod's Binding. The node agent honours the assignment only if the signature checks and the
 //! GPUs still fit; until the agent publishes again, the extender counts the placement in its
 //! node cache so that the next pods do not see the room as free.
 
@@ -15,6 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::recorded::{self, Recorded};
 use super::wire::{ExtenderBindingArgs, ExtenderBindingResult};
 use super::{Assumed, Extender, PodSlices, RequestError};
 use crate::cluster::{self, ClusterPolicy, NodeState, TaskMix};
@@ -46,6 +48,8 @@ pub enum BindError {
     Encode(serde_json::Error),
     #[error("the extender's placement lock is poisoned")]
     Poisoned,
+    #[error("the node changed under each of {0} tries to record the placement on it")]
+    Contended(usize),
 }
 
 fn api(what: &'static str) -> impl FnOnce(kube::Error) -> BindError {
@@ -212,6 +216,10 @@ impl Extender {
             .await;
             if bound.is_err() {
                 // Not bound: the room it was given is free again.
+                let nodes: Api<Node> = Api::all(binder.client.clone());
+                if let Err(e) = recorded::remove_pod(&nodes, &args.node, &uid).await {
+                    tracing::warn!("removing the placement of an unbound pod from its node: {e}");
+                }
                 let _ = self.cache.forget_pod(&uid);
                 self.cache.take_in(&args.node, &publication);
             }
@@ -245,8 +253,11 @@ async fn create_binding(
 }
 
 impl Extender {
-    /// Places the containers' slices on `node`, counts them there, and signs the result;
-    /// also returns the node's publication they were placed against.
+    /// Places the containers' slices on `node` and records the placement on the Node (its
+    /// `resourceVersion` as the precondition: a replica or agent that wrote the Node in
+    /// between makes this place again against the Node as it is now); counts them in the
+    /// node cache and signs the result. Also returns the node's publication they were placed
+    /// against.
     async fn assign(
         &self,
         binder: &Binder,
@@ -256,31 +267,63 @@ impl Extender {
         policy: ClusterPolicy,
     ) -> Result<(String, NodePublication), BindError> {
         let nodes: Api<Node> = Api::all(binder.client.clone());
-        let n = nodes.get(node).await.map_err(api("reading the node"))?;
-        let published = n
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(NODE_STATE_ANNOTATION))
-            .ok_or(BindError::NoAgent)?;
-        let publication: NodePublication =
-            serde_json::from_str(published).map_err(BindError::Unreadable)?;
-        // Placing and counting the placement happen as one step, so that concurrent binds
-        // (kube-scheduler binds asynchronously) see each other's placements.
-        let _placing = self.placing.lock().map_err(|_| BindError::Poisoned)?;
-        // What this extender already placed there counts too (the agent may not show it yet).
-        let state = self.cache.known(node, &publication).state;
-        let (_, mix) = self.mix_snapshot();
-        let (containers, placed) = place_pod(&state, &publication, pod_uid, slices, policy, &mix)?;
-        let signed = Assignment {
-            node: node.to_string(),
-            pod_uid: pod_uid.to_string(),
-            containers,
+        for _ in 0..recorded::WRITE_ATTEMPTS {
+            let n = nodes.get(node).await.map_err(api("reading the node"))?;
+            let annotations = n.metadata.annotations.as_ref();
+            let published = annotations
+                .and_then(|a| a.get(NODE_STATE_ANNOTATION))
+                .ok_or(BindError::NoAgent)?;
+            let publication: NodePublication =
+                serde_json::from_str(published).map_err(BindError::Unreadable)?;
+            let mut record = recorded::pending(recorded::read(annotations), &publication.claimed);
+            let (containers, placed) = {
+                // Placing against what this replica counts (its own placements the Node may
+                // not show yet included) is one step, so that its concurrent binds
+                // (kube-scheduler binds asynchronously) see each other's placements.
+                let _placing = self.placing.lock().map_err(|_| BindError::Poisoned)?;
+                self.cache.learn_recorded(node, &record);
+                let state = self.cache.known(node, &publication).state;
+                let (_, mix) = self.mix_snapshot();
+                place_pod(&state, &publication, pod_uid, slices, policy, &mix)?
+            };
+            let at_ms = recorded::now_ms();
+            record.retain(|r| !placed.iter().any(|p| p.container == r.container));
+            record.extend(placed.iter().map(|p| {
+                Recorded {
+                    container: p.container.clone(),
+                    gpus: p
+                        .container
+                        .rsplit_once('/')
+                        .and_then(|(_, name)| containers.get(name))
+                        .cloned()
+                        .unwrap_or_default(),
+                    exclusive: p.demand.shape.exclusive,
+                    at_ms,
+                }
+            }));
+            let patch = recorded::patch(n.metadata.resource_version.as_deref(), &record);
+            match nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if recorded::is_conflict(&e) => {
+                    tracing::debug!("the node changed while placing; placing again");
+                    continue;
+                }
+                Err(e) => return Err(api("recording the placement on the node")(e)),
+            }
+            let signed = Assignment {
+                node: node.to_string(),
+                pod_uid: pod_uid.to_string(),
+                containers,
+            }
+            .sign(&binder.key)
+            .map_err(|e| BindError::Sign(e.to_string()))?;
+            self.cache.assume(node, placed);
+            self.cache.take_in(node, &publication);
+            return Ok((signed, publication));
         }
-        .sign(&binder.key)
-        .map_err(|e| BindError::Sign(e.to_string()))?;
-        self.cache.assume(node, placed);
-        self.cache.take_in(node, &publication);
-        Ok((signed, publication))
+        Err(BindError::Contended(recorded::WRITE_ATTEMPTS))
     }
 }

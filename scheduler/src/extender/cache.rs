@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
 use serde_json::Value;
 
+use super::recorded::{self, Recorded};
 use super::score::{Mix64, gpu_set_hash};
 use super::wire;
 use crate::cluster::{self, Demand, NodeState};
@@ -137,6 +138,33 @@ impl NodeCache {
             .unwrap_or_default()
     }
 
+    /// Counts the placements recorded on node `name` (by any replica) that it does not count
+    /// yet, from when they were made, until its agent shows them.
+    pub fn learn_recorded(&self, name: &str, recorded: &[Recorded]) {
+        if recorded.is_empty() {
+            return;
+        }
+        let Ok(mut assumed) = self.assumed.lock() else {
+            return;
+        };
+        let list = assumed.entry(name.to_string()).or_default();
+        for r in recorded {
+            let age = r.age();
+            if age >= ASSUME_FOR || list.iter().any(|a| a.container == r.container) {
+                continue;
+            }
+            list.push(Assumed {
+                container: r.container.clone(),
+                demand: r.demand(),
+                gpus: r.gpus.iter().map(|g| g.uuid.clone()).collect(),
+                since: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+            });
+        }
+        if list.is_empty() {
+            assumed.remove(name);
+        }
+    }
+
     /// Counts placements on node `name` until its agent shows them.
     pub fn assume(&self, name: &str, placed: Vec<Assumed>) {
         if let Ok(mut assumed) = self.assumed.lock() {
@@ -173,7 +201,9 @@ impl NodeCache {
                 .iter()
                 .map(|n| {
                     let name = wire::name(n).to_string();
-                    let state = wire::annotations(n)
+                    let annotations = wire::annotations(n);
+                    self.learn_recorded(&name, &recorded::read(Some(&annotations)));
+                    let state = annotations
                         .get(NODE_STATE_ANNOTATION)
                         .ok_or(NodeError::NoPublication)
                         .and_then(|v| {

@@ -1,6 +1,7 @@
 //! The extender over HTTP: `POST /filter`, `POST /prioritize`, `POST /bind` (paths are the
 //! `filterVerb`, `prioritizeVerb` and `bindVerb` of kube-scheduler's extender configuration),
-//! `GET /healthz`, `GET /metrics` (OpenMetrics). A body that
+//! `GET /healthz` (alive), `GET /readyz` (the watches have listed the cluster), `GET /metrics`
+//! (OpenMetrics). A body that
 //! is not an `ExtenderArgs` is answered in the protocol, with `Error` set (filter) or HTTP
 //! 400 (prioritize, whose answer has no error field).
 
@@ -40,6 +41,7 @@ pub fn router_with_bind(extender: Arc<Extender>, binder: Option<Arc<Binder>>) ->
         .route("/prioritize", post(prioritize))
         .route("/bind", post(bind))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(Served {
@@ -47,6 +49,20 @@ pub fn router_with_bind(extender: Arc<Extender>, binder: Option<Arc<Binder>>) ->
             binder,
             metrics: Arc::default(),
         })
+}
+
+/// Ready once the node cache and the pod watch have listed the cluster (at once without
+/// API access): before that, answers would come from a partial cluster.
+async fn readyz(State(s): State<Served>) -> axum::response::Response {
+    if s.extender.ready() {
+        "ok".into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the Node and pod watches have not listed the cluster yet",
+        )
+            .into_response()
+    }
 }
 
 async fn metrics(State(s): State<Served>) -> axum::response::Response {

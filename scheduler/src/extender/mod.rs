@@ -12,6 +12,7 @@ pub mod bind;
 pub mod cache;
 pub mod http;
 pub mod metrics;
+pub mod recorded;
 pub mod request;
 pub mod score;
 pub mod watch;
@@ -44,6 +45,9 @@ pub struct Extender {
     /// Held while bind places a pod and records the placement.
     placing: Mutex<()>,
     default_policy: ClusterPolicy,
+    /// Watches (Nodes, bound pods) whose first list has not been taken in yet: until then the
+    /// extender is not ready (`/readyz`), since it would answer from a partial cluster.
+    unlisted: std::sync::atomic::AtomicUsize,
 }
 
 /// The pod's `namespace/name`, for spans and logs.
@@ -65,12 +69,40 @@ impl Extender {
             scores: Mutex::new((0, ScoreMap::default())),
             placing: Mutex::new(()),
             default_policy,
+            unlisted: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Expects `n` watches to list the cluster before the extender is ready.
+    pub fn expect_watches(&self, n: usize) {
+        self.unlisted
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// One expected watch has taken in its first list.
+    pub fn watch_listed(&self) {
+        let _ = self.unlisted.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |n| n.checked_sub(1),
+        );
+    }
+
+    /// Whether every expected watch has listed the cluster.
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.unlisted.load(std::sync::atomic::Ordering::SeqCst) == 0
     }
 
     /// Sets what a node publishes (from the Node watch), or forgets it.
     pub fn update_node(&self, name: &str, publication: Option<NodePublication>) {
         self.cache.update(name, publication.as_ref());
+    }
+
+    /// Counts the placements recorded on node `name` by any replica until its agent shows
+    /// them.
+    pub fn learn_recorded(&self, name: &str, recorded: &[recorded::Recorded]) {
+        self.cache.learn_recorded(name, recorded);
     }
 
     /// Nodes whose publication is known.

@@ -3,7 +3,9 @@
 //! `gpuslice.io/node-state`. A new publication replaces what bind had assumed there; a node
 //! that stops publishing, or is deleted, is forgotten. At start, the pods already placed are
 //! counted into the learned task mix. A watch on bound pods stops counting the placements of
-//! pods deleted or finished before their agent showed them.
+//! pods deleted or finished before their agent showed them, and removes them from the
+//! placements recorded on their Node. Placements recorded on a Node by any replica
+//! ([`super::recorded`]) are counted from the watch too.
 
 use std::sync::Arc;
 
@@ -14,7 +16,7 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 
-use super::Extender;
+use super::{Extender, recorded};
 
 fn publication(node: &Node) -> Option<NodePublication> {
     let text = node
@@ -42,10 +44,16 @@ fn warn(msg: &str) {
 pub async fn run(extender: Arc<Extender>, client: kube::Client) {
     let nodes: Api<Node> = Api::all(client);
     let mut events = watcher::watcher(nodes, watcher::Config::default()).boxed();
+    let mut listed = false;
     while let Some(event) = events.next().await {
         match event {
+            Ok(Event::InitDone) if !listed => {
+                listed = true;
+                extender.watch_listed();
+            }
             Ok(Event::Apply(n) | Event::InitApply(n)) => {
                 if let Some(name) = n.metadata.name.as_deref() {
+                    extender.learn_recorded(name, &recorded::read(n.metadata.annotations.as_ref()));
                     extender.update_node(name, publication(&n));
                 }
             }
@@ -124,8 +132,14 @@ pub async fn run_pods(extender: Arc<Extender>, client: kube::Client) {
     let nodes: Api<Node> = Api::all(client);
     let config = watcher::Config::default().fields("spec.nodeName!=");
     let mut events = watcher::watcher(pods, config).boxed();
+    let mut listed = false;
     while let Some(event) = events.next().await {
         let gone = match event {
+            Ok(Event::InitDone) if !listed => {
+                listed = true;
+                extender.watch_listed();
+                continue;
+            }
             Ok(Event::Delete(p)) => p,
             Ok(Event::Apply(p) | Event::InitApply(p)) if finished(&p) => p,
             Ok(_) => continue,
@@ -138,6 +152,15 @@ pub async fn run_pods(extender: Arc<Extender>, client: kube::Client) {
         let Some(uid) = gone.metadata.uid.as_deref() else {
             continue;
         };
+        // Its placements recorded on its node go too (any replica may do it; the write is
+        // conditional on the Node's version).
+        if let Some(node) = gone.spec.as_ref().and_then(|s| s.node_name.as_deref())
+            && let Err(e) = recorded::remove_pod(&nodes, node, uid).await
+        {
+            warn(&format!(
+                "removing the placements of pod {uid} from node {node}: {e}"
+            ));
+        }
         for node in extender.forget_pod(uid) {
             match nodes.get(&node).await {
                 Ok(n) => extender.update_node(&node, publication(&n)),

@@ -73,7 +73,13 @@ impl Extender {
         if let Some(k) = &key {
             args.extend(["--assignment-key", k]);
         }
-        Self::start(&args)
+        let e = Self::start(&args);
+        // Ready once its Node and pod watches have listed the cluster.
+        let ready = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
+            get(&e.addr, "/readyz").is_ok_and(|(s, _, _)| s.contains("200"))
+        });
+        assert!(ready, "extender on {} never became ready", e.addr);
+        e
     }
 
     /// POSTs `body` to `verb` and returns (HTTP status line, the answer as JSON, or as a JSON

@@ -5,7 +5,8 @@
 //! `resourceVersion` replaying every change made after it (so that nothing written between
 //! the list and the watch is lost), errors as `v1.Status` objects
 //! with the API server's reasons and codes (404 NotFound, 409 Conflict for a pod already
-//! bound, 415 for a patch type it does not take). There is no real API server on these
+//! bound or a patch whose `metadata.resourceVersion` is not the object's, 415 for a patch type
+//! it does not take). There is no real API server on these
 //! machines; this is what the Kubernetes calls are tested against.
 
 use std::collections::{BTreeMap, HashMap};
@@ -457,6 +458,30 @@ fn apply_patch(
     };
     if !exists {
         return not_found(resource.plural(), &key.1);
+    }
+    // A resourceVersion in the patch is a precondition, as the API server takes it
+    // (optimistic concurrency): the patch applies only to that version of the object.
+    if let Some(wanted) = patch["metadata"]["resourceVersion"].as_str() {
+        let current = match resource {
+            Resource::Pods => &o.pods[key],
+            Resource::Nodes => &o.nodes[&key.1],
+        }["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if wanted != current {
+            return status(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                    resource.plural(),
+                    key.1
+                ),
+                resource.plural(),
+                &key.1,
+            );
+        }
     }
     let version = o.next_version().to_string();
     let object = match resource {

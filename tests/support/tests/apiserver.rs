@@ -94,3 +94,55 @@ fn a_watch_without_a_version_starts_with_every_object_and_honours_the_field_sele
         "the pod without a node is not watched: {next}"
     );
 }
+
+/// Sends a JSON merge patch to `path` and returns (status line, body).
+fn merge_patch(api: &ApiServer, path: &str, body: &Value) -> (String, Value) {
+    let addr = api.url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    let body = body.to_string();
+    write!(
+        stream,
+        "PATCH {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/merge-patch+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text).expect("response");
+    let (head, rest) = text.split_once("\r\n\r\n").expect("headers");
+    let status = head.lines().next().unwrap_or("").to_string();
+    (
+        status,
+        serde_json::from_str(rest.trim()).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn a_patch_naming_a_resource_version_applies_only_to_that_version() {
+    let api = ApiServer::start();
+    api.put_node(node("gpu-1"));
+    let version = api.node("gpu-1").unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let patch = |v: &str, value: &str| json!({"metadata": {"resourceVersion": v, "annotations": {"example.com/k": value}}});
+    let (status, first) = merge_patch(&api, "/api/v1/nodes/gpu-1", &patch(&version, "a"));
+    assert!(status.contains("200"), "{status} {first}");
+    // The same precondition again: the node has moved on.
+    let (status, refused) = merge_patch(&api, "/api/v1/nodes/gpu-1", &patch(&version, "b"));
+    assert!(status.contains("409"), "{status}");
+    assert_eq!(refused["reason"], "Conflict");
+    assert_eq!(
+        api.node("gpu-1").unwrap()["metadata"]["annotations"]["example.com/k"],
+        "a"
+    );
+    let now = first["metadata"]["resourceVersion"].as_str().unwrap();
+    let (status, _) = merge_patch(&api, "/api/v1/nodes/gpu-1", &patch(now, "b"));
+    assert!(status.contains("200"), "{status}");
+    // Without a resourceVersion a patch always applies.
+    let (status, _) = merge_patch(
+        &api,
+        "/api/v1/nodes/gpu-1",
+        &json!({"metadata": {"annotations": {"example.com/k": "c"}}}),
+    );
+    assert!(status.contains("200"), "{status}");
+}
