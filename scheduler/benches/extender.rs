@@ -2,7 +2,10 @@
 //! second in-process, and the latency of a decision (both calls) over HTTP with `NodeNames`
 //! (nodeCacheCapable), the way kube-scheduler calls.
 //!
-//! Run: `cargo bench -p gpuslice-scheduler --bench extender` (`BENCH_DECISIONS`, default 200).
+//! Run: `cargo bench -p gpuslice-scheduler --bench extender` (`BENCH_DECISIONS`, default 200;
+//! `BENCH_NODES`, default 5,000). Also prints the process's resident memory once the node
+//! cache is filled (before any request is built), which is what the extender holds for the
+//! nodes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +17,19 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-const NODES: usize = 5000;
+const DEFAULT_NODES: usize = 5000;
+
+/// The process's resident memory in MiB (`VmRSS` of /proc/self/status).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
 const GPUS: usize = 8;
 const GIB: u64 = 1 << 30;
 
@@ -28,10 +43,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let nodes_wanted: usize = std::env::var("BENCH_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_NODES);
+    let rss_before = rss_mib();
     let policy: ClusterPolicy = "frag-aware".parse().unwrap();
     let ext = Arc::new(Extender::new(policy));
     let mut rng = StdRng::seed_from_u64(7);
-    let names: Vec<String> = (0..NODES).map(|i| format!("gpu-node-{i:04}")).collect();
+    let names: Vec<String> = (0..nodes_wanted)
+        .map(|i| format!("gpu-node-{i:04}"))
+        .collect();
     for name in &names {
         let gpus = (0..GPUS)
             .map(|g| {
@@ -59,6 +81,10 @@ fn main() {
             }),
         );
     }
+    println!(
+        "bench=extender nodes={nodes_wanted} node_cache_rss_mib={:.0}",
+        rss_mib() - rss_before
+    );
     let pod = |i: usize, mem: &str| {
         json!({
             "metadata": {"name": format!("p{i}"), "namespace": "default", "uid": format!("uid-{i}"),
@@ -78,7 +104,7 @@ fn main() {
     for a in &parsed {
         passing += ext.filter(a).node_names.map_or(0, |n| n.len());
         let scores = ext.prioritize(a);
-        assert_eq!(scores.len(), NODES);
+        assert_eq!(scores.len(), nodes_wanted);
     }
     let secs = started.elapsed().as_secs_f64();
     let t = Instant::now();
@@ -93,7 +119,7 @@ fn main() {
     let prioritize_ms = t.elapsed().as_secs_f64() * 1000.0 / decisions as f64;
     println!("bench=extender in_process filter_ms={filter_ms:.3} prioritize_ms={prioritize_ms:.3}");
     println!(
-        "bench=extender in_process nodes={NODES} gpus_per_node={GPUS} decisions={decisions} decisions_per_s={:.0} mean_passing_nodes={}",
+        "bench=extender in_process nodes={nodes_wanted} gpus_per_node={GPUS} decisions={decisions} decisions_per_s={:.0} mean_passing_nodes={}",
         decisions as f64 / secs,
         passing / decisions
     );
@@ -132,7 +158,7 @@ fn main() {
         percentile(&mut latencies, 0.99),
     );
     println!(
-        "bench=extender http nodes={NODES} request_bytes={} decision_p50_ms={p50:.2} decision_p99_ms={p99:.2}",
+        "bench=extender http nodes={nodes_wanted} request_bytes={} decision_p50_ms={p50:.2} decision_p99_ms={p99:.2}",
         bodies[0].len()
     );
     drop(server);

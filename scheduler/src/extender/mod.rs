@@ -33,7 +33,9 @@ pub use request::{
 pub use score::Unfit;
 
 use crate::cluster::{ClusterPolicy, Demand, NodeState, TaskMix};
-use score::{Mix, Mix64, SCORE_MEMO_LIMIT, ScoreMap, fit_pod, node_score, priorities};
+use score::{
+    Mix, Mix64, SCORE_MEMO_LIMIT, ScoreEntry, ScoreMap, fit_pod, node_score, priorities_of,
+};
 use wire::{ExtenderArgs, ExtenderFilterResult, HostPriority, MAX_EXTENDER_PRIORITY, NodeList};
 
 pub struct Extender {
@@ -41,7 +43,9 @@ pub struct Extender {
     /// The task mix learned from the pods seen.
     mix: Mutex<Mix>,
     /// Node scores by (mix generation, policy, demands, the node's GPUs as a set).
-    scores: Mutex<(u64, ScoreMap)>,
+    /// The memo's mix generation, the memo, and the prioritize calls made (to give each
+    /// call's distinct scores their slots).
+    scores: Mutex<(u64, ScoreMap, u64)>,
     /// Held while bind places a pod and records the placement.
     placing: Mutex<()>,
     default_policy: ClusterPolicy,
@@ -66,7 +70,7 @@ impl Extender {
         Self {
             cache: NodeCache::default(),
             mix: Mutex::new(Mix::default()),
-            scores: Mutex::new((0, ScoreMap::default())),
+            scores: Mutex::new((0, ScoreMap::default(), 0)),
             placing: Mutex::new(()),
             default_policy,
             unlisted: std::sync::atomic::AtomicUsize::new(0),
@@ -239,7 +243,7 @@ impl Extender {
     }
 
     /// The prioritize verb: 10 for the node the policy likes best, 0 for the one it likes
-    /// least and for nodes that cannot take the pod, by rank in between ([`priorities`]).
+    /// least and for nodes that cannot take the pod, by rank in between ([`score::priorities`]).
     pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
         let span = tracing::debug_span!("prioritize", pod = %pod_name(&args.pod));
         let _entered = span.enter();
@@ -267,31 +271,51 @@ impl Extender {
             return Vec::new();
         };
         if memo.0 != generation || memo.1.len() > SCORE_MEMO_LIMIT {
-            *memo = (generation, ScoreMap::default());
+            memo.0 = generation;
+            memo.1 = ScoreMap::default();
         }
-        let scores: Vec<(String, Option<(f64, f64)>)> = cands
+        memo.2 += 1;
+        let call = memo.2;
+        // Each node's score as a slot among this call's distinct scores.
+        let mut distinct: Vec<(f64, f64)> = Vec::new();
+        let slot_of = |score: Option<(f64, f64)>, distinct: &mut Vec<(f64, f64)>| {
+            score.map(|s| {
+                distinct.push(s);
+                u32::try_from(distinct.len() - 1).unwrap_or(u32::MAX)
+            })
+        };
+        let (hosts, slots): (Vec<String>, Vec<Option<u32>>) = cands
             .into_iter()
             .map(|(name, _, state)| {
-                let s = state.ok().and_then(|n| {
-                    if names_gpus {
-                        return node_score(&n.state, &demands, policy, &mix);
-                    }
-                    let mut key = prefix;
-                    key.write_u64(n.gpu_set);
-                    *memo
-                        .1
-                        .entry(key.finish())
-                        .or_insert_with(|| node_score(&n.state, &demands, policy, &mix))
+                let Ok(n) = state else {
+                    return (name, None);
+                };
+                if names_gpus {
+                    let s = node_score(&n.state, &demands, policy, &mix);
+                    return (name, slot_of(s, &mut distinct));
+                }
+                let mut key = prefix;
+                key.write_u64(n.gpu_set);
+                let entry = memo.1.entry(key.finish()).or_insert_with(|| ScoreEntry {
+                    score: node_score(&n.state, &demands, policy, &mix),
+                    call: 0,
+                    slot: 0,
                 });
-                (name, s)
+                if entry.score.is_none() {
+                    return (name, None);
+                }
+                if entry.call != call {
+                    entry.call = call;
+                    entry.slot = slot_of(entry.score, &mut distinct).unwrap_or(0);
+                }
+                (name, Some(entry.slot))
             })
-            .collect();
+            .unzip();
         drop(memo);
-        let values: Vec<Option<(f64, f64)>> = scores.iter().map(|(_, s)| *s).collect();
-        scores
+        hosts
             .into_iter()
-            .zip(priorities(&values, MAX_EXTENDER_PRIORITY))
-            .map(|((host, _), score)| HostPriority { host, score })
+            .zip(priorities_of(&distinct, &slots, MAX_EXTENDER_PRIORITY))
+            .map(|(host, score)| HostPriority { host, score })
             .collect()
     }
 }

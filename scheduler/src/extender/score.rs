@@ -114,27 +114,68 @@ const SCORE_TIE: f64 = 1e-9;
 /// leave the tie-break visible to kube-scheduler.
 #[must_use]
 pub fn priorities(scores: &[Option<(f64, f64)>], max: i64) -> Vec<i64> {
-    let mut keys: Vec<(f64, f64)> = scores.iter().flatten().copied().collect();
-    keys.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let same = |a: &(f64, f64), b: &(f64, f64)| {
-        (a.0 - b.0).abs() <= SCORE_TIE && (a.1 - b.1).abs() <= SCORE_TIE
-    };
-    keys.dedup_by(|b, a| same(a, b));
-    let last = keys.len().saturating_sub(1);
-    scores
+    let mut index: HashMap<(u64, u64), u32, BuildHasherDefault<Mix64>> = HashMap::default();
+    let mut distinct: Vec<(f64, f64)> = Vec::new();
+    let slots: Vec<Option<u32>> = scores
         .iter()
         .map(|s| {
-            let Some(s) = s else { return 0 };
+            let s = (*s)?;
+            Some(
+                *index
+                    .entry((s.0.to_bits(), s.1.to_bits()))
+                    .or_insert_with(|| {
+                        distinct.push(s);
+                        u32::try_from(distinct.len() - 1).unwrap_or(u32::MAX)
+                    }),
+            )
+        })
+        .collect();
+    priorities_of(&distinct, &slots, max)
+}
+
+/// [`priorities`] of nodes whose scores are given as slots in `distinct` (None: the node
+/// cannot take the pod). Nodes alike share a slot, so only the distinct scores are ranked.
+#[must_use]
+pub fn priorities_of(distinct: &[(f64, f64)], slots: &[Option<u32>], max: i64) -> Vec<i64> {
+    let mut order: Vec<u32> = (0..u32::try_from(distinct.len()).unwrap_or(u32::MAX)).collect();
+    let key = |i: u32| distinct[i as usize];
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (key(a), key(b));
+        a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1))
+    });
+    let same = |a: (f64, f64), b: (f64, f64)| {
+        (a.0 - b.0).abs() <= SCORE_TIE && (a.1 - b.1).abs() <= SCORE_TIE
+    };
+    let mut rank = vec![0usize; distinct.len()];
+    let mut r = 0;
+    for (k, &i) in order.iter().enumerate() {
+        if k > 0 && !same(key(order[k - 1]), key(i)) {
+            r += 1;
+        }
+        rank[i as usize] = r;
+    }
+    let last = r;
+    slots
+        .iter()
+        .map(|i| {
+            let Some(i) = i else { return 0 };
             if last == 0 {
                 return max;
             }
-            let rank = keys
-                .partition_point(|k| !same(k, s) && (k.0, k.1) < (s.0, s.1))
-                .min(last);
-            let r = (last - rank) as f64 / last as f64 * max as f64;
-            (r.round() as i64).clamp(0, max)
+            let p = (last - rank[*i as usize]) as f64 / last as f64 * max as f64;
+            (p.round() as i64).clamp(0, max)
         })
         .collect()
+}
+
+/// A memoized node score, and where it stands among the distinct scores of the prioritize
+/// call that last used it (so that a call ranks each distinct score once).
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreEntry {
+    pub score: Option<(f64, f64)>,
+    /// The call that last gave it a slot, and the slot.
+    pub call: u64,
+    pub slot: u32,
 }
 
 /// How far (total variation distance) the learned mix may move from the snapshot scores are
@@ -201,7 +242,7 @@ impl Mix {
 }
 
 /// Scores by a key already hashed with [`Mix64`].
-pub type ScoreMap = HashMap<u64, Option<(f64, f64)>, BuildHasherDefault<Mix64>>;
+pub type ScoreMap = HashMap<u64, ScoreEntry, BuildHasherDefault<Mix64>>;
 
 /// A fast multiply-rotate hasher (as FxHash) for keys this extender derives itself from node
 /// states: not resistant to chosen inputs, which is fine for a cache of scores.
