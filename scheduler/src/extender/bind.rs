@@ -126,6 +126,7 @@ fn place_each(
                 demand: d.clone(),
                 gpus: assigned.iter().map(|g| g.uuid.clone()).collect(),
                 since: std::time::Instant::now(),
+                from_record: false,
             });
         }
         containers.insert(name.clone(), assigned);

@@ -52,6 +52,9 @@ pub struct Assumed {
     /// The GPUs' UUIDs.
     pub gpus: Vec<String>,
     pub since: Instant,
+    /// Learned from the placements recorded on the Node (by any replica) rather than made
+    /// by this replica's bind: the Node's record is the authority on those.
+    pub from_record: bool,
 }
 
 /// How long a placement counts without its agent showing it: long enough for kubelet to pull
@@ -138,16 +141,19 @@ impl NodeCache {
             .unwrap_or_default()
     }
 
-    /// Counts the placements recorded on node `name` (by any replica) that it does not count
-    /// yet, from when they were made, until its agent shows them.
+    /// Counts the placements recorded on node `name` (by any replica) until its agent shows
+    /// them. The record read last is the authority: placements learned from an earlier
+    /// record and absent from this one (their pod went away) stop counting; this replica's
+    /// own placements count as they did.
     pub fn learn_recorded(&self, name: &str, recorded: &[Recorded]) {
-        if recorded.is_empty() {
-            return;
-        }
         let Ok(mut assumed) = self.assumed.lock() else {
             return;
         };
+        if recorded.is_empty() && !assumed.contains_key(name) {
+            return;
+        }
         let list = assumed.entry(name.to_string()).or_default();
+        list.retain(|a| !a.from_record);
         for r in recorded {
             let age = r.age();
             if age >= ASSUME_FOR || list.iter().any(|a| a.container == r.container) {
@@ -158,6 +164,7 @@ impl NodeCache {
                 demand: r.demand(),
                 gpus: r.gpus.iter().map(|g| g.uuid.clone()).collect(),
                 since: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+                from_record: true,
             });
         }
         if list.is_empty() {
@@ -232,3 +239,76 @@ impl NodeCache {
 /// A node of a request: its name, the Node object when the request carried it, and its
 /// GPUs or why they are not known.
 pub type Candidate = (String, Option<Value>, Result<Arc<Known>, NodeError>);
+
+#[cfg(test)]
+mod tests {
+    use gpuslice_core::assignment::AssignedGpu;
+    use gpuslice_core::publication::{NodePublication, PublishedGpu};
+
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn publication() -> NodePublication {
+        NodePublication {
+            version: 1,
+            max_sharers: 16,
+            claimed: Vec::new(),
+            gpus: vec![PublishedGpu {
+                index: None,
+                uuid: "GPU-1".into(),
+                model: "Tesla T4".into(),
+                memory_total: 16 * GIB,
+                memory_allocated: 0,
+                cores_allocated: 0,
+                sharers: 0,
+                exclusive: false,
+            }],
+        }
+    }
+
+    fn record(pod: &str) -> Recorded {
+        Recorded {
+            container: format!("{pod}/app"),
+            gpus: vec![AssignedGpu {
+                uuid: "GPU-1".into(),
+                memory_bytes: 8 * GIB,
+                cores: 0,
+            }],
+            exclusive: false,
+            at_ms: recorded::now_ms(),
+        }
+    }
+
+    fn free(cache: &NodeCache) -> u64 {
+        cache.known("n", &publication()).state.gpus[0].memory_free
+    }
+
+    #[test]
+    fn the_latest_record_on_the_node_decides_what_other_replicas_placed() {
+        let cache = NodeCache::default();
+        cache.learn_recorded("n", &[record("a"), record("b")]);
+        assert_eq!(free(&cache), 0);
+        // An older record read late (a Node event from before a was removed) counts a again,
+        // and the record without it, read next, stops counting it.
+        cache.learn_recorded("n", &[record("a")]);
+        assert_eq!(free(&cache), 8 * GIB);
+        cache.learn_recorded("n", &[]);
+        assert_eq!(free(&cache), 16 * GIB);
+        // This replica's own placement counts whatever the record says until it is forgotten.
+        cache.assume(
+            "n",
+            vec![Assumed {
+                container: "c/app".into(),
+                demand: record("c").demand(),
+                gpus: vec!["GPU-1".into()],
+                since: Instant::now(),
+                from_record: false,
+            }],
+        );
+        cache.learn_recorded("n", &[]);
+        assert_eq!(free(&cache), 8 * GIB);
+        assert_eq!(cache.forget_pod("c"), vec!["n".to_string()]);
+        assert_eq!(free(&cache), 16 * GIB);
+    }
+}

@@ -163,6 +163,7 @@ impl Extender {
                     demand: c.demand.clone(),
                     gpus: gpus.iter().map(|g| g.uuid.clone()).collect(),
                     since: std::time::Instant::now(),
+                    from_record: false,
                 })
             })
             .collect();
