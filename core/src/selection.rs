@@ -23,6 +23,15 @@ pub struct ModelSelector {
     pub avoid: Vec<String>,
 }
 
+/// A list entry as written: whether it avoids (`!` before it), and what it names.
+fn entry(raw: &str) -> (bool, &str) {
+    let item = raw.trim();
+    match item.strip_prefix('!') {
+        Some(rest) => (true, rest.trim()),
+        None => (false, item),
+    }
+}
+
 /// Model names and entries are compared word by word, case aside.
 fn words(s: &str) -> impl Iterator<Item = &str> {
     s.split([' ', '-', '_', '/']).filter(|w| !w.is_empty())
@@ -59,11 +68,7 @@ impl ModelSelector {
     pub fn parse(key: &str, value: &str) -> Result<Self, AnnotationError> {
         let mut out = Self::default();
         for raw in value.split(',') {
-            let item = raw.trim();
-            let (avoid, name) = match item.strip_prefix('!') {
-                Some(rest) => (true, rest.trim()),
-                None => (false, item),
-            };
+            let (avoid, name) = entry(raw);
             if words(name).next().is_none() {
                 return Err(AnnotationError::new(
                     key,
@@ -125,11 +130,7 @@ pub struct DeviceList {
 pub fn parse_devices(key: &str, value: &str) -> Result<DeviceList, AnnotationError> {
     let mut out = DeviceList::default();
     for raw in value.split(',') {
-        let item = raw.trim();
-        let (avoid, item) = match item.strip_prefix('!') {
-            Some(rest) => (true, rest.trim()),
-            None => (false, item),
-        };
+        let (avoid, item) = entry(raw);
         if item.is_empty() {
             return Err(AnnotationError::new(
                 key,

@@ -213,18 +213,21 @@ mod tests {
         let policies = vec!["frag-aware".to_string(), "best-fit".to_string()];
         let t = table(&runs, &traces, &policies);
         let lines: Vec<&str> = t.lines().collect();
+        // A row's cells: the columns are separated by two spaces or more.
+        let cells = |line: &str| -> Vec<String> {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
         assert_eq!(lines.len(), 4, "{t}");
         assert!(lines[0].contains("mean of 2 seeds"), "{t}");
         for h in ["paper FGD", "paper best-fit", "frag-aware − FGD"] {
             assert!(lines[1].contains(h), "{h}: {t}");
         }
-        let cells: Vec<&str> = lines[2]
-            .split("  ")
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .collect();
         assert_eq!(
-            cells,
+            cells(lines[2]),
             [
                 "default",
                 "4.50 / 3.50",
@@ -235,13 +238,8 @@ mod tests {
             ],
             "{t}"
         );
-        let cells: Vec<&str> = lines[3]
-            .split("  ")
-            .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .collect();
         assert_eq!(
-            cells,
+            cells(lines[3]),
             ["mine", "1.00 / 1.00", "2.00 / 2.00", "–", "–", "–"],
             "{t}"
         );

@@ -30,29 +30,44 @@ fn pod(name: &str, uid: &str, memory: &str) -> Value {
     })
 }
 
-/// Node gpu-node-1 as its agent publishes it: one 15 GiB GPU with `allocated` bytes taken, and
-/// the scheduler-assigned containers it lists as `claimed`.
-fn publish_one_gpu(api: &ApiServer, allocated: u64, claimed: &[&str]) {
+/// A 15 GiB T4 as its agent publishes it, with `allocated` bytes taken (by one slice).
+fn t4(uuid: &str, allocated: u64) -> PublishedGpu {
+    PublishedGpu {
+        index: None,
+        uuid: uuid.into(),
+        model: "Tesla T4".into(),
+        memory_total: 15 * GIB,
+        memory_allocated: allocated,
+        cores_allocated: 0,
+        sharers: u32::from(allocated > 0),
+        exclusive: false,
+    }
+}
+
+/// Node gpu-node-1 as its agent publishes `gpus`, with the scheduler-assigned containers it
+/// lists as `claimed`.
+fn publish(api: &ApiServer, gpus: Vec<PublishedGpu>, claimed: &[&str]) -> NodePublication {
     let publication = NodePublication {
         max_sharers: 16,
         version: 1,
         claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
-        gpus: vec![PublishedGpu {
-            index: None,
-            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: allocated,
-            cores_allocated: 0,
-            sharers: u32::from(allocated > 0),
-            exclusive: false,
-        }],
+        gpus,
     };
     api.put_node(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "gpu-node-1", "annotations": {
             NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
     }));
+    publication
+}
+
+/// Node gpu-node-1 with one 15 GiB GPU with `allocated` bytes taken.
+fn publish_one_gpu(api: &ApiServer, allocated: u64, claimed: &[&str]) {
+    publish(
+        api,
+        vec![t4("GPU-00000000-0000-4000-8000-000000000001", allocated)],
+        claimed,
+    );
 }
 
 fn bind(e: &Extender, name: &str, uid: &str) -> String {
@@ -69,32 +84,12 @@ async fn bind_signs_an_assignment_the_agent_honours_and_counts_it_until_publishe
     let sim = SimNode::new(2, "T4", Some(15 * GIB));
     let api = ApiServer::start();
     // As the agent publishes it: GPU 0 has 12 of 15 GiB taken, GPU 1 is free.
-    let publication = NodePublication {
-        max_sharers: 16,
-        version: 1,
-        claimed: Vec::new(),
-        gpus: sim
-            .spec
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(i, g)| PublishedGpu {
-                index: None,
-                uuid: g.uuid.clone(),
-                model: "Tesla T4".into(),
-                memory_total: 15 * GIB,
-                memory_allocated: if i == 0 { 12 * GIB } else { 0 },
-                cores_allocated: 0,
-                sharers: u32::from(i == 0),
-                exclusive: false,
-            })
-            .collect(),
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    let gpus = &sim.spec.gpus;
+    publish(
+        &api,
+        vec![t4(&gpus[0].uuid, 12 * GIB), t4(&gpus[1].uuid, 0)],
+        &[],
+    );
     api.put_pod(pod("web", "uid-web", "4Gi"));
     api.put_pod(pod("big", "uid-big", "12Gi"));
     let dir = tempfile::tempdir().unwrap();
@@ -192,26 +187,7 @@ fn concurrent_binds_for_the_last_room_place_one_pod() {
 fn a_pod_asking_by_extended_resources_gets_annotations_the_agent_reads() {
     let sim = SimNode::new(1, "T4", Some(15 * GIB));
     let api = ApiServer::start();
-    let publication = NodePublication {
-        max_sharers: 16,
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            index: None,
-            uuid: sim.spec.gpus[0].uuid.clone(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 0,
-            cores_allocated: 0,
-            sharers: 0,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    publish(&api, vec![t4(&sim.spec.gpus[0].uuid, 0)], &[]);
     let mut p = pod("infer", "uid-infer", "unused");
     p["metadata"]["annotations"] = json!({});
     p["spec"]["containers"] = json!([
@@ -334,26 +310,7 @@ async fn an_init_container_gets_its_own_slice_and_the_app_gets_the_room_it_leave
     // together, so the pod fits; the agent admits each in its turn.
     let sim = SimNode::new(1, "T4", Some(15 * GIB));
     let api = ApiServer::start();
-    let publication = NodePublication {
-        max_sharers: 16,
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            index: None,
-            uuid: sim.spec.gpus[0].uuid.clone(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 0,
-            cores_allocated: 0,
-            sharers: 0,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    publish(&api, vec![t4(&sim.spec.gpus[0].uuid, 0)], &[]);
     let annotations = json!({"gpuslice.io/fetch.memory": "10Gi", "gpuslice.io/app.memory": "10Gi"});
     api.put_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -416,27 +373,14 @@ async fn an_init_container_gets_its_own_slice_and_the_app_gets_the_room_it_leave
 fn bind_chooses_gpus_within_the_node_by_the_container_gpu_policy() {
     let api = ApiServer::start();
     // GPU 0 has 10 of 15 GiB taken, GPU 1 is free.
-    let gpu = |i: u64, allocated: u64| PublishedGpu {
-        index: None,
-        uuid: format!("GPU-00000000-0000-4000-8000-00000000000{i}"),
-        model: "Tesla T4".into(),
-        memory_total: 15 * GIB,
-        memory_allocated: allocated,
-        cores_allocated: 0,
-        sharers: u32::from(allocated > 0),
-        exclusive: false,
-    };
-    let publication = NodePublication {
-        max_sharers: 16,
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![gpu(0, 10 * GIB), gpu(1, 0)],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
+    let publication = publish(
+        &api,
+        vec![
+            t4("GPU-00000000-0000-4000-8000-000000000000", 10 * GIB),
+            t4("GPU-00000000-0000-4000-8000-000000000001", 0),
+        ],
+        &[],
+    );
     let mut packed = pod("packed", "uid-packed", "2Gi");
     packed["metadata"]["annotations"]["gpuslice.io/node-policy"] = json!("spread");
     let mut spread = pod("spread", "uid-spread", "2Gi");

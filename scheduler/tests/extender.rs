@@ -100,6 +100,16 @@ fn nodes() -> Vec<Value> {
     ]
 }
 
+/// The names of the Nodes a filter answer with Node objects passes.
+fn passed_names(r: &Value) -> Vec<String> {
+    r["Nodes"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
 fn call(server: &Extender, verb: &str, body: &Value) -> (String, Value) {
     server.post(verb, &body.to_string())
 }
@@ -350,12 +360,7 @@ fn gpu_models_and_avoided_devices_decide_which_nodes_pass_and_how_they_score() {
             v.as_object()
                 .map_or_else(Vec::new, |o| o.keys().cloned().collect())
         };
-        let passed: Vec<String> = r["Nodes"]["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
-            .collect();
+        let passed = passed_names(&r);
         (
             passed,
             names(&r["FailedNodes"]),
@@ -443,12 +448,7 @@ fn a_node_must_take_each_init_container_in_turn_and_the_sidecars_beside_the_apps
         p["spec"]["initContainers"] = init;
         let args = json!({"Pod": p, "Nodes": {"items": nodes}});
         let (_, r) = call(&server, "/filter", &args);
-        let passed: Vec<String> = r["Nodes"]["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
-            .collect();
+        let passed = passed_names(&r);
         (passed, r)
     };
     // A 20 GiB init container before a 4 GiB app: the init container rules (Kubernetes'

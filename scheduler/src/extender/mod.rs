@@ -244,7 +244,7 @@ impl Extender {
     }
 
     /// The prioritize verb: 10 for the node the policy likes best, 0 for the one it likes
-    /// least and for nodes that cannot take the pod, by rank in between ([`score::priorities`]).
+    /// least and for nodes that cannot take the pod, by rank in between ([`score::priorities_of`]).
     pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
         let span = tracing::debug_span!("prioritize", pod = %pod_name(&args.pod));
         let _entered = span.enter();

@@ -124,12 +124,12 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 }
 
 /// Removes the placements of pod `pod_uid` from node `node`'s record (the pod is gone, or was
-/// not bound), retrying when the Node changed in between. Nothing is written when the record
-/// holds none of them.
-pub async fn remove_pod(nodes: &Api<Node>, node: &str, pod_uid: &str) -> Result<(), kube::Error> {
+/// not bound), retrying when the Node changed in between, and returns the Node as it is then.
+/// Nothing is written when the record holds none of them.
+pub async fn remove_pod(nodes: &Api<Node>, node: &str, pod_uid: &str) -> Result<Node, kube::Error> {
     let prefix = gpuslice_core::publication::assigned_container(pod_uid, "");
+    let mut n = nodes.get(node).await?;
     for _ in 0..WRITE_ATTEMPTS {
-        let n = nodes.get(node).await?;
         let recorded = read(n.metadata.annotations.as_ref());
         let kept: Vec<Recorded> = recorded
             .iter()
@@ -137,19 +137,19 @@ pub async fn remove_pod(nodes: &Api<Node>, node: &str, pod_uid: &str) -> Result<
             .cloned()
             .collect();
         if kept.len() == recorded.len() {
-            return Ok(());
+            break;
         }
         let p = patch(n.metadata.resource_version.as_deref(), &kept);
         match nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(&p))
             .await
         {
-            Ok(_) => return Ok(()),
-            Err(e) if is_conflict(&e) => {}
+            Ok(patched) => return Ok(patched),
+            Err(e) if is_conflict(&e) => n = nodes.get(node).await?,
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -112,29 +112,9 @@ const SCORE_TIE: f64 = 1e-9;
 /// the best gets `max`, the worst 0, and the ranks between spread evenly over the range, so
 /// that the few distinct values a measure takes (fragmentation often moves in steps) still
 /// leave the tie-break visible to kube-scheduler.
-#[must_use]
-pub fn priorities(scores: &[Option<(f64, f64)>], max: i64) -> Vec<i64> {
-    let mut index: HashMap<(u64, u64), u32, BuildHasherDefault<Mix64>> = HashMap::default();
-    let mut distinct: Vec<(f64, f64)> = Vec::new();
-    let slots: Vec<Option<u32>> = scores
-        .iter()
-        .map(|s| {
-            let s = (*s)?;
-            Some(
-                *index
-                    .entry((s.0.to_bits(), s.1.to_bits()))
-                    .or_insert_with(|| {
-                        distinct.push(s);
-                        u32::try_from(distinct.len() - 1).unwrap_or(u32::MAX)
-                    }),
-            )
-        })
-        .collect();
-    priorities_of(&distinct, &slots, max)
-}
-
-/// [`priorities`] of nodes whose scores are given as slots in `distinct` (None: the node
-/// cannot take the pod). Nodes alike share a slot, so only the distinct scores are ranked.
+///
+/// Each node's score is given as a slot in `distinct` (None: the node cannot take the pod);
+/// nodes alike share a slot, so only the distinct scores are ranked.
 #[must_use]
 pub fn priorities_of(distinct: &[(f64, f64)], slots: &[Option<u32>], max: i64) -> Vec<i64> {
     let mut order: Vec<u32> = (0..u32::try_from(distinct.len()).unwrap_or(u32::MAX)).collect();
@@ -324,7 +304,32 @@ pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::priorities;
+    use std::collections::HashMap;
+
+    use super::priorities_of;
+
+    type Index = HashMap<(u64, u64), u32>;
+
+    /// [`priorities_of`] for one score per node.
+    fn priorities(scores: &[Option<(f64, f64)>], max: i64) -> Vec<i64> {
+        let mut index = Index::new();
+        let mut distinct: Vec<(f64, f64)> = Vec::new();
+        let slots: Vec<Option<u32>> = scores
+            .iter()
+            .map(|s| {
+                let s = (*s)?;
+                Some(
+                    *index
+                        .entry((s.0.to_bits(), s.1.to_bits()))
+                        .or_insert_with(|| {
+                            distinct.push(s);
+                            u32::try_from(distinct.len() - 1).unwrap_or(u32::MAX)
+                        }),
+                )
+            })
+            .collect();
+        priorities_of(&distinct, &slots, max)
+    }
 
     #[test]
     fn priorities_rank_by_the_measure_then_the_tie_break_over_the_whole_range() {

@@ -36,6 +36,13 @@ fn publication(node: &Node) -> Option<NodePublication> {
     }
 }
 
+/// Takes in what Node `n` (named `name`) says: its agent's publication and the placements
+/// recorded on it.
+fn take_in(extender: &Extender, name: &str, n: &Node) {
+    extender.learn_recorded(name, &recorded::read(n.metadata.annotations.as_ref()));
+    extender.update_node(name, publication(n));
+}
+
 fn warn(msg: &str) {
     tracing::warn!("{msg}");
 }
@@ -53,8 +60,7 @@ pub async fn run(extender: Arc<Extender>, client: kube::Client) {
             }
             Ok(Event::Apply(n) | Event::InitApply(n)) => {
                 if let Some(name) = n.metadata.name.as_deref() {
-                    extender.learn_recorded(name, &recorded::read(n.metadata.annotations.as_ref()));
-                    extender.update_node(name, publication(&n));
+                    take_in(&extender, name, &n);
                 }
             }
             Ok(Event::Delete(n)) => {
@@ -152,19 +158,17 @@ pub async fn run_pods(extender: Arc<Extender>, client: kube::Client) {
         let Some(uid) = gone.metadata.uid.as_deref() else {
             continue;
         };
-        // Its placements recorded on its node go too (any replica may do it; the write is
-        // conditional on the Node's version).
-        if let Some(node) = gone.spec.as_ref().and_then(|s| s.node_name.as_deref())
-            && let Err(e) = recorded::remove_pod(&nodes, node, uid).await
-        {
-            warn(&format!(
-                "removing the placements of pod {uid} from node {node}: {e}"
-            ));
-        }
+        // Where it still counts (placed by this replica, or recorded on the Node by any),
+        // its recorded placements go too (any replica may remove them: the write is
+        // conditional on the Node's version), and the node is taken in again as it is now.
         for node in extender.forget_pod(uid) {
-            match nodes.get(&node).await {
-                Ok(n) => extender.update_node(&node, publication(&n)),
-                Err(e) => warn(&format!("reading node {node} again: {e}")),
+            match recorded::remove_pod(&nodes, &node, uid).await {
+                Ok(n) => {
+                    take_in(&extender, &node, &n);
+                }
+                Err(e) => warn(&format!(
+                    "removing the placements of pod {uid} from node {node}: {e}"
+                )),
             }
         }
     }
