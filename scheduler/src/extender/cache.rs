@@ -2,7 +2,7 @@
 //! with the placements bind made there that the agent does not show yet.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
@@ -65,7 +65,7 @@ pub const ASSUME_FOR: Duration = Duration::from_secs(15 * 60);
 #[derive(Default)]
 pub struct NodeCache {
     /// Nodes by name, as their agents last published them.
-    nodes: RwLock<HashMap<String, Arc<Known>>>,
+    nodes: RwLock<ByName>,
     /// Placements bind made that the nodes' agents do not show yet, by node.
     assumed: Mutex<HashMap<String, Vec<Assumed>>>,
 }
@@ -85,7 +85,7 @@ impl NodeCache {
 
     /// Caches node `name` as `publication` shows it, with the placements it does not show yet.
     pub fn take_in(&self, name: &str, publication: &NodePublication) {
-        let known = Arc::new(self.known(name, publication));
+        let known = self.known(name, publication);
         if let Ok(mut c) = self.nodes.write() {
             c.insert(name.to_string(), known);
         }
@@ -130,15 +130,6 @@ impl NodeCache {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Every node whose publication is known.
-    #[must_use]
-    pub fn all(&self) -> Vec<Arc<Known>> {
-        self.nodes
-            .read()
-            .map(|c| c.values().cloned().collect())
-            .unwrap_or_default()
     }
 
     /// Counts the placements recorded on node `name` (by any replica) until its agent shows
@@ -200,45 +191,100 @@ impl NodeCache {
     }
 
     /// The nodes of a request, each with its GPUs or why they are not known: from the Node
-    /// objects when the request carries them, else from the cache by name.
-    pub fn lookup(&self, args: &wire::ExtenderArgs) -> Vec<Candidate> {
+    /// objects when the request carries them, else from the cache by name. The cache is read
+    /// under one lock for the whole decision rather than copied out node by node.
+    pub fn lookup<'a>(&'a self, args: &'a wire::ExtenderArgs) -> Lookup<'a> {
         if let Some(list) = &args.nodes {
-            return list
+            let parsed = list
                 .items
                 .iter()
                 .map(|n| {
-                    let name = wire::name(n).to_string();
+                    let name = wire::name(n);
                     let annotations = wire::annotations(n);
-                    self.learn_recorded(&name, &recorded::read(Some(&annotations)));
-                    let state = annotations
+                    self.learn_recorded(name, &recorded::read(Some(&annotations)));
+                    annotations
                         .get(NODE_STATE_ANNOTATION)
                         .ok_or(NodeError::NoPublication)
                         .and_then(|v| {
                             serde_json::from_str::<NodePublication>(v)
                                 .map_err(|e| NodeError::Unreadable(e.to_string()))
                         })
-                        .map(|p| Arc::new(self.known(&name, &p)));
-                    (name, Some(n.clone()), state)
+                        .map(|p| self.known(name, &p))
                 })
                 .collect();
+            return Lookup {
+                args,
+                source: Source::Objects(parsed),
+            };
         }
-        let Ok(cache) = self.nodes.read() else {
-            return Vec::new();
-        };
-        args.node_names
-            .iter()
-            .flatten()
-            .map(|name| {
-                let state = cache.get(name).cloned().ok_or(NodeError::NoPublication);
-                (name.clone(), None, state)
-            })
-            .collect()
+        Lookup {
+            args,
+            source: self.nodes.read().map_or(Source::Unavailable, Source::Cache),
+        }
     }
+}
+
+/// Nodes by name.
+type ByName = HashMap<String, Known>;
+
+/// A request's nodes as [`NodeCache::lookup`] found them.
+pub struct Lookup<'a> {
+    args: &'a wire::ExtenderArgs,
+    source: Source<'a>,
+}
+
+enum Source<'a> {
+    /// Read from the Node objects the request carries, in their order.
+    Objects(Vec<Result<Known, NodeError>>),
+    /// The node cache, read-locked until the lookup is dropped.
+    Cache(RwLockReadGuard<'a, ByName>),
+    /// The cache's lock was poisoned: no node is known.
+    Unavailable,
 }
 
 /// A node of a request: its name, the Node object when the request carried it, and its
 /// GPUs or why they are not known.
-pub type Candidate = (String, Option<Value>, Result<Arc<Known>, NodeError>);
+pub type Candidate<'a> = (&'a str, Option<&'a Value>, Result<&'a Known, NodeError>);
+
+impl Lookup<'_> {
+    /// The request's nodes, in its order.
+    pub fn candidates(&self) -> Box<dyn Iterator<Item = Candidate<'_>> + '_> {
+        match (&self.source, &self.args.nodes) {
+            (Source::Objects(parsed), Some(list)) => {
+                Box::new(list.items.iter().zip(parsed).map(|(n, state)| {
+                    (wire::name(n), Some(n), state.as_ref().map_err(Clone::clone))
+                }))
+            }
+            (Source::Cache(cache), _) => {
+                Box::new(self.args.node_names.iter().flatten().map(|name| {
+                    let state = cache.get(name).ok_or(NodeError::NoPublication);
+                    (name.as_str(), None, state)
+                }))
+            }
+            _ => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// The request's node names, in its order.
+    pub fn names(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match (&self.args.nodes, &self.args.node_names) {
+            (Some(list), _) => Box::new(list.items.iter().map(wire::name)),
+            (None, Some(names)) => Box::new(names.iter().map(String::as_str)),
+            (None, None) => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Every node the extender knows of: the whole node cache, or, when the request carries
+    /// its Nodes, those whose GPUs are known.
+    #[must_use]
+    pub fn cluster(&self) -> Vec<&NodeState> {
+        match &self.source {
+            Source::Objects(parsed) => parsed.iter().flatten().map(|k| &k.state).collect(),
+            Source::Cache(cache) => cache.values().map(|k| &k.state).collect(),
+            Source::Unavailable => Vec::new(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -188,23 +188,11 @@ impl Extender {
     pub fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
         let span = tracing::debug_span!("filter", pod = %pod_name(&args.pod));
         let _entered = span.enter();
-        let cands = self.cache.lookup(args);
+        let lookup = self.cache.lookup(args);
         let mut result = ExtenderFilterResult::default();
         let request = pod_request(&args.pod);
-        // The cluster as the extender knows it, to measure scarcity on: the node cache, or,
-        // without it, the nodes of this request.
-        let due = matches!(request, PodRequest::Slices(..))
-            && self.mix.lock().is_ok_and(|m| m.scarcity_due());
-        let cluster: Vec<Arc<Known>> = match (due, &args.nodes) {
-            (false, _) => Vec::new(),
-            (true, None) => self.cache.all(),
-            (true, Some(_)) => cands
-                .iter()
-                .filter_map(|(_, _, s)| s.as_ref().ok().cloned())
-                .collect(),
-        };
         let mut passing = Vec::new();
-        for (name, object, state) in cands {
+        for (name, object, state) in lookup.candidates() {
             let verdict: Result<(), (bool, String)> = match (&request, state) {
                 (PodRequest::None, _) => Ok(()),
                 (PodRequest::Invalid(e), _) => Err((true, format!("gpuslice: {e}"))),
@@ -216,15 +204,20 @@ impl Extender {
             match verdict {
                 Ok(()) => passing.push((name, object)),
                 Err((false, why)) => {
-                    result.failed_nodes.insert(name, why);
+                    result.failed_nodes.insert(name.to_string(), why);
                 }
                 Err((true, why)) => {
-                    result.failed_and_unresolvable_nodes.insert(name, why);
+                    result
+                        .failed_and_unresolvable_nodes
+                        .insert(name.to_string(), why);
                 }
             }
         }
         if let PodRequest::Slices(d, _) = &request {
-            let nodes: Vec<&NodeState> = cluster.iter().map(|k| &k.state).collect();
+            // Scarcity is measured, now and then, on the cluster as the extender knows it: the
+            // node cache, or, without it, the nodes of this request.
+            let due = self.mix.lock().is_ok_and(|m| m.scarcity_due());
+            let nodes = if due { lookup.cluster() } else { Vec::new() };
             self.observe(&args.pod, &d.running(), &nodes);
         }
         tracing::debug!(
@@ -234,11 +227,14 @@ impl Extender {
         );
         if let Some(list) = &args.nodes {
             result.nodes = Some(NodeList {
-                items: passing.into_iter().filter_map(|(_, o)| o).collect(),
+                items: passing
+                    .into_iter()
+                    .filter_map(|(_, o)| o.cloned())
+                    .collect(),
                 rest: list.rest.clone(),
             });
         } else {
-            result.node_names = Some(passing.into_iter().map(|(n, _)| n).collect());
+            result.node_names = Some(passing.into_iter().map(|(n, _)| n.to_string()).collect());
         }
         result
     }
@@ -248,12 +244,15 @@ impl Extender {
     pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
         let span = tracing::debug_span!("prioritize", pod = %pod_name(&args.pod));
         let _entered = span.enter();
-        let cands = self.cache.lookup(args);
+        let lookup = self.cache.lookup(args);
         let request = pod_request(&args.pod);
         let PodRequest::Slices(pod, policy) = request else {
-            return cands
-                .into_iter()
-                .map(|(host, ..)| HostPriority { host, score: 0 })
+            return lookup
+                .candidates()
+                .map(|(host, ..)| HostPriority {
+                    host: host.to_string(),
+                    score: 0,
+                })
                 .collect();
         };
         // Scores count what the pod holds once started; filter checked its init steps.
@@ -285,15 +284,15 @@ impl Extender {
                 u32::try_from(distinct.len() - 1).unwrap_or(u32::MAX)
             })
         };
-        let (hosts, slots): (Vec<String>, Vec<Option<u32>>) = cands
-            .into_iter()
-            .map(|(name, _, state)| {
+        let slots: Vec<Option<u32>> = lookup
+            .candidates()
+            .map(|(_, _, state)| {
                 let Ok(n) = state else {
-                    return (name, None);
+                    return None;
                 };
                 if names_gpus {
                     let s = node_score(&n.state, &demands, policy, &mix);
-                    return (name, slot_of(s, &mut distinct));
+                    return slot_of(s, &mut distinct);
                 }
                 let mut key = prefix;
                 key.write_u64(n.gpu_set);
@@ -302,21 +301,22 @@ impl Extender {
                     call: 0,
                     slot: 0,
                 });
-                if entry.score.is_none() {
-                    return (name, None);
-                }
+                entry.score?;
                 if entry.call != call {
                     entry.call = call;
                     entry.slot = slot_of(entry.score, &mut distinct).unwrap_or(0);
                 }
-                (name, Some(entry.slot))
+                Some(entry.slot)
             })
-            .unzip();
+            .collect();
         drop(memo);
-        hosts
-            .into_iter()
+        lookup
+            .names()
             .zip(priorities_of(&distinct, &slots, MAX_EXTENDER_PRIORITY))
-            .map(|(host, score)| HostPriority { host, score })
+            .map(|(host, score)| HostPriority {
+                host: host.to_string(),
+                score,
+            })
             .collect()
     }
 }

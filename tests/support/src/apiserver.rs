@@ -319,26 +319,67 @@ fn is_watch(query: &HashMap<String, String>) -> bool {
     query.get("watch").is_some_and(|w| w == "true" || w == "1")
 }
 
-/// `GET /api/v1/nodes`: a NodeList, or with `watch=true` a stream of watch events.
-async fn list_nodes(
-    State(s): State<Shared>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
-    if is_watch(&query) {
-        return watch(&s, Resource::Nodes, &query);
-    }
-    let o = s.lock().expect("lock");
-    let list = json!({
-        "kind": "NodeList", "apiVersion": "v1",
-        "metadata": {"resourceVersion": o.version.to_string()},
-        "items": o.nodes.values().cloned().collect::<Vec<_>>()
-    });
-    Json(list).into_response()
+/// The value of parameter `name` in a raw (still encoded) query.
+fn raw_param(query: &str, name: &str) -> Option<String> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .map(str::to_string)
 }
 
-/// `GET /api/v1/pods`: a PodList of every namespace, in pages of `limit` with a `continue`
-/// token as the API server gives them (the token here is the offset; clients must treat it as
-/// opaque, as they do the real one).
+/// A list (`kind`) of `matching` in pages of the query's `limit`, with a `continue` token as
+/// the API server gives them. The token here is `<offset>-<resourceVersion of the first
+/// page>` (clients treat it as opaque, as they do the real one); every page carries the first
+/// page's resourceVersion, so that a watch started from the last page replays every change
+/// made since the list began.
+fn paged(kind: &str, matching: &[&Value], version: u64, query: &str) -> Value {
+    let (start, version) = raw_param(query, "continue")
+        .and_then(|c| {
+            let (offset, v) = c.split_once('-')?;
+            Some((offset.parse().ok()?, v.parse().ok()?))
+        })
+        .unwrap_or((0usize, version));
+    let limit: usize = raw_param(query, "limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let items: Vec<Value> = matching
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|v| (*v).clone())
+        .collect();
+    let next = start.saturating_add(items.len());
+    let mut metadata = json!({"resourceVersion": version.to_string()});
+    if next < matching.len() {
+        metadata["continue"] = Value::String(format!("{next}-{version}"));
+    }
+    json!({"kind": kind, "apiVersion": "v1", "metadata": metadata, "items": items})
+}
+
+/// `GET /api/v1/nodes`: a NodeList in pages of `limit`, or with `watch=true` a stream of
+/// watch events.
+async fn list_nodes(
+    State(s): State<Shared>,
+    Query(decoded): Query<HashMap<String, String>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    if is_watch(&decoded) {
+        return watch(&s, Resource::Nodes, &decoded);
+    }
+    let o = s.lock().expect("lock");
+    let matching: Vec<&Value> = o.nodes.values().collect();
+    Json(paged(
+        "NodeList",
+        &matching,
+        o.version,
+        &query.unwrap_or_default(),
+    ))
+    .into_response()
+}
+
+/// `GET /api/v1/pods`: a PodList of every namespace, in pages of `limit`, or with
+/// `watch=true` a stream of watch events.
 async fn list_pods(
     State(s): State<Shared>,
     Query(decoded): Query<HashMap<String, String>>,
@@ -348,39 +389,16 @@ async fn list_pods(
         return watch(&s, Resource::Pods, &decoded);
     }
     let query = query.unwrap_or_default();
-    let param = |name: &str| {
-        query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .map(str::to_string)
-    };
     let mut o = s.lock().expect("lock");
-    let start: usize = param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit: usize = param("limit")
-        .and_then(|l| l.parse().ok())
-        .filter(|l| *l > 0)
-        .unwrap_or(usize::MAX);
     let selector = decoded.get("fieldSelector").map(String::as_str);
     let matching: Vec<&Value> = o
         .pods
         .values()
         .filter(|p| matches_fields(p, selector))
         .collect();
-    let total = matching.len();
-    let items: Vec<Value> = matching
-        .into_iter()
-        .skip(start)
-        .take(limit)
-        .cloned()
-        .collect();
-    let next = start.saturating_add(items.len());
-    let mut metadata = json!({"resourceVersion": o.version.to_string()});
-    if next < total {
-        metadata["continue"] = Value::String(next.to_string());
-    }
-    o.pod_lists.push(query.clone());
-    Json(json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items}))
-        .into_response()
+    let list = paged("PodList", &matching, o.version, &query);
+    o.pod_lists.push(query);
+    Json(list).into_response()
 }
 
 async fn get_node(State(s): State<Shared>, Path(name): Path<String>) -> Response {

@@ -146,3 +146,37 @@ fn a_patch_naming_a_resource_version_applies_only_to_that_version() {
     );
     assert!(status.contains("200"), "{status}");
 }
+
+#[test]
+fn a_node_list_comes_in_pages_that_all_carry_the_first_pages_version() {
+    let api = ApiServer::start();
+    for name in ["a", "b", "c"] {
+        api.put_node(node(name));
+    }
+    let page = |path: &str| -> Value {
+        serde_json::from_str(&get(&api, path).next().expect("list")).expect("json")
+    };
+    let first = page("/api/v1/nodes?limit=2");
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(2));
+    let version = first["metadata"]["resourceVersion"].clone();
+    let token = first["metadata"]["continue"]
+        .as_str()
+        .expect("a continue token")
+        .to_string();
+    // Written between the pages: the last page still carries the first page's version, so
+    // that a watch from it replays this change.
+    api.put_node(node("d"));
+    let last = page(&format!("/api/v1/nodes?limit=2&continue={token}"));
+    assert_eq!(last["metadata"]["resourceVersion"], version);
+    let names: Vec<&str> = first["items"]
+        .as_array()
+        .into_iter()
+        .chain(last["items"].as_array())
+        .flatten()
+        .filter_map(|n| n["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        ["a", "b", "c"].iter().all(|n| names.contains(n)),
+        "{names:?}"
+    );
+}
