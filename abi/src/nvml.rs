@@ -14,6 +14,21 @@ pub const NVML_ERROR_INSUFFICIENT_SIZE: nvmlReturn_t = 7;
 pub const NVML_ERROR_DRIVER_NOT_LOADED: nvmlReturn_t = 9;
 pub const NVML_ERROR_UNKNOWN: nvmlReturn_t = 999;
 
+/// The closest common PCIe ancestor of two GPUs (`nvmlDeviceGetTopologyCommonAncestor`).
+pub type nvmlGpuTopologyLevel_t = c_uint;
+pub const NVML_TOPOLOGY_INTERNAL: nvmlGpuTopologyLevel_t = 0;
+pub const NVML_TOPOLOGY_SINGLE: nvmlGpuTopologyLevel_t = 10;
+pub const NVML_TOPOLOGY_MULTIPLE: nvmlGpuTopologyLevel_t = 20;
+pub const NVML_TOPOLOGY_HOSTBRIDGE: nvmlGpuTopologyLevel_t = 30;
+pub const NVML_TOPOLOGY_NODE: nvmlGpuTopologyLevel_t = 40;
+pub const NVML_TOPOLOGY_SYSTEM: nvmlGpuTopologyLevel_t = 50;
+
+pub type nvmlEnableState_t = c_uint;
+pub const NVML_FEATURE_DISABLED: nvmlEnableState_t = 0;
+pub const NVML_FEATURE_ENABLED: nvmlEnableState_t = 1;
+/// NVLinks one GPU may have.
+pub const NVML_NVLINK_MAX_LINKS: c_uint = 18;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct nvmlMemory_t {

@@ -332,6 +332,15 @@ fn checks() -> Vec<Check> {
     constant!(NVML_ERROR_INSUFFICIENT_SIZE);
     constant!(NVML_ERROR_DRIVER_NOT_LOADED);
     constant!(NVML_ERROR_UNKNOWN);
+    constant!(NVML_TOPOLOGY_INTERNAL);
+    constant!(NVML_TOPOLOGY_SINGLE);
+    constant!(NVML_TOPOLOGY_MULTIPLE);
+    constant!(NVML_TOPOLOGY_HOSTBRIDGE);
+    constant!(NVML_TOPOLOGY_NODE);
+    constant!(NVML_TOPOLOGY_SYSTEM);
+    constant!(NVML_FEATURE_DISABLED);
+    constant!(NVML_FEATURE_ENABLED);
+    constant!(NVML_NVLINK_MAX_LINKS);
     size!(nvmlMemory_t);
     field!(nvmlMemory_t, total, "total");
     field!(nvmlMemory_t, free, "free");

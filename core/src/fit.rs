@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::annotations::{AnnotationError, CORES, DeviceSelector, MEMORY, SliceRequest};
 use crate::quantity::{MemoryQuantity, format_bytes};
 use crate::selection::ModelSelector;
+use crate::topology::Topology;
 
 /// What is free on one GPU: all the fit model needs to know of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,6 +303,10 @@ pub trait NodeView {
     /// The GPU's model name as NVML reports it (`NVIDIA A100-SXM4-80GB`); empty if unknown.
     fn model(&self, pos: usize) -> &str;
     fn rules(&self) -> Rules;
+    /// How the GPUs are connected, when known (positions as in `room`).
+    fn topology(&self) -> Option<&Topology> {
+        None
+    }
 }
 
 /// Whether `sel` names the GPU at `pos` of `node`.

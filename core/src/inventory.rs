@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::fit::{GpuRoom, NodeView, Rules};
+use crate::topology::Topology;
 
 /// One physical GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +29,9 @@ pub struct Inventory {
     /// CUDA driver API version, e.g. 12040.
     pub cuda_driver_version: Option<i32>,
     pub gpus: Vec<GpuInfo>,
+    /// How the GPUs are connected, when NVML tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
 }
 
 /// What is already allocated on one GPU.
@@ -78,6 +82,8 @@ impl GpuLoad {
 pub struct NodeLoads<'a> {
     pub gpus: &'a [GpuLoad],
     pub rules: Rules,
+    /// How the GPUs are connected, in the order of `gpus`.
+    pub topology: Option<&'a Topology>,
 }
 
 impl NodeView for NodeLoads<'_> {
@@ -98,5 +104,8 @@ impl NodeView for NodeLoads<'_> {
     }
     fn rules(&self) -> Rules {
         self.rules
+    }
+    fn topology(&self) -> Option<&Topology> {
+        self.topology.filter(|t| t.covers(self.gpus.len()))
     }
 }

@@ -22,6 +22,7 @@ pub mod publication;
 pub mod quantity;
 pub mod resources;
 pub mod selection;
+pub mod topology;
 pub mod usage;
 
 pub use annotations::{AnnotationError, SliceRequest};

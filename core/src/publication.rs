@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::fit::{DEFAULT_MAX_SHARERS, GpuRoom, NodeView, Rules};
+use crate::topology::Topology;
 
 /// The Node annotation on which a node agent publishes its GPUs for the cluster scheduler.
 pub const NODE_STATE_ANNOTATION: &str = "gpuslice.io/node-state";
@@ -23,6 +24,10 @@ pub struct NodePublication {
     /// `gpus` and the scheduler stops counting its own placement of it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claimed: Vec<String>,
+    /// How the GPUs are connected (NVLink, PCIe, NUMA), in the order of `gpus`; agents that
+    /// do not publish it leave multi-GPU placement to the policy alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
 }
 
 fn default_max_sharers() -> u32 {
@@ -95,5 +100,8 @@ impl NodeView for NodePublication {
     }
     fn rules(&self) -> Rules {
         NodePublication::rules(self)
+    }
+    fn topology(&self) -> Option<&Topology> {
+        self.topology.as_ref().filter(|t| t.covers(self.gpus.len()))
     }
 }

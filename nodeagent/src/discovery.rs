@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use gpuslice_core::inventory::{GpuInfo, Inventory};
 use gpuslice_core::layout::{LIBRARY_DIRS, NVML_SONAME};
+use gpuslice_core::topology::{Link, Topology};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -77,6 +79,75 @@ pub fn discover(library: &std::path::Path) -> Result<Inventory, DiscoveryError> 
     Ok(Inventory {
         driver_version: nvml.sys_driver_version().map_err(q("the driver version"))?,
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        topology: topology(&nvml, &gpus),
         gpus,
     })
+}
+
+/// NVLinks a GPU may have (`NVML_NVLINK_MAX_LINKS`).
+const NVLINK_MAX_LINKS: u32 = 18;
+
+/// How the GPUs are connected, as `nvidia-smi topo -m` reads it from NVML: the active
+/// NVLinks between each pair (each link's remote end by PCI bus id), else their closest
+/// common PCIe ancestor. None where NVML cannot tell the PCIe path (then multi-GPU placement
+/// is left to the policy alone).
+fn topology(nvml: &Nvml, gpus: &[GpuInfo]) -> Option<Topology> {
+    let devices: Vec<_> = gpus
+        .iter()
+        .map(|g| nvml.device_by_index(g.index).ok())
+        .collect::<Option<_>>()?;
+    let same_bus = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    // nvlinks[a][b]: active links from GPU a to GPU b.
+    let nvlinks: Vec<Vec<u8>> = devices
+        .iter()
+        .map(|d| {
+            let mut to = vec![0u8; gpus.len()];
+            for link in 0..NVLINK_MAX_LINKS {
+                let l = d.link_wrapper_for(link);
+                if !l.is_active().unwrap_or(false) {
+                    continue;
+                }
+                let Ok(remote) = l.remote_pci_info() else {
+                    continue;
+                };
+                if let Some(b) = gpus
+                    .iter()
+                    .position(|g| same_bus(&g.pci_bus_id, &remote.bus_id))
+                {
+                    to[b] = to[b].saturating_add(1);
+                }
+            }
+            to
+        })
+        .collect();
+    let mut links = vec![vec![Link::Same; gpus.len()]; gpus.len()];
+    for a in 0..gpus.len() {
+        for b in 0..gpus.len() {
+            if a == b {
+                continue;
+            }
+            links[a][b] = if nvlinks[a][b] > 0 {
+                Link::NvLink(nvlinks[a][b])
+            } else {
+                let other = nvml.device_by_index(gpus[b].index).ok()?;
+                let level = devices[a].topology_common_ancestor(other).ok()?;
+                pcie_link(level)
+            };
+        }
+    }
+    Some(Topology {
+        numa: gpus.iter().map(|g| g.numa_node).collect(),
+        links,
+    })
+}
+
+/// The link `nvidia-smi topo -m` prints for a common PCIe ancestor.
+fn pcie_link(level: TopologyLevel) -> Link {
+    match level {
+        TopologyLevel::Internal | TopologyLevel::Single => Link::SingleBridge,
+        TopologyLevel::Multiple => Link::MultipleBridges,
+        TopologyLevel::HostBridge => Link::HostBridge,
+        TopologyLevel::Node => Link::NumaNode,
+        TopologyLevel::System => Link::System,
+    }
 }

@@ -15,7 +15,7 @@ use gpuslice_core::assignment::Assignment;
 use gpuslice_core::claim::GpuGrant;
 use gpuslice_core::claim::validate_container_id;
 use gpuslice_core::fit::{RefusalReason, Rules};
-use gpuslice_core::inventory::Inventory;
+use gpuslice_core::inventory::{Inventory, NodeLoads};
 use gpuslice_core::publication::assigned_container;
 use gpuslice_core::{Claim, ClaimState, GpuLoad, Policy};
 
@@ -285,11 +285,19 @@ impl Ledger {
                 (gpus, Some(key))
             }
             None => (
-                placement::place(&request, &self.loads(), self.rules, self.default_policy)
-                    .map_err(|e| Refusal {
-                        reason: e.reason,
-                        message: e.message,
-                    })?,
+                placement::place_on(
+                    &request,
+                    NodeLoads {
+                        gpus: &self.loads(),
+                        rules: self.rules,
+                        topology: self.inventory.topology.as_ref(),
+                    },
+                    self.default_policy,
+                )
+                .map_err(|e| Refusal {
+                    reason: e.reason,
+                    message: e.message,
+                })?,
                 None,
             ),
         };

@@ -11,6 +11,7 @@ use gpuslice_core::fit::{
 };
 use gpuslice_core::inventory::{GpuLoad, NodeLoads};
 use gpuslice_core::policy::Policy;
+use gpuslice_core::topology;
 
 /// A refused placement, with a message that names the annotation, its value and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,11 +47,29 @@ pub fn place(
     rules: Rules,
     default_policy: Policy,
 ) -> Result<Vec<GpuGrant>, PlacementError> {
+    place_on(
+        req,
+        NodeLoads {
+            gpus,
+            rules,
+            topology: None,
+        },
+        default_policy,
+    )
+}
+
+/// [`place`] on `node`, whose topology (when known) decides which GPUs a request for several
+/// gets: the closest set that fits, the policy choosing among sets equally close.
+pub fn place_on(
+    req: &SliceRequest,
+    node: NodeLoads<'_>,
+    default_policy: Policy,
+) -> Result<Vec<GpuGrant>, PlacementError> {
+    let gpus = node.gpus;
     let ask = Ask::of(req).map_err(|e| PlacementError {
         reason: RefusalReason::InvalidRequest,
         message: e.to_string(),
     })?;
-    let node = NodeLoads { gpus, rules };
     let mut fitting: Vec<(usize, Take)> = Vec::new();
     fit::fit_node(&ask, &node, |pos, take| fitting.push((pos, take)))
         .map_err(|m| explain(req, &ask, &node, m))?;
@@ -82,10 +101,12 @@ pub fn place(
             ));
         }
     }
+    let preferred: Vec<usize> = fitting.iter().map(|c| c.0).collect();
+    let set = topology::closest_set(node.topology(), &preferred, req.gpus as usize);
     let mut chosen: Vec<GpuGrant> = fitting
-        .into_iter()
-        .take(req.gpus as usize)
-        .map(|(p, t)| grant(&gpus[p], t))
+        .iter()
+        .filter(|c| set.contains(&c.0))
+        .map(|&(p, t)| grant(&gpus[p], t))
         .collect();
     chosen.sort_by_key(|g| g.index);
     Ok(chosen)
@@ -281,7 +302,11 @@ pub fn place_assigned(
         reason: RefusalReason::InvalidRequest,
         message: e.to_string(),
     })?;
-    let node = NodeLoads { gpus, rules };
+    let node = NodeLoads {
+        gpus,
+        rules,
+        topology: None,
+    };
     let mut chosen = Vec::with_capacity(assigned.len());
     for a in assigned {
         let pos = gpus

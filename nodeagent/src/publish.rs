@@ -46,6 +46,7 @@ pub fn publication(ledger: &Ledger) -> NodePublication {
             c.sort();
             c
         },
+        topology: ledger.inventory().topology.clone(),
     }
 }
 

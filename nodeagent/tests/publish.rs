@@ -94,3 +94,81 @@ fn the_node_annotation_follows_claims_and_releases_and_capacity_is_advertised() 
     assert!(out.status.success());
     assert!(shows(0), "release not published: {:?}", published(&api));
 }
+
+#[test]
+fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_pair() {
+    // Four A10s: pairs (0,1) and (2,3) bridged by NVLink, 0–3 on one NUMA node.
+    let sim = SimNode::with_layout(4, "A10", "nvlink-pairs");
+    let api = ApiServer::start();
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "resourceVersion": "1"}
+    }));
+    let bus = Bus::start();
+    let _agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &[
+            "--publish-node",
+            "--kube-api",
+            &api.url,
+            "--node-name",
+            "gpu-node-1",
+            "--publish-interval",
+            "100ms",
+        ],
+    );
+    assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
+    let topology = published(&api).unwrap().topology.expect("a topology");
+    let row = |g: usize| -> Vec<String> {
+        topology.links[g].iter().map(ToString::to_string).collect()
+    };
+    assert_eq!(row(0), ["X", "NV4", "NODE", "NODE"]);
+    assert_eq!(row(3), ["NODE", "NODE", "NV4", "X"]);
+    assert_eq!(topology.numa, vec![Some(0); 4]);
+
+    // GPU 1 and GPU 2 are the fullest, so binpack alone would give a two-GPU slice those
+    // two, across the pairs; it gets a bridged pair instead.
+    for (name, device) in [("a", "1"), ("b", "2")] {
+        let out = cli(
+            &bus.address,
+            &[
+                "claim",
+                name,
+                "-a",
+                "gpuslice.io/memory=12Gi",
+                "-a",
+                &format!("gpuslice.io/devices={device}"),
+            ],
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = cli(
+        &bus.address,
+        &[
+            "claim",
+            "pair",
+            "--json",
+            "-a",
+            "gpuslice.io/memory=4Gi",
+            "-a",
+            "gpuslice.io/gpus=2",
+            "-a",
+            "gpuslice.io/gpu-policy=binpack",
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let claim: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut indexes: Vec<u64> = claim["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["index"].as_u64())
+        .collect();
+    indexes.sort_unstable();
+    assert!(
+        indexes == [0, 1] || indexes == [2, 3],
+        "a two-GPU slice across the NVLink pairs: {claim}"
+    );
+}

@@ -74,6 +74,7 @@ fn main() {
         ext.update_node(
             name,
             Some(NodePublication {
+                topology: None,
                 max_sharers: 16,
                 version: 1,
                 gpus,

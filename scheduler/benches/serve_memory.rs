@@ -45,6 +45,7 @@ fn node(i: usize) -> Value {
         })
         .collect();
     let publication = NodePublication {
+        topology: None,
         version: 1,
         max_sharers: 16,
         gpus,

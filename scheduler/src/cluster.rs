@@ -17,6 +17,7 @@ use gpuslice_core::annotations::DeviceSelector;
 use gpuslice_core::fit::{self, Ask, GpuRoom, NodeView, Rules, Shape};
 use gpuslice_core::publication::NodePublication;
 use gpuslice_core::selection::ModelSelector;
+use gpuslice_core::topology::{self, Topology};
 
 /// One node: host resources left and its GPUs.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +35,8 @@ pub struct NodeState {
     pub ids: Arc<[GpuId]>,
     /// The node agent's rules.
     pub rules: Rules,
+    /// How the GPUs are connected, when the agent publishes it.
+    pub topology: Option<Arc<Topology>>,
 }
 
 impl NodeState {
@@ -62,6 +65,7 @@ impl NodeState {
                 })
                 .collect(),
             rules: p.rules(),
+            topology: NodeView::topology(p).cloned().map(Arc::new),
         }
     }
 }
@@ -96,6 +100,11 @@ impl NodeView for NodeState {
     }
     fn rules(&self) -> Rules {
         self.rules
+    }
+    fn topology(&self) -> Option<&Topology> {
+        self.topology
+            .as_deref()
+            .filter(|t| t.covers(self.gpus.len()))
     }
 }
 
@@ -517,10 +526,14 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
         // Named GPUs: exactly those.
         return vec![fitting];
     }
+    let k = d.gpus as usize;
     if d.shape.exclusive {
-        return vec![fitting[..d.gpus as usize].to_vec()];
+        let mut set = topology::closest_set(NodeView::topology(node), &fitting, k);
+        set.sort_unstable();
+        return vec![set];
     }
     if d.gpus > 1 {
+        // The fullest GPUs first; with a topology, the closest set, the fullest among equals.
         let mut by_fill = fitting;
         by_fill.sort_by(|&a, &b| {
             node.gpus[a]
@@ -528,9 +541,9 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
                 .total_cmp(&node.gpus[b].free_share())
                 .then(a.cmp(&b))
         });
-        by_fill.truncate(d.gpus as usize);
-        by_fill.sort_unstable();
-        return vec![by_fill];
+        let mut set = topology::closest_set(NodeView::topology(node), &by_fill, k);
+        set.sort_unstable();
+        return vec![set];
     }
     let mut seen: Vec<(u64, u32, u32)> = Vec::new();
     let mut out = Vec::new();
@@ -572,6 +585,7 @@ fn after(node: &NodeState, d: &Demand, gpus: &[usize]) -> NodeState {
         name: String::new(),
         gpus: node.gpus.clone(),
         ids: Arc::clone(&node.ids),
+        topology: node.topology.clone(),
         ..*node
     };
     apply(&mut n, d, gpus);

@@ -89,6 +89,7 @@ pub fn read_nodes(path: &Path, models: &mut Models) -> Result<Vec<NodeState>> {
             rules: Rules {
                 max_sharers: u32::MAX,
             },
+            topology: None,
         });
     }
     if nodes.is_empty() {

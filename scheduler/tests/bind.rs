@@ -48,6 +48,7 @@ fn t4(uuid: &str, allocated: u64) -> PublishedGpu {
 /// lists as `claimed`.
 fn publish(api: &ApiServer, gpus: Vec<PublishedGpu>, claimed: &[&str]) -> NodePublication {
     let publication = NodePublication {
+        topology: None,
         max_sharers: 16,
         version: 1,
         claimed: claimed.iter().map(|c| (*c).to_string()).collect(),

@@ -21,6 +21,7 @@ fn publication(gpus: &[(u64, u64, u32)]) -> String {
 /// As [`publication`], GPU i being of model `models[i]`.
 fn publication_of(gpus: &[(u64, u64, u32)], models: &[&str]) -> String {
     let p = NodePublication {
+        topology: None,
         max_sharers: 16,
         version: 1,
         claimed: Vec::new(),

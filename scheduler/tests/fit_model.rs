@@ -138,6 +138,7 @@ fn policy() -> impl Strategy<Value = &'static str> {
 
 fn inventory(gpus: &[u64]) -> Inventory {
     Inventory {
+        topology: None,
         driver_version: "550.54.15".into(),
         cuda_driver_version: Some(12040),
         gpus: gpus

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 fn node(name: &str, allocated_gib: u64) -> Value {
     let p = NodePublication {
+        topology: None,
         max_sharers: 16,
         version: 1,
         claimed: Vec::new(),

@@ -186,6 +186,7 @@ fn a_node_advertises_all_its_gpu_memory_and_one_hundred_cores_per_gpu() {
         exclusive: false,
     };
     let p = NodePublication {
+        topology: None,
         version: 1,
         claimed: Vec::new(),
         max_sharers: 16,

@@ -5,6 +5,7 @@ const GIB: u64 = 1 << 30;
 
 fn inventory(n: u32) -> Inventory {
     Inventory {
+        topology: None,
         driver_version: "550.54.15".into(),
         cuda_driver_version: Some(12040),
         gpus: (0..n)

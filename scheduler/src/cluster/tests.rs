@@ -5,6 +5,7 @@ const GIB: u64 = 1 << 30;
 
 fn node(name: &str, gpus: usize) -> NodeState {
     NodeState {
+        topology: None,
         name: name.into(),
         model: 0,
         cpu_total: 64_000,
@@ -362,4 +363,48 @@ fn recent_pods_count_more_once_a_half_life_is_set() {
     }
     assert!(decaying.distance(&only_b) > 0.99);
     assert!(decaying.weight().is_finite());
+}
+
+/// Four GPUs, pairs (0,1) and (2,3) bridged by NVLink, the pairs a NUMA node apart.
+fn bridged_pairs() -> Topology {
+    use gpuslice_core::topology::Link;
+    let links = (0..4)
+        .map(|a: usize| {
+            (0..4)
+                .map(|b: usize| match () {
+                    () if a == b => Link::Same,
+                    () if a / 2 == b / 2 => Link::NvLink(4),
+                    () => Link::System,
+                })
+                .collect()
+        })
+        .collect();
+    Topology {
+        numa: vec![Some(0), Some(0), Some(1), Some(1)],
+        links,
+    }
+}
+
+#[test]
+fn a_pod_for_two_gpus_gets_an_nvlink_pair_where_the_node_publishes_its_topology() {
+    let mut n = node("n", 4);
+    // GPUs 1 and 2 are the fullest: binpack alone takes them, across the pairs.
+    apply(&mut n, &slice(8 * GIB), &[1]);
+    apply(&mut n, &slice(8 * GIB), &[2]);
+    let mut two = slice(4 * GIB);
+    two.gpus = 2;
+    assert_eq!(candidates(&n, &two), vec![vec![1, 2]]);
+    n.topology = Some(Arc::new(bridged_pairs()));
+    let pair = candidates(&n, &two);
+    assert!(pair == [vec![0, 1]] || pair == [vec![2, 3]], "{pair:?}");
+    // Whole GPUs alike: with GPU 1 in use, the first two untouched (0 and 2) cross NUMA
+    // nodes; 2 and 3 are a pair.
+    let mut n = node("n", 4);
+    apply(&mut n, &slice(8 * GIB), &[1]);
+    assert_eq!(candidates(&n, &whole(2)), vec![vec![0, 2]]);
+    n.topology = Some(Arc::new(bridged_pairs()));
+    assert_eq!(candidates(&n, &whole(2)), vec![vec![2, 3]]);
+    // A topology that does not match the GPUs is not trusted.
+    n.topology = Some(Arc::new(Topology::default()));
+    assert_eq!(NodeView::topology(&n), None);
 }

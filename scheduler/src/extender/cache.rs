@@ -297,6 +297,7 @@ mod tests {
 
     fn publication() -> NodePublication {
         NodePublication {
+            topology: None,
             version: 1,
             max_sharers: 16,
             claimed: Vec::new(),

@@ -259,7 +259,8 @@ impl Hasher for Mix64 {
 /// hash of its model name (requests may accept some models only).
 type GpuKey = (u64, u64, u32, u32, bool, u64);
 
-/// A hash of `node`'s GPUs as a set (sorted) and of its rules, continuing `prefix`. A node
+/// A hash of `node`'s GPUs as a set (sorted; in order, with the topology, where it has one)
+/// and of its rules, continuing `prefix`. A node
 /// whose GPUs are named by a request is scored by the GPU identities too (see the caller).
 #[must_use]
 pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
@@ -281,6 +282,15 @@ pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
     };
     let mut h = *prefix;
     node.rules.max_sharers.hash(&mut h);
+    if let Some(t) = gpuslice_core::fit::NodeView::topology(node) {
+        // Which GPUs a pod for several gets depends on where each GPU sits: the GPUs in
+        // their order, with the topology.
+        t.hash(&mut h);
+        for (pos, g) in node.gpus.iter().enumerate() {
+            key(pos, g).hash(&mut h);
+        }
+        return h.finish();
+    }
     let mut small = [(0u64, 0u64, 0u32, 0u32, false, 0u64); 16];
     if node.gpus.len() <= small.len() {
         for (pos, (slot, g)) in small.iter_mut().zip(&node.gpus).enumerate() {

@@ -18,8 +18,11 @@ use gpuslice_simnode::{NodeSpec, procs};
 pub use gpuslice_cuda_abi::nvml::{
     NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNINITIALIZED, NVML_ERROR_UNKNOWN,
-    NVML_SUCCESS, nvmlDevice_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlPciInfo_t, nvmlProcessInfo_t,
-    nvmlProcessInfo_v1_t, nvmlProcessUtilizationSample_t, nvmlReturn_t, nvmlUtilization_t,
+    NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED, NVML_NVLINK_MAX_LINKS, NVML_SUCCESS,
+    NVML_TOPOLOGY_INTERNAL, NVML_TOPOLOGY_NODE, NVML_TOPOLOGY_SINGLE, NVML_TOPOLOGY_SYSTEM,
+    nvmlDevice_t, nvmlEnableState_t, nvmlGpuTopologyLevel_t, nvmlMemory_t, nvmlMemory_v2_t,
+    nvmlPciInfo_t, nvmlProcessInfo_t, nvmlProcessInfo_v1_t, nvmlProcessUtilizationSample_t,
+    nvmlReturn_t, nvmlUtilization_t,
 };
 
 /// `nvmlDevice_t` points at one of these; they live as long as the library.
@@ -435,6 +438,136 @@ fn fill_chars(dst: &mut [c_char], s: &str) {
     }
 }
 
+/// The PCI information of the device at `bus_id` (`DDDDDDDD:BB:DD.F`).
+fn pci_info(bus_id: &str) -> nvmlPciInfo_t {
+    let parts: Vec<&str> = bus_id.split([':', '.']).collect();
+    let hex = |k: usize| {
+        parts
+            .get(k)
+            .and_then(|p| u32::from_str_radix(p, 16).ok())
+            .unwrap_or(0)
+    };
+    // SAFETY: nvmlPciInfo_t is plain integers and character arrays, valid all zero.
+    let mut info: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+    info.domain = hex(0);
+    info.bus = hex(1);
+    info.device = hex(2);
+    info.pci_device_id = 0x2236_10de;
+    info.pci_sub_system_id = 0x1482_10de;
+    fill_chars(&mut info.bus_id, bus_id);
+    let legacy = bus_id.get(4..).unwrap_or(bus_id);
+    fill_chars(&mut info.bus_id_legacy, legacy);
+    info
+}
+
+/// The spec index of the device behind handle `device`, if it is one of ours.
+fn device_index(l: &Loaded, device: nvmlDevice_t) -> Option<usize> {
+    let range = l.devices.as_ptr_range();
+    let p = device.cast_const().cast::<Device>();
+    if device.is_null() || p < range.start || p >= range.end {
+        return None;
+    }
+    // SAFETY: `p` lies inside the leaked device slice, so it points at a live Device.
+    Some(unsafe { (*p).index })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
+    device1: nvmlDevice_t,
+    device2: nvmlDevice_t,
+    path_info: *mut nvmlGpuTopologyLevel_t,
+) -> nvmlReturn_t {
+    // SAFETY: both handles are checked; `path_info` is checked for null and owned by the
+    // caller.
+    unsafe {
+        with_device(device1, |l, a| {
+            let Some(b) = device_index(l, device2) else {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            };
+            if path_info.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            let (ga, gb) = (&l.spec.gpus[a], &l.spec.gpus[b]);
+            *path_info = if a == b {
+                NVML_TOPOLOGY_INTERNAL
+            } else if ga.pci_switch.is_some() && ga.pci_switch == gb.pci_switch {
+                NVML_TOPOLOGY_SINGLE
+            } else if ga.numa_node == gb.numa_node {
+                NVML_TOPOLOGY_NODE
+            } else {
+                NVML_TOPOLOGY_SYSTEM
+            };
+            NVML_SUCCESS
+        })
+    }
+}
+
+/// The NVLink `link` of GPU `i`: the PCI bus id at its other end, or why there is none (a
+/// GPU without NVLink does not support the query; a link beyond the most a GPU may have is
+/// an invalid argument).
+fn nvlink(l: &Loaded, i: usize, link: c_uint) -> Result<Option<&str>, nvmlReturn_t> {
+    let links = &l.spec.gpus[i].nvlinks;
+    if links.is_empty() {
+        return Err(NVML_ERROR_NOT_SUPPORTED);
+    }
+    if link >= NVML_NVLINK_MAX_LINKS {
+        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    Ok(links.get(link as usize).map(String::as_str))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
+    device: nvmlDevice_t,
+    link: c_uint,
+    is_active: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
+    // SAFETY: the handle is checked; `is_active` is checked for null and owned by the caller.
+    unsafe {
+        with_device(device, |l, i| {
+            if is_active.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            match nvlink(l, i, link) {
+                Ok(remote) => {
+                    *is_active = if remote.is_some() {
+                        NVML_FEATURE_ENABLED
+                    } else {
+                        NVML_FEATURE_DISABLED
+                    };
+                    NVML_SUCCESS
+                }
+                Err(e) => e,
+            }
+        })
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    device: nvmlDevice_t,
+    link: c_uint,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: the handle is checked; `pci` is checked for null and owned by the caller.
+    unsafe {
+        with_device(device, |l, i| {
+            if pci.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            match nvlink(l, i, link) {
+                Ok(Some(remote)) => {
+                    *pci = pci_info(remote);
+                    NVML_SUCCESS
+                }
+                // An inactive link has no other end.
+                Ok(None) => NVML_ERROR_NOT_SUPPORTED,
+                Err(e) => e,
+            }
+        })
+    }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
@@ -446,23 +579,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
             if pci.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let bus_id = &l.spec.gpus[i].pci_bus_id;
-            let parts: Vec<&str> = bus_id.split([':', '.']).collect();
-            let hex = |k: usize| {
-                parts
-                    .get(k)
-                    .and_then(|p| u32::from_str_radix(p, 16).ok())
-                    .unwrap_or(0)
-            };
-            let mut info: nvmlPciInfo_t = std::mem::zeroed();
-            info.domain = hex(0);
-            info.bus = hex(1);
-            info.device = hex(2);
-            info.pci_device_id = 0x2236_10de;
-            info.pci_sub_system_id = 0x1482_10de;
-            fill_chars(&mut info.bus_id, bus_id);
-            let legacy = bus_id.get(4..).unwrap_or(bus_id);
-            fill_chars(&mut info.bus_id_legacy, legacy);
+            let info = pci_info(&l.spec.gpus[i].pci_bus_id);
             *pci = info;
             NVML_SUCCESS
         })

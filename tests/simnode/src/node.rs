@@ -24,6 +24,14 @@ pub struct SimGpu {
     /// `DDDDDDDD:BB:DD.F`.
     pub pci_bus_id: String,
     pub numa_node: Option<u32>,
+    /// The PCIe switch the GPU sits behind: GPUs behind the same one are a single bridge
+    /// apart (`PIX`). None: a switch of its own.
+    #[serde(default)]
+    pub pci_switch: Option<u32>,
+    /// The GPU's NVLinks in link order, each named by the PCI bus id of the GPU at its other
+    /// end (several links to one GPU are bonded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<String>,
     /// Compute capability, major and minor.
     pub compute_capability: (u32, u32),
     /// Device memory a context takes when it is created (the driver's own reservation).
@@ -73,6 +81,8 @@ pub enum NodeError {
     },
     #[error("unknown GPU model {0:?} (known: {1})")]
     Model(String, String),
+    #[error("unknown GPU layout {0:?} (known: pcie, nvlink-pairs)")]
+    Layout(String),
 }
 
 /// A GPU model: short name, product name, memory, SMs, compute capability.
@@ -114,6 +124,8 @@ impl NodeSpec {
                 minor: i,
                 pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i * 0x10),
                 numa_node: Some(i / 4),
+                pci_switch: None,
+                nvlinks: Vec::new(),
                 compute_capability: *cc,
                 context_bytes: 0,
                 kernel_ns_per_block: 0,
@@ -125,6 +137,26 @@ impl NodeSpec {
             state_dir,
             gpus,
         })
+    }
+
+    /// Connects the GPUs as `layout` says: `pcie` (no NVLink: a PCIe switch per pair of GPUs,
+    /// the NUMA nodes as [`NodeSpec::uniform`] set them), or `nvlink-pairs` (the same, each
+    /// pair also bridged by 4 NVLinks, as PCIe servers with NVLink bridges).
+    pub fn connect(&mut self, layout: &str) -> Result<(), NodeError> {
+        let bus: Vec<String> = self.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+        for (i, g) in self.gpus.iter_mut().enumerate() {
+            let pair = i / 2;
+            g.pci_switch = Some(u32::try_from(pair).unwrap_or(u32::MAX));
+            g.nvlinks = match layout {
+                "pcie" => Vec::new(),
+                "nvlink-pairs" => bus
+                    .get(i ^ 1)
+                    .map(|b| vec![b.clone(); 4])
+                    .unwrap_or_default(),
+                other => return Err(NodeError::Layout(other.to_string())),
+            };
+        }
+        Ok(())
     }
 
     pub fn load(path: &Path) -> Result<Self, NodeError> {

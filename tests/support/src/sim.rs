@@ -43,11 +43,33 @@ impl SimNode {
         })
     }
 
+    /// As [`SimNode::new`], the GPUs connected as `layout` says (`pcie`, `nvlink-pairs`:
+    /// [`NodeSpec::connect`]).
+    #[must_use]
+    pub fn with_layout(gpus: u32, model: &str, layout: &str) -> Self {
+        Self::build_spec(gpus, model, None, |spec| {
+            spec.connect(layout).expect("layout");
+        })
+    }
+
     fn build(
         gpus: u32,
         model: &str,
         memory: Option<u64>,
         each: impl Fn(&mut gpuslice_simnode::SimGpu),
+    ) -> Self {
+        Self::build_spec(gpus, model, memory, |spec| {
+            for g in &mut spec.gpus {
+                each(g);
+            }
+        })
+    }
+
+    fn build_spec(
+        gpus: u32,
+        model: &str,
+        memory: Option<u64>,
+        change: impl FnOnce(&mut NodeSpec),
     ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuslice-sim-")
@@ -56,9 +78,7 @@ impl SimNode {
         let spec = NodeSpec::uniform(model, gpus, memory, dir.path().join("run/gpuslice-sim"))
             .expect("model");
         let mut spec = spec;
-        for g in &mut spec.gpus {
-            each(g);
-        }
+        change(&mut spec);
         // SAFETY: geteuid has no preconditions.
         #[allow(unsafe_code)]
         let root = unsafe { libc::geteuid() } == 0;

@@ -32,6 +32,10 @@ enum Command {
         /// Memory per GPU instead of the model's, e.g. 15Gi (ignored with --node).
         #[arg(long)]
         memory: Option<String>,
+        /// How the GPUs are connected: pcie (a PCIe switch per pair of GPUs), nvlink-pairs
+        /// (each pair also bridged by NVLink) (ignored with --node).
+        #[arg(long, default_value = "pcie")]
+        layout: String,
         /// Use this node description (JSON) instead of --gpus/--model.
         #[arg(long)]
         node: Option<PathBuf>,
@@ -60,6 +64,7 @@ fn main() -> Result<()> {
             gpus,
             model,
             memory,
+            layout,
             node,
             artefacts,
             no_devices,
@@ -84,7 +89,9 @@ fn main() -> Result<()> {
                             Err(e) => anyhow::bail!("--memory {m:?}: {e}"),
                         })
                         .transpose()?;
-                    NodeSpec::uniform(&model, gpus, memory, state_dir)?
+                    let mut spec = NodeSpec::uniform(&model, gpus, memory, state_dir)?;
+                    spec.connect(&layout)?;
+                    spec
                 }
             };
             let dir = match artefacts {
