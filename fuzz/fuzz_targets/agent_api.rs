@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use gpuslice_core::fit::Rules;
 use gpuslice_core::inventory::{GpuInfo, Inventory};
 use gpuslice_core::policy::Policy;
+use gpuslice_core::topology::{Link, Topology};
 use gpuslice_nodeagent::ledger::Ledger;
 use gpuslice_nodeagent::rundir::RunDir;
 use gpuslice_nodeagent::store::Store;
@@ -33,6 +34,14 @@ fn inventory() -> Inventory {
                 numa_node: None,
             })
             .collect(),
+        // Two GPUs bridged by NVLink: requests for both go through the closest-set choice.
+        topology: Some(Topology {
+            numa: vec![None, None],
+            links: vec![
+                vec![Link::Same, Link::NvLink(2)],
+                vec![Link::NvLink(2), Link::Same],
+            ],
+        }),
     }
 }
 
