@@ -146,6 +146,82 @@ impl Topology {
     }
 }
 
+/// A common way of connecting a node's GPUs, for simulated nodes and clusters: a PCIe switch
+/// per pair of GPUs and a NUMA node per four, the pairs also bridged by NVLink or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// No NVLink: a pair behind one switch is `PIX`, GPUs on one NUMA node `NODE`, others
+    /// `SYS`.
+    Pcie,
+    /// As `Pcie`, each pair (0–1, 2–3, …) also bridged by 4 NVLinks (`NV4`), as PCIe servers
+    /// with NVLink bridges are.
+    NvlinkPairs,
+}
+
+/// GPUs per NUMA node in a [`Layout`].
+pub const LAYOUT_GPUS_PER_NUMA_NODE: usize = 4;
+
+impl Layout {
+    /// The NUMA node of GPU `g`.
+    #[must_use]
+    pub fn numa_node(g: usize) -> u32 {
+        u32::try_from(g / LAYOUT_GPUS_PER_NUMA_NODE).unwrap_or(u32::MAX)
+    }
+
+    /// The PCIe switch GPU `g` sits behind.
+    #[must_use]
+    pub fn pci_switch(g: usize) -> u32 {
+        u32::try_from(g / 2).unwrap_or(u32::MAX)
+    }
+
+    /// The GPU `g` is bridged to by NVLink, if any.
+    #[must_use]
+    pub fn nvlink_peer(self, g: usize, gpus: usize) -> Option<usize> {
+        match self {
+            Self::Pcie => None,
+            Self::NvlinkPairs => Some(g ^ 1).filter(|p| *p < gpus),
+        }
+    }
+
+    /// The topology of a node of `gpus` GPUs laid out so.
+    #[must_use]
+    pub fn topology(self, gpus: usize) -> Topology {
+        let links = (0..gpus)
+            .map(|a| {
+                (0..gpus)
+                    .map(|b| match () {
+                        () if a == b => Link::Same,
+                        () if self.nvlink_peer(a, gpus) == Some(b) => Link::NvLink(4),
+                        () if Self::pci_switch(a) == Self::pci_switch(b) => Link::SingleBridge,
+                        () if Self::numa_node(a) == Self::numa_node(b) => Link::NumaNode,
+                        () => Link::System,
+                    })
+                    .collect()
+            })
+            .collect();
+        Topology {
+            numa: (0..gpus).map(|g| Some(Self::numa_node(g))).collect(),
+            links,
+        }
+    }
+}
+
+/// A layout name that is not one of [`Layout`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown GPU layout {0:?} (expected pcie or nvlink-pairs)")]
+pub struct LayoutError(String);
+
+impl FromStr for Layout {
+    type Err = LayoutError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pcie" => Ok(Self::Pcie),
+            "nvlink-pairs" => Ok(Self::NvlinkPairs),
+            _ => Err(LayoutError(s.to_string())),
+        }
+    }
+}
+
 /// Sets of this many candidates or fewer are searched exhaustively; beyond, greedily.
 const EXHAUSTIVE_SETS: u64 = 20_000;
 
@@ -258,6 +334,20 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap();
         assert!(json.contains("[\"X\",\"NV4\",\"NODE\""), "{json}");
         assert_eq!(serde_json::from_str::<Topology>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn a_layout_connects_pairs_behind_a_switch_and_four_gpus_to_a_numa_node() {
+        let t = "nvlink-pairs".parse::<Layout>().unwrap().topology(8);
+        let row: Vec<String> = t.links[0].iter().map(ToString::to_string).collect();
+        assert_eq!(
+            row,
+            ["X", "NV4", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"]
+        );
+        let t = Layout::Pcie.topology(3);
+        assert_eq!(t.link(2, 1), Link::NumaNode);
+        assert_eq!(t.link(0, 1), Link::SingleBridge);
+        assert!("nvswitch".parse::<Layout>().is_err());
     }
 
     #[test]

@@ -121,9 +121,8 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
     );
     assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
     let topology = published(&api).unwrap().topology.expect("a topology");
-    let row = |g: usize| -> Vec<String> {
-        topology.links[g].iter().map(ToString::to_string).collect()
-    };
+    let row =
+        |g: usize| -> Vec<String> { topology.links[g].iter().map(ToString::to_string).collect() };
     assert_eq!(row(0), ["X", "NV4", "NODE", "NODE"]);
     assert_eq!(row(3), ["NODE", "NODE", "NV4", "X"]);
     assert_eq!(topology.numa, vec![Some(0); 4]);
@@ -142,7 +141,11 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
                 &format!("gpuslice.io/devices={device}"),
             ],
         );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = cli(
         &bus.address,
@@ -158,7 +161,11 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
             "gpuslice.io/gpu-policy=binpack",
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let claim: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut indexes: Vec<u64> = claim["gpus"]
         .as_array()

@@ -783,6 +783,8 @@ fn score(
     let next = after(node, d, gpus);
     let gpu_left: f64 = gpus.iter().map(|&i| next.gpus[i].free_share()).sum();
     let node_left = next.gpu_free_share();
+    // gpuslice's own policies put a pod for several GPUs where they are closest first.
+    let apart = || apart(node, gpus) * TOPOLOGY_STEP;
     match policy {
         ClusterPolicy::Axes { node: n, gpu: g } => {
             let node_score = match n {
@@ -793,7 +795,7 @@ fn score(
                 Axis::Binpack => gpu_left,
                 Axis::Spread => -gpu_left,
             };
-            (node_score, gpu_score)
+            (apart() + node_score, gpu_score)
         }
         ClusterPolicy::BestFit => {
             // What is left, CPU and GPU weighed equally, each against the simulator's
@@ -817,8 +819,29 @@ fn score(
             };
             (tier, gpu_left)
         }
-        ClusterPolicy::FragAware => (mix.fragmentation(&next) - frag_before, node_left),
+        ClusterPolicy::FragAware => (apart() + mix.fragmentation(&next) - frag_before, node_left),
         ClusterPolicy::Random => (0.0, 0.0),
+    }
+}
+
+/// How much a step of [`apart`] weighs in a score: more than any policy's own measure moves
+/// on one node, so that a pod for several GPUs goes where its GPUs are closest, the policy
+/// deciding among nodes where they are equally close.
+const TOPOLOGY_STEP: f64 = 1000.0;
+
+/// How far apart `gpus` are on `node` (0 for one GPU or a node without a topology): 0 when
+/// every pair is joined by NVLink, 1 when all are on one NUMA node, 2 across NUMA nodes.
+fn apart(node: &NodeState, gpus: &[usize]) -> f64 {
+    let Some(t) = NodeView::topology(node).filter(|_| gpus.len() > 1) else {
+        return 0.0;
+    };
+    let (worst, _) = t.spread_of(gpus);
+    if worst <= topology::Link::NvLink(1).distance() {
+        0.0
+    } else if worst < topology::Link::System.distance() {
+        1.0
+    } else {
+        2.0
     }
 }
 

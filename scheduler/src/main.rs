@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use gpuslice_core::topology::Layout;
 use gpuslice_scheduler::cluster::{self, ClusterPolicy, TaskMix};
 use gpuslice_scheduler::simulate::{self, Run};
 use gpuslice_scheduler::{plot, published, report, trace};
@@ -95,6 +96,16 @@ struct SimulateArgs {
     /// Worker threads (runs are independent)
     #[arg(long)]
     threads: Option<usize>,
+    /// Give every node this GPU layout (pcie: a PCIe switch per pair of GPUs and a NUMA node
+    /// per four; nvlink-pairs: the same, each pair bridged by NVLink), place multi-GPU pods on
+    /// the closest set, and report how close the sets were. The openb traces record no
+    /// topology: without it the nodes have none
+    #[arg(long)]
+    layout: Option<String>,
+    /// With --layout: place as if the nodes published no topology (the policy's own sets),
+    /// still reporting how close the sets were, to compare with
+    #[arg(long, requires = "layout")]
+    topology_blind: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -144,6 +155,16 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     let mut nodes = trace::read_nodes(&args.nodes, &mut models)?;
     if let Some(n) = args.node_limit {
         nodes.truncate(n.max(1));
+    }
+    let layout: Option<Layout> = args
+        .layout
+        .as_deref()
+        .map(|l| l.parse().map_err(|e| anyhow::anyhow!("--layout: {e}")))
+        .transpose()?;
+    if let (Some(layout), false) = (layout, args.topology_blind) {
+        for n in &mut nodes {
+            n.topology = Some(std::sync::Arc::new(layout.topology(n.gpus.len())));
+        }
     }
     let mut traces = Vec::new();
     for path in &args.pods {
@@ -214,6 +235,7 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
                             (name, *policy),
                             &prior,
                             seed,
+                            layout,
                         );
                         run.trace.clone_from(&tr.name);
                         tracing::info!(
@@ -278,6 +300,19 @@ fn simulate_cmd(args: SimulateArgs) -> Result<()> {
     }
     println!();
     print!("{}", report::table(&runs, &trace_names, &names));
+    if let Some(l) = &args.layout {
+        let placing = if args.topology_blind {
+            "the policy's own sets (topology-blind)"
+        } else {
+            "the closest set"
+        };
+        println!(
+            "\nMulti-GPU pods on {l} nodes, placed on {placing}: share of the pods placed whose GPUs are all joined by NVLink / on one NUMA node / across NUMA nodes (pooled over the seeds)"
+        );
+        for line in report::closeness_lines(&runs, &trace_names, &names) {
+            println!("{line}");
+        }
+    }
     Ok(())
 }
 

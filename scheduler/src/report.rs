@@ -98,6 +98,33 @@ pub fn summary_lines(runs: &[Run], traces: &[String], policies: &[String]) -> Ve
     lines
 }
 
+/// Per trace and policy, how close the GPUs of the multi-GPU pods placed were (from
+/// [`crate::simulate::Closeness`]), in % of those pods, pooled over the seeds.
+#[must_use]
+pub fn closeness_lines(runs: &[Run], traces: &[String], policies: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for t in traces {
+        for p in policies {
+            let mut c = crate::simulate::Closeness::default();
+            for r in runs.iter().filter(|r| &r.trace == t && &r.policy == p) {
+                c.placed += r.closeness.placed;
+                c.nvlink += r.closeness.nvlink;
+                c.one_numa_node += r.closeness.one_numa_node;
+                c.across += r.closeness.across;
+            }
+            let pct = |n: usize| n as f64 * 100.0 / c.placed.max(1) as f64;
+            lines.push(format!(
+                "policy={p} trace={t} multi_gpu_pods_placed={} nvlink_pct={:.1} one_numa_node_pct={:.1} across_numa_pct={:.1}",
+                c.placed,
+                pct(c.nvlink),
+                pct(c.one_numa_node),
+                pct(c.across)
+            ));
+        }
+    }
+    lines
+}
+
 /// The paper's name for a policy of this simulator.
 fn paper_name(policy: &str) -> &str {
     if policy == "frag-aware" {
@@ -196,6 +223,7 @@ mod tests {
             points: vec![point(100, at_100), point(130, at_130)],
             placed: 0,
             failed: 0,
+            closeness: crate::simulate::Closeness::default(),
         }
     }
 

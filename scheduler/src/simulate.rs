@@ -5,6 +5,10 @@
 //! percent of arrived GPU demand (of capacity): GPU allocated, unallocated (100 − allocated)
 //! and fragmentation (free GPU share stranded for the task mix, in % of capacity).
 
+use std::collections::HashMap;
+
+use gpuslice_core::topology::{Layout, Link, Topology};
+
 use crate::cluster::{self, ClusterPolicy, Demand, NodeState, TaskMix};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -33,6 +37,43 @@ pub struct Run {
     pub points: Vec<Point>,
     pub placed: usize,
     pub failed: usize,
+    /// How close the GPUs of the multi-GPU pods placed were, when the nodes were given a
+    /// layout to measure it by.
+    pub closeness: Closeness,
+}
+
+/// The multi-GPU pods placed, by the farthest link between the GPUs each got.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Closeness {
+    pub placed: usize,
+    /// Every pair joined by NVLink.
+    pub nvlink: usize,
+    /// Not all NVLink, but all on one NUMA node (PCIe switch or host bridges).
+    pub one_numa_node: usize,
+    /// Across NUMA nodes.
+    pub across: usize,
+}
+
+impl Closeness {
+    /// Counts a placement on `gpus` of a node laid out as `topology`.
+    pub fn count(&mut self, topology: &Topology, gpus: &[usize]) {
+        if gpus.len() < 2 {
+            return;
+        }
+        self.placed += 1;
+        let farthest = gpus
+            .iter()
+            .enumerate()
+            .flat_map(|(k, &a)| gpus[k + 1..].iter().map(move |&b| (a, b)))
+            .map(|(a, b)| topology.link(a, b))
+            .max_by_key(|l| l.distance())
+            .unwrap_or(Link::Same);
+        match farthest {
+            Link::Same | Link::NvLink(_) => self.nvlink += 1,
+            Link::System => self.across += 1,
+            _ => self.one_numa_node += 1,
+        }
+    }
 }
 
 impl Run {
@@ -65,7 +106,10 @@ pub fn workload(pods: &[PodRow], capacity_milli: u64, seed: u64) -> Vec<usize> {
 /// Replays `order` on a fresh copy of `nodes`. Frag-aware placement measures fragmentation
 /// against `prior` plus every pod seen so far (learned online, older pods counting less: the
 /// weight of a pod halves once pods asking for the cluster's GPU capacity have arrived after
-/// it), each type weighed by the scarcity of the capacity it can use.
+/// it), each type weighed by the scarcity of the capacity it can use. With `measure`, each
+/// multi-GPU placement is counted by how close its GPUs are on a node laid out so
+/// ([`Closeness`]; the nodes themselves may carry the topology or not, for placement to use).
+#[allow(clippy::too_many_arguments)]
 pub fn replay(
     nodes: &[NodeState],
     demands: &[Demand],
@@ -74,8 +118,11 @@ pub fn replay(
     policy: (&str, ClusterPolicy),
     prior: &TaskMix,
     seed: u64,
+    measure: Option<Layout>,
 ) -> Run {
     let mut nodes = nodes.to_vec();
+    let mut closeness = Closeness::default();
+    let mut layouts: HashMap<usize, Topology> = HashMap::new();
     let capacity: u64 = nodes.iter().map(|n| n.gpus.len() as u64 * 1000).sum();
     let mut mix = prior.clone();
     mix.set_half_life(capacity as f64 / 1000.0);
@@ -94,6 +141,11 @@ pub fn replay(
         arrived += gpu_milli(&pods[i]);
         match cluster::choose(&nodes, d, policy.1, &mix, &mut random) {
             Some(p) => {
+                if let Some(layout) = measure {
+                    let gpus = nodes[p.node].gpus.len();
+                    let t = layouts.entry(gpus).or_insert_with(|| layout.topology(gpus));
+                    closeness.count(t, &p.gpus);
+                }
                 cluster::apply(&mut nodes[p.node], d, &p.gpus);
                 allocated += gpu_milli(&pods[i]);
                 placed += 1;
@@ -117,6 +169,7 @@ pub fn replay(
         points,
         placed,
         failed,
+        closeness,
     }
 }
 

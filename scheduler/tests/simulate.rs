@@ -216,3 +216,57 @@ fn bad_input_is_refused_naming_the_file_the_row_and_the_value() {
         "{err}"
     );
 }
+
+/// The closeness line of a run with `--layout`: (multi-GPU pods placed, NVLink %, across
+/// NUMA %).
+fn closeness(stdout: &str) -> (u64, f64, f64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("multi_gpu_pods_placed="))
+        .unwrap_or_else(|| panic!("no closeness line: {stdout}"));
+    let kv: std::collections::HashMap<&str, &str> =
+        line.split(' ').filter_map(|p| p.split_once('=')).collect();
+    (
+        kv["multi_gpu_pods_placed"].parse().unwrap(),
+        kv["nvlink_pct"].parse().unwrap(),
+        kv["across_numa_pct"].parse().unwrap(),
+    )
+}
+
+#[test]
+fn with_a_layout_multi_gpu_pods_get_closer_gpus_than_the_policy_alone_gives_them() {
+    let out = tempfile::tempdir().unwrap();
+    let pods = traces().join("openb_pod_list_multigpu20.csv");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--pods",
+            pods.to_str().unwrap(),
+            "--policy",
+            "frag-aware",
+            "--seeds",
+            "1..2",
+            "--node-limit",
+            "120",
+            "--layout",
+            "nvlink-pairs",
+        ];
+        args.extend_from_slice(extra);
+        let o = simulate(&args, out.path());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        closeness(&String::from_utf8_lossy(&o.stdout))
+    };
+    let (placed, nvlink, across) = run(&[]);
+    let (blind_placed, blind_nvlink, blind_across) = run(&["--topology-blind"]);
+    assert!(placed > 20 && blind_placed > 20, "{placed} {blind_placed}");
+    assert!(
+        nvlink > blind_nvlink && across <= blind_across,
+        "aware: {nvlink}% NVLink, {across}% across NUMA; blind: {blind_nvlink}%, {blind_across}%"
+    );
+
+    let o = simulate(
+        &["--pods", pods.to_str().unwrap(), "--layout", "nvswitch"],
+        out.path(),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("\"nvswitch\""), "{err}");
+}

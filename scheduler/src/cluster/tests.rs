@@ -408,3 +408,30 @@ fn a_pod_for_two_gpus_gets_an_nvlink_pair_where_the_node_publishes_its_topology(
     n.topology = Some(Arc::new(Topology::default()));
     assert_eq!(NodeView::topology(&n), None);
 }
+
+#[test]
+fn a_pod_for_two_gpus_goes_to_the_node_where_they_are_closest_under_gpuslices_policies() {
+    // Node 0 is fuller (binpack's choice) but its two free GPUs are a NUMA node apart;
+    // node 1 is empty and has an NVLink pair.
+    let mut fuller = node("fuller", 4);
+    apply(&mut fuller, &slice(12 * GIB), &[1]);
+    apply(&mut fuller, &slice(12 * GIB), &[3]);
+    let mut nodes = vec![fuller, node("empty", 4)];
+    let mut two = slice(12 * GIB);
+    two.gpus = 2;
+    let mix = TaskMix::default();
+    let binpack = ClusterPolicy::Axes {
+        node: Axis::Binpack,
+        gpu: Axis::Binpack,
+    };
+    let chosen = |nodes: &[NodeState], policy| {
+        choose(nodes, &two, policy, &mix, &mut |_| 0).map(|p| (p.node, p.gpus))
+    };
+    assert_eq!(chosen(&nodes, binpack), Some((0, vec![0, 2])));
+    for n in &mut nodes {
+        n.topology = Some(Arc::new(bridged_pairs()));
+    }
+    for policy in [binpack, ClusterPolicy::FragAware] {
+        assert_eq!(chosen(&nodes, policy), Some((1, vec![0, 1])), "{policy:?}");
+    }
+}

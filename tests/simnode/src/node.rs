@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gpuslice_core::topology::Layout;
 use serde::{Deserialize, Serialize};
 
 /// Environment variable naming the node description file.
@@ -139,22 +140,22 @@ impl NodeSpec {
         })
     }
 
-    /// Connects the GPUs as `layout` says: `pcie` (no NVLink: a PCIe switch per pair of GPUs,
-    /// the NUMA nodes as [`NodeSpec::uniform`] set them), or `nvlink-pairs` (the same, each
-    /// pair also bridged by 4 NVLinks, as PCIe servers with NVLink bridges).
+    /// Connects the GPUs as `layout` says (`pcie` or `nvlink-pairs`: see
+    /// [`gpuslice_core::topology::Layout`]): the PCIe switch and NUMA node of each GPU, and its
+    /// NVLinks.
     pub fn connect(&mut self, layout: &str) -> Result<(), NodeError> {
+        let layout: Layout = layout
+            .parse()
+            .map_err(|_| NodeError::Layout(layout.to_string()))?;
+        let count = self.gpus.len();
         let bus: Vec<String> = self.gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
         for (i, g) in self.gpus.iter_mut().enumerate() {
-            let pair = i / 2;
-            g.pci_switch = Some(u32::try_from(pair).unwrap_or(u32::MAX));
-            g.nvlinks = match layout {
-                "pcie" => Vec::new(),
-                "nvlink-pairs" => bus
-                    .get(i ^ 1)
-                    .map(|b| vec![b.clone(); 4])
-                    .unwrap_or_default(),
-                other => return Err(NodeError::Layout(other.to_string())),
-            };
+            g.pci_switch = Some(Layout::pci_switch(i));
+            g.numa_node = Some(Layout::numa_node(i));
+            g.nvlinks = layout
+                .nvlink_peer(i, count)
+                .map(|p| vec![bus[p].clone(); 4])
+                .unwrap_or_default();
         }
         Ok(())
     }
