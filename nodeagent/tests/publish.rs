@@ -21,6 +21,24 @@ fn published(api: &ApiServer) -> Option<NodePublication> {
     serde_json::from_str(&text).ok()
 }
 
+/// An agent on `sim` publishing Node gpu-node-1 every 100 ms through `api`.
+fn publishing_agent(sim: &SimNode, api: &ApiServer, bus: &Bus) -> Agent {
+    Agent::start(
+        &agent_exe(),
+        bus,
+        sim,
+        &[
+            "--publish-node",
+            "--kube-api",
+            &api.url,
+            "--node-name",
+            "gpu-node-1",
+            "--publish-interval",
+            "100ms",
+        ],
+    )
+}
+
 #[test]
 fn the_node_annotation_follows_claims_and_releases_and_capacity_is_advertised() {
     let sim = SimNode::new(2, "T4", Some(15 * GIB));
@@ -32,20 +50,7 @@ fn the_node_annotation_follows_claims_and_releases_and_capacity_is_advertised() 
         "status": {"capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}
     }));
     let bus = Bus::start();
-    let _agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--publish-node",
-            "--kube-api",
-            &api.url,
-            "--node-name",
-            "gpu-node-1",
-            "--publish-interval",
-            "100ms",
-        ],
-    );
+    let _agent = publishing_agent(&sim, &api, &bus);
     let first = wait_for(Duration::from_secs(10), || published(&api).is_some());
     assert!(first, "nothing published: {:?}", api.node("gpu-node-1"));
     let p = published(&api).unwrap();
@@ -105,20 +110,7 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
         "metadata": {"name": "gpu-node-1", "resourceVersion": "1"}
     }));
     let bus = Bus::start();
-    let _agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--publish-node",
-            "--kube-api",
-            &api.url,
-            "--node-name",
-            "gpu-node-1",
-            "--publish-interval",
-            "100ms",
-        ],
-    );
+    let _agent = publishing_agent(&sim, &api, &bus);
     assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
     let topology = published(&api).unwrap().topology.expect("a topology");
     let row =

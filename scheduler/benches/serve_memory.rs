@@ -7,13 +7,13 @@
 //!
 //! Run: `cargo bench -p gpuslice-scheduler --bench serve_memory`.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::Instant;
 
 use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
-use gpuslice_testsupport::http::{get, post_json};
 use serde_json::{Value, json};
 
 const GPUS: usize = 8;
@@ -120,37 +120,10 @@ fn main() {
         .collect();
 
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--api-server", &api.url])
-        .env("GPUSLICE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start gpuslice-scheduler serve");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Some(addr) = line.split("serving the extender on ").nth(1)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(addr.trim().to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the extender logged no listening address");
-    let ready = gpuslice_testsupport::wait_for(Duration::from_secs(300), || {
-        get(&addr, "/readyz").is_ok_and(|(s, _, _)| s.contains("200"))
-    });
-    assert!(ready, "the extender never listed the cluster");
+    // Ready once its watches have listed the cluster.
+    let extender = common::Extender::with_api(&api.url, None);
     let listed_s = started.elapsed().as_secs_f64();
-    let (rss_listed, _) = memory_mib(child.id());
+    let (rss_listed, _) = memory_mib(extender.pid());
 
     let sizes = ["2Gi", "4Gi", "6Gi", "12Gi", "20Gi"];
     let mut latencies = Vec::with_capacity(decisions);
@@ -162,17 +135,15 @@ fn main() {
         });
         let body = json!({"Pod": pod, "NodeNames": names}).to_string();
         let t = Instant::now();
-        let (s1, _, _) = post_json(&addr, "/filter", &body).unwrap();
-        let (s2, _, _) = post_json(&addr, "/prioritize", &body).unwrap();
+        let (s1, _) = extender.post("/filter", &body);
+        let (s2, _) = extender.post("/prioritize", &body);
         assert!(s1.contains("200") && s2.contains("200"), "{s1} {s2}");
         latencies.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    let (rss_after, peak) = memory_mib(child.id());
+    let (rss_after, peak) = memory_mib(extender.pid());
     latencies.sort_by(f64::total_cmp);
     let p50 = latencies[latencies.len() / 2];
     println!(
         "bench=serve_memory nodes={nodes} gpus_per_node={GPUS} listed_s={listed_s:.1} rss_listed_mib={rss_listed:.0} rss_after_decisions_mib={rss_after:.0} peak_mib={peak:.0} decisions={decisions} decision_p50_ms={p50:.1}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -75,11 +75,17 @@ impl Extender {
         }
         let e = Self::start(&args);
         // Ready once its Node and pod watches have listed the cluster.
-        let ready = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
+        let ready = gpuslice_testsupport::wait_for(Duration::from_secs(60), || {
             get(&e.addr, "/readyz").is_ok_and(|(s, _, _)| s.contains("200"))
         });
         assert!(ready, "extender on {} never became ready", e.addr);
         e
+    }
+
+    /// The extender's process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// POSTs `body` to `verb` and returns (HTTP status line, the answer as JSON, or as a JSON
