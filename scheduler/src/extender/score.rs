@@ -2,9 +2,10 @@
 //! (the fit model the node agent admits with), the node-level score under a policy, the task
 //! mix frag-aware scores against, and the memo that keeps scores between decisions.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gpuslice_core::fit::GpuRoom;
 use serde_json::Value;
@@ -172,8 +173,13 @@ pub const SCORE_MEMO_LIMIT: usize = 200_000;
 /// against (so that they can be reused between decisions).
 #[derive(Default)]
 pub struct Mix {
-    /// Pods seen, by UID.
-    seen: HashSet<String>,
+    /// Pods seen in the last [`REMEMBER_SEEN_FOR`], by UID, with when each was last seen: a
+    /// pod filtered again is not counted again.
+    seen: HashMap<String, Instant>,
+    /// When `seen` was last swept of pods not seen for [`REMEMBER_SEEN_FOR`].
+    swept: Option<Instant>,
+    /// Pods counted.
+    counted: usize,
     learned: TaskMix,
     /// Pods counted since scarcity was last measured.
     unweighed: usize,
@@ -188,10 +194,28 @@ impl Mix {
     /// sets the decay's half-life to their GPU count; renews the snapshot when the shares
     /// moved away from it.
     pub fn observe(&mut self, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
-        if !uid.is_empty() && !self.seen.insert(uid) {
-            return;
+        self.observe_at(Instant::now(), pod, demands, nodes);
+    }
+
+    /// [`Mix::observe`] at `now`.
+    fn observe_at(&mut self, now: Instant, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
+        if self
+            .swept
+            .is_none_or(|t| now.saturating_duration_since(t) >= REMEMBER_SEEN_FOR / 4)
+        {
+            self.swept = Some(now);
+            self.seen
+                .retain(|_, last| now.saturating_duration_since(*last) < REMEMBER_SEEN_FOR);
         }
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+        if !uid.is_empty() {
+            if let Some(last) = self.seen.get_mut(uid) {
+                *last = now;
+                return;
+            }
+            self.seen.insert(uid.to_string(), now);
+        }
+        self.counted += 1;
         for d in demands {
             self.learned.observe(d);
         }
@@ -217,9 +241,21 @@ impl Mix {
     /// Pods counted.
     #[must_use]
     pub fn pods(&self) -> usize {
+        self.counted
+    }
+
+    /// Pod UIDs remembered.
+    #[must_use]
+    pub fn remembered(&self) -> usize {
         self.seen.len()
     }
 }
+
+/// How long a pod's UID is remembered after it was last seen, so that it is not counted again
+/// when it is filtered again: kube-scheduler retries a pod it could not place at least every
+/// 5 minutes, and never filters a bound pod again, so an hour outlives every retry while the
+/// UIDs of pods long placed (a cluster places millions) are let go.
+pub const REMEMBER_SEEN_FOR: Duration = Duration::from_secs(3600);
 
 /// Scores by a key already hashed with [`Mix64`].
 pub type ScoreMap = HashMap<u64, ScoreEntry, BuildHasherDefault<Mix64>>;
@@ -315,8 +351,27 @@ pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+    use std::time::{Duration, Instant};
 
-    use super::priorities_of;
+    use super::{Mix, REMEMBER_SEEN_FOR, priorities_of};
+
+    #[test]
+    fn a_pod_filtered_again_counts_once_and_uids_long_unseen_are_let_go() {
+        let mut mix = Mix::default();
+        let pod = |uid: &str| serde_json::json!({"metadata": {"uid": uid}});
+        let t0 = Instant::now();
+        mix.observe_at(t0, &pod("a"), &[], &[]);
+        mix.observe_at(t0 + Duration::from_secs(240), &pod("a"), &[], &[]);
+        mix.observe_at(t0 + Duration::from_secs(300), &pod("b"), &[], &[]);
+        assert_eq!((mix.pods(), mix.remembered()), (2, 2));
+        // a is retried within the hour after it was last seen: still not counted again.
+        mix.observe_at(t0 + REMEMBER_SEEN_FOR, &pod("a"), &[], &[]);
+        assert_eq!(mix.pods(), 2);
+        // b, bound long ago, is let go; a, seen recently, is kept.
+        let later = t0 + REMEMBER_SEEN_FOR + Duration::from_secs(1800);
+        mix.observe_at(later, &pod("c"), &[], &[]);
+        assert_eq!((mix.pods(), mix.remembered()), (3, 2));
+    }
 
     type Index = HashMap<(u64, u64), u32>;
 
