@@ -156,7 +156,16 @@ pub enum Layout {
     /// As `Pcie`, each pair (0–1, 2–3, …) also bridged by 4 NVLinks (`NV4`), as PCIe servers
     /// with NVLink bridges are.
     NvlinkPairs,
+    /// As `Pcie`, every GPU's 18 NVLinks going to NVSwitches that join all of them (`NV18`
+    /// between every pair), as HGX systems are.
+    Nvswitch,
 }
+
+/// NVLinks of a GPU on an NVSwitch system of a [`Layout`] (an H100's), spread over
+/// [`LAYOUT_NVSWITCHES`] switches.
+pub const LAYOUT_NVSWITCH_LINKS: usize = 18;
+/// NVSwitches of a [`Layout::Nvswitch`] node.
+pub const LAYOUT_NVSWITCHES: usize = 4;
 
 /// GPUs per NUMA node in a [`Layout`].
 pub const LAYOUT_GPUS_PER_NUMA_NODE: usize = 4;
@@ -174,11 +183,12 @@ impl Layout {
         u32::try_from(g / 2).unwrap_or(u32::MAX)
     }
 
-    /// The GPU `g` is bridged to by NVLink, if any.
+    /// The GPU `g` is bridged to by NVLink, if any (a single peer; NVSwitch systems join
+    /// every GPU through the switches instead).
     #[must_use]
     pub fn nvlink_peer(self, g: usize, gpus: usize) -> Option<usize> {
         match self {
-            Self::Pcie => None,
+            Self::Pcie | Self::Nvswitch => None,
             Self::NvlinkPairs => Some(g ^ 1).filter(|p| *p < gpus),
         }
     }
@@ -191,6 +201,7 @@ impl Layout {
                 (0..gpus)
                     .map(|b| match () {
                         () if a == b => Link::Same,
+                        () if self == Self::Nvswitch => Link::NvLink(LAYOUT_NVSWITCH_LINKS as u8),
                         () if self.nvlink_peer(a, gpus) == Some(b) => Link::NvLink(4),
                         () if Self::pci_switch(a) == Self::pci_switch(b) => Link::SingleBridge,
                         () if Self::numa_node(a) == Self::numa_node(b) => Link::NumaNode,
@@ -208,7 +219,7 @@ impl Layout {
 
 /// A layout name that is not one of [`Layout`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown GPU layout {0:?} (expected pcie or nvlink-pairs)")]
+#[error("unknown GPU layout {0:?} (expected pcie, nvlink-pairs or nvswitch)")]
 pub struct LayoutError(String);
 
 impl FromStr for Layout {
@@ -217,6 +228,7 @@ impl FromStr for Layout {
         match s {
             "pcie" => Ok(Self::Pcie),
             "nvlink-pairs" => Ok(Self::NvlinkPairs),
+            "nvswitch" => Ok(Self::Nvswitch),
             _ => Err(LayoutError(s.to_string())),
         }
     }
@@ -347,7 +359,9 @@ mod tests {
         let t = Layout::Pcie.topology(3);
         assert_eq!(t.link(2, 1), Link::NumaNode);
         assert_eq!(t.link(0, 1), Link::SingleBridge);
-        assert!("nvswitch".parse::<Layout>().is_err());
+        let t = Layout::Nvswitch.topology(8);
+        assert!((0..8).all(|a| (0..8).all(|b| a == b || t.link(a, b) == Link::NvLink(18))));
+        assert!("nvlink".parse::<Layout>().is_err());
     }
 
     #[test]

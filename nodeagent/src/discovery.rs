@@ -88,8 +88,8 @@ pub fn discover(library: &std::path::Path) -> Result<Inventory, DiscoveryError> 
 const NVLINK_MAX_LINKS: u32 = 18;
 
 /// How the GPUs are connected, as `nvidia-smi topo -m` reads it from NVML: the active
-/// NVLinks between each pair (each link's remote end by PCI bus id), else their closest
-/// common PCIe ancestor. None where NVML cannot tell the PCIe path (then multi-GPU placement
+/// NVLinks between each pair (each link's remote end by PCI bus id: another GPU, or an
+/// NVSwitch that joins the GPUs reaching it), else their closest common PCIe ancestor. None where NVML cannot tell the PCIe path (then multi-GPU placement
 /// is left to the policy alone).
 fn topology(nvml: &Nvml, gpus: &[GpuInfo]) -> Option<Topology> {
     let devices: Vec<_> = gpus
@@ -97,29 +97,49 @@ fn topology(nvml: &Nvml, gpus: &[GpuInfo]) -> Option<Topology> {
         .map(|g| nvml.device_by_index(g.index).ok())
         .collect::<Option<_>>()?;
     let same_bus = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
-    // nvlinks[a][b]: active links from GPU a to GPU b.
-    let nvlinks: Vec<Vec<u8>> = devices
-        .iter()
-        .map(|d| {
-            let mut to = vec![0u8; gpus.len()];
-            for link in 0..NVLINK_MAX_LINKS {
-                let l = d.link_wrapper_for(link);
-                if !l.is_active().unwrap_or(false) {
-                    continue;
-                }
-                let Ok(remote) = l.remote_pci_info() else {
-                    continue;
-                };
-                if let Some(b) = gpus
-                    .iter()
-                    .position(|g| same_bus(&g.pci_bus_id, &remote.bus_id))
-                {
-                    to[b] = to[b].saturating_add(1);
-                }
+    // nvlinks[a][b]: active links from GPU a to GPU b; fabric[a]: the links from GPU a that
+    // reach something else (an NVSwitch), by its PCI bus id.
+    let mut nvlinks = vec![vec![0u8; gpus.len()]; gpus.len()];
+    let mut fabric: Vec<Vec<(String, u8)>> = vec![Vec::new(); gpus.len()];
+    for (a, d) in devices.iter().enumerate() {
+        for link in 0..NVLINK_MAX_LINKS {
+            let l = d.link_wrapper_for(link);
+            if !l.is_active().unwrap_or(false) {
+                continue;
             }
-            to
-        })
-        .collect();
+            let Ok(remote) = l.remote_pci_info() else {
+                continue;
+            };
+            match gpus
+                .iter()
+                .position(|g| same_bus(&g.pci_bus_id, &remote.bus_id))
+            {
+                Some(b) => nvlinks[a][b] = nvlinks[a][b].saturating_add(1),
+                None => match fabric[a]
+                    .iter_mut()
+                    .find(|(s, _)| same_bus(s, &remote.bus_id))
+                {
+                    Some((_, n)) => *n = n.saturating_add(1),
+                    None => fabric[a].push((remote.bus_id, 1)),
+                },
+            }
+        }
+    }
+    // GPUs on the same NVSwitches reach each other through them, as fast as the fewer of
+    // their links allow (nvidia-smi shows NV18 between every pair of an H100 HGX system).
+    for a in 0..gpus.len() {
+        for b in 0..gpus.len() {
+            let shared = fabric[a]
+                .iter()
+                .any(|(s, _)| fabric[b].iter().any(|(t, _)| same_bus(s, t)));
+            if a != b && shared {
+                let count =
+                    |f: &[(String, u8)]| f.iter().map(|(_, n)| *n).fold(0u8, u8::saturating_add);
+                let through = count(&fabric[a]).min(count(&fabric[b]));
+                nvlinks[a][b] = nvlinks[a][b].max(through);
+            }
+        }
+    }
     let mut links = vec![vec![Link::Same; gpus.len()]; gpus.len()];
     for a in 0..gpus.len() {
         for b in 0..gpus.len() {

@@ -171,3 +171,25 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
         "a two-GPU slice across the NVLink pairs: {claim}"
     );
 }
+
+#[test]
+fn gpus_joined_through_nvswitches_are_published_as_nvlinked_pairs() {
+    // An HGX-like node: every GPU's 18 NVLinks reach NVSwitches, none another GPU directly.
+    let sim = SimNode::with_layout(8, "H100", "nvswitch");
+    let api = ApiServer::start();
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "resourceVersion": "1"}
+    }));
+    let bus = Bus::start();
+    let _agent = publishing_agent(&sim, &api, &bus);
+    assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
+    let topology = published(&api).unwrap().topology.expect("a topology");
+    for (a, row) in topology.links.iter().enumerate() {
+        for (b, link) in row.iter().enumerate() {
+            let want = if a == b { "X" } else { "NV18" };
+            assert_eq!(link.to_string(), want, "GPU {a} to GPU {b}");
+        }
+    }
+    assert_eq!(topology.numa[7], Some(1));
+}

@@ -97,7 +97,8 @@ struct SimulateArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Give every node this GPU layout (pcie: a PCIe switch per pair of GPUs and a NUMA node
-    /// per four; nvlink-pairs: the same, each pair bridged by NVLink), place multi-GPU pods on
+    /// per four; nvlink-pairs: the same, each pair bridged by NVLink; nvswitch: every pair
+    /// joined through NVSwitches), place multi-GPU pods on
     /// the closest set, and report how close the sets were. The openb traces record no
     /// topology: without it the nodes have none
     #[arg(long)]

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuslice_core::topology::Layout;
+use gpuslice_core::topology::{LAYOUT_NVSWITCH_LINKS, LAYOUT_NVSWITCHES, Layout};
 use serde::{Deserialize, Serialize};
 
 /// Environment variable naming the node description file.
@@ -50,6 +50,12 @@ pub struct SimGpu {
 /// real launch blocks once the device's queue is full.
 pub const LAUNCH_QUEUE_NS: u64 = 5_000_000;
 
+/// The PCI bus id of NVSwitch `k` of a simulated NVSwitch system.
+#[must_use]
+pub fn nvswitch_bus_id(k: usize) -> String {
+    format!("00000000:{:02X}:00.0", 0xC0 + k)
+}
+
 /// A simulated node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeSpec {
@@ -82,7 +88,7 @@ pub enum NodeError {
     },
     #[error("unknown GPU model {0:?} (known: {1})")]
     Model(String, String),
-    #[error("unknown GPU layout {0:?} (known: pcie, nvlink-pairs)")]
+    #[error("unknown GPU layout {0:?} (known: pcie, nvlink-pairs, nvswitch)")]
     Layout(String),
 }
 
@@ -140,7 +146,7 @@ impl NodeSpec {
         })
     }
 
-    /// Connects the GPUs as `layout` says (`pcie` or `nvlink-pairs`: see
+    /// Connects the GPUs as `layout` says (`pcie`, `nvlink-pairs` or `nvswitch`: see
     /// [`gpuslice_core::topology::Layout`]): the PCIe switch and NUMA node of each GPU, and its
     /// NVLinks.
     pub fn connect(&mut self, layout: &str) -> Result<(), NodeError> {
@@ -152,10 +158,16 @@ impl NodeSpec {
         for (i, g) in self.gpus.iter_mut().enumerate() {
             g.pci_switch = Some(Layout::pci_switch(i));
             g.numa_node = Some(Layout::numa_node(i));
-            g.nvlinks = layout
-                .nvlink_peer(i, count)
-                .map(|p| vec![bus[p].clone(); 4])
-                .unwrap_or_default();
+            g.nvlinks = match layout {
+                // Each link reaches one of the NVSwitches, named by their own PCI bus ids.
+                Layout::Nvswitch => (0..LAYOUT_NVSWITCH_LINKS)
+                    .map(|l| nvswitch_bus_id(l % LAYOUT_NVSWITCHES))
+                    .collect(),
+                _ => layout
+                    .nvlink_peer(i, count)
+                    .map(|p| vec![bus[p].clone(); 4])
+                    .unwrap_or_default(),
+            };
         }
         Ok(())
     }

@@ -32,8 +32,9 @@ enum Command {
         /// Memory per GPU instead of the model's, e.g. 15Gi (ignored with --node).
         #[arg(long)]
         memory: Option<String>,
-        /// How the GPUs are connected: pcie (a PCIe switch per pair of GPUs), nvlink-pairs
-        /// (each pair also bridged by NVLink) (ignored with --node).
+        /// How the GPUs are connected: pcie (a PCIe switch per pair of GPUs, a NUMA node per
+        /// four), nvlink-pairs (each pair also bridged by NVLink), nvswitch (every GPU's
+        /// NVLinks into NVSwitches, as HGX systems) (ignored with --node).
         #[arg(long, default_value = "pcie")]
         layout: String,
         /// Use this node description (JSON) instead of --gpus/--model.
