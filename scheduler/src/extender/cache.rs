@@ -224,8 +224,9 @@ impl NodeCache {
     }
 }
 
-/// Nodes by name.
-type ByName = HashMap<String, Known>;
+/// Nodes by name, hashed with foldhash (a decision looks every node up by name; node names
+/// come from the API server, not from tenants, and the hasher is seeded per map).
+type ByName = HashMap<String, Known, foldhash::fast::RandomState>;
 
 /// A request's nodes as [`NodeCache::lookup`] found them.
 pub struct Lookup<'a> {
