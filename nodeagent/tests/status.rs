@@ -32,6 +32,18 @@ fn status_lists_the_four_gpus_of_a_simulated_node_with_their_memory() {
             "{text}"
         );
     }
+    // How the GPUs are connected, as nvidia-smi topo -m prints it: all four on NUMA node 0,
+    // no NVLink, no shared PCIe switch.
+    let topology = s.inventory.topology.as_ref().expect("a topology");
+    assert_eq!(topology.link(0, 3).to_string(), "NODE");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("GPU2 "))
+        .unwrap_or_else(|| panic!("no topology row for GPU2: {text}"));
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["GPU2", "NODE", "NODE", "X", "NODE", "0"]
+    );
 }
 
 #[test]

@@ -264,9 +264,9 @@ fn with_a_layout_multi_gpu_pods_get_closer_gpus_than_the_policy_alone_gives_them
     );
 
     let o = simulate(
-        &["--pods", pods.to_str().unwrap(), "--layout", "nvswitch"],
+        &["--pods", pods.to_str().unwrap(), "--layout", "nvlink3"],
         out.path(),
     );
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("\"nvswitch\""), "{err}");
+    assert!(!o.status.success() && err.contains("\"nvlink3\""), "{err}");
 }

@@ -93,6 +93,34 @@ fn print_claim(c: &Claim) {
     }
 }
 
+/// How the GPUs are connected, as `nvidia-smi topo -m` prints it (for two GPUs or more).
+fn print_topology(inventory: &gpuslice_core::inventory::Inventory) {
+    let Some(t) = inventory
+        .topology
+        .as_ref()
+        .filter(|_| inventory.gpus.len() > 1)
+    else {
+        return;
+    };
+    print!("{:<6}", "");
+    for g in &inventory.gpus {
+        print!(" {:>5}", format!("GPU{}", g.index));
+    }
+    println!("  NUMA");
+    for (a, g) in inventory.gpus.iter().enumerate() {
+        print!("{:<6}", format!("GPU{}", g.index));
+        for b in 0..inventory.gpus.len() {
+            print!(" {:>5}", t.link(a, b).to_string());
+        }
+        let numa = t.numa.get(a).copied().flatten();
+        println!(
+            "  {}",
+            numa.map_or_else(|| "N/A".to_string(), |n| n.to_string())
+        );
+    }
+    println!();
+}
+
 fn print_status(s: &Status) {
     println!(
         "Driver {}  ({} GPUs)",
@@ -126,6 +154,7 @@ fn print_status(s: &Status) {
         );
     }
     println!();
+    print_topology(&s.inventory);
     if s.slices.is_empty() {
         println!("No slices.");
         return;
