@@ -139,11 +139,36 @@ impl Topology {
         (worst, sum)
     }
 
+    /// How far the GPUs of `set` reach each other: by NVLink only, within one NUMA node, or
+    /// across NUMA nodes (the farthest pair decides).
+    #[must_use]
+    pub fn reach(&self, set: &[usize]) -> Reach {
+        let (worst, _) = self.spread_of(set);
+        if worst < Link::SingleBridge.distance() {
+            Reach::NvLink
+        } else if worst < Link::System.distance() {
+            Reach::OneNumaNode
+        } else {
+            Reach::AcrossNumaNodes
+        }
+    }
+
     /// Whether the topology covers `gpus` GPUs.
     #[must_use]
     pub fn covers(&self, gpus: usize) -> bool {
         self.links.len() == gpus && self.links.iter().all(|r| r.len() == gpus)
     }
+}
+
+/// How far a set of GPUs reaches, nearest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reach {
+    /// Every pair joined by NVLink (or a single GPU).
+    NvLink,
+    /// Not all NVLink, but all on one NUMA node (PCIe switches, host bridges).
+    OneNumaNode,
+    /// Across NUMA nodes.
+    AcrossNumaNodes,
 }
 
 /// A common way of connecting a node's GPUs, for simulated nodes and clusters: a PCIe switch
@@ -311,24 +336,9 @@ mod tests {
     use super::*;
 
     /// Eight GPUs as on many PCIe servers with NVLink bridges: pairs (0,1), (2,3), (4,5),
-    /// (6,7) bridged by NVLink; 0–3 on NUMA node 0 behind one switch per pair, 4–7 on node 1.
+    /// (6,7) bridged by NVLink; 0–3 on NUMA node 0, 4–7 on node 1.
     fn bridged_pairs() -> Topology {
-        let links = (0..8)
-            .map(|a| {
-                (0..8)
-                    .map(|b: usize| match (a, b) {
-                        _ if a == b => Link::Same,
-                        _ if a / 2 == b / 2 => Link::NvLink(4),
-                        _ if a / 4 == b / 4 => Link::NumaNode,
-                        _ => Link::System,
-                    })
-                    .collect()
-            })
-            .collect();
-        Topology {
-            numa: (0..8).map(|g| Some(g / 4)).collect(),
-            links,
-        }
+        Layout::NvlinkPairs.topology(8)
     }
 
     #[test]

@@ -127,15 +127,17 @@ fn topology(nvml: &Nvml, gpus: &[GpuInfo]) -> Option<Topology> {
     }
     // GPUs on the same NVSwitches reach each other through them, as fast as the fewer of
     // their links allow (nvidia-smi shows NV18 between every pair of an H100 HGX system).
+    let fabric_links: Vec<u8> = fabric
+        .iter()
+        .map(|f| f.iter().map(|(_, n)| *n).fold(0u8, u8::saturating_add))
+        .collect();
     for a in 0..gpus.len() {
         for b in 0..gpus.len() {
             let shared = fabric[a]
                 .iter()
                 .any(|(s, _)| fabric[b].iter().any(|(t, _)| same_bus(s, t)));
             if a != b && shared {
-                let count =
-                    |f: &[(String, u8)]| f.iter().map(|(_, n)| *n).fold(0u8, u8::saturating_add);
-                let through = count(&fabric[a]).min(count(&fabric[b]));
+                let through = fabric_links[a].min(fabric_links[b]);
                 nvlinks[a][b] = nvlinks[a][b].max(through);
             }
         }

@@ -100,18 +100,24 @@ fn the_node_annotation_follows_claims_and_releases_and_capacity_is_advertised() 
     assert!(shows(0), "release not published: {:?}", published(&api));
 }
 
-#[test]
-fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_pair() {
-    // Four A10s: pairs (0,1) and (2,3) bridged by NVLink, 0–3 on one NUMA node.
-    let sim = SimNode::with_layout(4, "A10", "nvlink-pairs");
+/// An agent on `sim` publishing bare Node gpu-node-1, once it has published.
+fn published_topology_of(sim: &SimNode) -> (ApiServer, Bus, Agent) {
     let api = ApiServer::start();
     api.put_node(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "gpu-node-1", "resourceVersion": "1"}
     }));
     let bus = Bus::start();
-    let _agent = publishing_agent(&sim, &api, &bus);
+    let agent = publishing_agent(sim, &api, &bus);
     assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
+    (api, bus, agent)
+}
+
+#[test]
+fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_pair() {
+    // Four A10s: pairs (0,1) and (2,3) bridged by NVLink, 0–3 on one NUMA node.
+    let sim = SimNode::with_layout(4, "A10", "nvlink-pairs");
+    let (api, bus, _agent) = published_topology_of(&sim);
     let topology = published(&api).unwrap().topology.expect("a topology");
     let row =
         |g: usize| -> Vec<String> { topology.links[g].iter().map(ToString::to_string).collect() };
@@ -176,14 +182,7 @@ fn the_agent_publishes_how_its_gpus_are_connected_and_gives_two_gpus_an_nvlink_p
 fn gpus_joined_through_nvswitches_are_published_as_nvlinked_pairs() {
     // An HGX-like node: every GPU's 18 NVLinks reach NVSwitches, none another GPU directly.
     let sim = SimNode::with_layout(8, "H100", "nvswitch");
-    let api = ApiServer::start();
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "resourceVersion": "1"}
-    }));
-    let bus = Bus::start();
-    let _agent = publishing_agent(&sim, &api, &bus);
-    assert!(wait_for(Duration::from_secs(10), || published(&api).is_some()));
+    let (api, _bus, _agent) = published_topology_of(&sim);
     let topology = published(&api).unwrap().topology.expect("a topology");
     for (a, row) in topology.links.iter().enumerate() {
         for (b, link) in row.iter().enumerate() {

@@ -829,20 +829,12 @@ fn score(
 /// deciding among nodes where they are equally close.
 const TOPOLOGY_STEP: f64 = 1000.0;
 
-/// How far apart `gpus` are on `node` (0 for one GPU or a node without a topology): 0 when
-/// every pair is joined by NVLink, 1 when all are on one NUMA node, 2 across NUMA nodes.
+/// How far apart `gpus` are on `node` (0 for one GPU or a node without a topology): the
+/// step of their [`topology::Reach`] (0 all NVLink, 1 one NUMA node, 2 across).
 fn apart(node: &NodeState, gpus: &[usize]) -> f64 {
-    let Some(t) = NodeView::topology(node).filter(|_| gpus.len() > 1) else {
-        return 0.0;
-    };
-    let (worst, _) = t.spread_of(gpus);
-    if worst <= topology::Link::NvLink(1).distance() {
-        0.0
-    } else if worst < topology::Link::System.distance() {
-        1.0
-    } else {
-        2.0
-    }
+    NodeView::topology(node)
+        .filter(|_| gpus.len() > 1)
+        .map_or(0.0, |t| f64::from(t.reach(gpus) as u8))
 }
 
 fn gpus_share(node: &NodeState, d: &Demand, gpus: f64) -> f64 {

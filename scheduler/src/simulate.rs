@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use gpuslice_core::topology::{Layout, Link, Topology};
+use gpuslice_core::topology::{Layout, Reach, Topology};
 
 use crate::cluster::{self, ClusterPolicy, Demand, NodeState, TaskMix};
 use rand::rngs::StdRng;
@@ -61,17 +61,10 @@ impl Closeness {
             return;
         }
         self.placed += 1;
-        let farthest = gpus
-            .iter()
-            .enumerate()
-            .flat_map(|(k, &a)| gpus[k + 1..].iter().map(move |&b| (a, b)))
-            .map(|(a, b)| topology.link(a, b))
-            .max_by_key(|l| l.distance())
-            .unwrap_or(Link::Same);
-        match farthest {
-            Link::Same | Link::NvLink(_) => self.nvlink += 1,
-            Link::System => self.across += 1,
-            _ => self.one_numa_node += 1,
+        match topology.reach(gpus) {
+            Reach::NvLink => self.nvlink += 1,
+            Reach::OneNumaNode => self.one_numa_node += 1,
+            Reach::AcrossNumaNodes => self.across += 1,
         }
     }
 }

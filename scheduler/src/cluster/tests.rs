@@ -365,24 +365,9 @@ fn recent_pods_count_more_once_a_half_life_is_set() {
     assert!(decaying.weight().is_finite());
 }
 
-/// Four GPUs, pairs (0,1) and (2,3) bridged by NVLink, the pairs a NUMA node apart.
+/// Four GPUs, pairs (0,1) and (2,3) bridged by NVLink, each pair behind its own PCIe switch.
 fn bridged_pairs() -> Topology {
-    use gpuslice_core::topology::Link;
-    let links = (0..4)
-        .map(|a: usize| {
-            (0..4)
-                .map(|b: usize| match () {
-                    () if a == b => Link::Same,
-                    () if a / 2 == b / 2 => Link::NvLink(4),
-                    () => Link::System,
-                })
-                .collect()
-        })
-        .collect();
-    Topology {
-        numa: vec![Some(0), Some(0), Some(1), Some(1)],
-        links,
-    }
+    gpuslice_core::topology::Layout::NvlinkPairs.topology(4)
 }
 
 #[test]
@@ -397,8 +382,8 @@ fn a_pod_for_two_gpus_gets_an_nvlink_pair_where_the_node_publishes_its_topology(
     n.topology = Some(Arc::new(bridged_pairs()));
     let pair = candidates(&n, &two);
     assert!(pair == [vec![0, 1]] || pair == [vec![2, 3]], "{pair:?}");
-    // Whole GPUs alike: with GPU 1 in use, the first two untouched (0 and 2) cross NUMA
-    // nodes; 2 and 3 are a pair.
+    // Whole GPUs alike: with GPU 1 in use, the first two untouched (0 and 2) are not bridged;
+    // 2 and 3 are a pair.
     let mut n = node("n", 4);
     apply(&mut n, &slice(8 * GIB), &[1]);
     assert_eq!(candidates(&n, &whole(2)), vec![vec![0, 2]]);
@@ -411,8 +396,8 @@ fn a_pod_for_two_gpus_gets_an_nvlink_pair_where_the_node_publishes_its_topology(
 
 #[test]
 fn a_pod_for_two_gpus_goes_to_the_node_where_they_are_closest_under_gpuslices_policies() {
-    // Node 0 is fuller (binpack's choice) but its two free GPUs are a NUMA node apart;
-    // node 1 is empty and has an NVLink pair.
+    // Node 0 is fuller (binpack's choice) but its two free GPUs are not bridged; node 1 is
+    // empty and has an NVLink pair.
     let mut fuller = node("fuller", 4);
     apply(&mut fuller, &slice(12 * GIB), &[1]);
     apply(&mut fuller, &slice(12 * GIB), &[3]);
