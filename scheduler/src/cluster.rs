@@ -37,6 +37,9 @@ pub struct NodeState {
     pub rules: Rules,
     /// How the GPUs are connected, when the agent publishes it.
     pub topology: Option<Arc<Topology>>,
+    /// The kinds of GPU pods placed on the node ([`paper::kind`], or-ed), for the
+    /// gpu-clustering baseline; 0 where unknown.
+    pub kinds: u64,
 }
 
 impl NodeState {
@@ -66,6 +69,7 @@ impl NodeState {
                 .collect(),
             rules: p.rules(),
             topology: NodeView::topology(p).cloned().map(Arc::new),
+            kinds: 0,
         }
     }
 }
@@ -227,6 +231,10 @@ pub struct TaskMix {
     /// What a pod arriving now weighs per unit of its weighting (grows instead of every older
     /// weight shrinking; all are rescaled before it overflows).
     clock: f64,
+    /// The FGD paper's reading of pods without GPUs: all of a node's free GPU share is a
+    /// fragment to them (a constant per pod placed, which moves where its score is cut to an
+    /// integer). Only in [`TaskMix::typical`], for the `fgd` baseline.
+    gpuless_see_fragments: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -286,7 +294,11 @@ impl TaskMix {
                 self.rescale();
             }
         }
-        let w = unit * self.clock;
+        self.add(d, unit * self.clock);
+    }
+
+    /// Counts `w` more of this demand.
+    fn add(&mut self, d: &Demand, w: f64) {
         self.total += w;
         if let Some(&i) = self.index.get(d) {
             let t = &mut self.types[i];
@@ -307,6 +319,30 @@ impl TaskMix {
             scarcity: 1.0,
         });
         self.scaled_total += w;
+    }
+
+    /// The FGD paper's target workload, for its `fgd` baseline: every pod of the list counted
+    /// once, then only the most common types that together make up `popularity` of the pods
+    /// (its "typical pods", 95% in its experiments), with no decay and no scarcity.
+    #[must_use]
+    pub fn typical<'a>(demands: impl IntoIterator<Item = &'a Demand>, popularity: f64) -> Self {
+        let mut all = Self::new(Weighting::Pods);
+        for d in demands {
+            all.observe(d);
+        }
+        let mut by_count: Vec<&MixType> = all.types.iter().collect();
+        by_count.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+        let mut mix = Self::new(Weighting::Pods);
+        mix.gpuless_see_fragments = true;
+        let mut kept = 0.0;
+        for t in by_count {
+            if kept >= popularity * all.total {
+                break;
+            }
+            kept += t.weight;
+            mix.add(&t.demand, t.weight);
+        }
+        mix
     }
 
     /// Folds the decay clock into the weights (shares unchanged).
@@ -415,7 +451,9 @@ impl TaskMix {
             .types
             .iter()
             .map(|t| {
-                let f = if t.demand.host_fits(node) {
+                let f = if t.demand.gpus == 0 && self.gpuless_see_fragments {
+                    free
+                } else if t.demand.host_fits(node) {
                     per_class[t.class]
                 } else {
                     free
@@ -462,7 +500,12 @@ pub enum ClusterPolicy {
     Random,
     DotProduct,
     GpuPacking,
+    GpuClustering,
     BestFit,
+    /// The FGD paper's own policy as its simulator runs it, for comparison: fragmentation
+    /// against the typical pods of the whole pod list known in advance, an integer score
+    /// equal scores to the node whose name sorts first ([`TaskMix::typical`]).
+    Fgd,
     FragAware,
 }
 
@@ -498,11 +541,13 @@ impl std::str::FromStr for ClusterPolicy {
             "random" => Self::Random,
             "dot-product" => Self::DotProduct,
             "gpu-packing" => Self::GpuPacking,
+            "gpu-clustering" => Self::GpuClustering,
             "best-fit" => Self::BestFit,
+            "fgd" => Self::Fgd,
             "frag-aware" => Self::FragAware,
             _ => {
                 return Err(format!(
-                    "unknown policy {s:?} (random, dot-product, gpu-packing, best-fit, binpack, spread, binpack-spread, spread-binpack, spread-spread, frag-aware)"
+                    "unknown policy {s:?} (random, dot-product, gpu-packing, gpu-clustering, best-fit, fgd, binpack, spread, binpack-spread, spread-binpack, spread-spread, frag-aware)"
                 ));
             }
         })
@@ -518,10 +563,9 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
     if d.gpus == 0 {
         return vec![Vec::new()];
     }
-    let mut fitting: Vec<usize> = Vec::new();
-    if fit::fit_node(&d.ask(), node, |pos, _| fitting.push(pos)).is_err() {
+    let Some(fitting) = fitting_gpus(node, d) else {
         return Vec::new();
-    }
+    };
     if !d.devices.is_empty() {
         // Named GPUs: exactly those.
         return vec![fitting];
@@ -558,6 +602,13 @@ pub fn candidates(node: &NodeState, d: &Demand) -> Vec<Vec<usize>> {
     out
 }
 
+/// The GPUs of `node` that can take `d`'s share each, in index order; None when too few can.
+fn fitting_gpus(node: &NodeState, d: &Demand) -> Option<Vec<usize>> {
+    let mut fitting: Vec<usize> = Vec::new();
+    fit::fit_node(&d.ask(), node, |pos, _| fitting.push(pos)).ok()?;
+    Some(fitting)
+}
+
 /// Whether `d` fits on `node` now (without saying where).
 #[must_use]
 pub fn fits(node: &NodeState, d: &Demand) -> bool {
@@ -571,6 +622,7 @@ pub fn fits(node: &NodeState, d: &Demand) -> bool {
 pub fn apply(node: &mut NodeState, d: &Demand, gpus: &[usize]) {
     node.cpu_free -= d.cpu.min(node.cpu_free);
     node.mem_free -= d.mem.min(node.mem_free);
+    node.kinds |= paper::kind(d);
     for &i in gpus {
         let g = &mut node.gpus[i];
         if let Ok(take) = fit::fit_gpu(&d.shape, g, &node.rules) {
@@ -614,29 +666,20 @@ pub fn choose(
         return None;
     }
     if policy == ClusterPolicy::Random {
+        // A node uniformly among those that fit; on it, a slice goes on any fitting GPU
+        // uniformly, whole GPUs on the policy-free set (as the paper's random baseline).
         let (node, c) = &options[random(options.len())];
-        return Some(Placement {
-            node: *node,
-            gpus: c[random(c.len())].clone(),
-        });
+        let shared = d.gpus == 1 && !d.shape.exclusive && d.devices.is_empty();
+        let gpus = match fitting_gpus(&nodes[*node], d) {
+            Some(fitting) if shared && !fitting.is_empty() => {
+                vec![fitting[random(fitting.len())]]
+            }
+            _ => c[0].clone(),
+        };
+        return Some(Placement { node: *node, gpus });
     }
-    match policy {
-        ClusterPolicy::BestFit => {
-            return as_kube_scheduler_picks(
-                nodes,
-                &options,
-                d,
-                mix,
-                random,
-                true,
-                &best_fit_points,
-            );
-        }
-        ClusterPolicy::DotProduct => {
-            let points = |node: &NodeState, _: f64| dot_product_points(node, d);
-            return as_kube_scheduler_picks(nodes, &options, d, mix, random, false, &points);
-        }
-        _ => {}
+    if paper::is_paper_policy(policy) {
+        return paper::pick(nodes, &options, d, policy, mix);
     }
     // Lower is better; the first of equal scores wins (lower node, then GPU indexes).
     let mut best: Option<(f64, f64, usize, &Vec<usize>)> = None;
@@ -691,86 +734,6 @@ pub fn best_on_node(
     best
 }
 
-/// How the FGD paper's simulator picks a node for the baselines it compares with, through
-/// kube-scheduler's scoring: each node that fits gets an integer score (`points`, higher
-/// better), normalized over those nodes to 0–100 (integer division) where the plugin does so,
-/// and the highest wins, ties broken uniformly at random (as kube-scheduler's host selection
-/// does). On the node, the GPUs left with the least free share (best fit), the first of equal
-/// ones.
-fn as_kube_scheduler_picks(
-    nodes: &[NodeState],
-    options: &[(usize, Vec<Vec<usize>>)],
-    d: &Demand,
-    mix: &TaskMix,
-    random: &mut dyn FnMut(usize) -> usize,
-    normalize: bool,
-    points: &dyn Fn(&NodeState, f64) -> i64,
-) -> Option<Placement> {
-    let scored: Vec<(i64, usize, &Vec<usize>)> = options
-        .iter()
-        .filter_map(|(i, cands)| {
-            let node = &nodes[*i];
-            let mut best: Option<((f64, f64), &Vec<usize>)> = None;
-            for c in cands {
-                let s = score(node, d, c, ClusterPolicy::BestFit, mix, 0.0);
-                if best.is_none_or(|(b, _)| s.1 < b.1 - TIE) {
-                    best = Some((s, c));
-                }
-            }
-            let ((figure, _), c) = best?;
-            Some((points(node, figure), *i, c))
-        })
-        .collect();
-    let lowest = scored.iter().map(|s| s.0).min()?;
-    let highest = scored.iter().map(|s| s.0).max()?;
-    let normalized = |p: i64| match (normalize, highest == lowest) {
-        (false, _) => p,
-        (true, true) => 0,
-        (true, false) => (p - lowest) * 100 / (highest - lowest),
-    };
-    let top = scored.iter().map(|s| normalized(s.0)).max()?;
-    let ties: Vec<&(i64, usize, &Vec<usize>)> =
-        scored.iter().filter(|s| normalized(s.0) == top).collect();
-    let (_, node, gpus) = ties[random(ties.len())];
-    Some(Placement {
-        node: *node,
-        gpus: (*gpus).clone(),
-    })
-}
-
-/// Best-fit's points in the FGD simulator: `(1 − figure) × 100`, truncated, the figure being
-/// the node's best-fit score (`score`, in [0, 1]).
-#[allow(clippy::cast_possible_truncation)]
-fn best_fit_points(_node: &NodeState, figure: f64) -> i64 {
-    ((1.0 - figure) * 100.0) as i64
-}
-
-/// Dot-product's figure in the FGD simulator (its "merge" dimensions and "max" norm, as the
-/// paper ran it): the node's free CPU and free GPU share (summed over its GPUs), before the
-/// pod, against the pod's request, each over the cluster-wide maximum, averaged over the two.
-/// The smallest wins: the node with least free where the pod asks most.
-fn dot_product_figure(node: &NodeState, d: &Demand) -> f64 {
-    let req_gpu = if d.gpus == 0 {
-        0.0
-    } else {
-        gpus_share(node, d, 1.0) * 1000.0
-    };
-    let dot = (node.cpu_free as f64 / BEST_FIT_CPU_SPEC) * (d.cpu as f64 / BEST_FIT_CPU_SPEC)
-        + (node.gpu_free_share() * 1000.0 / BEST_FIT_GPU_SPEC) * (req_gpu / BEST_FIT_GPU_SPEC);
-    dot / 2.0
-}
-
-/// Dot-product's points in the FGD simulator: `(1 − figure) × 100`, truncated.
-#[allow(clippy::cast_possible_truncation)]
-fn dot_product_points(node: &NodeState, d: &Demand) -> i64 {
-    ((1.0 - dot_product_figure(node, d)) * 100.0) as i64
-}
-
-/// The FGD simulator's normalization of CPU (milli-CPU of its largest node) and GPU
-/// (milli-GPU of 8 GPUs) for best-fit.
-const BEST_FIT_CPU_SPEC: f64 = 128_000.0;
-const BEST_FIT_GPU_SPEC: f64 = 8_000.0;
-
 /// (node score, GPU score) of a candidate under `policy`; lower is better.
 fn score(
     node: &NodeState,
@@ -797,30 +760,11 @@ fn score(
             };
             (apart() + node_score, gpu_score)
         }
-        ClusterPolicy::BestFit => {
-            // What is left, CPU and GPU weighed equally, each against the simulator's
-            // cluster-wide maximum (not the node's own size): in [0, 1] for nodes of at
-            // most 128 CPUs and 8 GPUs.
-            let left = 0.5 * next.cpu_free as f64 / BEST_FIT_CPU_SPEC
-                + 0.5 * node_left * 1000.0 / BEST_FIT_GPU_SPEC;
-            (left, gpu_left)
+        ClusterPolicy::FragAware | ClusterPolicy::Fgd => {
+            (apart() + mix.fragmentation(&next) - frag_before, node_left)
         }
-        ClusterPolicy::DotProduct => (dot_product_figure(node, d), gpu_left),
-        ClusterPolicy::GpuPacking => {
-            // Shared GPUs first, then idle GPUs of busy nodes, then idle nodes.
-            let on_used = gpus.iter().any(|&i| node.gpus[i].sharers > 0);
-            let busy = node.gpus.iter().any(|g| !g.untouched());
-            let tier = if on_used {
-                0.0
-            } else if busy {
-                1.0
-            } else {
-                2.0
-            };
-            (tier, gpu_left)
-        }
-        ClusterPolicy::FragAware => (apart() + mix.fragmentation(&next) - frag_before, node_left),
-        ClusterPolicy::Random => (0.0, 0.0),
+        // The paper's baselines score nodes themselves (`paper`); on a node, best fit.
+        _ => (0.0, gpu_left),
     }
 }
 
@@ -837,10 +781,6 @@ fn apart(node: &NodeState, gpus: &[usize]) -> f64 {
         .map_or(0.0, |t| f64::from(t.reach(gpus) as u8))
 }
 
-fn gpus_share(node: &NodeState, d: &Demand, gpus: f64) -> f64 {
-    let total = node.gpus.first().map_or(1, |g| g.memory_total);
-    d.gpu_share(total) / gpus
-}
-
+mod paper;
 #[cfg(test)]
 mod tests;

@@ -63,13 +63,15 @@ struct SimulateArgs {
     /// traces given with gpuslice, recognized by their file names)
     #[arg(long, required = true, value_delimiter = ',')]
     pods: Vec<PathBuf>,
-    /// Policies, comma-separated: random, dot-product, gpu-packing, best-fit, binpack,
-    /// spread (nodes spread, GPUs binpacked: the meaning of spread everywhere), binpack-spread,
-    /// spread-binpack (= spread), spread-spread, frag-aware
+    /// Policies, comma-separated: the FGD paper's baselines as its simulator runs them
+    /// (random, dot-product, gpu-clustering, gpu-packing, best-fit) and its own policy (fgd,
+    /// against the pod list known in advance); binpack, spread (nodes spread, GPUs binpacked:
+    /// the meaning of spread everywhere), binpack-spread, spread-binpack (= spread),
+    /// spread-spread; frag-aware (gpuslice's, learning the workload as it comes)
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "random,dot-product,gpu-packing,best-fit,binpack,spread,frag-aware"
+        default_value = "random,dot-product,gpu-clustering,gpu-packing,best-fit,fgd,binpack,spread,frag-aware"
     )]
     policy: Vec<String>,
     /// Seeds: a range `42..51` (inclusive) or a list `1,2,3`

@@ -139,30 +139,34 @@ fn paper_name(policy: &str) -> &str {
 #[must_use]
 pub fn table(runs: &[Run], traces: &[String], policies: &[String]) -> String {
     let pair = |a: f64, b: f64| format!("{a:.2} / {b:.2}");
-    let published_policies: Vec<&String> = policies
-        .iter()
-        .filter(|p| {
-            traces
-                .iter()
-                .any(|t| published::figure(t, paper_name(p)).is_some())
-        })
-        .collect();
-    let frag_vs_fgd = policies.iter().any(|p| p == "frag-aware")
-        && traces.iter().any(|t| published::figure(t, "fgd").is_some());
+    // One column per published policy (frag-aware and the fgd baseline share FGD's).
+    let mut published_policies: Vec<&str> = Vec::new();
+    for p in policies {
+        let name = paper_name(p);
+        if !published_policies.contains(&name)
+            && traces.iter().any(|t| published::figure(t, name).is_some())
+        {
+            published_policies.push(name);
+        }
+    }
+    let ran = |name: &str| policies.iter().any(|p| p == name);
+    let frag_vs_fgd =
+        ran("frag-aware") && traces.iter().any(|t| published::figure(t, "fgd").is_some());
+    let frag_vs_fgd_here = ran("frag-aware") && ran("fgd");
     let width = traces.iter().map(String::len).max().unwrap_or(0).max(5);
     let mut header = format!("{:<width$}", "trace");
     for p in policies {
         let _ = write!(header, "  {p:>15}");
     }
     for p in &published_policies {
-        let paper = match paper_name(p) {
-            "fgd" => "FGD",
-            other => other,
-        };
+        let paper = if *p == "fgd" { "FGD" } else { p };
         let _ = write!(header, "  {:>15}", format!("paper {paper}"));
     }
     if frag_vs_fgd {
         let _ = write!(header, "  {:>17}", "frag-aware − FGD");
+    }
+    if frag_vs_fgd_here {
+        let _ = write!(header, "  {:>17}", "frag-aware − fgd");
     }
     let seeds = runs
         .iter()
@@ -170,7 +174,7 @@ pub fn table(runs: &[Run], traces: &[String], policies: &[String]) -> String {
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     let mut out = format!(
-        "unallocated GPU % at 100% / 130% arrived, mean of {seeds} seeds; paper: published by the FGD paper's authors\n{header}\n"
+        "unallocated GPU % at 100% / 130% arrived, mean of {seeds} seeds; paper: published by the FGD paper's authors; FGD: the paper's, fgd: its policy run here\n{header}\n"
     );
     for t in traces {
         let mut row = format!("{t:<width$}");
@@ -182,7 +186,7 @@ pub fn table(runs: &[Run], traces: &[String], policies: &[String]) -> String {
             );
         }
         for p in &published_policies {
-            let cell = published::figure(t, paper_name(p))
+            let cell = published::figure(t, p)
                 .map_or_else(|| "–".to_string(), |f| pair(f.at_100, f.at_130));
             let _ = write!(row, "  {cell:>15}");
         }
@@ -197,6 +201,11 @@ pub fn table(runs: &[Run], traces: &[String], policies: &[String]) -> String {
                     )
                 },
             );
+            let _ = write!(row, "  {cell:>17}");
+        }
+        if frag_vs_fgd_here {
+            let diff = |pct| at(runs, t, "frag-aware", pct).0 - at(runs, t, "fgd", pct).0;
+            let cell = format!("{:+.2} / {:+.2}", diff(100), diff(130));
             let _ = write!(row, "  {cell:>17}");
         }
         out.push_str(&row);
@@ -277,6 +286,21 @@ mod tests {
             summary[0],
             "policy=frag-aware trace=default seeds=2 unallocated_pct_at_100=4.50 sd=0.71 unallocated_pct_at_130=3.50"
         );
+    }
+
+    #[test]
+    fn frag_aware_and_the_fgd_run_here_share_the_papers_fgd_column_and_are_compared() {
+        let runs = vec![
+            run("default", "frag-aware", 1, 4.5, 4.25),
+            run("default", "fgd", 1, 4.75, 4.0),
+        ];
+        let traces = vec!["default".to_string()];
+        let policies = vec!["frag-aware".to_string(), "fgd".to_string()];
+        let t = table(&runs, &traces, &policies);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[1].matches("paper FGD").count(), 1, "{t}");
+        assert!(lines[1].ends_with("frag-aware − fgd"), "{t}");
+        assert!(lines[2].ends_with("-0.25 / +0.25"), "{t}");
     }
 
     #[test]

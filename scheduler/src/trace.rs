@@ -90,6 +90,7 @@ pub fn read_nodes(path: &Path, models: &mut Models) -> Result<Vec<NodeState>> {
                 max_sharers: u32::MAX,
             },
             topology: None,
+            kinds: 0,
         });
     }
     if nodes.is_empty() {

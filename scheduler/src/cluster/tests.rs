@@ -6,6 +6,7 @@ const GIB: u64 = 1 << 30;
 fn node(name: &str, gpus: usize) -> NodeState {
     NodeState {
         topology: None,
+        kinds: 0,
         name: name.into(),
         model: 0,
         cpu_total: 64_000,
@@ -227,7 +228,7 @@ fn mixes_of_the_same_shares_are_at_distance_zero_and_disjoint_ones_at_one() {
 }
 
 #[test]
-fn best_fit_scores_as_the_fgd_simulator_does_and_breaks_ties_at_random() {
+fn best_fit_scores_as_the_fgd_simulator_does_and_gives_ties_to_the_name_that_sorts_first() {
     // Node 0 has half its CPUs taken and one GPU half used; nodes 1 and 2 are idle and equal.
     let mut nodes = vec![node("a", 2), node("b", 2), node("c", 2)];
     apply(
@@ -240,29 +241,18 @@ fn best_fit_scores_as_the_fgd_simulator_does_and_breaks_ties_at_random() {
     );
     let mix = TaskMix::default();
     let d = share(250);
-    // The fullest node wins whatever the random pick would be.
-    let mut last = |n: usize| n - 1;
-    let p = choose(&nodes, &d, ClusterPolicy::BestFit, &mix, &mut last).unwrap();
+    let mut never = |_: usize| -> usize { unreachable!("no random pick") };
+    let p = choose(&nodes, &d, ClusterPolicy::BestFit, &mix, &mut never).unwrap();
     assert_eq!(
         (p.node, p.gpus),
         (0, vec![0]),
         "best fit on the fullest node and GPU"
     );
-    // Among equal nodes the pick is kube-scheduler's random one, not the first.
-    let idle = vec![node("b", 2), node("c", 2)];
-    let mut picks = Vec::new();
-    for k in 0..2 {
-        let mut pick = |n: usize| {
-            assert_eq!(n, 2, "both idle nodes tie");
-            k
-        };
-        picks.push(
-            choose(&idle, &d, ClusterPolicy::BestFit, &mix, &mut pick)
-                .unwrap()
-                .node,
-        );
-    }
-    assert_eq!(picks, [0, 1]);
+    // Among equal nodes, the one whose name sorts first (the simulator names nodes by a
+    // random permutation per run), wherever it is in the list.
+    let idle = vec![node("2-b", 2), node("0-c", 2), node("1-a", 2)];
+    let p = choose(&idle, &d, ClusterPolicy::BestFit, &mix, &mut never).unwrap();
+    assert_eq!(p.node, 1);
 }
 
 #[test]
@@ -279,27 +269,108 @@ fn dot_product_prefers_the_node_whose_free_resources_align_least_with_the_reques
         &[0],
     );
     let mix = TaskMix::default();
-    let mut first = |_: usize| 0;
+    let mut never = |_: usize| -> usize { unreachable!("no random pick") };
     let p = choose(
         &nodes,
         &whole(1),
         ClusterPolicy::DotProduct,
         &mix,
-        &mut first,
+        &mut never,
     )
     .unwrap();
     assert_eq!(p.node, 1, "the busy node has less free where the pod asks");
-    // Scores that truncate to the same integer tie, and the random pick decides.
-    let small = vec![node("idle", 2), node("busy", 2)];
+    // Scores that truncate to the same integer tie, and the name decides.
+    // y has a little less free (it would win untruncated); x sorts first.
+    let mut small = vec![node("y", 2), node("x", 2)];
+    apply(&mut small[0], &share(50), &[0]);
     let p = choose(
         &small,
         &share(100),
         ClusterPolicy::DotProduct,
         &mix,
-        &mut first,
+        &mut never,
     )
     .unwrap();
-    assert_eq!(p.node, 0, "both score 99: the pick took the first");
+    assert_eq!(p.node, 1, "both score 99: x sorts first");
+}
+
+#[test]
+fn gpu_packing_takes_a_shared_gpu_then_an_idle_gpu_of_a_busy_node_then_an_idle_node() {
+    // The simulator's three tiers: a shared GPU scores 100 − its free % / 10 (at least 50),
+    // an idle GPU of a busy node 50 − the idle GPUs taken, an idle node 33 − its GPUs.
+    let mut nodes = vec![node("a-idle", 2), node("b-busy", 2), node("c-shared", 2)];
+    apply(&mut nodes[1], &whole(1), &[0]);
+    apply(&mut nodes[2], &share(300), &[1]);
+    let mix = TaskMix::default();
+    let mut never = |_: usize| -> usize { unreachable!("no random pick") };
+    let mut pick = |nodes: &[NodeState], d: &Demand| {
+        let p = choose(nodes, d, ClusterPolicy::GpuPacking, &mix, &mut never).unwrap();
+        (p.node, p.gpus)
+    };
+    assert_eq!(pick(&nodes, &share(500)), (2, vec![1]), "the shared GPU");
+    assert_eq!(
+        pick(&nodes, &share(800)),
+        (1, vec![1]),
+        "too big for the shared GPU: the idle GPU of the busy node"
+    );
+    assert_eq!(
+        pick(&nodes, &whole(2)),
+        (0, vec![0, 1]),
+        "only the idle node fits"
+    );
+    // Pods without GPUs score 0 everywhere: the name decides.
+    let cpu_only = Demand {
+        gpus: 0,
+        ..share(0)
+    };
+    assert_eq!(pick(&nodes, &cpu_only).0, 0);
+}
+
+#[test]
+fn gpu_clustering_gathers_each_kind_of_gpu_pod_on_nodes_that_hold_that_kind() {
+    let mut nodes = vec![node("a", 4), node("b", 4), node("c", 4)];
+    apply(&mut nodes[1], &share(500), &[0]);
+    apply(&mut nodes[2], &whole(1), &[0]);
+    assert_eq!(nodes[1].kinds, paper::kind(&share(100)));
+    let mix = TaskMix::default();
+    let mut never = |_: usize| -> usize { unreachable!("no random pick") };
+    let mut pick = |d: &Demand| {
+        choose(&nodes, d, ClusterPolicy::GpuClustering, &mix, &mut never)
+            .unwrap()
+            .node
+    };
+    assert_eq!(pick(&share(200)), 1, "with the other shared-GPU pod");
+    assert_eq!(pick(&whole(1)), 2, "with the other one-GPU pod");
+    assert_eq!(
+        pick(&whole(2)),
+        0,
+        "a new kind: the idle node before mixed ones"
+    );
+}
+
+#[test]
+fn fgd_measures_against_the_most_common_types_that_make_up_95_percent() {
+    // 96 pods of one type and 4 of another: the rare type is left out, so the mix is the
+    // common type alone.
+    let common = share(500);
+    let rare = whole(2);
+    let list: Vec<Demand> = std::iter::repeat_n(common.clone(), 96)
+        .chain(std::iter::repeat_n(rare.clone(), 4))
+        .collect();
+    let typical = TaskMix::typical(&list, 0.95);
+    let mut alone = TaskMix::new(Weighting::Pods);
+    alone.observe(&common);
+    assert!(typical.distance(&alone) < 1e-12);
+    let all = TaskMix::typical(&list, 1.0);
+    assert!(all.distance(&alone) > 0.03);
+    // Pods without GPUs see all of a node's free GPU as fragment (the paper's reading).
+    let cpu_only = Demand {
+        gpus: 0,
+        ..share(0)
+    };
+    let with_cpu = TaskMix::typical(&[cpu_only], 1.0);
+    let n = node("a", 2);
+    assert!((with_cpu.fragmentation(&n) - 2.0).abs() < 1e-9);
 }
 
 #[test]
