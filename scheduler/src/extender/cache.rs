@@ -146,10 +146,10 @@ impl NodeCache {
         let list = assumed.entry(name.to_string()).or_default();
         list.retain(|a| !a.from_record);
         for r in recorded {
-            let age = r.age();
-            if age >= ASSUME_FOR || list.iter().any(|a| a.container == r.container) {
+            if !r.counts() || list.iter().any(|a| a.container == r.container) {
                 continue;
             }
+            let age = r.age();
             list.push(Assumed {
                 container: r.container.clone(),
                 demand: r.demand(),
@@ -357,6 +357,36 @@ mod tests {
         cache.learn_recorded("n", &[]);
         assert_eq!(free(&cache), 8 * GIB);
         assert_eq!(cache.forget_pod("c"), vec!["n".to_string()]);
+        assert_eq!(free(&cache), 16 * GIB);
+    }
+
+    #[test]
+    fn a_forged_record_takes_nothing_from_other_nodes_or_gpus_the_node_does_not_have() {
+        // Whoever can write node m's object (its kubelet, say) records placements there:
+        // dated for ever ahead, naming GPUs of node n or GPUs that do not exist.
+        let cache = NodeCache::default();
+        let forever = Recorded {
+            at_ms: u64::MAX,
+            ..record("f")
+        };
+        let elsewhere = Recorded {
+            gpus: vec![AssignedGpu {
+                uuid: "GPU-of-no-node".into(),
+                memory_bytes: 16 * GIB,
+                cores: 100,
+            }],
+            ..record("g")
+        };
+        cache.learn_recorded("m", &[forever.clone(), elsewhere]);
+        assert_eq!(free(&cache), 16 * GIB, "node n is not touched");
+        let m = cache.known("m", &publication()).state;
+        assert_eq!(
+            m.gpus[0].memory_free,
+            16 * GIB,
+            "neither record counts on m"
+        );
+        // Read on n itself, the one dated ahead does not count either.
+        cache.learn_recorded("n", &[forever]);
         assert_eq!(free(&cache), 16 * GIB);
     }
 }

@@ -72,7 +72,19 @@ impl Recorded {
     pub fn age(&self) -> Duration {
         Duration::from_millis(now_ms().saturating_sub(self.at_ms))
     }
+
+    /// Whether it still counts by its date: placed less than [`ASSUME_FOR`] ago, and not
+    /// later than now by more than the clocks of two replicas may differ. A record dated
+    /// further ahead was not written by bind (whoever else can write the Node could otherwise
+    /// hold its room for ever); it counts as none.
+    #[must_use]
+    pub fn counts(&self) -> bool {
+        self.at_ms <= now_ms().saturating_add(CLOCK_SKEW_MS) && self.age() < ASSUME_FOR
+    }
 }
+
+/// How far ahead of this replica's clock another replica's may be, in milliseconds.
+pub const CLOCK_SKEW_MS: u64 = 60_000;
 
 /// Now, in Unix milliseconds.
 #[must_use]
@@ -92,13 +104,13 @@ pub fn read(annotations: Option<&std::collections::BTreeMap<String, String>>) ->
         .unwrap_or_default()
 }
 
-/// The placements still to count: not yet shown by the agent (`claimed`), not older than
-/// [`ASSUME_FOR`].
+/// The placements still to count: not yet shown by the agent (`claimed`), dated within
+/// [`ASSUME_FOR`] ([`Recorded::counts`]).
 #[must_use]
 pub fn pending(recorded: Vec<Recorded>, claimed: &[String]) -> Vec<Recorded> {
     recorded
         .into_iter()
-        .filter(|r| r.age() < ASSUME_FOR && !claimed.contains(&r.container))
+        .filter(|r| r.counts() && !claimed.contains(&r.container))
         .collect()
 }
 
@@ -185,6 +197,33 @@ mod tests {
         let d = left[0].demand();
         assert_eq!((d.gpus, d.shape.cores), (1, 30));
         assert_eq!(d.shape.memory, MemoryQuantity::Bytes(4 << 30));
+    }
+
+    #[test]
+    fn a_record_dated_ahead_of_the_clock_counts_only_within_the_replicas_skew() {
+        let ahead = |ms: u64| Recorded {
+            at_ms: now_ms() + ms,
+            ..placed("u1/app", 0)
+        };
+        assert!(ahead(1_000).counts(), "a replica's clock a second ahead");
+        assert!(!ahead(CLOCK_SKEW_MS + 60_000).counts());
+        assert!(
+            !Recorded {
+                at_ms: u64::MAX,
+                ..placed("u1/app", 0)
+            }
+            .counts(),
+            "forged to count for ever"
+        );
+        assert!(pending(vec![ahead(10 * CLOCK_SKEW_MS)], &[]).is_empty());
+        // What is not a record at all is none.
+        for text in ["not json", "{\"container\":1}", "[{\"container\":\"x\"}]"] {
+            let a = std::collections::BTreeMap::from([(
+                PLACEMENTS_ANNOTATION.to_string(),
+                text.to_string(),
+            )]);
+            assert!(read(Some(&a)).is_empty(), "{text}");
+        }
     }
 
     #[test]
