@@ -4,7 +4,9 @@
 //!
 //! The handler runs pods with `runtime_type = "io.containerd.runc.v2"` and
 //! `options.BinaryName` pointing at `gpuslice-runtime`, and lets `gpuslice.io/*` pod
-//! annotations through to the containers' OCI specs (`pod_annotations`).
+//! annotations through to the containers' OCI specs (`pod_annotations`). Everything else it
+//! takes from the default runtime when that one is runc's (`SystemdCgroup` above all), so that
+//! its containers are run as the node's other containers are.
 
 use toml_edit::{Array, DocumentMut, Item, Table, value};
 
@@ -98,10 +100,29 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
         runc.insert("runtime_type", value(RUNTIME_TYPE));
         table.insert(DEFAULT_RUNTIME, Item::Table(runc));
     }
+    let base = (default_runtime != handler.name)
+        .then(|| table.get(&default_runtime).and_then(Item::as_table))
+        .flatten()
+        .filter(|t| is_runc(t))
+        .cloned();
     let runtime = child(table, &handler.name, &format!("{path}.{}", handler.name))?;
     runtime.set_implicit(false);
+    if let Some(base) = &base {
+        inherit(runtime, base);
+    }
     runtime.insert("runtime_type", value(RUNTIME_TYPE));
     let mut annotations = Array::new();
+    for a in base
+        .as_ref()
+        .and_then(|b| b.get("pod_annotations"))
+        .and_then(Item::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .filter(|&a| a != POD_ANNOTATIONS)
+    {
+        annotations.push(a);
+    }
     annotations.push(POD_ANNOTATIONS);
     runtime.insert("pod_annotations", value(annotations));
     let options = child(
@@ -110,8 +131,42 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
         &format!("{path}.{}.options", handler.name),
     )?;
     options.set_implicit(false);
+    if let Some(base_options) = base
+        .as_ref()
+        .and_then(|b| b.get("options"))
+        .and_then(Item::as_table)
+    {
+        for (key, item) in base_options {
+            if key != "BinaryName" {
+                options.insert(key, item.clone());
+            }
+        }
+    }
     options.insert("BinaryName", value(handler.binary.as_str()));
     Ok(())
+}
+
+/// Whether a runtime's table runs containers with runc's shim (containerd's default type when
+/// the table names none), whose options the handler can take over.
+fn is_runc(runtime: &Table) -> bool {
+    runtime
+        .get("runtime_type")
+        .and_then(Item::as_str)
+        .is_none_or(|t| t == RUNTIME_TYPE)
+}
+
+/// Makes the handler behave as the default runtime does: every setting of `base` (cgroup
+/// driver, runc root, sandbox and snapshotter settings, base OCI spec…) except those the
+/// handler sets itself (`runtime_type`, `pod_annotations`, `options.BinaryName`), which
+/// [`add_handler`] writes after. Above all `options.SystemdCgroup`: a handler without it on a
+/// node whose kubelet uses the systemd cgroup driver puts containers in cgroupfs paths that
+/// the kubelet does not manage.
+fn inherit(runtime: &mut Table, base: &Table) {
+    for (key, item) in base {
+        if !matches!(key, "runtime_type" | "pod_annotations" | "options") {
+            runtime.insert(key, item.clone());
+        }
+    }
 }
 
 /// A drop-in file for the main configuration `main`: its CRI plugin table with the handler

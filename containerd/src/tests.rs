@@ -154,3 +154,62 @@ fn unsupported_or_broken_configs_are_refused_with_a_reason() {
     ));
     assert!("version = ".parse::<DocumentMut>().is_err());
 }
+
+/// Each configuration in `golden/` (`NAME.toml`) with the handler added must read exactly as
+/// `NAME.expected.toml`; `GPUSLICE_BLESS=1` writes the expected files from the output (to be
+/// read before they are committed).
+#[test]
+fn golden_configurations_get_exactly_the_expected_handler() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+    let bless = std::env::var_os("GPUSLICE_BLESS").is_some();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".toml") else {
+            continue;
+        };
+        if stem.ends_with(".expected") {
+            continue;
+        }
+        let mut doc: DocumentMut = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        add_handler(&mut doc, &handler()).unwrap();
+        let out = doc.to_string();
+        let expected_path = dir.join(format!("{stem}.expected.toml"));
+        if bless {
+            std::fs::write(&expected_path, &out).unwrap();
+        }
+        let expected = std::fs::read_to_string(&expected_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", expected_path.display()));
+        assert_eq!(out, expected, "{name}");
+        // Adding it again changes nothing.
+        let mut again: DocumentMut = out.parse().unwrap();
+        add_handler(&mut again, &handler()).unwrap();
+        assert_eq!(again.to_string(), out, "{name} twice");
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "the golden configurations in {}", dir.display());
+}
+
+#[test]
+fn the_handler_takes_the_default_runc_runtimes_cgroup_driver_and_settings_but_not_its_binary() {
+    let mut doc: DocumentMut = include_str!("../golden/v2-nvidia-default.toml")
+        .parse()
+        .unwrap();
+    add_handler(&mut doc, &handler()).unwrap();
+    let rt = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"];
+    assert_eq!(rt["options"]["SystemdCgroup"].as_bool(), Some(true));
+    assert_eq!(
+        rt["options"]["BinaryName"].as_str(),
+        Some("/usr/bin/gpuslice-runtime")
+    );
+    assert_eq!(rt["privileged_without_host_devices"].as_bool(), Some(false));
+    // A default runtime that is not runc's lends nothing.
+    let mut kata: DocumentMut = include_str!("../golden/v2-kata-default.toml")
+        .parse()
+        .unwrap();
+    add_handler(&mut kata, &handler()).unwrap();
+    let rt = &kata["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["gpuslice"];
+    assert!(rt["options"].get("ConfigPath").is_none());
+    assert_eq!(rt["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
+}
