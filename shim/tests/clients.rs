@@ -356,3 +356,52 @@ fn pytorch_sees_its_slice_runs_a_graph_and_its_caching_allocator_stops_at_the_li
     assert_eq!(f.num("chunks"), 16, "{what}");
     assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
 }
+
+/// What nvidia-ml-py reads of how the GPUs of a node laid out as NVLink pairs are connected:
+/// `nvidia-smi topo -m` and the schedulers that read NVML (the agent through nvml-wrapper)
+/// ask the same calls.
+const TOPOLOGY_SCRIPT: &str = r"
+import pynvml as n
+n.nvmlInit()
+hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+bus = [n.nvmlDeviceGetPciInfo(h).busId for h in hs]
+for i, a in enumerate(hs):
+    row = [n.nvmlDeviceGetTopologyCommonAncestor(a, b) if i != j else 0 for j, b in enumerate(hs)]
+    print(f'ancestors{i}=' + ','.join(map(str, row)))
+    peers = []
+    for link in range(n.NVML_NVLINK_MAX_LINKS):
+        try:
+            if n.nvmlDeviceGetNvLinkState(a, link) != n.NVML_FEATURE_ENABLED:
+                continue
+            remote = n.nvmlDeviceGetNvLinkRemotePciInfo(a, link).busId
+        except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):
+            # No NVLink, or past the device's links (this binding counts up to 36, drivers
+            # of the simulated node's branch to 18): as nvidia-smi stops.
+            break
+        peers.append(str(bus.index(remote)) if remote in bus else 'switch')
+    print(f'nvlinks{i}=' + ','.join(peers))
+n.nvmlShutdown()
+";
+
+#[test]
+fn nvidia_ml_py_reads_the_simulated_topology_as_laid_out() {
+    let sim = gpuslice_testsupport::sim::SimNode::with_layout(8, "H100", "nvlink-pairs");
+    let out = Command::new(python())
+        .args(["-c", TOPOLOGY_SCRIPT])
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = Facts::parse(&text);
+    // A PCIe switch per pair (SINGLE, 10), a NUMA node per four (NODE, 40), across (SYSTEM, 50).
+    assert_eq!(f.get("ancestors0"), "0,10,40,40,50,50,50,50", "{text}");
+    assert_eq!(f.get("ancestors5"), "50,50,50,50,10,0,40,40", "{text}");
+    // Four NVLinks from each GPU to its pair's other GPU, by its PCI bus id.
+    assert_eq!(f.get("nvlinks0"), "1,1,1,1", "{text}");
+    assert_eq!(f.get("nvlinks7"), "6,6,6,6", "{text}");
+}
