@@ -47,6 +47,45 @@ fn status_lists_the_four_gpus_of_a_simulated_node_with_their_memory() {
 }
 
 #[test]
+fn status_shows_engine_ids_short_as_engines_do_and_whole_on_request() {
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let engine_id = "4f1c2e9a7b3d".repeat(5) + "0a1b";
+    for id in [engine_id.as_str(), "a-name-of-its-own"] {
+        let claim = cli(&bus.address, &["claim", id, "-a", "gpuslice.io/memory=1Gi"]);
+        assert!(
+            claim.status.success(),
+            "{}",
+            String::from_utf8_lossy(&claim.stderr)
+        );
+    }
+    let rows = |args: &[&str]| -> Vec<Vec<String>> {
+        let out = cli(&bus.address, args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .skip_while(|l| !l.starts_with("CONTAINER"))
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    let short = rows(&["status"]);
+    assert_eq!(short.len(), 3, "{short:?}");
+    assert_eq!(short[0][..3], ["CONTAINER", "GPU", "LIMIT"]);
+    let ids: Vec<&str> = short[1..].iter().map(|r| r[0].as_str()).collect();
+    assert!(
+        ids.contains(&&engine_id[..12]) && ids.contains(&"a-name-of-its-own"),
+        "{short:?}"
+    );
+    // Every row has its columns: the id did not run into the next one.
+    assert!(
+        short[1..].iter().all(|r| r[1] == "0" && r[2] == "1.0"),
+        "{short:?}"
+    );
+    let whole = rows(&["status", "--no-trunc"]);
+    assert!(whole[1..].iter().any(|r| r[0] == engine_id), "{whole:?}");
+}
+
+#[test]
 fn anyone_may_read_the_ledger_but_only_root_may_change_it() {
     let sim = SimNode::new(1, "T4", None);
     let bus = Bus::start();

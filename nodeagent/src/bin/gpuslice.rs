@@ -26,6 +26,10 @@ enum Command {
     Status {
         #[arg(long)]
         json: bool,
+        /// Show whole container ids (64-hex engine ids are shortened to 12, as `docker ps`
+        /// and `podman ps` show them)
+        #[arg(long)]
+        no_trunc: bool,
     },
     /// Claim a slice for a container id from annotations (as the runtime does at create).
     Claim {
@@ -121,7 +125,17 @@ fn print_topology(inventory: &gpuslice_core::inventory::Inventory) {
     println!();
 }
 
-fn print_status(s: &Status) {
+/// A container id as engines list it: a 64-hex id (runc, containerd, podman) shortened to its
+/// first 12 digits unless `whole`; any other id as it is.
+fn shown_id(id: &str, whole: bool) -> &str {
+    if !whole && id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &id[..12]
+    } else {
+        id
+    }
+}
+
+fn print_status(s: &Status, whole_ids: bool) {
     println!(
         "Driver {}  ({} GPUs)",
         s.inventory.driver_version,
@@ -159,8 +173,15 @@ fn print_status(s: &Status) {
         println!("No slices.");
         return;
     }
+    let width = s
+        .slices
+        .iter()
+        .map(|sl| shown_id(&sl.claim.container_id, whole_ids).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("CONTAINER".len());
     println!(
-        "{:<28} {:<4} {:>10} {:>10} {:>6}  STATE",
+        "{:<width$} {:<4} {:>10} {:>10} {:>6}  STATE",
         "CONTAINER", "GPU", "LIMIT", "USED", "CORES"
     );
     for sl in &s.slices {
@@ -176,8 +197,8 @@ fn print_status(s: &Status) {
                 format!("{}%", g.cores)
             };
             println!(
-                "{:<28} {:<4} {:>10} {:>10} {:>6}  {}",
-                sl.claim.container_id,
+                "{:<width$} {:<4} {:>10} {:>10} {:>6}  {}",
+                shown_id(&sl.claim.container_id, whole_ids),
                 g.index,
                 human_bytes(g.memory_bytes),
                 human_bytes(used),
@@ -198,12 +219,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         .await?;
     let fail = |e: zbus::Error| anyhow::anyhow!(describe(&e));
     match cli.command {
-        Command::Status { json } => {
+        Command::Status { json, no_trunc } => {
             let text = agent.status().await.map_err(fail)?;
             if json {
                 println!("{text}");
             } else {
-                print_status(&serde_json::from_str(&text)?);
+                print_status(&serde_json::from_str(&text)?, no_trunc);
             }
         }
         Command::Claim {
