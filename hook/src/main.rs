@@ -9,7 +9,8 @@
 //!   collect the claim when the container is gone;
 //! - `poststop`: releases the claim (`Release`; idempotent);
 //! - `update-ldcache` (createContainer): refreshes the container's dynamic-linker cache so that
-//!   the mounted driver libraries are found (best effort: they sit in the standard directory).
+//!   the mounted driver libraries are found (best effort: they sit in the standard directory);
+//! - `install-hooks`: writes the hooks.d files for this binary ([`hooks_d`]).
 //!
 //! An unknown subcommand is warned about and ignored (exit 0), so that a newer runtime spec
 //! does not break containers.
@@ -22,6 +23,7 @@ use anyhow::{Context, Result, anyhow};
 use gpuslice_agent_api::{self as client, AgentProxy};
 
 mod beneath;
+pub mod hooks_d;
 pub mod prestart;
 
 /// The fields of the OCI state this hook reads.
@@ -227,7 +229,7 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {
         eprintln!(
-            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json"
+            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]..."
         );
         return ExitCode::from(2);
     };
@@ -242,9 +244,28 @@ fn main() -> ExitCode {
             }
         };
     }
+    if verb == "install-hooks" {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            println!("{}", hooks_d::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        return match hooks_d::parse(&args).and_then(|r| hooks_d::install(&r)) {
+            Ok(written) => {
+                for p in written {
+                    println!("{}", p.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gpuslice-hook install-hooks: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if verb == "--help" || verb == "-h" {
         println!(
-            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json"
+            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]..."
         );
         return ExitCode::SUCCESS;
     }

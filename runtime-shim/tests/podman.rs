@@ -3,31 +3,32 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::{CHECKS, Node, text};
 use gpuslice_testsupport::{binary, rootfs};
 
-/// The packaged hooks.d file, pointed at the built hook and at this node.
+/// The hooks.d file for the built hook and this node, as `gpuslice-hook install-hooks` writes
+/// it (the packaged file is the same for `/usr/bin` and no extra environment: the hook's unit
+/// tests compare them).
 fn hooks_dir(node: &Node) -> std::path::PathBuf {
-    let packaged = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../packaging/oci-hooks/gpuslice-precreate.json");
-    let mut hook: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(packaged).unwrap()).unwrap();
-    hook["hook"]["path"] = binary("gpuslice-hook").display().to_string().into();
-    hook["hook"]["env"] = node
-        .env()
-        .iter()
-        .map(|(k, v)| serde_json::Value::from(format!("{k}={v}")))
-        .collect();
     let dir = node.work.path().join("hooks.d");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("gpuslice-precreate.json"),
-        serde_json::to_vec_pretty(&hook).unwrap(),
-    )
-    .unwrap();
+    let mut install = Command::new(binary("gpuslice-hook"));
+    install.args(["install-hooks", "--dir"]).arg(&dir);
+    for (k, v) in node.env() {
+        install.arg("--env").arg(format!("{k}={v}"));
+    }
+    let out = install.output().unwrap();
+    assert!(
+        out.status.success(),
+        "install-hooks: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        written.trim(),
+        dir.join("gpuslice-precreate.json").display().to_string()
+    );
     dir
 }
 
