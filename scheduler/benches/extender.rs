@@ -10,12 +10,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpuslice_core::publication::{NodePublication, PublishedGpu};
 use gpuslice_scheduler::cluster::ClusterPolicy;
 use gpuslice_scheduler::extender::{Extender, http, wire::ExtenderArgs};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+
+mod load;
+
+use load::GPUS;
 
 const DEFAULT_NODES: usize = 5000;
 
@@ -30,8 +33,6 @@ fn rss_mib() -> f64 {
         })
         .map_or(0.0, |kb| kb / 1024.0)
 }
-const GPUS: usize = 8;
-const GIB: u64 = 1 << 30;
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -55,32 +56,12 @@ fn main() {
         .map(|i| format!("gpu-node-{i:04}"))
         .collect();
     for name in &names {
-        let gpus = (0..GPUS)
-            .map(|g| {
-                // Half occupancy on average: 0, 6, 12, 18 or 24 GiB of 24 taken.
-                let used = 6 * rng.random_range(0..=4u64);
-                PublishedGpu {
-                    index: None,
-                    uuid: format!("GPU-{name}-{g}"),
-                    model: "NVIDIA A10".into(),
-                    memory_total: 24 * GIB,
-                    memory_allocated: used * GIB,
-                    cores_allocated: u32::try_from(used * 4).unwrap_or(100),
-                    sharers: u32::try_from(used / 6).unwrap_or(0),
-                    exclusive: false,
-                }
-            })
-            .collect();
-        ext.update_node(
-            name,
-            Some(NodePublication {
-                topology: None,
-                max_sharers: 16,
-                version: 1,
-                gpus,
-                claimed: Vec::new(),
-            }),
+        let publication = load::publication(
+            |g| format!("GPU-{name}-{g}"),
+            |_| rng.random_range(0..=4u64),
+            false,
         );
+        ext.update_node(name, Some(publication));
     }
     println!(
         "bench=extender nodes={nodes_wanted} node_cache_rss_mib={:.0}",

@@ -9,15 +9,15 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod load;
+
+use load::GPUS;
 
 use std::time::Instant;
 
-use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_core::publication::NODE_STATE_ANNOTATION;
 use gpuslice_testsupport::apiserver::ApiServer;
 use serde_json::{Value, json};
-
-const GPUS: usize = 8;
-const GIB: u64 = 1 << 30;
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -29,28 +29,11 @@ fn env_or(name: &str, default: usize) -> usize {
 /// A Node as kubelet and the gpuslice agent leave it: about 6 KB of JSON.
 fn node(i: usize) -> Value {
     let name = format!("gpu-node-{i:05}");
-    let gpus = (0..GPUS)
-        .map(|g| {
-            let used = 6 * ((i * 7 + g * 3) % 5) as u64;
-            PublishedGpu {
-                index: Some(g as u32),
-                uuid: format!("GPU-{i:08x}-0000-4000-8000-{g:012x}"),
-                model: "NVIDIA A10".into(),
-                memory_total: 24 * GIB,
-                memory_allocated: used * GIB,
-                cores_allocated: u32::try_from(used * 4).unwrap_or(100),
-                sharers: u32::try_from(used / 6).unwrap_or(0),
-                exclusive: false,
-            }
-        })
-        .collect();
-    let publication = NodePublication {
-        topology: None,
-        version: 1,
-        max_sharers: 16,
-        gpus,
-        claimed: Vec::new(),
-    };
+    let publication = load::publication(
+        |g| format!("GPU-{i:08x}-0000-4000-8000-{g:012x}"),
+        |g| ((i * 7 + g * 3) % 5) as u64,
+        true,
+    );
     let images: Vec<Value> = (0..20)
         .map(|k| {
             json!({"names": [format!("registry.example/team-{k}/service@sha256:{:064x}", i * 20 + k),
