@@ -226,11 +226,11 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
     Ok(())
 }
 
+const USAGE: &str = "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]...";
+
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {
-        eprintln!(
-            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]..."
-        );
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
     // Before anything else: joining a mount namespace needs a single-threaded process.
@@ -264,9 +264,7 @@ fn main() -> ExitCode {
         };
     }
     if verb == "--help" || verb == "-h" {
-        println!(
-            "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]..."
-        );
+        println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     match run(&verb) {

@@ -503,8 +503,9 @@ pub enum ClusterPolicy {
     GpuClustering,
     BestFit,
     /// The FGD paper's own policy as its simulator runs it, for comparison: fragmentation
-    /// against the typical pods of the whole pod list known in advance, an integer score
-    /// equal scores to the node whose name sorts first ([`TaskMix::typical`]).
+    /// against the typical pods of the whole pod list known in advance
+    /// ([`TaskMix::typical`]), an integer score, equal scores to the node whose name sorts
+    /// first.
     Fgd,
     FragAware,
 }
@@ -760,9 +761,7 @@ fn score(
             };
             (apart() + node_score, gpu_score)
         }
-        ClusterPolicy::FragAware | ClusterPolicy::Fgd => {
-            (apart() + mix.fragmentation(&next) - frag_before, node_left)
-        }
+        ClusterPolicy::FragAware => (apart() + mix.fragmentation(&next) - frag_before, node_left),
         // The paper's baselines score nodes themselves (`paper`); on a node, best fit.
         _ => (0.0, gpu_left),
     }

@@ -141,11 +141,12 @@ pub fn replay(
     // The FGD baseline knows its workload in advance, as in the paper; the others learn it.
     let learn = policy.1 != ClusterPolicy::Fgd;
     let mut mix = if learn {
-        prior.clone()
+        let mut mix = prior.clone();
+        mix.set_half_life(capacity as f64 / 1000.0);
+        mix
     } else {
         TaskMix::typical(demands, FGD_TYPICAL_PODS)
     };
-    mix.set_half_life(capacity as f64 / 1000.0);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
     // The paper's simulator prefixes each node's name with its place in a random permutation
     // drawn per run; its baselines give equal scores to the node whose name sorts first, so
@@ -165,9 +166,9 @@ pub fn replay(
         let d = &demands[i];
         if learn {
             mix.observe(d);
-        }
-        if learn && decided % cluster::SCARCITY_EVERY == 0 {
-            mix.weigh_by_scarcity(&nodes);
+            if decided % cluster::SCARCITY_EVERY == 0 {
+                mix.weigh_by_scarcity(&nodes);
+            }
         }
         arrived += gpu_milli(&pods[i]);
         match cluster::choose(&nodes, d, policy.1, &mix, &mut random) {
