@@ -15,6 +15,7 @@ use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, assigne
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::recorded::{self, Recorded};
 use super::wire::{ExtenderBindingArgs, ExtenderBindingResult};
@@ -159,11 +160,12 @@ pub struct Binder {
 impl Extender {
     /// The bind verb. Errors are answered in `Error`, as kube-scheduler expects.
     pub async fn bind(&self, binder: &Binder, args: &ExtenderBindingArgs) -> ExtenderBindingResult {
+        // Instrumented, not entered: a guard held across `.await` would leave the span on
+        // whichever worker thread the task started on.
         let span = tracing::info_span!("bind", pod = %format!("{}/{}", args.pod_namespace, args.pod_name), node = %args.node);
-        let _entered = span.enter();
-        match self.try_bind(binder, args).await {
+        match self.try_bind(binder, args).instrument(span.clone()).await {
             Ok(()) => {
-                tracing::info!("bound");
+                span.in_scope(|| tracing::info!("bound"));
                 ExtenderBindingResult::default()
             }
             Err(e) => ExtenderBindingResult {

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpuslice_testsupport::http::{get, post_json};
@@ -14,12 +15,20 @@ pub const GIB: u64 = 1 << 30;
 pub struct Extender {
     child: Child,
     pub addr: String,
+    /// The extender's log lines so far, printed when a test fails.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Extender {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- the extender's log ---");
+            for line in self.log.lock().unwrap().iter() {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
@@ -39,6 +48,8 @@ impl Extender {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Reads the log to its end, so that the extender never blocks on a full pipe.
         std::thread::spawn(move || {
             use std::io::BufRead;
@@ -52,12 +63,13 @@ impl Extender {
                 {
                     let _ = tx.send(addr.trim().to_string());
                 }
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(10))
             .expect("the extender logged no listening address");
-        let e = Self { child, addr };
+        let e = Self { child, addr, log };
         let up = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
             get(&e.addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
         });
