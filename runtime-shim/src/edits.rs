@@ -63,12 +63,18 @@ pub struct Edits {
     pub devices: Vec<DeviceNode>,
     pub mounts: Vec<BindMount>,
     pub hooks: Vec<Hook>,
+    /// Paths hidden in the container (`linux.maskedPaths`): other GPUs' procfs entries.
+    pub masked_paths: Vec<String>,
+    /// `KEY=value` entries set in the container's environment, replacing the image's.
+    pub env: Vec<String>,
 }
 
 impl Edits {
     /// The edits for `claim`: its GPUs' device nodes and the control devices, the driver's
     /// files, the container directory (with the limits file mounted read-only on top), and
-    /// the hooks that report the container's start and stop to the agent. Every name of
+    /// the hooks that report the container's start and stop to the agent; the other GPUs'
+    /// procfs entries masked, and `NVIDIA_VISIBLE_DEVICES` set to the granted GPUs' UUIDs (as
+    /// NVIDIA's device plugin sets it), for tools that read it. Every name of
     /// `libcuda.so` and `libnvidia-ml.so` is the front of that library, which needs the
     /// interception library and then the real library, mounted under a private name in
     /// [`REAL_DRIVER_DIR`]: whatever loads the driver gets the interception library in front
@@ -136,9 +142,17 @@ impl Edits {
             env: host.hook_env.clone(),
             timeout_seconds: Some(10),
         };
+        let own: Vec<u32> = claim.gpus.iter().map(|g| g.minor).collect();
+        let uuids: Vec<&str> = claim.gpus.iter().map(|g| g.uuid.as_str()).collect();
         Ok(Self {
             devices,
             mounts,
+            masked_paths: driver.foreign_gpu_proc_dirs(&own),
+            env: vec![format!(
+                "{}={}",
+                crate::nvidia_env::VISIBLE_DEVICES,
+                uuids.join(",")
+            )],
             hooks: vec![
                 hook(HookPoint::CreateContainer, "update-ldcache"),
                 hook(HookPoint::Poststart, "poststart"),

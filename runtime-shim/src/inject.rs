@@ -10,6 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use gpuslice_agent_api::{self as client, AgentProxy};
 use gpuslice_core::{Claim, annotations};
 
+use crate::nvidia_env::{self, VisibleDevices};
 use crate::spec;
 
 use crate::args::Invocation;
@@ -118,12 +119,16 @@ pub fn claim_and_plan(
     release_by: Release,
     cfg: &Config,
 ) -> Result<Option<Edits>> {
-    let ann = spec::annotations(spec);
+    let mut ann = spec::annotations(spec);
+    let env = spec::env(spec);
+    let from_env = request_from_env(id, &mut ann, &env, cfg)?;
     // Checked here first so that a malformed request fails without a round trip; the agent
     // checks again and is the authority.
     if annotations::parse(&ann)?.is_none() {
         return Ok(None);
     }
+    let capabilities =
+        nvidia_env::capabilities(&env).map_err(|e| anyhow!("container {id}: {e}"))?;
     if let Some(why) = spec::privileged(spec)
         && !cfg.allow_privileged
     {
@@ -144,10 +149,17 @@ pub fn claim_and_plan(
             None => agent.claim(id, borrowed).await,
         }
         .map_err(agent_error)
-    })??;
+    })?
+    .map_err(|e| match &from_env {
+        Some(v) => e.context(format!(
+            "container {id}: {}={v:?} asks for these GPUs whole (see docs/runtime.md; NVIDIA_VISIBLE_DEVICES=void asks for none)",
+            nvidia_env::VISIBLE_DEVICES
+        )),
+        None => e,
+    })?;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    let edits = match plan(&claim, spec, bundle, release_by, cfg) {
+    let edits = match plan(&claim, capabilities, spec, bundle, release_by, cfg) {
         Ok(e) => e,
         Err(e) => {
             let _ = release(id, owner, cfg);
@@ -165,6 +177,78 @@ pub fn claim_and_plan(
     Ok(Some(edits))
 }
 
+/// The rule for `NVIDIA_VISIBLE_DEVICES` (docs/runtime.md). Under Kubernetes GPUs are asked
+/// for through the pod, so the variable asks for nothing (as with the toolkit's
+/// `accept-nvidia-visible-devices-envvar-when-unprivileged = false`). Elsewhere (podman, runc,
+/// nerdctl) it is a request as users of the toolkit make it: without gpuslice annotations, for
+/// the GPUs it names (`all`: every GPU of the node) whole, through the agent like any other
+/// request; with annotations that name no GPUs, for the slice to go on the GPUs it names.
+/// Adds the request to `ann` and returns the variable's value when it did.
+fn request_from_env(
+    id: &str,
+    ann: &mut std::collections::BTreeMap<String, String>,
+    env: &[String],
+    cfg: &Config,
+) -> Result<Option<String>> {
+    let visible = nvidia_env::visible_devices(env);
+    if !visible.asks_for_gpus() {
+        return Ok(None);
+    }
+    let value = nvidia_env::lookup(env, nvidia_env::VISIBLE_DEVICES)
+        .unwrap_or_default()
+        .to_string();
+    let requested = annotations::parse(ann)?;
+    if spec::created_by_kubernetes(ann) {
+        if requested.is_none() {
+            eprintln!(
+                "gpuslice-runtime: container {id}: {}={value:?} asks for nothing under Kubernetes: GPUs are asked for through the pod's gpuslice.io resources or annotations",
+                nvidia_env::VISIBLE_DEVICES
+            );
+        }
+        return Ok(None);
+    }
+    let names_devices = ann.keys().any(|k| {
+        k.strip_prefix(annotations::PREFIX)
+            .is_some_and(|k| k.rsplit('.').next() == Some(annotations::DEVICES))
+    });
+    let key = |name: &str| format!("{}{name}", annotations::PREFIX);
+    match (requested, visible) {
+        (Some(_), VisibleDevices::List(list)) if !names_devices => {
+            ann.insert(key(annotations::DEVICES), list.join(","));
+        }
+        (Some(_), _) => return Ok(None),
+        (None, VisibleDevices::List(list)) => {
+            ann.insert(key(annotations::DEVICES), list.join(","));
+        }
+        (None, _) => {
+            let gpus = gpu_device_count(&cfg.driver_root);
+            if gpus == 0 {
+                bail!(
+                    "container {id}: {}={value:?} asks for every GPU, and driver root {} has no /dev/nvidia<N>",
+                    nvidia_env::VISIBLE_DEVICES,
+                    cfg.driver_root.display()
+                );
+            }
+            ann.insert(key(annotations::GPUS), gpus.to_string());
+        }
+    }
+    Ok(Some(value))
+}
+
+/// How many GPU device nodes (`/dev/nvidia<N>`) the driver root has.
+fn gpu_device_count(driver_root: &Path) -> usize {
+    std::fs::read_dir(driver_root.join("dev")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("nvidia"))
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .count()
+    })
+}
+
 /// The container's root filesystem on the host.
 #[must_use]
 pub fn rootfs(spec: &serde_json::Value, bundle: Option<&Path>) -> PathBuf {
@@ -177,6 +261,7 @@ pub fn rootfs(spec: &serde_json::Value, bundle: Option<&Path>) -> PathBuf {
 
 fn plan(
     claim: &Claim,
+    capabilities: nvidia_env::Capabilities,
     spec: &serde_json::Value,
     bundle: Option<&Path>,
     release_by: Release,
@@ -188,7 +273,7 @@ fn plan(
             cfg.interception_library.display()
         );
     }
-    let mut driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root))?;
+    let mut driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root), capabilities)?;
     driver.mounts.extend(cfg.extra_bind_mounts());
     let host = HostPaths {
         container_dir: cfg.run_dir.join(&claim.container_id),

@@ -1,5 +1,6 @@
 //! The OCI runtime wrapper's parts, shared with the hook binary: reading a runtime's argv,
-//! the configuration, driver discovery, what a GPU container gets (the edit plan) and how it
+//! the configuration, the NVIDIA toolkit's environment conventions, driver discovery (with
+//! glibc's linker cache), what a GPU container gets (the edit plan) and how it
 //! is applied to an OCI spec, the create path (claim and spec edit) and runc-style error logs.
 
 pub mod args;
@@ -7,5 +8,7 @@ pub mod config;
 pub mod driver;
 pub mod edits;
 pub mod inject;
+pub mod ldcache;
 pub mod log;
+pub mod nvidia_env;
 pub mod spec;

@@ -48,6 +48,27 @@ pub fn annotations(spec: &Value) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The container's environment (`process.env`).
+#[must_use]
+pub fn env(spec: &Value) -> Vec<String> {
+    spec["process"]["env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a Kubernetes runtime (containerd's CRI plugin or CRI-O) created the container:
+/// they write the container's type into its annotations.
+#[must_use]
+pub fn created_by_kubernetes(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    use gpuslice_core::annotations::{CRI_CONTAINER_TYPE, CRIO_CONTAINER_TYPE};
+    annotations.contains_key(CRI_CONTAINER_TYPE) || annotations.contains_key(CRIO_CONTAINER_TYPE)
+}
+
 /// Why a container with this spec could step out of any slice, if it could: with
 /// `CAP_SYS_ADMIN` it can remount its limits directory and preload list, and with a device
 /// cgroup that allows every device it can open every GPU (a privileged container has both).
@@ -142,6 +163,25 @@ pub fn apply(spec: &mut Value, edits: &Edits) -> Result<(), SpecError> {
                 "destination": m.destination, "type": "bind", "source": m.source,
                 "options": options
             }));
+        }
+    }
+    if !edits.masked_paths.is_empty() {
+        let masked = array(object(spec, "linux")?, "maskedPaths")?;
+        for p in &edits.masked_paths {
+            if !masked.iter().any(|v| v.as_str() == Some(p)) {
+                masked.push(json!(p));
+            }
+        }
+    }
+    if !edits.env.is_empty() {
+        let env = array(object(spec, "process")?, "env")?;
+        for e in &edits.env {
+            let key = e.split_once('=').map_or(e.as_str(), |(k, _)| k);
+            env.retain(|v| {
+                v.as_str()
+                    .is_none_or(|v| v.split_once('=').map_or(v, |(k, _)| k) != key)
+            });
+            env.push(json!(e));
         }
     }
     let hooks = object(spec, "hooks")?;

@@ -5,12 +5,13 @@ use std::path::Path;
 
 use gpuslice_runtime_shim::config::Config;
 use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
+use gpuslice_runtime_shim::nvidia_env::{Capabilities, Capability};
 use gpuslice_testsupport::sim::SimNode;
 
 #[test]
 fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
     let sim = SimNode::new(2, "T4", None);
-    let files = DriverFiles::discover(&DriverRoot::new(sim.root())).unwrap();
+    let files = DriverFiles::discover(&DriverRoot::new(sim.root()), Capabilities::DEFAULT).unwrap();
     let devices: Vec<(&str, u32, u32)> = files
         .control_devices
         .iter()
@@ -21,7 +22,8 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         vec![
             ("/dev/nvidiactl", 195, 255),
             ("/dev/nvidia-uvm", 510, 0),
-            ("/dev/nvidia-uvm-tools", 510, 1)
+            ("/dev/nvidia-uvm-tools", 510, 1),
+            ("/dev/nvidia-modeset", 195, 254)
         ]
     );
     assert_eq!(files.gpu_device(1).unwrap().path, "/dev/nvidia1");
@@ -40,8 +42,12 @@ fn the_driver_files_of_a_simulated_root_are_what_a_gpu_container_needs() {
         assert!(dests.contains(&want), "{want} not in {dests:?}");
     }
     assert!(
-        !dests.contains(&"/usr/lib/x86_64-linux-gnu/libcuda.so"),
-        "the development symlink is not needed"
+        dests.contains(&"/usr/lib/x86_64-linux-gnu/libcuda.so"),
+        "programs that link with -lcuda need the development name"
+    );
+    assert_eq!(
+        files.version, "550.54.15",
+        "from the kernel module's procfs file"
     );
     assert!(
         !dests.iter().any(|d| d.contains("gpuslice-sim")),
@@ -87,7 +93,7 @@ fn every_name_of_the_driver_libraries_is_its_front_and_the_real_library_has_a_pr
     use gpuslice_core::claim::{Claim, ClaimState};
     use gpuslice_runtime_shim::edits::{Edits, HostPaths};
     let sim = SimNode::new(1, "T4", None);
-    let files = DriverFiles::discover(&DriverRoot::new(sim.root())).unwrap();
+    let files = DriverFiles::discover(&DriverRoot::new(sim.root()), Capabilities::DEFAULT).unwrap();
     let claim = Claim {
         container_id: "c".into(),
         request: gpuslice_core::annotations::parse(
@@ -150,4 +156,74 @@ fn every_name_of_the_driver_libraries_is_its_front_and_the_real_library_has_a_pr
         1,
         "the real library is mounted once, under its private name only"
     );
+}
+
+#[test]
+fn only_libraries_of_the_drivers_version_and_the_asked_capabilities_are_given() {
+    let sim = SimNode::new(2, "T4", None);
+    let lib = sim.lib_dir();
+    // A library an older driver left behind, and a video library of this driver.
+    std::fs::copy(
+        lib.join("libcuda.so.550.54.15"),
+        lib.join("libnvidia-encode.so.535.104.05"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "libnvidia-encode.so.535.104.05",
+        lib.join("libnvidia-encode.so.1"),
+    )
+    .unwrap();
+    std::fs::copy(
+        lib.join("libcuda.so.550.54.15"),
+        lib.join("libnvcuvid.so.550.54.15"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("libnvcuvid.so.550.54.15", lib.join("libnvcuvid.so.1")).unwrap();
+    let root = DriverRoot::new(sim.root());
+    let names = |caps: Capabilities| -> Vec<String> {
+        DriverFiles::discover(&root, caps)
+            .unwrap()
+            .mounts
+            .iter()
+            .filter_map(|m| m.destination.rsplit('/').next().map(str::to_string))
+            .collect()
+    };
+    let default = names(Capabilities::DEFAULT);
+    assert!(
+        !default.iter().any(|n| n.starts_with("libnvcuvid")),
+        "{default:?}"
+    );
+    let video = names(Capabilities::DEFAULT.with(Capability::Video));
+    assert!(video.contains(&"libnvcuvid.so.1".to_string()), "{video:?}");
+    assert!(
+        !video.iter().any(|n| n.starts_with("libnvidia-encode")),
+        "a library of driver 535 is not this driver's: {video:?}"
+    );
+    // Utility alone: NVML and nvidia-smi, no CUDA.
+    let utility = names(Capabilities::default().with(Capability::Utility));
+    assert!(
+        utility.contains(&"libnvidia-ml.so.1".to_string())
+            && utility.contains(&"nvidia-smi".to_string())
+    );
+    assert!(
+        !utility.iter().any(|n| n.starts_with("libcuda")),
+        "{utility:?}"
+    );
+}
+
+#[test]
+fn the_linker_cache_of_the_root_is_read_and_the_proc_entries_of_other_gpus_are_listed() {
+    let sim = SimNode::new(3, "T4", None);
+    let cache = gpuslice_runtime_shim::ldcache::read(&sim.root().join("etc/ld.so.cache")).unwrap();
+    assert!(cache.iter().any(|e| e.name == "libcuda.so.1"), "{cache:?}");
+    let files = DriverFiles::discover(&DriverRoot::new(sim.root()), Capabilities::DEFAULT).unwrap();
+    let others = files.foreign_gpu_proc_dirs(&[sim.spec.gpus[1].minor]);
+    assert_eq!(others.len(), 2, "{others:?}");
+    for g in [0, 2] {
+        let bus = gpuslice_testsupport::sim::proc_bus_id(&sim.spec.gpus[g].pci_bus_id);
+        assert!(
+            others.contains(&format!("/proc/driver/nvidia/gpus/{bus}")),
+            "{others:?}"
+        );
+    }
 }

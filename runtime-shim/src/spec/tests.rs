@@ -31,6 +31,8 @@ fn edits() -> Edits {
             env: vec!["GPUSLICE_BUS_ADDRESS=unix:path=/run/bus".into()],
             timeout_seconds: None,
         }],
+        masked_paths: vec!["/proc/driver/nvidia/gpus/0000:17:00.0".into()],
+        env: vec!["NVIDIA_VISIBLE_DEVICES=GPU-1".into()],
     }
 }
 
@@ -131,4 +133,31 @@ fn a_spec_with_cap_sys_admin_or_every_device_allowed_is_privileged() {
         privileged(&devices).as_deref(),
         Some("its device cgroup allows every device")
     );
+}
+
+#[test]
+fn the_environment_entry_replaces_the_images_and_other_gpus_are_masked() {
+    let mut spec = base();
+    spec["process"]["env"] = json!([
+        "PATH=/bin",
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_VISIBLE_DEVICES_X=1"
+    ]);
+    spec["linux"] = json!({"maskedPaths": ["/proc/kcore"]});
+    apply(&mut spec, &edits()).unwrap();
+    assert_eq!(
+        spec["process"]["env"],
+        json!([
+            "PATH=/bin",
+            "NVIDIA_VISIBLE_DEVICES_X=1",
+            "NVIDIA_VISIBLE_DEVICES=GPU-1"
+        ])
+    );
+    assert_eq!(
+        spec["linux"]["maskedPaths"],
+        json!(["/proc/kcore", "/proc/driver/nvidia/gpus/0000:17:00.0"])
+    );
+    let once = spec.clone();
+    apply(&mut spec, &edits()).unwrap();
+    assert_eq!(spec, once);
 }

@@ -23,7 +23,12 @@ impl Node {
 
     /// A node whose agent runs with `args` besides the test defaults.
     pub fn with_agent_args(args: &[&str]) -> Self {
-        let sim = SimNode::new(2, "T4", None);
+        Self::with_gpus(2, args)
+    }
+
+    /// A node of `gpus` T4s whose agent runs with `args` besides the test defaults.
+    pub fn with_gpus(gpus: u32, args: &[&str]) -> Self {
+        let sim = SimNode::new(gpus, "T4", None);
         let bus = Bus::start();
         let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, args);
         let work = tempfile::tempdir().unwrap();

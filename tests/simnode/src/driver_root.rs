@@ -4,12 +4,15 @@
 //! ```text
 //! <root>/dev/nvidia0..N           char 195:minor
 //! <root>/dev/nvidiactl            char 195:255
+//! <root>/dev/nvidia-modeset       char 195:254
 //! <root>/dev/nvidia-uvm           char 510:0   (the real major is assigned at load time)
 //! <root>/dev/nvidia-uvm-tools     char 510:1
 //! <root>/usr/lib/x86_64-linux-gnu/libcuda.so.<ver>, libcuda.so.1, libcuda.so
 //! <root>/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<ver>, libnvidia-ml.so.1, libnvidia-ml.so
 //! <root>/usr/lib/x86_64-linux-gnu/gpuslice-sim/node.json
 //! <root>/usr/bin/nvidia-smi
+//! <root>/etc/ld.so.cache          the linker cache of the root, made by `ldconfig -r`
+//! <root>/proc/driver/nvidia/version, gpus/<bus id>/information   as the kernel module has them
 //! <root>/run/gpuslice-sim/procs/  per-process usage records
 //! ```
 
@@ -22,6 +25,8 @@ use crate::node::{NODE_BESIDE_LIBRARY, NodeSpec};
 pub const NVIDIA_MAJOR: u32 = 195;
 /// Minor number of `/dev/nvidiactl`.
 pub const NVIDIACTL_MINOR: u32 = 255;
+/// Minor number of `/dev/nvidia-modeset`.
+pub const MODESET_MINOR: u32 = 254;
 /// Major number given to the simulated `nvidia-uvm` devices.
 pub const UVM_MAJOR: u32 = 510;
 /// Library directory inside the root.
@@ -119,6 +124,7 @@ pub fn create(
         &lib,
         &bin,
         &root.join("dev"),
+        &root.join("etc"),
         &crate::procs::dir(&spec.state_dir),
         &lib.join("gpuslice-sim"),
     ] {
@@ -132,6 +138,8 @@ pub fn create(
     let json = serde_json::to_string_pretty(spec).unwrap_or_default();
     std::fs::write(&node_file, json + "\n").map_err(io(&node_file))?;
     set_mode(&crate::procs::dir(&spec.state_dir), 0o1777)?;
+    write_procfs(root, spec)?;
+    linker_cache(root)?;
     if devices {
         let dev = root.join("dev");
         for g in &spec.gpus {
@@ -142,10 +150,74 @@ pub fn create(
             )?;
         }
         mknod(&dev.join("nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR)?;
+        mknod(&dev.join("nvidia-modeset"), NVIDIA_MAJOR, MODESET_MINOR)?;
         mknod(&dev.join("nvidia-uvm"), UVM_MAJOR, 0)?;
         mknod(&dev.join("nvidia-uvm-tools"), UVM_MAJOR, 1)?;
     }
     Ok(())
+}
+
+/// The kernel module's files under `/proc/driver/nvidia` that name the driver version and,
+/// per GPU, its UUID and device minor number, as the real module writes them.
+fn write_procfs(root: &Path, spec: &NodeSpec) -> Result<(), DriverRootError> {
+    let nvidia = root.join("proc/driver/nvidia");
+    let write = |path: PathBuf, text: String| {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        std::fs::write(&path, text).map_err(io(&path))
+    };
+    write(
+        nvidia.join("version"),
+        format!(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  (simulated)\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+            spec.driver_version
+        ),
+    )?;
+    for g in &spec.gpus {
+        let bus = proc_bus_id(&g.pci_bus_id);
+        write(
+            nvidia.join("gpus").join(&bus).join("information"),
+            format!(
+                "Model: \t\t {}\nIRQ:   \t\t 0\nGPU UUID: \t {}\nBus Type: \t PCIe\nBus Location: \t {bus}\nDevice Minor: \t {}\nGPU Excluded:\t No\n",
+                g.name, g.uuid, g.minor
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+/// A PCI bus id as procfs names it: a 4-digit domain, lower case (NVML writes 8 digits).
+#[must_use]
+pub fn proc_bus_id(nvml: &str) -> String {
+    match nvml.split_once(':') {
+        Some((domain, rest)) => {
+            let domain = u32::from_str_radix(domain, 16).unwrap_or(0);
+            format!("{domain:04x}:{}", rest.to_lowercase())
+        }
+        None => nvml.to_lowercase(),
+    }
+}
+
+/// Builds the root's linker cache with glibc's `ldconfig -r`, as a driver's installer leaves
+/// the host's.
+fn linker_cache(root: &Path) -> Result<(), DriverRootError> {
+    let status = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| {
+            std::process::Command::new(l)
+                .arg("-r")
+                .arg(root)
+                .status()
+                .ok()
+        });
+    match status {
+        Some(s) if s.success() => Ok(()),
+        _ => Err(DriverRootError::Io {
+            path: root.join("etc/ld.so.cache"),
+            source: std::io::Error::other("ldconfig -r failed or was not found"),
+        }),
+    }
 }
 
 fn install_library(

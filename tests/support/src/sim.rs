@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use gpuslice_simnode::NodeSpec;
+pub use gpuslice_simnode::driver_root::proc_bus_id;
 use gpuslice_simnode::driver_root::{self, Artefacts};
 
 pub struct SimNode {
