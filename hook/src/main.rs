@@ -190,7 +190,7 @@ fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
         None,
         spec,
         None,
-        gpuslice_runtime_shim::inject::Release::ByHook,
+        gpuslice_runtime_shim::inject::Reporting::ByHooks,
         &cfg,
     )
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 use gpuslice_runtime_shim::edits::Edits;
-use gpuslice_runtime_shim::inject::{self, Release};
+use gpuslice_runtime_shim::inject::{self, Reporting};
 use serde::{Deserialize, Serialize};
 
 /// What to do inside the container's mount namespace (sent to the helper on stdin).
@@ -31,7 +31,8 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
         serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)
             .context("config.json is not JSON")?;
     let cfg = crate::config()?;
-    let Some(edits) = inject::claim_and_plan(id, None, &spec, Some(bundle), Release::ByHook, &cfg)?
+    let Some(edits) =
+        inject::claim_and_plan(id, None, &spec, Some(bundle), Reporting::ByHooks, &cfg)?
     else {
         return Ok(());
     };

@@ -1,6 +1,9 @@
 //! create+start+delete of a trivial container (`/bin/true`), plain runc against the wrapper,
 //! interleaved in one run: a container without a GPU (pure pass-through) and a GPU container
-//! (claim, spec edit, hooks, release). Prints medians and the ratio / difference.
+//! (claim, spec edit, hooks, release). Containers are created with `--pid-file`, as containerd
+//! and podman create them; a fourth kind, a GPU container created without one (its pid is
+//! reported by a poststart hook), shows what the wrapper's own report saves. Prints medians
+//! and the ratio / difference.
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p gpuslice-runtime-shim --bench lifecycle`
 //! (`BENCH_ROUNDS`, default 30). Needs root, runc, busybox and gcc.
@@ -42,7 +45,14 @@ fn bundle(work: &Path, name: &str, annotations: &[(&str, &str)]) -> PathBuf {
 }
 
 /// One create+start+delete with `exe`; returns its wall time and that of each command.
-fn lifecycle(setup: &Setup, exe: &Path, bundle: &Path, id: &str) -> (Duration, [Duration; 3]) {
+/// `pid_file`: create with `--pid-file`, as containerd and podman (conmon) do.
+fn lifecycle(
+    setup: &Setup,
+    exe: &Path,
+    bundle: &Path,
+    id: &str,
+    pid_file: bool,
+) -> (Duration, [Duration; 3]) {
     // The bundle's spec is edited in place by the wrapper: start from the pristine copy.
     std::fs::copy(bundle.join("config.json.orig"), bundle.join("config.json"))
         .expect("restore spec");
@@ -65,8 +75,14 @@ fn lifecycle(setup: &Setup, exe: &Path, bundle: &Path, id: &str) -> (Duration, [
         assert!(st.success(), "{} {args:?} failed", exe.display());
     };
     let b = bundle.display().to_string();
+    let pid = bundle.join("init.pid").display().to_string();
+    let mut create = vec!["create", "--bundle", &b];
+    if pid_file {
+        create.extend(["--pid-file", &pid]);
+    }
+    create.push(id);
     let t = Instant::now();
-    run(&["create", "--bundle", &b, id]);
+    run(&create);
     let created = t.elapsed();
     run(&["start", id]);
     let started = t.elapsed();
@@ -124,17 +140,20 @@ fn main() {
     let runc = PathBuf::from("runc");
     let wrapper = binary("gpuslice-runtime");
     let (mut base, mut wrapped_plain, mut wrapped_gpu) = (Vec::new(), Vec::new(), Vec::new());
+    let mut gpu_no_pid_file = Vec::new();
     let mut phases: [[Vec<Duration>; 3]; 2] = Default::default();
     for i in 0..rounds + 3 {
         let samples = [
-            lifecycle(&setup, &runc, &plain, &format!("r{i}")),
-            lifecycle(&setup, &wrapper, &plain, &format!("w{i}")),
-            lifecycle(&setup, &wrapper, &gpu, &format!("g{i}")),
+            lifecycle(&setup, &runc, &plain, &format!("r{i}"), true),
+            lifecycle(&setup, &wrapper, &plain, &format!("w{i}"), true),
+            lifecycle(&setup, &wrapper, &gpu, &format!("g{i}"), true),
+            lifecycle(&setup, &wrapper, &gpu, &format!("h{i}"), false),
         ];
         if i >= 3 {
             base.push(samples[0].0);
             wrapped_plain.push(samples[1].0);
             wrapped_gpu.push(samples[2].0);
+            gpu_no_pid_file.push(samples[3].0);
             for (k, (plain, gpu)) in samples[0].1.iter().zip(samples[2].1.iter()).enumerate() {
                 phases[0][k].push(*plain);
                 phases[1][k].push(*gpu);
@@ -144,10 +163,11 @@ fn main() {
     let (b, p, g) = (median(base), median(wrapped_plain), median(wrapped_gpu));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "bench=lifecycle rounds={rounds} runc_ms={:.2} wrapper_plain_ms={:.2} wrapper_gpu_ms={:.2}",
+        "bench=lifecycle rounds={rounds} runc_ms={:.2} wrapper_plain_ms={:.2} wrapper_gpu_ms={:.2} wrapper_gpu_without_pid_file_ms={:.2}",
         ms(b),
         ms(p),
-        ms(g)
+        ms(g),
+        ms(median(gpu_no_pid_file))
     );
     for (name, p) in [("runc", &phases[0]), ("wrapper_gpu", &phases[1])] {
         let m: Vec<String> = ["create", "start", "delete"]

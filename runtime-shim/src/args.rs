@@ -37,6 +37,8 @@ pub struct Invocation {
     pub log_format: Option<String>,
     /// `--root`: the runtime's state directory (containerd gives one per namespace).
     pub root: Option<PathBuf>,
+    /// `--pid-file` of `create`/`run`: where the runtime writes the container's pid.
+    pub pid_file: Option<PathBuf>,
 }
 
 impl Invocation {
@@ -115,8 +117,10 @@ pub fn parse(argv: &[OsString]) -> Invocation {
                         args.get(i).cloned()
                     }
                 };
-                if flag == "--bundle" || flag == "-b" {
-                    inv.bundle = value.map(PathBuf::from);
+                match flag {
+                    "--bundle" | "-b" => inv.bundle = value.map(PathBuf::from),
+                    "--pid-file" => inv.pid_file = value.map(PathBuf::from),
+                    _ => {}
                 }
             }
         } else if inv.container_id.is_none() {
@@ -153,6 +157,7 @@ mod tests {
         assert_eq!(inv.command.as_deref(), Some("create"));
         assert_eq!(inv.container_id.as_deref(), Some("c1"));
         assert_eq!(inv.bundle, Some(PathBuf::from("/b")));
+        assert_eq!(inv.pid_file, Some(PathBuf::from("/b/init.pid")));
         assert_eq!(inv.log, Some(PathBuf::from("/run/x/log.json")));
         assert_eq!(inv.log_format.as_deref(), Some("json"));
         assert_eq!(inv.owner(), "runtime-root:/run/containerd/runc/k8s.io");

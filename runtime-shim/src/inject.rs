@@ -27,11 +27,38 @@ async fn agent(cfg: &Config) -> Result<AgentProxy<'static>> {
         .context("failed to reach the gpuslice agent over D-Bus")
 }
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T> {
+/// One connection to the agent for the whole process: the wrapper's `create` claims, then
+/// reports the pid after the runtime's create, over the same connection.
+struct Session {
+    rt: tokio::runtime::Runtime,
+    agent: AgentProxy<'static>,
+}
+
+fn session(cfg: &Config) -> Result<&'static Session> {
+    static SESSION: std::sync::OnceLock<Session> = std::sync::OnceLock::new();
+    if let Some(s) = SESSION.get() {
+        return Ok(s);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    Ok(rt.block_on(f))
+    let agent = rt.block_on(agent(cfg))?;
+    Ok(SESSION.get_or_init(|| Session { rt, agent }))
+}
+
+/// Connects to the agent ahead of a call, so that the connection is set up while something
+/// else runs; a failure shows again at the call.
+pub fn connect(cfg: &Config) {
+    let _ = session(cfg);
+}
+
+/// Runs `call` against the agent and waits for its answer.
+fn with_agent<T, F>(cfg: &Config, call: impl FnOnce(&'static AgentProxy<'static>) -> F) -> Result<T>
+where
+    F: std::future::Future<Output = zbus::Result<T>>,
+{
+    let s = session(cfg)?;
+    s.rt.block_on(call(&s.agent)).map_err(agent_error)
 }
 
 /// The message of an agent error: its own text for refusals, the transport error otherwise.
@@ -57,11 +84,13 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<bool> {
         .as_deref()
         .context("no container id in the arguments")?;
     // `create` is followed by the runtime's `delete` through this wrapper, which releases;
-    // `run` deletes the container inside the runtime, so a poststop hook releases.
+    // `run` deletes the container inside the runtime, so hooks report.
     let release_by = if inv.command.as_deref() == Some("run") {
-        Release::ByHook
+        Reporting::ByHooks
     } else {
-        Release::ByRuntime
+        Reporting::ByWrapper {
+            reports_pid: inv.pid_file.is_some(),
+        }
     };
     let owner = inv.owner();
     let owner = Some(owner.as_str());
@@ -75,15 +104,17 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<bool> {
     Ok(claimed)
 }
 
-/// Who releases a container's claim when it is deleted.
+/// Who tells the agent that a container started (its pid) and that it was deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Release {
-    /// The wrapper, after the runtime's `delete`: no poststop hook is needed, which saves a
-    /// process per container.
-    ByRuntime,
-    /// A poststop hook: for `run`, which deletes inside the runtime, and for engines that
-    /// create containers without the wrapper.
-    ByHook,
+pub enum Reporting {
+    /// The wrapper: it releases after the runtime's `delete`, so no poststop hook is needed;
+    /// with `reports_pid` (the engine asked the runtime for a pid file) it also reports the
+    /// pid after the runtime's `create`, so no poststart hook is needed either. Each hook
+    /// left out saves a process and a connection to the agent per container.
+    ByWrapper { reports_pid: bool },
+    /// Hooks (poststart, poststop): for `run`, which deletes inside the runtime, and for
+    /// engines that create containers without the wrapper.
+    ByHooks,
 }
 
 /// Claims a slice for container `id` and edits `spec` in memory; `false` when the container
@@ -93,7 +124,7 @@ pub fn claim_and_edit(
     owner: Option<&str>,
     spec: &mut serde_json::Value,
     bundle: Option<&Path>,
-    release_by: Release,
+    release_by: Reporting,
     cfg: &Config,
 ) -> Result<bool> {
     let Some(edits) = claim_and_plan(id, owner, spec, bundle, release_by, cfg)? else {
@@ -116,7 +147,7 @@ pub fn claim_and_plan(
     owner: Option<&str>,
     spec: &serde_json::Value,
     bundle: Option<&Path>,
-    release_by: Release,
+    release_by: Reporting,
     cfg: &Config,
 ) -> Result<Option<Edits>> {
     let mut ann = spec::annotations(spec);
@@ -142,14 +173,12 @@ pub fn claim_and_plan(
     }
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = std::time::Instant::now();
-    let json = block_on(async {
-        let agent = agent(cfg).await?;
+    let json = with_agent(cfg, |agent| async move {
         match owner {
             Some(o) => agent.claim_as(o, id, borrowed).await,
             None => agent.claim(id, borrowed).await,
         }
-        .map_err(agent_error)
-    })?
+    })
     .map_err(|e| match &from_env {
         Some(v) => e.context(format!(
             "container {id}: {}={v:?} asks for these GPUs whole (see docs/runtime.md; NVIDIA_VISIBLE_DEVICES=void asks for none)",
@@ -264,7 +293,7 @@ fn plan(
     capabilities: nvidia_env::Capabilities,
     spec: &serde_json::Value,
     bundle: Option<&Path>,
-    release_by: Release,
+    release_by: Reporting,
     cfg: &Config,
 ) -> Result<Edits> {
     if !cfg.interception_library.exists() {
@@ -303,26 +332,29 @@ fn plan(
             .hooks
             .retain(|h| h.point != crate::edits::HookPoint::CreateContainer);
     }
-    if release_by == Release::ByRuntime {
-        edits
-            .hooks
-            .retain(|h| h.point != crate::edits::HookPoint::Poststop);
+    if let Reporting::ByWrapper { reports_pid } = release_by {
+        edits.hooks.retain(|h| {
+            h.point != crate::edits::HookPoint::Poststop
+                && !(reports_pid && h.point == crate::edits::HookPoint::Poststart)
+        });
     }
     Ok(edits)
 }
 
-/// Releases the claim of `id`.
 /// Releases the claim of `id`, as `owner` when the caller knows it (the agent refuses to
 /// release another owner's claim).
 pub fn release(id: &str, owner: Option<&str>, cfg: &Config) -> Result<bool> {
-    block_on(async {
-        let agent = agent(cfg).await?;
+    with_agent(cfg, |agent| async move {
         match owner {
             Some(o) => agent.release_as(o, id).await,
             None => agent.release(id).await,
         }
-        .map_err(agent_error)
-    })?
+    })
+}
+
+/// Reports that container `id` runs as `pid` (what the poststart hook does otherwise).
+pub fn activate(id: &str, pid: u32, cfg: &Config) -> Result<()> {
+    with_agent(cfg, |agent| async move { agent.activate(id, pid).await }).map(|_| ())
 }
 
 /// Releases the claim of `id` if the container has a gpuslice directory (so that deleting a

@@ -40,7 +40,23 @@ fn main() -> ExitCode {
     // A create that fails leaves no container to delete: its slice is given back at once
     // rather than when garbage collection finds it, so the create runs as a child.
     if claimed_now && inv.command.as_deref() == Some("create") {
-        return run_then_release(&runtime, &argv, &inv, &cfg, Release::OnFailure);
+        let started = std::time::Instant::now();
+        let mut code = run_then_release(&runtime, &argv, &inv, &cfg, Release::OnFailure);
+        let ran = started.elapsed();
+        if code == ExitCode::SUCCESS
+            && let Some(pid_file) = &inv.pid_file
+        {
+            code = report_pid(&runtime, pid_file, &inv, &cfg);
+        }
+        if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+            eprintln!(
+                "gpuslice-runtime: container {}: {} create {ran:?}, pid reported {:?}",
+                inv.container_id.as_deref().unwrap_or_default(),
+                runtime.display(),
+                started.elapsed() - ran
+            );
+        }
+        return code;
     }
     // After a delete the container is gone: run the runtime, then release the claim. Only a
     // container with a slice needs that; every other command is handed over with exec, so
@@ -79,8 +95,15 @@ fn run_then_release(
     let status = match Command::new(runtime)
         .arg0(runtime)
         .args(&argv[1..])
-        .status()
-    {
+        .spawn()
+        .and_then(|mut child| {
+            // The connection to the agent is set up while the runtime works (a release
+            // follows a delete), not after it.
+            if when == Release::OnSuccess {
+                inject::connect(cfg);
+            }
+            child.wait()
+        }) {
         Ok(s) => s,
         Err(e) => {
             log::error(
@@ -102,4 +125,42 @@ fn run_then_release(
         );
     }
     ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))
+}
+
+/// Reports the pid of a container the runtime has just created (read from the pid file the
+/// engine asked for), in place of a poststart hook. A container whose pid the agent did not
+/// take is deleted and its slice released: it would otherwise run on a claim the agent
+/// counts as never started.
+fn report_pid(
+    runtime: &std::path::Path,
+    pid_file: &std::path::Path,
+    inv: &args::Invocation,
+    cfg: &Config,
+) -> ExitCode {
+    let Some(id) = &inv.container_id else {
+        return ExitCode::SUCCESS;
+    };
+    let reported = std::fs::read_to_string(pid_file)
+        .map_err(anyhow::Error::from)
+        .and_then(|t| t.trim().parse::<u32>().map_err(anyhow::Error::from))
+        .and_then(|pid| inject::activate(id, pid, cfg));
+    let Err(e) = reported else {
+        return ExitCode::SUCCESS;
+    };
+    let mut delete = Command::new(runtime);
+    delete.arg0(runtime);
+    if let Some(root) = &inv.root {
+        delete.arg("--root").arg(root);
+    }
+    let _ = delete.args(["delete", "--force", id]).status();
+    let _ = inject::release_if_claimed(id, Some(&inv.owner()), cfg);
+    log::error(
+        inv.log.as_deref(),
+        inv.log_format.as_deref(),
+        &format!(
+            "container {id}: its pid (from {}) could not be reported to the gpuslice agent, so the container is not created: {e:#}",
+            pid_file.display()
+        ),
+    );
+    ExitCode::FAILURE
 }

@@ -487,3 +487,51 @@ fn a_container_sees_only_the_gpu_of_its_slice_through_cuda_and_nvml() {
         assert!(node.wrapper(&["delete", id]).status.success());
     }
 }
+
+#[test]
+fn a_create_with_a_pid_file_reports_the_pid_itself_and_the_container_carries_no_poststart_hook() {
+    let node = Node::new();
+    let b = node.bundle(
+        "pidfile",
+        &["/bin/sleep", "60"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let pid_file = b.join("init.pid");
+    let out = node.wrapper(&[
+        "create",
+        "--bundle",
+        &b.display().to_string(),
+        "--pid-file",
+        &pid_file.display().to_string(),
+        "withpid",
+    ]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Before start: the agent already knows the container's process.
+    let s = node.status();
+    match s.slices[0].claim.state {
+        gpuslice_core::ClaimState::Active { pid: active, .. } => assert_eq!(active, pid),
+        ref other => panic!("the claim is {other:?}, not active with pid {pid}"),
+    }
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
+    assert!(
+        spec["hooks"]["poststart"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{}",
+        spec["hooks"]
+    );
+    assert!(node.wrapper(&["start", "withpid"]).status.success());
+    let _ = node.runc(&["kill", "withpid", "KILL"]);
+    assert!(wait_for(Duration::from_secs(10), || text(
+        &node.runc(&["state", "withpid"])
+    )
+    .contains("\"stopped\"")));
+    assert!(node.wrapper(&["delete", "withpid"]).status.success());
+    assert!(node.status().slices.is_empty());
+}
