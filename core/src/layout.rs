@@ -72,3 +72,13 @@ impl Front {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
     }
 }
+
+/// The CDI kind of the slices the agent admitted (`gpuslice.io/slice=<claim>`).
+pub const CDI_SLICE_KIND: &str = "gpuslice.io/slice";
+
+/// The file the CDI spec of the slice of claim `id` is written to, in a CDI directory
+/// (`gpuslice.io-slice-<id>.json`): the agent removes it when the claim is released.
+#[must_use]
+pub fn cdi_slice_file(id: &str) -> String {
+    format!("{}-{id}.json", CDI_SLICE_KIND.replace('/', "-"))
+}

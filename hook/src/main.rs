@@ -8,6 +8,10 @@
 //! - `poststart`: tells the agent the container's pid (`Activate`), the evidence that lets it
 //!   collect the claim when the container is gone;
 //! - `poststop`: releases the claim (`Release`; idempotent);
+//! - `claim-gpu UUID…` (createRuntime) and `release-gpu UUID…` (poststop): the hooks of the
+//!   whole-GPU CDI devices (`gpuslice cdi generate`): the container claims its GPUs whole
+//!   through the agent (refused where they hold slices: the container is not created), and
+//!   gives them back;
 //! - `update-ldcache` (createContainer): refreshes the container's dynamic-linker cache so that
 //!   the mounted driver libraries are found (best effort: they sit in the standard directory);
 //! - `install-hooks`: writes the hooks.d files for this binary ([`hooks_d`]).
@@ -70,7 +74,27 @@ fn agent_error(e: zbus::Error) -> anyhow::Error {
     }
 }
 
-fn run(verb: &str) -> Result<()> {
+/// `--claim NAME` among a hook's arguments.
+fn claim_argument(args: &[String]) -> Result<Option<String>> {
+    match args {
+        [] => Ok(None),
+        [flag, name] if flag == "--claim" => {
+            gpuslice_core::claim::validate_container_id(name)?;
+            Ok(Some(name.clone()))
+        }
+        other => Err(anyhow!(
+            "unexpected arguments {other:?} (only --claim NAME)"
+        )),
+    }
+}
+
+/// The claim a container holds on whole GPUs given by CDI: its id and the first GPU's UUID,
+/// so that each `gpuslice.io/gpu` device a container gets is its own claim.
+fn whole_gpu_claim(container: &str, uuids: &[String]) -> String {
+    format!("{container}+{}", uuids.first().map_or("", String::as_str))
+}
+
+fn run(verb: &str, args: &[String]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -88,14 +112,60 @@ fn run(verb: &str) -> Result<()> {
             let pid = state
                 .pid
                 .with_context(|| format!("container {}: the state has no pid", state.id))?;
+            // A CDI slice device names its claim, which is not the container's id.
+            let claim = claim_argument(args)?.unwrap_or(state.id.clone());
             rt.block_on(async {
                 agent()
                     .await?
-                    .activate(&state.id, pid)
+                    .activate(&claim, pid)
                     .await
                     .map_err(agent_error)
             })
-            .with_context(|| format!("container {}: failed to report pid {pid}", state.id))?;
+            .with_context(|| {
+                format!(
+                    "container {}: failed to report pid {pid} for claim {claim}",
+                    state.id
+                )
+            })?;
+        }
+        "claim-gpu" => {
+            let state = read_state()?;
+            let pid = state
+                .pid
+                .with_context(|| format!("container {}: the state has no pid", state.id))?;
+            anyhow::ensure!(!args.is_empty(), "claim-gpu needs the UUIDs of the GPUs");
+            let id = whole_gpu_claim(&state.id, args);
+            let devices = args.join(",");
+            let annotations: std::collections::HashMap<&str, &str> =
+                [("gpuslice.io/devices", devices.as_str())].into();
+            rt.block_on(async {
+                let agent = agent().await?;
+                agent.claim(&id, annotations).await.map_err(agent_error)?;
+                if let Err(e) = agent.activate(&id, pid).await {
+                    let _ = agent.release(&id).await;
+                    return Err(agent_error(e));
+                }
+                Ok(())
+            })
+            .with_context(|| {
+                format!(
+                    "container {}: GPUs {} cannot be given whole",
+                    state.id,
+                    args.join(",")
+                )
+            })?;
+        }
+        "release-gpu" => {
+            let state = read_state()?;
+            let id = whole_gpu_claim(&state.id, args);
+            rt.block_on(async { agent().await?.release(&id).await.map_err(agent_error) })
+                .with_context(|| {
+                    format!(
+                        "container {}: failed to give back GPUs {}",
+                        state.id,
+                        args.join(",")
+                    )
+                })?;
         }
         "poststop" => {
             let state = read_state()?;
@@ -226,7 +296,7 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: gpuslice-hook precreate|prestart|createRuntime|poststart|poststop|update-ldcache < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]...";
+const USAGE: &str = "usage: gpuslice-hook precreate|prestart|createRuntime|poststart [--claim NAME]|poststop|update-ldcache < state.json\n       gpuslice-hook claim-gpu|release-gpu UUID... < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]...";
 
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {
@@ -267,7 +337,8 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    match run(&verb) {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    match run(&verb, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpuslice-hook {verb}: {e:#}");

@@ -32,6 +32,9 @@ pub struct RunDir {
     root: PathBuf,
     /// Written to every limits file as each GPU's `context_bytes`.
     context_bytes: u64,
+    /// The CDI directory where a claim's slice spec may have been written
+    /// (`gpuslice claim --cdi`): removed with the claim's directory.
+    cdi_dir: Option<PathBuf>,
 }
 
 impl RunDir {
@@ -43,7 +46,15 @@ impl RunDir {
         Ok(Self {
             root,
             context_bytes: 0,
+            cdi_dir: None,
         })
+    }
+
+    /// Removes the CDI spec of a claim's slice from `dir` with the claim's directory.
+    #[must_use]
+    pub fn with_cdi_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cdi_dir = dir;
+        self
     }
 
     /// Each CUDA context a container's process creates is charged `bytes` of its slice.
@@ -79,6 +90,13 @@ impl RunDir {
     }
 
     pub fn remove(&self, id: &str) -> Result<(), RunDirError> {
+        if let Some(cdi) = &self.cdi_dir {
+            let spec = cdi.join(gpuslice_core::layout::cdi_slice_file(id));
+            match std::fs::remove_file(&spec) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&spec)(e)),
+                _ => {}
+            }
+        }
         let dir = self.path(id);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),

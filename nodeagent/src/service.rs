@@ -29,6 +29,9 @@ pub struct Config {
     pub nvml_library: Option<PathBuf>,
     pub state_dir: PathBuf,
     pub run_dir: PathBuf,
+    /// Where `gpuslice claim --cdi` writes a slice's CDI spec, removed with the claim;
+    /// `None` when CDI specs are not looked after.
+    pub cdi_dir: Option<PathBuf>,
     pub bus_address: Option<String>,
     pub metrics_address: Option<SocketAddr>,
     pub rules: Rules,
@@ -68,7 +71,9 @@ pub async fn run(cfg: Config) -> Result<()> {
         "discovered GPUs"
     );
     let store = Store::open(&cfg.state_dir)?;
-    let run = RunDir::new(&cfg.run_dir)?.with_context_bytes(cfg.context_reservation);
+    let run = RunDir::new(&cfg.run_dir)?
+        .with_context_bytes(cfg.context_reservation)
+        .with_cdi_dir(cfg.cdi_dir.clone());
     let missing = run.missing_mount_options();
     if !missing.is_empty() {
         tracing::warn!(

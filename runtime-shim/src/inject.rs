@@ -288,12 +288,13 @@ pub fn rootfs(spec: &serde_json::Value, bundle: Option<&Path>) -> PathBuf {
     }
 }
 
-fn plan(
+/// What a container with `claim` gets, before the hooks are chosen for how it is created:
+/// checks that the interception library and its fronts are in place (without them the
+/// limits cannot be enforced), finds the driver's files for `capabilities`, and adds the
+/// configuration's extra mounts.
+pub fn edits_for(
     claim: &Claim,
     capabilities: nvidia_env::Capabilities,
-    spec: &serde_json::Value,
-    bundle: Option<&Path>,
-    release_by: Reporting,
     cfg: &Config,
 ) -> Result<Edits> {
     if !cfg.interception_library.exists() {
@@ -324,7 +325,18 @@ fn plan(
             );
         }
     }
-    let mut edits = Edits::for_claim(claim, &driver, &host)?;
+    Ok(Edits::for_claim(claim, &driver, &host)?)
+}
+
+fn plan(
+    claim: &Claim,
+    capabilities: nvidia_env::Capabilities,
+    spec: &serde_json::Value,
+    bundle: Option<&Path>,
+    release_by: Reporting,
+    cfg: &Config,
+) -> Result<Edits> {
+    let mut edits = edits_for(claim, capabilities, cfg)?;
     // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
     // leaving the hook out otherwise saves a process per container start.
     if !rootfs(spec, bundle).join("etc/ld.so.cache").exists() {

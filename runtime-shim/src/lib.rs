@@ -4,6 +4,7 @@
 //! is applied to an OCI spec, the create path (claim and spec edit) and runc-style error logs.
 
 pub mod args;
+pub mod cdi;
 pub mod config;
 pub mod driver;
 pub mod edits;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::{CHECKS, Node, text};
 use gpuslice_testsupport::{binary, rootfs};
@@ -33,26 +33,8 @@ fn hooks_dir(node: &Node) -> std::path::PathBuf {
 }
 
 fn podman(node: &Node, args: &[&str]) -> std::process::Output {
-    let w = node.work.path();
-    Command::new("podman")
-        .arg("--root")
-        .arg(w.join("podman-root"))
-        .arg("--runroot")
-        .arg(w.join("podman-runroot"))
-        .args([
-            "--runtime",
-            "runc",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ])
-        .arg("--hooks-dir")
-        .arg(hooks_dir(node))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("podman (apt-get install podman)")
+    let hooks = hooks_dir(node);
+    common::podman(node, &["--hooks-dir".as_ref(), hooks.as_os_str()], args)
 }
 
 #[test]

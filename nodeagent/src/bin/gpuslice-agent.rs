@@ -47,6 +47,10 @@ struct Args {
     /// Where each container's limits directory is created.
     #[arg(long, default_value = "/run/gpuslice")]
     run_dir: PathBuf,
+    /// The CDI directory where `gpuslice claim --cdi` writes a slice's spec; the agent
+    /// removes a claim's spec when the claim is released ("off" to look after none).
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: String,
     /// D-Bus address to serve on instead of the system bus.
     #[arg(long, env = "GPUSLICE_BUS_ADDRESS")]
     bus_address: Option<String>,
@@ -155,6 +159,7 @@ fn main() -> Result<()> {
         nvml_library: args.nvml_library,
         state_dir: args.state_dir,
         run_dir: args.run_dir,
+        cdi_dir: (args.cdi_dir != "off").then(|| PathBuf::from(&args.cdi_dir)),
         bus_address: args.bus_address,
         metrics_address,
         rules: Rules {

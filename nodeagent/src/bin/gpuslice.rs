@@ -39,11 +39,36 @@ enum Command {
         annotations: Vec<OsString>,
         #[arg(long)]
         json: bool,
+        /// Also write the slice's CDI spec (device `gpuslice.io/slice=CONTAINER_ID`) for
+        /// engines that read CDI (`podman run --device gpuslice.io/slice=…`); the agent
+        /// removes it when the claim is released.
+        #[arg(long)]
+        cdi: bool,
+        /// Where the CDI spec is written.
+        #[arg(long, default_value = "/var/run/cdi", requires = "cdi")]
+        cdi_dir: std::path::PathBuf,
+    },
+    /// CDI specs (Container Device Interface).
+    Cdi {
+        #[command(subcommand)]
+        command: CdiCommand,
     },
     /// Record the pid of a claimed container (as the poststart hook does).
     Activate { container_id: String, pid: u32 },
     /// Release a container's claim (as the poststop hook does).
     Release { container_id: String },
+}
+
+#[derive(Subcommand)]
+enum CdiCommand {
+    /// Write the CDI spec of this node's whole GPUs (kind gpuslice.io/gpu: devices by index,
+    /// by UUID, and `all`). A container given one claims its GPU whole through the agent when
+    /// it is created, and is refused where the GPU holds slices.
+    Generate {
+        /// The file to write (`-` for standard output), e.g. /etc/cdi/gpuslice.io-gpu.json.
+        #[arg(long, short, default_value = "-")]
+        output: std::path::PathBuf,
+    },
 }
 
 /// Splits `KEY=VALUE` arguments, refusing ones that are not UTF-8 or have no `=`.
@@ -231,15 +256,53 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             container_id,
             annotations: raw,
             json,
+            cdi,
+            cdi_dir,
         } => {
             let ann = annotations(&raw)?;
             let borrowed: HashMap<&str, &str> =
                 ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let text = agent.claim(&container_id, borrowed).await.map_err(fail)?;
+            if cdi {
+                let written = serde_json::from_str(&text)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|claim| write_slice_spec(&claim, &cdi_dir));
+                match written {
+                    Ok(path) => eprintln!(
+                        "gpuslice: wrote {} (device {}={container_id})",
+                        path.display(),
+                        gpuslice_runtime_shim::cdi::SLICE_KIND
+                    ),
+                    Err(e) => {
+                        // Fail closed: no spec, no claim.
+                        let _ = agent.release(&container_id).await;
+                        return Err(e.context(format!(
+                            "container {container_id}: the slice's CDI spec could not be written, so the claim is released"
+                        )));
+                    }
+                }
+            }
             if json {
                 println!("{text}");
             } else {
                 print_claim(&serde_json::from_str(&text)?);
+            }
+        }
+        Command::Cdi {
+            command: CdiCommand::Generate { output },
+        } => {
+            let inventory: gpuslice_core::inventory::Inventory =
+                serde_json::from_str(&agent.inventory().await.map_err(fail)?)?;
+            let spec = whole_gpu_spec(&inventory)?;
+            if output.as_os_str() == "-" {
+                println!("{}", serde_json::to_string_pretty(&spec)?);
+            } else {
+                let dir = output.parent().unwrap_or(std::path::Path::new("."));
+                let file = output
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .context("--output names no file")?;
+                gpuslice_runtime_shim::cdi::write(dir, file, &spec)?;
             }
         }
         Command::Activate { container_id, pid } => {
@@ -252,6 +315,40 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the CDI spec of `claim`'s slice into `dir`: what the runtime wrapper would give a
+/// container holding it (the runtime configuration, `/etc/gpuslice/runtime.json`, says where
+/// the driver, the interception library and the hook are).
+fn write_slice_spec(claim: &Claim, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+    use gpuslice_runtime_shim::{cdi, config::Config, inject, nvidia_env::Capabilities};
+    let cfg = Config::load()?;
+    let edits = inject::edits_for(claim, Capabilities::DEFAULT, &cfg)?;
+    let spec = cdi::slice(&claim.container_id, &edits, &cfg.driver_root);
+    let file = cdi::file_name(cdi::SLICE_KIND, &claim.container_id);
+    Ok(cdi::write(dir, &file, &spec)?)
+}
+
+/// The CDI spec of the node's whole GPUs, from the agent's inventory and the runtime
+/// configuration.
+fn whole_gpu_spec(inventory: &gpuslice_core::inventory::Inventory) -> Result<serde_json::Value> {
+    use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
+    use gpuslice_runtime_shim::{cdi, config::Config, nvidia_env::Capabilities};
+    let cfg = Config::load()?;
+    let mut driver =
+        DriverFiles::discover(&DriverRoot::new(&cfg.driver_root), Capabilities::all())?;
+    driver.mounts.extend(cfg.extra_bind_mounts());
+    let gpus: Vec<(u32, String, u32)> = inventory
+        .gpus
+        .iter()
+        .map(|g| (g.index, g.uuid.clone(), g.minor))
+        .collect();
+    let hook_env: Vec<String> = cfg
+        .bus_address
+        .iter()
+        .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
+        .collect();
+    Ok(cdi::whole_gpus(&driver, &gpus, &cfg.hook, &hook_env)?)
 }
 
 fn main() -> ExitCode {

@@ -171,6 +171,30 @@ impl Node {
     }
 }
 
+/// Runs podman with a store of this node's own, runc, cgroupfs and file events, with
+/// `global` flags (e.g. `--hooks-dir DIR`) before `args`.
+pub fn podman(node: &Node, global: &[&std::ffi::OsStr], args: &[&str]) -> Output {
+    let w = node.work.path();
+    Command::new("podman")
+        .arg("--root")
+        .arg(w.join("podman-root"))
+        .arg("--runroot")
+        .arg(w.join("podman-runroot"))
+        .args([
+            "--runtime",
+            "runc",
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+        ])
+        .args(global)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman (apt-get install podman)")
+}
+
 /// Runs `cmd` with its output going to files rather than pipes: a created container keeps the
 /// stdio it was given open, so reading a pipe to its end would wait for the container.
 pub fn output_via_files(cmd: &mut Command) -> Output {

@@ -78,6 +78,13 @@ impl Agent {
             "--runtime-root".into(),
             dir.path().join("no-runtime").display().to_string(),
         ];
+        // CDI specs go to a directory of the test's own unless the test names one.
+        if !extra.contains(&"--cdi-dir") {
+            args.extend([
+                "--cdi-dir".into(),
+                dir.path().join("cdi").display().to_string(),
+            ]);
+        }
         args.extend(extra.iter().map(|s| (*s).to_string()));
         let mut env: Vec<(String, String)> = env
             .iter()

@@ -1,0 +1,203 @@
+//! CDI specs: every spec gpuslice writes is valid against the CDI project's JSON schema, and
+//! real podman, reading them from /var/run/cdi, gives a container a slice (the same edits
+//! as the runtime wrapper: it hits the same wall) or a whole GPU claimed through the agent.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{CHECKS, Node, text};
+use gpuslice_testsupport::{binary, rootfs};
+
+const CDI_DIR: &str = "/var/run/cdi";
+
+/// Fails unless `spec` is valid against the CDI JSON schema (tests/reference/cdi).
+fn assert_valid_cdi(spec: &serde_json::Value) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/cdi");
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
+    };
+    let registry = jsonschema::Registry::new()
+        .add("file:///cdi/defs.json", read("defs.json"))
+        .unwrap()
+        .prepare()
+        .unwrap();
+    let validator = jsonschema::options()
+        .with_base_uri("file:///cdi/schema.json")
+        .with_registry(&registry)
+        .build(&read("schema.json"))
+        .unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(spec)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {spec:#}");
+}
+
+/// A file in the engines' CDI directory, removed when the test ends.
+struct CdiFile(PathBuf);
+
+impl Drop for CdiFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn gpuslice(node: &Node, args: &[&str]) -> Output {
+    Command::new(binary("gpuslice"))
+        .args(["--bus-address", &node.bus.address])
+        .args(args)
+        .envs(node.env())
+        .output()
+        .unwrap()
+}
+
+fn podman(node: &Node, args: &[&str]) -> Output {
+    common::podman(node, &[], args)
+}
+
+const RUN: [&str; 8] = [
+    "run",
+    "--rm",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+];
+
+#[test]
+fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_released() {
+    let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
+    let name = format!("cdi-slice-{}", std::process::id());
+    let out = gpuslice(
+        &node,
+        &[
+            "claim",
+            &name,
+            "-a",
+            "gpuslice.io/memory=2Gi",
+            "--cdi",
+            "--cdi-dir",
+            CDI_DIR,
+        ],
+    );
+    let file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
+    assert!(out.status.success(), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file.0).unwrap()).unwrap();
+    assert_valid_cdi(&spec);
+    assert_eq!(spec["kind"], "gpuslice.io/slice");
+    assert_eq!(
+        spec["cdiVersion"], "0.5.0",
+        "device nodes name their node in the driver root"
+    );
+
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    let r = rootfs.display().to_string();
+    let device = format!("gpuslice.io/slice={name}");
+    let mut args = RUN.to_vec();
+    args.extend(["--device", &device, "--rootfs", &r, "/bin/sh", "-c", CHECKS]);
+    let out = podman(&node, &args);
+    assert!(out.status.success(), "podman run failed:\n{}", text(&out));
+    common::assert_gpu_checks(&text(&out));
+    // The poststart hook reported the container's pid for the claim; the claim stays until
+    // it is released (or the agent collects it, the process being gone).
+    let s = node.status();
+    assert_eq!(s.slices.len(), 1, "{s:?}");
+    assert!(
+        matches!(
+            s.slices[0].claim.state,
+            gpuslice_core::ClaimState::Active { .. }
+        ),
+        "{s:?}"
+    );
+    let out = gpuslice(&node, &["release", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        !file.0.exists(),
+        "the agent removes the spec with the claim"
+    );
+    let out = podman(&node, &args);
+    assert!(!out.status.success(), "a released slice's device still ran");
+}
+
+#[test]
+fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_beside_a_slice() {
+    let node = Node::new();
+    let out = gpuslice(&node, &["cdi", "generate"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_valid_cdi(&spec);
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    let uuids: Vec<&str> = node.sim.spec.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    assert_eq!(names, ["0", uuids[0], "1", uuids[1], "all"]);
+    let file =
+        CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-gpu-{}.json", std::process::id())));
+    std::fs::create_dir_all(CDI_DIR).unwrap();
+    std::fs::write(&file.0, &out.stdout).unwrap();
+
+    // GPU 0 holds a slice: it cannot be given whole.
+    let out = gpuslice(
+        &node,
+        &[
+            "claim",
+            "holder",
+            "-a",
+            "gpuslice.io/memory=1Gi",
+            "-a",
+            "gpuslice.io/devices=0",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    let r = rootfs.display().to_string();
+    let mut args = RUN.to_vec();
+    args.extend(["--device", "gpuslice.io/gpu=0", "--rootfs", &r, "/bin/true"]);
+    let out = podman(&node, &args);
+    let refused = text(&out);
+    assert!(
+        !out.status.success(),
+        "GPU 0 was given whole beside a slice:\n{refused}"
+    );
+    assert!(
+        refused.contains("cannot be given whole"),
+        "podman does not show why:\n{refused}"
+    );
+    assert_eq!(
+        node.status().slices.len(),
+        1,
+        "nothing of the refused container is held"
+    );
+
+    // GPU 1 is free: the container holds it whole while it runs, and gives it back.
+    let mut args = RUN.to_vec();
+    args.extend([
+        "--device", "gpuslice.io/gpu=1", "--rootfs", &r, "/bin/sh", "-c",
+        "ls /dev; /usr/bin/nvidia-smi --query-gpu=uuid --format=csv,noheader; echo $NVIDIA_VISIBLE_DEVICES",
+    ]);
+    let out = podman(&node, &args);
+    let t = text(&out);
+    assert!(out.status.success(), "podman run failed:\n{t}");
+    assert!(
+        t.lines().any(|l| l == "nvidia1") && !t.lines().any(|l| l == "nvidia0"),
+        "{t}"
+    );
+    assert_eq!(
+        t.matches(uuids[1]).count(),
+        2,
+        "nvidia-smi and NVIDIA_VISIBLE_DEVICES name GPU 1:\n{t}"
+    );
+    let s = node.status();
+    assert_eq!(
+        s.slices.len(),
+        1,
+        "the whole GPU was given back at poststop: {s:?}"
+    );
+}
