@@ -160,6 +160,17 @@ pub fn claim_and_plan(
     }
     let capabilities =
         nvidia_env::capabilities(&env).map_err(|e| anyhow!("container {id}: {e}"))?;
+    // The image's CUDA against the driver's, before anything is claimed.
+    if crate::require::any(&env) {
+        let text = with_agent(cfg, |agent| agent.inventory())?;
+        let inventory: gpuslice_core::inventory::Inventory =
+            serde_json::from_str(&text).context("the agent's inventory is not JSON")?;
+        let driver = crate::require::Driver {
+            version: inventory.driver_version,
+            cuda: inventory.cuda_driver_version,
+        };
+        crate::require::check(&env, &driver).map_err(|e| anyhow!("container {id}: {e}"))?;
+    }
     if let Some(why) = spec::privileged(spec)
         && !cfg.allow_privileged
     {

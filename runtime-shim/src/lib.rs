@@ -12,4 +12,5 @@ pub mod inject;
 pub mod ldcache;
 pub mod log;
 pub mod nvidia_env;
+pub mod require;
 pub mod spec;

@@ -236,3 +236,32 @@ fn a_slice_goes_on_the_gpu_nvidia_visible_devices_names_and_capabilities_choose_
         "a refused create holds nothing"
     );
 }
+
+#[test]
+fn an_image_that_needs_a_newer_cuda_than_the_driver_has_is_refused_as_the_toolkit_refuses_it() {
+    let node = Node::new();
+    // As nvidia/cuda images set it; the simulated driver is 550.54.15 with CUDA 12.4.
+    let fits = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471";
+    let b = bundle(&node, "fits", &[fits], &[("gpuslice.io/memory", "1Gi")]);
+    assert_eq!(start(&node, &b, "fits"), "");
+    remove(&node, "fits");
+    let newer = "NVIDIA_REQUIRE_CUDA=cuda>=12.6 brand=tesla,driver>=470,driver<471";
+    let b = bundle(&node, "newer", &[newer], &[("gpuslice.io/memory", "1Gi")]);
+    let refused = start(&node, &b, "newer");
+    assert!(
+        refused.contains("cuda>=12.6 does not hold: the driver's cuda is 12.4"),
+        "{refused}"
+    );
+    assert!(
+        node.status().slices.is_empty(),
+        "nothing is claimed for a refused image"
+    );
+    let b = bundle(
+        &node,
+        "forced",
+        &[newer, "NVIDIA_DISABLE_REQUIRE=true"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    assert_eq!(start(&node, &b, "forced"), "");
+    remove(&node, "forced");
+}

@@ -1,0 +1,195 @@
+//! The NVIDIA toolkit's `NVIDIA_REQUIRE_*` constraints, which CUDA images set
+//! (`NVIDIA_REQUIRE_CUDA=cuda>=12.2 brand=tesla,driver>=470,driver<471 …`): within one
+//! variable, space-separated alternatives of which one must hold, each a comma-separated list
+//! of constraints that must all hold; every such variable must hold.
+//! `NVIDIA_DISABLE_REQUIRE` (any value but `false`/`0`/empty) turns the check off.
+//!
+//! `cuda` (the driver's CUDA version, major.minor) and `driver` (its version) are checked.
+//! `brand` and `arch` are not known to gpuslice, so a constraint on them does not hold: an
+//! alternative that needs them (the forward-compatibility ones above) is not taken.
+
+use crate::nvidia_env::lookup;
+
+/// What the node offers: the driver's version and the CUDA version it supports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Driver {
+    pub version: String,
+    /// The CUDA driver API version as the driver reports it (12040 for 12.4).
+    pub cuda: Option<i32>,
+}
+
+/// A requirement that does not hold: the variable, its value and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value:?}: {reason} (set NVIDIA_DISABLE_REQUIRE=true to start it anyway)")]
+pub struct Unmet {
+    pub variable: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// Whether `env` asks for any requirement to be checked.
+#[must_use]
+pub fn any(env: &[String]) -> bool {
+    !disabled(env) && env.iter().any(|e| e.starts_with("NVIDIA_REQUIRE_"))
+}
+
+fn disabled(env: &[String]) -> bool {
+    lookup(env, "NVIDIA_DISABLE_REQUIRE")
+        .map(str::trim)
+        .is_some_and(|v| !matches!(v, "" | "false" | "0"))
+}
+
+/// Checks every `NVIDIA_REQUIRE_*` of `env` against `driver`.
+pub fn check(env: &[String], driver: &Driver) -> Result<(), Unmet> {
+    if disabled(env) {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = env
+        .iter()
+        .filter_map(|e| e.split_once('=').map(|(k, _)| k))
+        .filter(|k| k.starts_with("NVIDIA_REQUIRE_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let value = lookup(env, name).unwrap_or_default();
+        let alternatives: Vec<&str> = value.split_whitespace().collect();
+        if alternatives.is_empty() {
+            continue;
+        }
+        let mut reasons = Vec::new();
+        let held = alternatives.iter().any(|alt| {
+            alt.split(',')
+                .filter(|c| !c.is_empty())
+                .try_for_each(|c| constraint(c, driver))
+                .map_err(|r| reasons.push(r))
+                .is_ok()
+        });
+        if !held {
+            return Err(Unmet {
+                variable: name.to_string(),
+                value: value.to_string(),
+                reason: reasons.join("; "),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One constraint (`cuda>=12.2`), `Err` with why it does not hold.
+fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
+    const OPS: [&str; 7] = [">=", "<=", "!=", "==", ">", "<", "="];
+    let Some((key, op, want)) = OPS
+        .iter()
+        .find_map(|op| c.split_once(op).map(|(k, v)| (k.trim(), *op, v.trim())))
+    else {
+        return Err(format!("{c:?} is not KEY OP VALUE"));
+    };
+    let have = match key {
+        "cuda" => driver
+            .cuda
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+            .ok_or("the driver's CUDA version is unknown")?,
+        "driver" => driver.version.clone(),
+        "brand" | "arch" => return Err(format!("{c}: the GPU's {key} is not known here")),
+        other => return Err(format!("{c}: unknown constraint {other:?}")),
+    };
+    let ord = compare(&have, want).ok_or_else(|| format!("{c}: {want:?} is not a version"))?;
+    let holds = match op {
+        ">=" => ord.is_ge(),
+        "<=" => ord.is_le(),
+        ">" => ord.is_gt(),
+        "<" => ord.is_lt(),
+        "!=" => ord.is_ne(),
+        _ => ord.is_eq(),
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(format!("{c} does not hold: the driver's {key} is {have}"))
+    }
+}
+
+/// Compares dotted versions numerically, a missing part counting as 0.
+fn compare(a: &str, b: &str) -> Option<std::cmp::Ordering> {
+    let parts = |s: &str| -> Option<Vec<u64>> { s.split('.').map(|p| p.parse().ok()).collect() };
+    let (mut a, mut b) = (parts(a)?, parts(b)?);
+    let n = a.len().max(b.len());
+    a.resize(n, 0);
+    b.resize(n, 0);
+    Some(a.cmp(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(e: &[&str]) -> Vec<String> {
+        e.iter().map(|s| (*s).to_string()).collect()
+    }
+
+    const DRIVER: Driver = Driver {
+        version: String::new(),
+        cuda: Some(12_020),
+    };
+
+    fn driver() -> Driver {
+        Driver {
+            version: "535.104.05".into(),
+            ..DRIVER
+        }
+    }
+
+    #[test]
+    fn a_cuda_image_runs_where_the_driver_is_new_enough() {
+        let image = "NVIDIA_REQUIRE_CUDA=cuda>=12.2 brand=tesla,driver>=470,driver<471";
+        assert_eq!(check(&env(&[image]), &driver()), Ok(()));
+    }
+
+    #[test]
+    fn a_newer_cuda_image_is_refused_with_the_version_the_driver_has() {
+        let image = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471";
+        let e = check(&env(&[image]), &driver()).unwrap_err();
+        assert_eq!(e.variable, "NVIDIA_REQUIRE_CUDA");
+        assert!(
+            e.to_string()
+                .contains("cuda>=12.4 does not hold: the driver's cuda is 12.2"),
+            "{e}"
+        );
+        // Turned off as with the toolkit.
+        assert_eq!(
+            check(&env(&[image, "NVIDIA_DISABLE_REQUIRE=true"]), &driver()),
+            Ok(())
+        );
+        assert!(!any(&env(&[image, "NVIDIA_DISABLE_REQUIRE=1"])));
+        assert!(check(&env(&[image, "NVIDIA_DISABLE_REQUIRE=false"]), &driver()).is_err());
+    }
+
+    #[test]
+    fn every_variable_must_hold_and_commas_join_constraints() {
+        let e = env(&[
+            "NVIDIA_REQUIRE_CUDA=cuda>=11.0",
+            "NVIDIA_REQUIRE_DRIVER=driver>=535,driver<535.100",
+        ]);
+        assert!(
+            check(&e, &driver()).is_err(),
+            "535.104.05 is not below 535.100"
+        );
+        let e = env(&[
+            "NVIDIA_REQUIRE_CUDA=cuda>=11.0",
+            "NVIDIA_REQUIRE_DRIVER=driver>=535,driver<536",
+        ]);
+        assert_eq!(check(&e, &driver()), Ok(()));
+    }
+
+    #[test]
+    fn versions_compare_by_number_not_by_text() {
+        assert_eq!(compare("12.10", "12.9"), Some(std::cmp::Ordering::Greater));
+        assert_eq!(
+            compare("535.104.05", "535.104.5"),
+            Some(std::cmp::Ordering::Equal)
+        );
+        assert_eq!(compare("12", "12.0"), Some(std::cmp::Ordering::Equal));
+        assert_eq!(compare("12.x", "12"), None);
+    }
+}
