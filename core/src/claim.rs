@@ -53,6 +53,11 @@ pub struct Claim {
     pub owner: Option<String>,
 }
 
+/// The owner prefix of claims a DRA kubelet plugin made (`dra:<driver>`): they last until
+/// the plugin releases them (the kubelet unprepares the ResourceClaim), whatever becomes of
+/// the containers that used them.
+pub const DRA_OWNER_PREFIX: &str = "dra:";
+
 /// Why a container id cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("container id {id:?}: {reason}")]

@@ -26,6 +26,15 @@ impl Evidence {
     /// Why `claim`'s container is gone, or `None` while it may still live.
     #[must_use]
     pub fn gone(&self, claim: &Claim, now_ms: u64) -> Option<String> {
+        // A DRA plugin's claim lives until the kubelet unprepares it: its pod's containers
+        // come and go (restarts) on the same claim.
+        if claim
+            .owner
+            .as_deref()
+            .is_some_and(|o| o.starts_with(gpuslice_core::claim::DRA_OWNER_PREFIX))
+        {
+            return None;
+        }
         match claim.state {
             ClaimState::Active { pid, start_time } => {
                 match process_start_time(&self.proc_root, pid) {
@@ -123,6 +132,28 @@ mod tests {
             runtime_roots: roots,
             pending_timeout: Duration::from_secs(10),
         }
+    }
+
+    #[test]
+    fn a_dra_plugins_claim_is_never_collected_whatever_its_process() {
+        let e = evidence(vec![]);
+        let gone = ClaimState::Active {
+            pid: u32::MAX - 1,
+            start_time: 1,
+        };
+        let mut c = claim(gone, 0);
+        assert!(e.gone(&c, 0).is_some(), "without an owner it is collected");
+        c.owner = Some("dra:gpuslice.io".into());
+        assert_eq!(e.gone(&c, 0), None);
+        let mut pending = claim(ClaimState::Pending, 0);
+        pending.owner = Some("dra:gpuslice.io".into());
+        assert_eq!(
+            e.gone(&pending, 3_600_000),
+            None,
+            "nor while waiting for its pod"
+        );
+        pending.owner = Some("runtime-root:/run/runc".into());
+        assert!(e.gone(&pending, 3_600_000).is_some());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
+//! node, get a ResourceClaim, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
 //! watch nodes, create a pod's Binding. It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, a watch started from a list's
 //! `resourceVersion` replaying every change made after it (so that nothing written between
@@ -25,6 +25,8 @@ pub struct Objects {
     /// (namespace, name) → Pod.
     pub pods: BTreeMap<(String, String), Value>,
     pub nodes: BTreeMap<String, Value>,
+    /// (namespace, name) → ResourceClaim (resource.k8s.io/v1).
+    pub resource_claims: BTreeMap<(String, String), Value>,
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
     /// When set, every Binding is refused with 409 Conflict, as when another scheduler bound
@@ -62,6 +64,7 @@ impl Default for Objects {
         Self {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            resource_claims: BTreeMap::new(),
             bindings: Vec::new(),
             refuse_bindings: false,
             pod_lists: Vec::new(),
@@ -117,6 +120,10 @@ impl ApiServer {
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
             .route("/api/v1/nodes/{name}/status", patch(patch_node_status))
+            .route(
+                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}",
+                get(get_resource_claim),
+            )
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -154,6 +161,22 @@ impl ApiServer {
         pod["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
         o.record(Resource::Pods, kind, &pod);
         o.pods.insert((ns, name), pod);
+    }
+
+    /// Creates or replaces a ResourceClaim (resource.k8s.io/v1), as the scheduler leaves it
+    /// allocated.
+    pub fn put_resource_claim(&self, mut claim: Value) {
+        let ns = claim["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = claim["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut o = self.objects.lock().expect("lock");
+        claim["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+        o.resource_claims.insert((ns, name), claim);
     }
 
     /// Creates or replaces a node (watchers see ADDED or MODIFIED).
@@ -232,6 +255,21 @@ async fn get_pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String
     match s.lock().expect("lock").pods.get(&(ns, name.clone())) {
         Some(p) => Json(p.clone()).into_response(),
         None => not_found("pods", &name),
+    }
+}
+
+async fn get_resource_claim(
+    State(s): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match s
+        .lock()
+        .expect("lock")
+        .resource_claims
+        .get(&(ns, name.clone()))
+    {
+        Some(c) => Json(c.clone()).into_response(),
+        None => not_found("resourceclaims.resource.k8s.io", &name),
     }
 }
 

@@ -1,0 +1,182 @@
+//! Preparing a ResourceClaim: read it from the API server, claim each device result allocated
+//! to this node through the agent (claim `dra-<claim uid>-<n>`, owned by the plugin), write
+//! each claim's CDI spec, and answer with the CDI device names. Unpreparing releases them.
+//! Both are idempotent: the kubelet retries, and the plugin may have been restarted between.
+
+use std::path::PathBuf;
+
+use gpuslice_agent_api::AgentProxy;
+use gpuslice_core::Claim;
+use gpuslice_runtime_shim::config::Config;
+use gpuslice_runtime_shim::nvidia_env::Capabilities;
+use gpuslice_runtime_shim::{cdi, inject};
+use kube::api::{Api, ApiResource, DynamicObject};
+use serde_json::Value;
+
+/// What a prepared device result is, for the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub request_names: Vec<String>,
+    pub pool_name: String,
+    pub device_name: String,
+    pub cdi_device_ids: Vec<String>,
+    pub share_id: Option<String>,
+}
+
+/// The plugin's view of the node.
+pub struct Plugin {
+    /// The node this plugin runs on: the pool its devices are allocated from.
+    pub node: String,
+    pub client: kube::Client,
+    pub agent: AgentProxy<'static>,
+    /// The runtime configuration (driver root, interception library, hook): what a slice's
+    /// CDI spec gives a container.
+    pub runtime: Config,
+    pub cdi_dir: PathBuf,
+}
+
+/// The owner the plugin's claims carry: the agent releases them only when asked (the claim
+/// lives until the kubelet unprepares it, across container restarts).
+#[must_use]
+pub fn owner() -> String {
+    format!(
+        "{}{}",
+        gpuslice_core::claim::DRA_OWNER_PREFIX,
+        crate::DRIVER
+    )
+}
+
+/// The agent claim of the `n`th device result of the ResourceClaim `uid`.
+#[must_use]
+pub fn claim_id(uid: &str, n: usize) -> String {
+    format!("dra-{uid}-{n}")
+}
+
+fn resource_claims() -> ApiResource {
+    ApiResource {
+        group: "resource.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "resource.k8s.io/v1".into(),
+        kind: "ResourceClaim".into(),
+        plural: "resourceclaims".into(),
+    }
+}
+
+impl Plugin {
+    /// Prepares the claim `namespace/name` whose uid the kubelet says is `uid`.
+    pub async fn prepare(
+        &self,
+        namespace: &str,
+        uid: &str,
+        name: &str,
+    ) -> Result<Vec<Prepared>, String> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &resource_claims());
+        let object = api
+            .get(name)
+            .await
+            .map_err(|e| format!("ResourceClaim {namespace}/{name}: {e}"))?;
+        let found = object.metadata.uid.clone().unwrap_or_default();
+        if found != uid {
+            return Err(format!(
+                "ResourceClaim {namespace}/{name} has uid {found}, not {uid}: it was replaced"
+            ));
+        }
+        let results = object.data["status"]["allocation"]["devices"]["results"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut prepared = Vec::new();
+        let mut claimed = Vec::new();
+        for (n, result) in results.iter().enumerate() {
+            if result["driver"].as_str() != Some(crate::DRIVER) {
+                continue;
+            }
+            let pool = result["pool"].as_str().unwrap_or_default();
+            if pool != self.node {
+                return Err(format!(
+                    "ResourceClaim {namespace}/{name}: result {n} is from pool {pool:?}, not this node {:?}",
+                    self.node
+                ));
+            }
+            let id = claim_id(uid, n);
+            match self.prepare_result(&id, result).await {
+                Ok(p) => {
+                    claimed.push(id);
+                    prepared.push(p);
+                }
+                Err(e) => {
+                    // Fail closed: nothing of a claim that cannot be prepared whole is held.
+                    for id in claimed.iter().chain([&id]) {
+                        let _ = self.agent.release_as(&owner(), id).await;
+                    }
+                    return Err(format!("ResourceClaim {namespace}/{name}: {e}"));
+                }
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Claims one device result through the agent and writes its CDI spec.
+    async fn prepare_result(&self, id: &str, result: &Value) -> Result<Prepared, String> {
+        let device = result["device"].as_str().unwrap_or_default();
+        let index = device
+            .strip_prefix("gpu-")
+            .and_then(|i| i.parse::<u32>().ok())
+            .ok_or_else(|| {
+                format!("device {device:?} is not one this driver publishes (gpu-<index>)")
+            })?;
+        let index = index.to_string();
+        let mut annotations = vec![("gpuslice.io/devices", index.as_str())];
+        let consumed = &result["consumedCapacity"];
+        let memory = consumed["memory"].as_str().map(str::to_string);
+        let cores = consumed["cores"].as_str().map(str::to_string);
+        if let Some(m) = &memory {
+            annotations.push(("gpuslice.io/memory", m));
+        }
+        if let Some(c) = &cores {
+            annotations.push(("gpuslice.io/cores", c));
+        }
+        let text = self
+            .agent
+            .claim_as(&owner(), id, annotations.into_iter().collect())
+            .await
+            .map_err(|e| match e {
+                zbus::Error::MethodError(_, Some(msg), _) => msg,
+                other => other.to_string(),
+            })?;
+        let claim: Claim = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let edits = inject::edits_for(&claim, Capabilities::DEFAULT, &self.runtime)
+            .map_err(|e| format!("{e:#}"))?;
+        let spec = cdi::slice(id, &edits, &self.runtime.driver_root);
+        cdi::write(&self.cdi_dir, &cdi::file_name(cdi::SLICE_KIND, id), &spec)
+            .map_err(|e| e.to_string())?;
+        Ok(Prepared {
+            request_names: result["request"]
+                .as_str()
+                .map(|r| vec![r.to_string()])
+                .unwrap_or_default(),
+            pool_name: self.node.clone(),
+            device_name: device.to_string(),
+            cdi_device_ids: vec![format!("{}={id}", cdi::SLICE_KIND)],
+            share_id: result["shareID"].as_str().map(str::to_string),
+        })
+    }
+
+    /// Releases every slice prepared for the claim `uid` (the agent removes their CDI specs).
+    pub async fn unprepare(&self, uid: &str) -> Result<(), String> {
+        let text = self.agent.list_slices().await.map_err(|e| e.to_string())?;
+        let slices: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let prefix = format!("dra-{uid}-");
+        for s in slices {
+            let id = s["container_id"].as_str().unwrap_or_default();
+            if id.starts_with(&prefix) {
+                self.agent
+                    .release_as(&owner(), id)
+                    .await
+                    .map_err(|e| format!("releasing {id}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}

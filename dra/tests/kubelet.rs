@@ -1,0 +1,378 @@
+//! The plugin as the kubelet uses it: a stand-in kubelet finds the registration socket,
+//! asks for the plugin's info, confirms the registration, then calls NodePrepareResources and
+//! NodeUnprepareResources over the real gRPC socket (v1 and v1beta1), with the ResourceClaim
+//! allocated in the stand-in API server. The prepared CDI device is then used by real podman
+//! on the simulated node, and the container meets its wall. No real kubelet or API server
+//! runs here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use gpuslice_dra::proto::{registration as reg, v1, v1beta1};
+use gpuslice_testsupport::apiserver::ApiServer;
+use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode, wait_for};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+const CDI_DIR: &str = "/var/run/cdi";
+const GIB: u64 = 1 << 30;
+
+struct Plugin {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Plugin {
+    fn registration_socket(&self) -> PathBuf {
+        self.dir.path().join("registry/gpuslice.io-reg.sock")
+    }
+}
+
+/// The runtime configuration of `sim` in a file, and the variables that point the plugin's
+/// CDI edits at the built interception library and hook.
+fn runtime_env(sim: &SimNode, bus: &Bus, agent: &Agent, dir: &Path) -> Vec<(String, String)> {
+    let config = dir.join("runtime.json");
+    std::fs::write(&config, sim.runtime_config().to_string()).unwrap();
+    vec![
+        (
+            "GPUSLICE_RUNTIME_CONFIG".into(),
+            config.display().to_string(),
+        ),
+        (
+            "GPUSLICE_RUN_DIR".into(),
+            agent.run_dir.display().to_string(),
+        ),
+        ("GPUSLICE_BUS_ADDRESS".into(), bus.address.clone()),
+        (
+            "GPUSLICE_INTERCEPTION_LIBRARY".into(),
+            gpuslice_testsupport::target_dir()
+                .join("libgpuslice.so")
+                .display()
+                .to_string(),
+        ),
+        (
+            "GPUSLICE_HOOK".into(),
+            binary("gpuslice-hook").display().to_string(),
+        ),
+    ]
+}
+
+fn start_plugin(api: &ApiServer, env: &[(String, String)]) -> Plugin {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(binary("gpuslice-dra-plugin"))
+        .args([
+            "--node-name",
+            "gpu-node-1",
+            "--api-server",
+            &api.url,
+            "--cdi-dir",
+            CDI_DIR,
+        ])
+        .arg("--plugin-dir")
+        .arg(dir.path().join("plugins/gpuslice.io"))
+        .arg("--registry-dir")
+        .arg(dir.path().join("registry"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let plugin = Plugin { child, dir };
+    assert!(
+        wait_for(Duration::from_secs(10), || plugin
+            .registration_socket()
+            .exists()),
+        "the plugin made no registration socket"
+    );
+    plugin
+}
+
+async fn channel(socket: PathBuf) -> Channel {
+    Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+/// A ResourceClaim as kube-scheduler leaves it: allocated from `gpu-<index>` of this node,
+/// consuming `memory` of it (consumable capacity).
+fn allocated_claim(name: &str, uid: &str, index: u32, memory: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpuslice.io", "capacity": {"requests": {"memory": memory}}}}]}},
+        "status": {"allocation": {"devices": {"results": [{
+            "request": "gpu", "driver": "gpuslice.io", "pool": "gpu-node-1",
+            "device": format!("gpu-{index}"), "shareID": "7b1f0c2e-0000-4000-8000-000000000001",
+            "consumedCapacity": {"memory": memory}
+        }]}}}
+    })
+}
+
+fn podman(work: &Path, args: &[&str]) -> Output {
+    Command::new("podman")
+        .arg("--root")
+        .arg(work.join("podman-root"))
+        .arg("--runroot")
+        .arg(work.join("podman-runroot"))
+        .args([
+            "--runtime",
+            "runc",
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman (apt-get install podman)")
+}
+
+/// `shim/tests/c/wall.c`, built to reach the driver through dlopen only.
+fn wall_program(dir: &Path) -> PathBuf {
+    let out = dir.join("wall");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
+    let ok = Command::new("gcc")
+        .args(["-O1", "-DWALL_NO_LINK", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wall() {
+    let sim = SimNode::new(2, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let agent = Agent::start(
+        &binary("gpuslice-agent"),
+        &bus,
+        &sim,
+        &["--cdi-dir", CDI_DIR],
+    );
+    let work = tempfile::tempdir().unwrap();
+    let env = runtime_env(&sim, &bus, &agent, work.path());
+    let api = ApiServer::start();
+    let uid = format!(
+        "0b6e3c9a-{:04x}-4000-8000-000000000001",
+        std::process::id() & 0xffff
+    );
+    api.put_resource_claim(allocated_claim("slice", &uid, 1, "2Gi"));
+    let plugin = start_plugin(&api, &env);
+
+    // Registration, as the kubelet's plugin watcher does it.
+    let mut registration = reg::registration_client::RegistrationClient::new(
+        channel(plugin.registration_socket()).await,
+    );
+    let info = registration
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.r#type, "DRAPlugin");
+    assert_eq!(info.name, "gpuslice.io");
+    assert_eq!(
+        info.supported_versions,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
+    registration
+        .notify_registration_status(reg::RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        })
+        .await
+        .unwrap();
+
+    let endpoint = PathBuf::from(&info.endpoint);
+    let mut dra = v1::dra_plugin_client::DraPluginClient::new(channel(endpoint.clone()).await);
+    let claim = v1::Claim {
+        namespace: "default".into(),
+        uid: uid.clone(),
+        name: "slice".into(),
+    };
+    let prepare = || v1::NodePrepareResourcesRequest {
+        claims: vec![claim.clone()],
+    };
+    let answer = dra
+        .node_prepare_resources(prepare())
+        .await
+        .unwrap()
+        .into_inner();
+    let prepared = &answer.claims[&uid];
+    assert_eq!(prepared.error, "");
+    let id = format!("dra-{uid}-0");
+    assert_eq!(prepared.devices.len(), 1);
+    let device = &prepared.devices[0];
+    assert_eq!(
+        (
+            device.request_names.clone(),
+            device.pool_name.as_str(),
+            device.device_name.as_str()
+        ),
+        (vec!["gpu".to_string()], "gpu-node-1", "gpu-1")
+    );
+    assert_eq!(device.cdi_device_ids, [format!("gpuslice.io/slice={id}")]);
+    assert_eq!(
+        device.share_id.as_deref(),
+        Some("7b1f0c2e-0000-4000-8000-000000000001")
+    );
+    // Prepared twice (a kubelet retry, a restarted plugin): the same answer, one slice.
+    let again = dra
+        .node_prepare_resources(prepare())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims[&uid], *prepared);
+    let status = agent_status(&bus);
+    assert_eq!(status["slices"].as_array().unwrap().len(), 1, "{status}");
+    assert_eq!(status["slices"][0]["gpus"][0]["index"], 1);
+    assert_eq!(status["slices"][0]["gpus"][0]["memory_bytes"], 2 * GIB);
+    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{id}.json"));
+    assert!(spec_file.exists());
+
+    // The runtime injects the CDI device: the container sees GPU 1 behind a 2 GiB wall.
+    let rootfs = rootfs::busybox(&work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    std::fs::copy(wall_program(work.path()), rootfs.join("usr/bin/wall")).unwrap();
+    let r = rootfs.display().to_string();
+    let cdi_device = device.cdi_device_ids[0].clone();
+    let script = "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc 2147483648";
+    let args = [
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        "--device",
+        &cdi_device,
+        "--rootfs",
+        &r,
+        "/bin/sh",
+        "-c",
+        script,
+    ];
+    let out = podman(work.path(), &args);
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!("{}, 2048 MiB", sim.spec.gpus[1].uuid)),
+        "{t}"
+    );
+    for want in [
+        "fit=CUDA_SUCCESS",
+        "free_at_fit=0 ",
+        "over=CUDA_ERROR_OUT_OF_MEMORY",
+    ] {
+        assert!(t.contains(want), "{want:?} not in {t}");
+    }
+    // The container has exited; the claim lives until the kubelet unprepares it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(agent_status(&bus)["slices"].as_array().unwrap().len(), 1);
+
+    // A kubelet of 1.32/1.33 unprepares through v1beta1.
+    let mut old = v1beta1::dra_plugin_client::DraPluginClient::new(channel(endpoint).await);
+    let done = old
+        .node_unprepare_resources(v1beta1::NodeUnprepareResourcesRequest {
+            claims: vec![v1beta1::Claim {
+                namespace: "default".into(),
+                uid: uid.clone(),
+                name: "slice".into(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.claims[&uid].error, "");
+    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
+    assert!(
+        !spec_file.exists(),
+        "the agent removes the spec with the claim"
+    );
+    drop(plugin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing() {
+    let sim = SimNode::new(1, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
+    let work = tempfile::tempdir().unwrap();
+    let env = runtime_env(&sim, &bus, &agent, work.path());
+    let api = ApiServer::start();
+    api.put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
+    api.put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
+    let plugin = start_plugin(&api, &env);
+    let mut registration = reg::registration_client::RegistrationClient::new(
+        channel(plugin.registration_socket()).await,
+    );
+    let info = registration
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut dra =
+        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![
+                v1::Claim {
+                    namespace: "default".into(),
+                    uid: "uid-huge".into(),
+                    name: "huge".into(),
+                },
+                v1::Claim {
+                    namespace: "default".into(),
+                    uid: "uid-then".into(),
+                    name: "other".into(),
+                },
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let huge = &answer.claims["uid-huge"].error;
+    assert!(
+        huge.contains("ResourceClaim default/huge") && huge.contains("64Gi"),
+        "{huge}"
+    );
+    let replaced = &answer.claims["uid-then"].error;
+    assert!(
+        replaced.contains("has uid uid-now, not uid-then"),
+        "{replaced}"
+    );
+    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
+    drop(plugin);
+}
+
+fn agent_status(bus: &Bus) -> serde_json::Value {
+    let out = Command::new(binary("gpuslice"))
+        .args(["--bus-address", &bus.address, "status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
