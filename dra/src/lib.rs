@@ -4,6 +4,7 @@
 //! other gpuslice container), answering with the CDI devices the runtime injects.
 
 pub mod prepare;
+pub mod publish;
 pub mod server;
 
 /// The kubelet's plugin APIs, compiled from `proto/` (kept unchanged from kubernetes/kubelet).

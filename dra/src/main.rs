@@ -25,9 +25,18 @@ struct Args {
     /// Where each prepared claim's CDI spec is written (the agent removes it on release).
     #[arg(long, default_value = "/var/run/cdi")]
     cdi_dir: PathBuf,
+    /// Where this process sees the host's root filesystem (`/host` when the plugin runs in a
+    /// container with the host mounted there; the runtime configuration's paths then lie
+    /// under it). The CDI specs it writes name host paths as the host sees them.
+    #[arg(long, default_value = "/")]
+    host_root: PathBuf,
     /// The API server's URL; in-cluster or $KUBECONFIG configuration when absent.
     #[arg(long)]
     api_server: Option<String>,
+    /// How often the node's ResourceSlice is checked against the agent's inventory, in
+    /// seconds (it is published at start).
+    #[arg(long, default_value_t = 60)]
+    publish_interval: u64,
     /// D-Bus address of the agent's bus instead of the system bus.
     #[arg(long, env = "GPUSLICE_BUS_ADDRESS")]
     bus_address: Option<String>,
@@ -67,6 +76,24 @@ async fn main() -> Result<()> {
         agent,
         runtime,
         cdi_dir: args.cdi_dir,
+        host_root: args.host_root,
+    });
+    let publisher = plugin.clone();
+    let every = std::time::Duration::from_secs(args.publish_interval.max(1));
+    tokio::spawn(async move {
+        loop {
+            let published = async {
+                let text = publisher.agent.inventory().await?;
+                let inventory = serde_json::from_str(&text)?;
+                gpuslice_dra::publish::publish(&publisher.client, &publisher.node, &inventory)
+                    .await?;
+                anyhow::Ok(())
+            };
+            if let Err(e) = published.await {
+                tracing::warn!("publishing the node's ResourceSlice: {e:#}");
+            }
+            tokio::time::sleep(every).await;
+        }
     });
     let dra = args.plugin_dir.join("dra.sock");
     let registration = args

@@ -33,6 +33,9 @@ pub struct Plugin {
     /// CDI spec gives a container.
     pub runtime: Config,
     pub cdi_dir: PathBuf,
+    /// Where this process sees the host's root (`/`, or `/host` in a container): the CDI
+    /// specs name host paths as the host sees them, since the engine reading them runs there.
+    pub host_root: PathBuf,
 }
 
 /// The owner the plugin's claims carry: the agent releases them only when asked (the claim
@@ -148,7 +151,8 @@ impl Plugin {
         let claim: Claim = serde_json::from_str(&text).map_err(|e| e.to_string())?;
         let edits = inject::edits_for(&claim, Capabilities::DEFAULT, &self.runtime)
             .map_err(|e| format!("{e:#}"))?;
-        let spec = cdi::slice(id, &edits, &self.runtime.driver_root);
+        let mut spec = cdi::slice(id, &edits, &self.runtime.driver_root);
+        cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::SLICE_KIND, id), &spec)
             .map_err(|e| e.to_string())?;
         Ok(Prepared {

@@ -82,6 +82,7 @@ fn start_plugin(api: &ApiServer, env: &[(String, String)]) -> Plugin {
         .arg("--registry-dir")
         .arg(dir.path().join("registry"))
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("GPUSLICE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -375,4 +376,83 @@ fn agent_status(bus: &Bus) -> serde_json::Value {
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let sim = SimNode::new(2, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
+    let work = tempfile::tempdir().unwrap();
+    let env = runtime_env(&sim, &bus, &agent, work.path());
+    let api = ApiServer::start();
+    let plugin = start_plugin(&api, &env);
+    let name = "gpu-node-1-gpuslice.io";
+    assert!(
+        wait_for(Duration::from_secs(10), || api
+            .objects
+            .lock()
+            .unwrap()
+            .resource_slices
+            .contains_key(name)),
+        "no ResourceSlice was published"
+    );
+    let raw = api.objects.lock().unwrap().resource_slices[name].clone();
+    // Read back as the API's own type: every field name is one the API server knows.
+    let slice: ResourceSlice = serde_json::from_value(raw.clone()).unwrap();
+    assert_eq!(slice.spec.driver, "gpuslice.io");
+    assert_eq!(slice.spec.node_name.as_deref(), Some("gpu-node-1"));
+    assert_eq!(
+        (
+            slice.spec.pool.name.as_str(),
+            slice.spec.pool.resource_slice_count
+        ),
+        ("gpu-node-1", 1)
+    );
+    let devices = slice.spec.devices.unwrap();
+    assert_eq!(
+        devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["gpu-0", "gpu-1"]
+    );
+    let d = &devices[1];
+    assert_eq!(d.allow_multiple_allocations, Some(true));
+    let attrs = d.attributes.as_ref().unwrap();
+    assert_eq!(
+        attrs["uuid"].string.as_deref(),
+        Some(sim.spec.gpus[1].uuid.as_str())
+    );
+    assert_eq!(
+        attrs["model"].string.as_deref(),
+        Some(sim.spec.gpus[1].name.as_str())
+    );
+    assert_eq!(attrs["driverVersion"].version.as_deref(), Some("550.54.15"));
+    assert_eq!(
+        attrs["cudaDriverVersion"].version.as_deref(),
+        Some("12.4.0")
+    );
+    let capacity = d.capacity.as_ref().unwrap();
+    assert_eq!(capacity["memory"].value.0, (15 * GIB).to_string());
+    let range = capacity["memory"]
+        .request_policy
+        .as_ref()
+        .unwrap()
+        .valid_range
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (
+            range.min.0.as_str(),
+            range.step.as_ref().unwrap().0.as_str()
+        ),
+        ("268435456", "268435456")
+    );
+    assert_eq!(capacity["cores"].value.0, "100");
+    // Unchanged inventory, no new generation: the plugin replaces the slice only when it changed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        api.objects.lock().unwrap().resource_slices[name]["spec"]["pool"]["generation"],
+        1
+    );
+    drop(plugin);
 }

@@ -215,6 +215,47 @@ pub fn slice(name: &str, edits: &Edits, driver_root: &Path) -> Value {
     )
 }
 
+/// Rewrites the host paths of `spec` (device nodes' `hostPath`, mounts' `hostPath`, hooks'
+/// `path`) that lie under `root` as the host sees them: for a writer that sees the host's
+/// root at `root` (a plugin in a container with the host mounted at `/host`), while the
+/// engine that reads the spec runs on the host.
+pub fn rebase(spec: &mut Value, root: &Path) {
+    if root == Path::new("/") {
+        return;
+    }
+    let strip = |v: &mut Value| {
+        if let Some(p) = v.as_str().map(Path::new)
+            && let Ok(rest) = p.strip_prefix(root)
+        {
+            *v = json!(Path::new("/").join(rest));
+        }
+    };
+    if let Some(devices) = spec.get_mut("devices").and_then(Value::as_array_mut) {
+        for d in devices {
+            rebase_edits(&mut d["containerEdits"], &strip);
+        }
+    }
+    if let Some(common) = spec.get_mut("containerEdits") {
+        rebase_edits(common, &strip);
+    }
+}
+
+fn rebase_edits(edits: &mut Value, strip: &impl Fn(&mut Value)) {
+    for (list, key) in [
+        ("deviceNodes", "hostPath"),
+        ("mounts", "hostPath"),
+        ("hooks", "path"),
+    ] {
+        if let Some(items) = edits.get_mut(list).and_then(Value::as_array_mut) {
+            for item in items {
+                if let Some(v) = item.get_mut(key) {
+                    strip(v);
+                }
+            }
+        }
+    }
+}
+
 /// The spec of the node's whole GPUs: a device per GPU, named by its index and by its UUID,
 /// and `all`. `gpus` are (index, UUID, minor). Each GPU device has its device node and two
 /// hooks of `hook`: `claim-gpu <UUID>` at `createRuntime` (the container's claim on the whole
@@ -310,6 +351,38 @@ mod tests {
             Some(json!({"mounts": [{"hostPath": "/a", "containerPath": "/a", "type": "bind"}]})),
         );
         assert_eq!(s["cdiVersion"], "0.4.0");
+    }
+
+    #[test]
+    fn host_paths_under_the_writers_view_of_the_host_are_rewritten_as_the_host_sees_them() {
+        let mut s = spec(
+            SLICE_KIND,
+            vec![(
+                "web".into(),
+                json!({
+                    "deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/host/dev/nvidia0"}],
+                    "mounts": [{"hostPath": "/host/run/gpuslice/web", "containerPath": "/run/gpuslice"},
+                               {"hostPath": "/hostile/x", "containerPath": "/x"}],
+                    "hooks": [{"hookName": "poststart", "path": "/host/usr/bin/gpuslice-hook"}]
+                }),
+            )],
+            Some(
+                json!({"mounts": [{"hostPath": "/host/usr/lib/x/libcuda.so.1", "containerPath": "/usr/lib/x/libcuda.so.1"}]}),
+            ),
+        );
+        rebase(&mut s, Path::new("/host"));
+        let e = &s["devices"][0]["containerEdits"];
+        assert_eq!(e["deviceNodes"][0]["hostPath"], "/dev/nvidia0");
+        assert_eq!(e["mounts"][0]["hostPath"], "/run/gpuslice/web");
+        assert_eq!(
+            e["mounts"][1]["hostPath"], "/hostile/x",
+            "a path component, not a prefix"
+        );
+        assert_eq!(e["hooks"][0]["path"], "/usr/bin/gpuslice-hook");
+        assert_eq!(
+            s["containerEdits"]["mounts"][0]["hostPath"],
+            "/usr/lib/x/libcuda.so.1"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, get a ResourceClaim, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
+//! node, get a ResourceClaim, create, get and replace a ResourceSlice, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
 //! watch nodes, create a pod's Binding. It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, a watch started from a list's
 //! `resourceVersion` replaying every change made after it (so that nothing written between
@@ -27,6 +27,8 @@ pub struct Objects {
     pub nodes: BTreeMap<String, Value>,
     /// (namespace, name) → ResourceClaim (resource.k8s.io/v1).
     pub resource_claims: BTreeMap<(String, String), Value>,
+    /// name → ResourceSlice (resource.k8s.io/v1), as created and replaced.
+    pub resource_slices: BTreeMap<String, Value>,
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
     /// When set, every Binding is refused with 409 Conflict, as when another scheduler bound
@@ -65,6 +67,7 @@ impl Default for Objects {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             resource_claims: BTreeMap::new(),
+            resource_slices: BTreeMap::new(),
             bindings: Vec::new(),
             refuse_bindings: false,
             pod_lists: Vec::new(),
@@ -123,6 +126,14 @@ impl ApiServer {
             .route(
                 "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}",
                 get(get_resource_claim),
+            )
+            .route(
+                "/apis/resource.k8s.io/v1/resourceslices",
+                post(create_resource_slice),
+            )
+            .route(
+                "/apis/resource.k8s.io/v1/resourceslices/{name}",
+                get(get_resource_slice).put(replace_resource_slice),
             )
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
@@ -271,6 +282,79 @@ async fn get_resource_claim(
         Some(c) => Json(c.clone()).into_response(),
         None => not_found("resourceclaims.resource.k8s.io", &name),
     }
+}
+
+async fn get_resource_slice(State(s): State<Shared>, Path(name): Path<String>) -> Response {
+    match s.lock().expect("lock").resource_slices.get(&name) {
+        Some(o) => Json(o.clone()).into_response(),
+        None => not_found("resourceslices.resource.k8s.io", &name),
+    }
+}
+
+/// `POST`: creates a ResourceSlice; 409 AlreadyExists when the name is taken.
+async fn create_resource_slice(State(s): State<Shared>, body: Bytes) -> Response {
+    let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "not JSON".into(),
+            "resourceslices",
+            "",
+        );
+    };
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut o = s.lock().expect("lock");
+    if o.resource_slices.contains_key(&name) {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("resourceslices.resource.k8s.io \"{name}\" already exists"),
+            "resourceslices.resource.k8s.io",
+            &name,
+        );
+    }
+    object["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+    o.resource_slices.insert(name, object.clone());
+    (StatusCode::CREATED, Json(object)).into_response()
+}
+
+/// `PUT`: replaces a ResourceSlice whose `resourceVersion` the caller read (409 Conflict
+/// otherwise, as the API server's optimistic concurrency answers).
+async fn replace_resource_slice(
+    State(s): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "not JSON".into(),
+            "resourceslices",
+            &name,
+        );
+    };
+    let mut o = s.lock().expect("lock");
+    let Some(current) = o.resource_slices.get(&name) else {
+        return not_found("resourceslices.resource.k8s.io", &name);
+    };
+    if object["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"{name}\": the object has been modified"
+            ),
+            "resourceslices.resource.k8s.io",
+            &name,
+        );
+    }
+    object["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+    o.resource_slices.insert(name, object.clone());
+    Json(object).into_response()
 }
 
 /// Whether `object` matches a field selector such as `spec.nodeName!=` or
