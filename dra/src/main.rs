@@ -33,8 +33,9 @@ struct Args {
     /// The API server's URL; in-cluster or $KUBECONFIG configuration when absent.
     #[arg(long)]
     api_server: Option<String>,
-    /// How often the node's ResourceSlice is checked against the agent's inventory, in
-    /// seconds (it is published at start).
+    /// How often the node's ResourceSlice is checked against the agent's inventory and the
+    /// slices of ResourceClaims the API server no longer has are released, in seconds (both
+    /// also happen at start).
     #[arg(long, default_value_t = 60)]
     publish_interval: u64,
     /// D-Bus address of the agent's bus instead of the system bus.
@@ -91,6 +92,14 @@ async fn main() -> Result<()> {
             };
             if let Err(e) = published.await {
                 tracing::warn!("publishing the node's ResourceSlice: {e:#}");
+            }
+            match publisher.collect().await {
+                Ok(released) => {
+                    for id in released {
+                        tracing::info!("released {id}: its ResourceClaim is gone");
+                    }
+                }
+                Err(e) => tracing::warn!("collecting claims that are gone: {e}"),
             }
             tokio::time::sleep(every).await;
         }

@@ -167,6 +167,41 @@ impl Plugin {
         })
     }
 
+    /// Releases the slices of claims the API server no longer has (deleted while the kubelet
+    /// could not unprepare them, or while this plugin was down); returns their ids.
+    pub async fn collect(&self) -> Result<Vec<String>, String> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource_claims());
+        let live: std::collections::HashSet<String> = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map_err(|e| format!("listing ResourceClaims: {e}"))?
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.uid)
+            .collect();
+        let text = self.agent.list_slices().await.map_err(|e| e.to_string())?;
+        let slices: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let mut released = Vec::new();
+        for s in slices {
+            if s["owner"].as_str() != Some(owner().as_str()) {
+                continue;
+            }
+            let id = s["container_id"].as_str().unwrap_or_default();
+            let uid = id
+                .strip_prefix("dra-")
+                .and_then(|rest| rest.rsplit_once('-'))
+                .map(|(uid, _)| uid);
+            if uid.is_some_and(|u| !live.contains(u)) {
+                self.agent
+                    .release_as(&owner(), id)
+                    .await
+                    .map_err(|e| format!("releasing {id}: {e}"))?;
+                released.push(id.to_string());
+            }
+        }
+        Ok(released)
+    }
+
     /// Releases every slice prepared for the claim `uid` (the agent removes their CDI specs).
     pub async fn unprepare(&self, uid: &str) -> Result<(), String> {
         let text = self.agent.list_slices().await.map_err(|e| e.to_string())?;

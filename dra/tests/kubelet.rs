@@ -66,7 +66,7 @@ fn runtime_env(sim: &SimNode, bus: &Bus, agent: &Agent, dir: &Path) -> Vec<(Stri
     ]
 }
 
-fn start_plugin(api: &ApiServer, env: &[(String, String)]) -> Plugin {
+fn start_plugin(api: &ApiServer, env: &[(String, String)], extra: &[&str]) -> Plugin {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(binary("gpuslice-dra-plugin"))
         .args([
@@ -81,6 +81,7 @@ fn start_plugin(api: &ApiServer, env: &[(String, String)]) -> Plugin {
         .arg(dir.path().join("plugins/gpuslice.io"))
         .arg("--registry-dir")
         .arg(dir.path().join("registry"))
+        .args(extra)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("GPUSLICE_LOG", "warn")
         .stdout(Stdio::null())
@@ -178,7 +179,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
         std::process::id() & 0xffff
     );
     api.put_resource_claim(allocated_claim("slice", &uid, 1, "2Gi"));
-    let plugin = start_plugin(&api, &env);
+    let plugin = start_plugin(&api, &env, &[]);
 
     // Registration, as the kubelet's plugin watcher does it.
     let mut registration = reg::registration_client::RegistrationClient::new(
@@ -327,7 +328,7 @@ async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing(
     let api = ApiServer::start();
     api.put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
     api.put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
-    let plugin = start_plugin(&api, &env);
+    let plugin = start_plugin(&api, &env, &[]);
     let mut registration = reg::registration_client::RegistrationClient::new(
         channel(plugin.registration_socket()).await,
     );
@@ -387,7 +388,7 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
     let work = tempfile::tempdir().unwrap();
     let env = runtime_env(&sim, &bus, &agent, work.path());
     let api = ApiServer::start();
-    let plugin = start_plugin(&api, &env);
+    let plugin = start_plugin(&api, &env, &[]);
     let name = "gpu-node-1-gpuslice.io";
     assert!(
         wait_for(Duration::from_secs(10), || api
@@ -454,5 +455,91 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
         api.objects.lock().unwrap().resource_slices[name]["spec"]["pool"]["generation"],
         1
     );
+    drop(plugin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
+    let sim = SimNode::new(1, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let agent = Agent::start(
+        &binary("gpuslice-agent"),
+        &bus,
+        &sim,
+        &["--cdi-dir", CDI_DIR],
+    );
+    let work = tempfile::tempdir().unwrap();
+    let env = runtime_env(&sim, &bus, &agent, work.path());
+    let api = ApiServer::start();
+    let uid = format!(
+        "5e1f0c2e-{:04x}-4000-8000-000000000002",
+        std::process::id() & 0xffff
+    );
+    api.put_resource_claim(allocated_claim("gone", &uid, 0, "1Gi"));
+    let kept = format!(
+        "5e1f0c2e-{:04x}-4000-8000-000000000003",
+        std::process::id() & 0xffff
+    );
+    api.put_resource_claim(allocated_claim("kept", &kept, 0, "1Gi"));
+    let plugin = start_plugin(&api, &env, &["--publish-interval", "1"]);
+    let mut registration = reg::registration_client::RegistrationClient::new(
+        channel(plugin.registration_socket()).await,
+    );
+    let info = registration
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut dra =
+        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![
+                v1::Claim {
+                    namespace: "default".into(),
+                    uid: uid.clone(),
+                    name: "gone".into(),
+                },
+                v1::Claim {
+                    namespace: "default".into(),
+                    uid: kept.clone(),
+                    name: "kept".into(),
+                },
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        answer.claims.values().all(|c| c.error.is_empty()),
+        "{answer:?}"
+    );
+    assert_eq!(agent_status(&bus)["slices"].as_array().unwrap().len(), 2);
+    // Deleted while its pod could not be unprepared: the plugin notices and gives it back.
+    api.delete_resource_claim("default", "gone");
+    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-slice-dra-{uid}-0.json"));
+    assert!(
+        wait_for(Duration::from_secs(10), || agent_status(&bus)["slices"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 1),
+        "the slice of the deleted claim is still held"
+    );
+    assert_eq!(
+        agent_status(&bus)["slices"][0]["container_id"],
+        format!("dra-{kept}-0")
+    );
+    assert!(!spec_file.exists());
+    let _ = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: vec![v1::Claim {
+                namespace: "default".into(),
+                uid: kept,
+                name: "kept".into(),
+            }],
+        })
+        .await
+        .unwrap();
     drop(plugin);
 }

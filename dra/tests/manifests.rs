@@ -105,7 +105,7 @@ fn the_plugins_role_allows_every_call_it_makes() {
                 && r.verbs.iter().any(|v| v == verb)
         })
     };
-    assert!(may("get", "resourceclaims"));
+    assert!(may("get", "resourceclaims") && may("list", "resourceclaims"));
     for verb in ["get", "create", "update"] {
         assert!(may(verb, "resourceslices"), "{verb} resourceslices");
     }

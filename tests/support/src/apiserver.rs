@@ -128,6 +128,10 @@ impl ApiServer {
                 get(get_resource_claim),
             )
             .route(
+                "/apis/resource.k8s.io/v1/resourceclaims",
+                get(list_resource_claims),
+            )
+            .route(
                 "/apis/resource.k8s.io/v1/resourceslices",
                 post(create_resource_slice),
             )
@@ -176,6 +180,15 @@ impl ApiServer {
 
     /// Creates or replaces a ResourceClaim (resource.k8s.io/v1), as the scheduler leaves it
     /// allocated.
+    /// Deletes a ResourceClaim.
+    pub fn delete_resource_claim(&self, namespace: &str, name: &str) {
+        self.objects
+            .lock()
+            .expect("lock")
+            .resource_claims
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
     pub fn put_resource_claim(&self, mut claim: Value) {
         let ns = claim["metadata"]["namespace"]
             .as_str()
@@ -282,6 +295,17 @@ async fn get_resource_claim(
         Some(c) => Json(c.clone()).into_response(),
         None => not_found("resourceclaims.resource.k8s.io", &name),
     }
+}
+
+/// `GET`: every ResourceClaim of every namespace, in one page.
+async fn list_resource_claims(State(s): State<Shared>) -> Response {
+    let o = s.lock().expect("lock");
+    Json(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimList",
+        "metadata": {"resourceVersion": o.version.to_string()},
+        "items": o.resource_claims.values().cloned().collect::<Vec<_>>(),
+    }))
+    .into_response()
 }
 
 async fn get_resource_slice(State(s): State<Shared>, Path(name): Path<String>) -> Response {
