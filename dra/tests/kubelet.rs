@@ -110,6 +110,16 @@ async fn channel(socket: PathBuf) -> Channel {
         .unwrap()
 }
 
+/// A ResourceClaim for the whole of `gpu-<index>`: no capacity requested (the device's
+/// default consumes all of its memory), so no consumed capacity is recorded.
+fn whole_gpu_claim(name: &str, uid: &str, index: u32) -> serde_json::Value {
+    let mut c = allocated_claim(name, uid, index, "0");
+    let result = &mut c["status"]["allocation"]["devices"]["results"][0];
+    result.as_object_mut().unwrap().remove("consumedCapacity");
+    result.as_object_mut().unwrap().remove("shareID");
+    c
+}
+
 /// A ResourceClaim as kube-scheduler leaves it: allocated from `gpu-<index>` of this node,
 /// consuming `memory` of it (consumable capacity).
 fn allocated_claim(name: &str, uid: &str, index: u32, memory: &str) -> serde_json::Value {
@@ -249,7 +259,9 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     assert_eq!(status["slices"][0]["gpus"][0]["index"], 1);
     assert_eq!(status["slices"][0]["gpus"][0]["memory_bytes"], 2 * GIB);
     let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{id}.json"));
-    assert!(spec_file.exists());
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
+    gpuslice_testsupport::cdi::assert_valid(&spec);
 
     // The runtime injects the CDI device: the container sees GPU 1 behind a 2 GiB wall.
     let rootfs = rootfs::busybox(&work.path().join("rootfs"), &[&binary("nvidia-smi")]);
@@ -541,5 +553,86 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
         })
         .await
         .unwrap();
+    drop(plugin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepare() {
+    let sim = SimNode::new(2, "T4", Some(15 * GIB));
+    let bus = Bus::start();
+    let mut agent = Agent::start(
+        &binary("gpuslice-agent"),
+        &bus,
+        &sim,
+        &["--cdi-dir", CDI_DIR],
+    );
+    let work = tempfile::tempdir().unwrap();
+    let env = runtime_env(&sim, &bus, &agent, work.path());
+    let api = ApiServer::start();
+    let uid = format!(
+        "6a2d0c2e-{:04x}-4000-8000-000000000004",
+        std::process::id() & 0xffff
+    );
+    api.put_resource_claim(whole_gpu_claim("whole", &uid, 0));
+    let plugin = start_plugin(&api, &env, &[]);
+    let mut registration = reg::registration_client::RegistrationClient::new(
+        channel(plugin.registration_socket()).await,
+    );
+    let info = registration
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut dra =
+        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    let claim = v1::Claim {
+        namespace: "default".into(),
+        uid: uid.clone(),
+        name: "whole".into(),
+    };
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim.clone()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.claims[&uid].error, "");
+    assert_eq!(answer.claims[&uid].devices[0].share_id, None);
+    let before = agent_status(&bus);
+    assert_eq!(before["slices"][0]["exclusive"], true, "{before}");
+    assert_eq!(before["slices"][0]["gpus"][0]["memory_bytes"], 15 * GIB);
+
+    // The agent dies and comes back: the prepared claim is still held, whole.
+    agent.kill9();
+    agent.restart();
+    let after = agent_status(&bus);
+    assert_eq!(
+        after["slices"], before["slices"],
+        "the restart lost or changed the claim"
+    );
+    // Another claim for the same GPU is refused while it is held.
+    api.put_resource_claim(allocated_claim("late", "uid-late", 0, "1Gi"));
+    let late = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![v1::Claim {
+                namespace: "default".into(),
+                uid: "uid-late".into(),
+                name: "late".into(),
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!late.claims["uid-late"].error.is_empty(), "{late:?}");
+    let done = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: vec![claim],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.claims[&uid].error, "");
+    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
     drop(plugin);
 }

@@ -12,29 +12,6 @@ use gpuslice_testsupport::{binary, rootfs};
 
 const CDI_DIR: &str = "/var/run/cdi";
 
-/// Fails unless `spec` is valid against the CDI JSON schema (tests/reference/cdi).
-fn assert_valid_cdi(spec: &serde_json::Value) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/cdi");
-    let read = |f: &str| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
-    };
-    let registry = jsonschema::Registry::new()
-        .add("file:///cdi/defs.json", read("defs.json"))
-        .unwrap()
-        .prepare()
-        .unwrap();
-    let validator = jsonschema::options()
-        .with_base_uri("file:///cdi/schema.json")
-        .with_registry(&registry)
-        .build(&read("schema.json"))
-        .unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(spec)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{errors:?} in {spec:#}");
-}
-
 /// A file in the engines' CDI directory, removed when the test ends.
 struct CdiFile(PathBuf);
 
@@ -87,7 +64,7 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
     let file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
     assert!(out.status.success(), "{}", text(&out));
     let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file.0).unwrap()).unwrap();
-    assert_valid_cdi(&spec);
+    gpuslice_testsupport::cdi::assert_valid(&spec);
     assert_eq!(spec["kind"], "gpuslice.io/slice");
     assert_eq!(
         spec["cdiVersion"], "0.5.0",
@@ -129,7 +106,7 @@ fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_
     let out = gpuslice(&node, &["cdi", "generate"]);
     assert!(out.status.success(), "{}", text(&out));
     let spec: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_valid_cdi(&spec);
+    gpuslice_testsupport::cdi::assert_valid(&spec);
     let names: Vec<&str> = spec["devices"]
         .as_array()
         .unwrap()

@@ -6,6 +6,8 @@ pub mod agent;
 pub mod apiserver;
 pub mod bench;
 pub mod bus;
+#[cfg(feature = "cdi")]
+pub mod cdi;
 pub mod http;
 pub mod rootfs;
 pub mod sim;
