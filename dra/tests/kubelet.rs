@@ -331,7 +331,8 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing() {
+async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refused_and_holds_nothing()
+ {
     let sim = SimNode::new(1, "T4", Some(15 * GIB));
     let bus = Bus::start();
     let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
@@ -340,6 +341,15 @@ async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing(
     let api = ApiServer::start();
     api.put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
     api.put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
+    // Two devices: the first fits, the second does not; nothing of the claim may stay held.
+    let mut half = allocated_claim("half", "uid-half", 0, "1Gi");
+    let mut second = half["status"]["allocation"]["devices"]["results"][0].clone();
+    second["consumedCapacity"]["memory"] = json!("64Gi");
+    half["status"]["allocation"]["devices"]["results"]
+        .as_array_mut()
+        .unwrap()
+        .push(second);
+    api.put_resource_claim(half);
     let plugin = start_plugin(&api, &env, &[]);
     let mut registration = reg::registration_client::RegistrationClient::new(
         channel(plugin.registration_socket()).await,
@@ -364,6 +374,11 @@ async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing(
                     uid: "uid-then".into(),
                     name: "other".into(),
                 },
+                v1::Claim {
+                    namespace: "default".into(),
+                    uid: "uid-half".into(),
+                    name: "half".into(),
+                },
             ],
         })
         .await
@@ -373,6 +388,11 @@ async fn a_claim_that_does_not_fit_or_was_replaced_is_refused_and_holds_nothing(
     assert!(
         huge.contains("ResourceClaim default/huge") && huge.contains("64Gi"),
         "{huge}"
+    );
+    let half = &answer.claims["uid-half"].error;
+    assert!(
+        half.contains("ResourceClaim default/half") && half.contains("64Gi"),
+        "{half}"
     );
     let replaced = &answer.claims["uid-then"].error;
     assert!(
