@@ -20,6 +20,9 @@ pub struct GpuInfo {
     pub pci_bus_id: String,
     /// NUMA node the GPU is attached to, when the driver knows.
     pub numa_node: Option<u32>,
+    /// CUDA compute capability, `major.minor` (`8.6`), when the driver tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
 }
 
 /// The node's GPUs and driver.

@@ -70,6 +70,9 @@ pub fn resource_slice(node: &str, inventory: &Inventory, generation: i64) -> Res
                 let cuda = format!("{}.{}", c / 1000, (c % 1000) / 10);
                 attributes.insert("cudaDriverVersion".into(), version(semver(&cuda)));
             }
+            if let Some(cc) = &g.compute_capability {
+                attributes.insert("computeCapability".into(), version(semver(cc)));
+            }
             if let Some(n) = g.numa_node {
                 attributes.insert("numaNode".into(), int(i64::from(n)));
             }

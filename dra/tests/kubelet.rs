@@ -464,6 +464,11 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
         attrs["cudaDriverVersion"].version.as_deref(),
         Some("12.4.0")
     );
+    let (major, minor) = sim.spec.gpus[1].compute_capability;
+    assert_eq!(
+        attrs["computeCapability"].version.as_deref(),
+        Some(format!("{major}.{minor}.0").as_str())
+    );
     let capacity = d.capacity.as_ref().unwrap();
     assert_eq!(capacity["memory"].value.0, (15 * GIB).to_string());
     let range = capacity["memory"]

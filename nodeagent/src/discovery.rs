@@ -74,6 +74,10 @@ pub fn discover(library: &std::path::Path) -> Result<Inventory, DiscoveryError> 
                 .map_err(q(&format!("the PCI bus id of GPU {index}")))?
                 .bus_id,
             numa_node: d.numa_node_id().ok(),
+            compute_capability: d
+                .cuda_compute_capability()
+                .ok()
+                .map(|c| format!("{}.{}", c.major, c.minor)),
         });
     }
     Ok(Inventory {

@@ -157,6 +157,7 @@ fn inventory(gpus: &[u64]) -> Inventory {
                 minor: i as u32,
                 pci_bus_id: String::new(),
                 numa_node: None,
+                compute_capability: None,
             })
             .collect(),
     }

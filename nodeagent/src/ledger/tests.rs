@@ -17,6 +17,7 @@ fn inventory(n: u32) -> Inventory {
                 minor: i,
                 pci_bus_id: String::new(),
                 numa_node: None,
+                compute_capability: None,
             })
             .collect(),
     }
