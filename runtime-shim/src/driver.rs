@@ -152,6 +152,18 @@ pub const SOCKETS: &[(Capability, &str)] = &[
     (Capability::Compute, "var/run/nvidia-fabricmanager/socket"),
 ];
 
+/// The loader configuration files through which Vulkan and EGL find the NVIDIA driver
+/// (graphics), at the paths the driver's installer uses: given read-only where present.
+pub const GRAPHICS_CONFIG: &[&str] = &[
+    "etc/vulkan/icd.d/nvidia_icd.json",
+    "usr/share/vulkan/icd.d/nvidia_icd.json",
+    "etc/vulkan/implicit_layer.d/nvidia_layers.json",
+    "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+    "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+];
+
 /// The kernel module's description of itself, which names the driver version.
 pub const PROC_VERSION: &str = "proc/driver/nvidia/version";
 /// One directory per GPU, named by PCI bus id, with an `information` file.
@@ -237,6 +249,14 @@ impl DriverFiles {
                     read_only: false,
                     noexec: true,
                 });
+            }
+        }
+        if capabilities.has(Capability::Graphics) {
+            for file in GRAPHICS_CONFIG {
+                let host = root.root.join(file);
+                if host.is_file() {
+                    mounts.push(resolved_mount(&host, format!("/{file}"))?);
+                }
             }
         }
         if capabilities.has(Capability::Compute) || capabilities.has(Capability::Utility) {

@@ -227,3 +227,54 @@ fn the_linker_cache_of_the_root_is_read_and_the_proc_entries_of_other_gpus_are_l
         );
     }
 }
+
+#[test]
+fn graphics_brings_the_vulkan_and_egl_loader_files_and_the_gsp_firmware_of_the_version_comes_too() {
+    let sim = SimNode::new(1, "T4", None);
+    let root = sim.root();
+    for f in [
+        "etc/vulkan/icd.d/nvidia_icd.json",
+        "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    ] {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "{}").unwrap();
+    }
+    let fw = root.join("lib/firmware/nvidia/550.54.15");
+    std::fs::create_dir_all(&fw).unwrap();
+    std::fs::write(fw.join("gsp_ga10x.bin"), "").unwrap();
+    std::fs::create_dir_all(root.join("lib/firmware/nvidia/535.104.05")).unwrap();
+    std::fs::write(
+        root.join("lib/firmware/nvidia/535.104.05/gsp_tu10x.bin"),
+        "",
+    )
+    .unwrap();
+    let dests = |caps: Capabilities| -> Vec<String> {
+        DriverFiles::discover(&DriverRoot::new(root), caps)
+            .unwrap()
+            .mounts
+            .into_iter()
+            .map(|m| m.destination)
+            .collect()
+    };
+    let default = dests(Capabilities::DEFAULT);
+    assert!(!default.iter().any(|d| d.ends_with(".json")), "{default:?}");
+    assert!(
+        default.contains(&"/lib/firmware/nvidia/550.54.15/gsp_ga10x.bin".to_string()),
+        "{default:?}"
+    );
+    assert!(
+        !default.iter().any(|d| d.contains("535.104.05")),
+        "another driver's firmware: {default:?}"
+    );
+    let graphics = dests(Capabilities::DEFAULT.with(Capability::Graphics));
+    for want in [
+        "/etc/vulkan/icd.d/nvidia_icd.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    ] {
+        assert!(
+            graphics.contains(&want.to_string()),
+            "{want} not in {graphics:?}"
+        );
+    }
+}
