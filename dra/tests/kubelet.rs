@@ -97,6 +97,59 @@ fn start_plugin(api: &ApiServer, env: &[(String, String)], extra: &[&str]) -> Pl
     plugin
 }
 
+/// A simulated node of `gpus` T4s (15 GiB) with its agent (CDI specs in /var/run/cdi, which
+/// podman reads) and a stand-in API server.
+struct Node {
+    sim: SimNode,
+    bus: Bus,
+    agent: Agent,
+    work: tempfile::TempDir,
+    api: ApiServer,
+}
+
+impl Node {
+    fn new(gpus: u32) -> Self {
+        let sim = SimNode::new(gpus, "T4", Some(15 * GIB));
+        let bus = Bus::start();
+        let agent = Agent::start(
+            &binary("gpuslice-agent"),
+            &bus,
+            &sim,
+            &["--cdi-dir", CDI_DIR],
+        );
+        Self {
+            sim,
+            bus,
+            agent,
+            work: tempfile::tempdir().unwrap(),
+            api: ApiServer::start(),
+        }
+    }
+
+    /// The plugin for this node, with `extra` flags.
+    fn plugin(&self, extra: &[&str]) -> Plugin {
+        let env = runtime_env(&self.sim, &self.bus, &self.agent, self.work.path());
+        start_plugin(&self.api, &env, extra)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        agent_status(&self.bus)
+    }
+}
+
+/// The DRA service (v1) the plugin's registration names, as the kubelet reaches it.
+async fn kubelet(plugin: &Plugin) -> v1::dra_plugin_client::DraPluginClient<Channel> {
+    let mut registration = reg::registration_client::RegistrationClient::new(
+        channel(plugin.registration_socket()).await,
+    );
+    let info = registration
+        .get_info(reg::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await)
+}
+
 async fn channel(socket: PathBuf) -> Channel {
     Endpoint::try_from("http://[::]:50051")
         .unwrap()
@@ -137,23 +190,7 @@ fn allocated_claim(name: &str, uid: &str, index: u32, memory: &str) -> serde_jso
 }
 
 fn podman(work: &Path, args: &[&str]) -> Output {
-    Command::new("podman")
-        .arg("--root")
-        .arg(work.join("podman-root"))
-        .arg("--runroot")
-        .arg(work.join("podman-runroot"))
-        .args([
-            "--runtime",
-            "runc",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("podman (apt-get install podman)")
+    rootfs::podman(work, &[], args)
 }
 
 /// `shim/tests/c/wall.c`, built to reach the driver through dlopen only.
@@ -173,23 +210,14 @@ fn wall_program(dir: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wall() {
-    let sim = SimNode::new(2, "T4", Some(15 * GIB));
-    let bus = Bus::start();
-    let agent = Agent::start(
-        &binary("gpuslice-agent"),
-        &bus,
-        &sim,
-        &["--cdi-dir", CDI_DIR],
-    );
-    let work = tempfile::tempdir().unwrap();
-    let env = runtime_env(&sim, &bus, &agent, work.path());
-    let api = ApiServer::start();
+    let node = Node::new(2);
     let uid = format!(
         "0b6e3c9a-{:04x}-4000-8000-000000000001",
         std::process::id() & 0xffff
     );
-    api.put_resource_claim(allocated_claim("slice", &uid, 1, "2Gi"));
-    let plugin = start_plugin(&api, &env, &[]);
+    node.api
+        .put_resource_claim(allocated_claim("slice", &uid, 1, "2Gi"));
+    let plugin = node.plugin(&[]);
 
     // Registration, as the kubelet's plugin watcher does it.
     let mut registration = reg::registration_client::RegistrationClient::new(
@@ -254,7 +282,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
         .unwrap()
         .into_inner();
     assert_eq!(again.claims[&uid], *prepared);
-    let status = agent_status(&bus);
+    let status = node.status();
     assert_eq!(status["slices"].as_array().unwrap().len(), 1, "{status}");
     assert_eq!(status["slices"][0]["gpus"][0]["index"], 1);
     assert_eq!(status["slices"][0]["gpus"][0]["memory_bytes"], 2 * GIB);
@@ -264,8 +292,8 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     gpuslice_testsupport::cdi::assert_valid(&spec);
 
     // The runtime injects the CDI device: the container sees GPU 1 behind a 2 GiB wall.
-    let rootfs = rootfs::busybox(&work.path().join("rootfs"), &[&binary("nvidia-smi")]);
-    std::fs::copy(wall_program(work.path()), rootfs.join("usr/bin/wall")).unwrap();
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    std::fs::copy(wall_program(node.work.path()), rootfs.join("usr/bin/wall")).unwrap();
     let r = rootfs.display().to_string();
     let cdi_device = device.cdi_device_ids[0].clone();
     let script = "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc 2147483648";
@@ -286,7 +314,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
         "-c",
         script,
     ];
-    let out = podman(work.path(), &args);
+    let out = podman(node.work.path(), &args);
     let t = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -294,7 +322,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     );
     assert!(out.status.success(), "{t}");
     assert!(
-        t.contains(&format!("{}, 2048 MiB", sim.spec.gpus[1].uuid)),
+        t.contains(&format!("{}, 2048 MiB", node.sim.spec.gpus[1].uuid)),
         "{t}"
     );
     for want in [
@@ -306,7 +334,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     }
     // The container has exited; the claim lives until the kubelet unprepares it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(agent_status(&bus)["slices"].as_array().unwrap().len(), 1);
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
 
     // A kubelet of 1.32/1.33 unprepares through v1beta1.
     let mut old = v1beta1::dra_plugin_client::DraPluginClient::new(channel(endpoint).await);
@@ -322,7 +350,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
         .unwrap()
         .into_inner();
     assert_eq!(done.claims[&uid].error, "");
-    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
+    assert!(node.status()["slices"].as_array().unwrap().is_empty());
     assert!(
         !spec_file.exists(),
         "the agent removes the spec with the claim"
@@ -333,14 +361,11 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refused_and_holds_nothing()
  {
-    let sim = SimNode::new(1, "T4", Some(15 * GIB));
-    let bus = Bus::start();
-    let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
-    let work = tempfile::tempdir().unwrap();
-    let env = runtime_env(&sim, &bus, &agent, work.path());
-    let api = ApiServer::start();
-    api.put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
-    api.put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
+    let node = Node::new(1);
+    node.api
+        .put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
+    node.api
+        .put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
     // Two devices: the first fits, the second does not; nothing of the claim may stay held.
     let mut half = allocated_claim("half", "uid-half", 0, "1Gi");
     let mut second = half["status"]["allocation"]["devices"]["results"][0].clone();
@@ -349,18 +374,9 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
         .as_array_mut()
         .unwrap()
         .push(second);
-    api.put_resource_claim(half);
-    let plugin = start_plugin(&api, &env, &[]);
-    let mut registration = reg::registration_client::RegistrationClient::new(
-        channel(plugin.registration_socket()).await,
-    );
-    let info = registration
-        .get_info(reg::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let mut dra =
-        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    node.api.put_resource_claim(half);
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
     let answer = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
             claims: vec![
@@ -399,7 +415,7 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
         replaced.contains("has uid uid-now, not uid-then"),
         "{replaced}"
     );
-    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
+    assert!(node.status()["slices"].as_array().unwrap().is_empty());
     drop(plugin);
 }
 
@@ -414,16 +430,12 @@ fn agent_status(bus: &Bus) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
     use k8s_openapi::api::resource::v1::ResourceSlice;
-    let sim = SimNode::new(2, "T4", Some(15 * GIB));
-    let bus = Bus::start();
-    let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, &[]);
-    let work = tempfile::tempdir().unwrap();
-    let env = runtime_env(&sim, &bus, &agent, work.path());
-    let api = ApiServer::start();
-    let plugin = start_plugin(&api, &env, &[]);
+    let node = Node::new(2);
+    let plugin = node.plugin(&[]);
     let name = "gpu-node-1-gpuslice.io";
     assert!(
-        wait_for(Duration::from_secs(10), || api
+        wait_for(Duration::from_secs(10), || node
+            .api
             .objects
             .lock()
             .unwrap()
@@ -431,7 +443,7 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
             .contains_key(name)),
         "no ResourceSlice was published"
     );
-    let raw = api.objects.lock().unwrap().resource_slices[name].clone();
+    let raw = node.api.objects.lock().unwrap().resource_slices[name].clone();
     // Read back as the API's own type: every field name is one the API server knows.
     let slice: ResourceSlice = serde_json::from_value(raw.clone()).unwrap();
     assert_eq!(slice.spec.driver, "gpuslice.io");
@@ -453,18 +465,18 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
     let attrs = d.attributes.as_ref().unwrap();
     assert_eq!(
         attrs["uuid"].string.as_deref(),
-        Some(sim.spec.gpus[1].uuid.as_str())
+        Some(node.sim.spec.gpus[1].uuid.as_str())
     );
     assert_eq!(
         attrs["model"].string.as_deref(),
-        Some(sim.spec.gpus[1].name.as_str())
+        Some(node.sim.spec.gpus[1].name.as_str())
     );
     assert_eq!(attrs["driverVersion"].version.as_deref(), Some("550.54.15"));
     assert_eq!(
         attrs["cudaDriverVersion"].version.as_deref(),
         Some("12.4.0")
     );
-    let (major, minor) = sim.spec.gpus[1].compute_capability;
+    let (major, minor) = node.sim.spec.gpus[1].compute_capability;
     assert_eq!(
         attrs["computeCapability"].version.as_deref(),
         Some(format!("{major}.{minor}.0").as_str())
@@ -489,7 +501,7 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
     // Unchanged inventory, no new generation: the plugin replaces the slice only when it changed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        api.objects.lock().unwrap().resource_slices[name]["spec"]["pool"]["generation"],
+        node.api.objects.lock().unwrap().resource_slices[name]["spec"]["pool"]["generation"],
         1
     );
     drop(plugin);
@@ -497,38 +509,21 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
-    let sim = SimNode::new(1, "T4", Some(15 * GIB));
-    let bus = Bus::start();
-    let agent = Agent::start(
-        &binary("gpuslice-agent"),
-        &bus,
-        &sim,
-        &["--cdi-dir", CDI_DIR],
-    );
-    let work = tempfile::tempdir().unwrap();
-    let env = runtime_env(&sim, &bus, &agent, work.path());
-    let api = ApiServer::start();
+    let node = Node::new(1);
     let uid = format!(
         "5e1f0c2e-{:04x}-4000-8000-000000000002",
         std::process::id() & 0xffff
     );
-    api.put_resource_claim(allocated_claim("gone", &uid, 0, "1Gi"));
+    node.api
+        .put_resource_claim(allocated_claim("gone", &uid, 0, "1Gi"));
     let kept = format!(
         "5e1f0c2e-{:04x}-4000-8000-000000000003",
         std::process::id() & 0xffff
     );
-    api.put_resource_claim(allocated_claim("kept", &kept, 0, "1Gi"));
-    let plugin = start_plugin(&api, &env, &["--publish-interval", "1"]);
-    let mut registration = reg::registration_client::RegistrationClient::new(
-        channel(plugin.registration_socket()).await,
-    );
-    let info = registration
-        .get_info(reg::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let mut dra =
-        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    node.api
+        .put_resource_claim(allocated_claim("kept", &kept, 0, "1Gi"));
+    let plugin = node.plugin(&["--publish-interval", "1"]);
+    let mut dra = kubelet(&plugin).await;
     let answer = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
             claims: vec![
@@ -551,12 +546,12 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
         answer.claims.values().all(|c| c.error.is_empty()),
         "{answer:?}"
     );
-    assert_eq!(agent_status(&bus)["slices"].as_array().unwrap().len(), 2);
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 2);
     // Deleted while its pod could not be unprepared: the plugin notices and gives it back.
-    api.delete_resource_claim("default", "gone");
+    node.api.delete_resource_claim("default", "gone");
     let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-slice-dra-{uid}-0.json"));
     assert!(
-        wait_for(Duration::from_secs(10), || agent_status(&bus)["slices"]
+        wait_for(Duration::from_secs(10), || node.status()["slices"]
             .as_array()
             .unwrap()
             .len()
@@ -564,7 +559,7 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
         "the slice of the deleted claim is still held"
     );
     assert_eq!(
-        agent_status(&bus)["slices"][0]["container_id"],
+        node.status()["slices"][0]["container_id"],
         format!("dra-{kept}-0")
     );
     assert!(!spec_file.exists());
@@ -583,33 +578,15 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepare() {
-    let sim = SimNode::new(2, "T4", Some(15 * GIB));
-    let bus = Bus::start();
-    let mut agent = Agent::start(
-        &binary("gpuslice-agent"),
-        &bus,
-        &sim,
-        &["--cdi-dir", CDI_DIR],
-    );
-    let work = tempfile::tempdir().unwrap();
-    let env = runtime_env(&sim, &bus, &agent, work.path());
-    let api = ApiServer::start();
+    let mut node = Node::new(2);
     let uid = format!(
         "6a2d0c2e-{:04x}-4000-8000-000000000004",
         std::process::id() & 0xffff
     );
-    api.put_resource_claim(whole_gpu_claim("whole", &uid, 0));
-    let plugin = start_plugin(&api, &env, &[]);
-    let mut registration = reg::registration_client::RegistrationClient::new(
-        channel(plugin.registration_socket()).await,
-    );
-    let info = registration
-        .get_info(reg::InfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let mut dra =
-        v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await);
+    node.api
+        .put_resource_claim(whole_gpu_claim("whole", &uid, 0));
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
     let claim = v1::Claim {
         namespace: "default".into(),
         uid: uid.clone(),
@@ -624,20 +601,21 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
         .into_inner();
     assert_eq!(answer.claims[&uid].error, "");
     assert_eq!(answer.claims[&uid].devices[0].share_id, None);
-    let before = agent_status(&bus);
+    let before = node.status();
     assert_eq!(before["slices"][0]["exclusive"], true, "{before}");
     assert_eq!(before["slices"][0]["gpus"][0]["memory_bytes"], 15 * GIB);
 
     // The agent dies and comes back: the prepared claim is still held, whole.
-    agent.kill9();
-    agent.restart();
-    let after = agent_status(&bus);
+    node.agent.kill9();
+    node.agent.restart();
+    let after = node.status();
     assert_eq!(
         after["slices"], before["slices"],
         "the restart lost or changed the claim"
     );
     // Another claim for the same GPU is refused while it is held.
-    api.put_resource_claim(allocated_claim("late", "uid-late", 0, "1Gi"));
+    node.api
+        .put_resource_claim(allocated_claim("late", "uid-late", 0, "1Gi"));
     let late = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
             claims: vec![v1::Claim {
@@ -658,6 +636,6 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
         .unwrap()
         .into_inner();
     assert_eq!(done.claims[&uid].error, "");
-    assert!(agent_status(&bus)["slices"].as_array().unwrap().is_empty());
+    assert!(node.status()["slices"].as_array().unwrap().is_empty());
     drop(plugin);
 }

@@ -171,28 +171,10 @@ impl Node {
     }
 }
 
-/// Runs podman with a store of this node's own, runc, cgroupfs and file events, with
-/// `global` flags (e.g. `--hooks-dir DIR`) before `args`.
+/// Runs podman with a store of this node's own, with `global` flags (e.g. `--hooks-dir DIR`)
+/// before `args`.
 pub fn podman(node: &Node, global: &[&std::ffi::OsStr], args: &[&str]) -> Output {
-    let w = node.work.path();
-    Command::new("podman")
-        .arg("--root")
-        .arg(w.join("podman-root"))
-        .arg("--runroot")
-        .arg(w.join("podman-runroot"))
-        .args([
-            "--runtime",
-            "runc",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ])
-        .args(global)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("podman (apt-get install podman)")
+    rootfs::podman(node.work.path(), global, args)
 }
 
 /// Runs `cmd` with its output going to files rather than pipes: a created container keeps the

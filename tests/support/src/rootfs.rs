@@ -67,3 +67,26 @@ fn shared_libraries(program: &Path) -> Vec<PathBuf> {
         })
         .collect()
 }
+
+/// Runs real podman with a store under `store` of its own, runc, cgroupfs and file events,
+/// with `global` flags (e.g. `--hooks-dir DIR`) before `args`.
+pub fn podman(store: &Path, global: &[&std::ffi::OsStr], args: &[&str]) -> std::process::Output {
+    Command::new("podman")
+        .arg("--root")
+        .arg(store.join("podman-root"))
+        .arg("--runroot")
+        .arg(store.join("podman-runroot"))
+        .args([
+            "--runtime",
+            "runc",
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+        ])
+        .args(global)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("podman (apt-get install podman)")
+}
