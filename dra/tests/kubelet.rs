@@ -193,21 +193,6 @@ fn podman(work: &Path, args: &[&str]) -> Output {
     rootfs::podman(work, &[], args)
 }
 
-/// `shim/tests/c/wall.c`, built to reach the driver through dlopen only.
-fn wall_program(dir: &Path) -> PathBuf {
-    let out = dir.join("wall");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
-    let ok = Command::new("gcc")
-        .args(["-O1", "-DWALL_NO_LINK", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg("-ldl")
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wall() {
     let node = Node::new(2);
@@ -293,7 +278,11 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
 
     // The runtime injects the CDI device: the container sees GPU 1 behind a 2 GiB wall.
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
-    std::fs::copy(wall_program(node.work.path()), rootfs.join("usr/bin/wall")).unwrap();
+    std::fs::copy(
+        rootfs::wall_program(node.work.path()),
+        rootfs.join("usr/bin/wall"),
+    )
+    .unwrap();
     let r = rootfs.display().to_string();
     let cdi_device = device.cdi_device_ids[0].clone();
     let script = "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc 2147483648";

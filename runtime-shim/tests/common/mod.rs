@@ -50,20 +50,7 @@ impl Node {
     /// The interception library's test program (`shim/tests/c/wall.c`), built to reach the
     /// driver only through dlopen, so that it runs in a container where the driver is mounted.
     pub fn wall_program(&self) -> PathBuf {
-        let out = self.work.path().join("wall");
-        if !out.exists() {
-            let src =
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
-            let ok = Command::new("gcc")
-                .args(["-O1", "-DWALL_NO_LINK", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .arg("-ldl")
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
-        out
+        rootfs::wall_program(self.work.path())
     }
 
     /// `runtime-shim/tests/c/door.c`: a program that allocates past the interception library.

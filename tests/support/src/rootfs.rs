@@ -90,3 +90,22 @@ pub fn podman(store: &Path, global: &[&std::ffi::OsStr], args: &[&str]) -> std::
         .output()
         .expect("podman (apt-get install podman)")
 }
+
+/// The interception library's test program (`shim/tests/c/wall.c`) built into `dir`, reaching
+/// the driver only through dlopen, so that it runs in a container where the driver is
+/// mounted.
+pub fn wall_program(dir: &Path) -> PathBuf {
+    let out = dir.join("wall");
+    if !out.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shim/tests/c/wall.c");
+        let ok = Command::new("gcc")
+            .args(["-O1", "-DWALL_NO_LINK", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-ldl")
+            .status()
+            .expect("gcc");
+        assert!(ok.success(), "building {}", src.display());
+    }
+    out
+}
