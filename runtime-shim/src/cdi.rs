@@ -11,7 +11,8 @@
 //!   released.
 //!
 //! The spec's `cdiVersion` is the lowest that has every field used, as the CDI library
-//! computes it, so that older engines (podman 4.3 reads up to 0.5.0) read what they can.
+//! computes it, so that older engines (podman 4.3, whose CDI library predates the later
+//! versions) read them.
 
 use std::path::{Path, PathBuf};
 
