@@ -160,14 +160,25 @@ pub fn claim_and_plan(
     }
     let capabilities =
         nvidia_env::capabilities(&env).map_err(|e| anyhow!("container {id}: {e}"))?;
+    // An image with a newer driver's compat libraries runs with them (docs/runtime.md).
+    let host_version = DriverRoot::new(&cfg.driver_root)
+        .driver_version()
+        .unwrap_or_default();
+    let compat = crate::compat::find(&rootfs(spec, bundle), &host_version);
     // The image's CUDA against the driver's, before anything is claimed.
     if crate::require::any(&env) {
         let text = with_agent(cfg, |agent| agent.inventory())?;
         let inventory: gpuslice_core::inventory::Inventory =
             serde_json::from_str(&text).context("the agent's inventory is not JSON")?;
+        // With compat libraries the image's own CUDA (CUDA_VERSION, as CUDA images set it)
+        // is what its programs get.
+        let image_cuda = compat
+            .as_ref()
+            .and_then(|_| nvidia_env::lookup(&env, "CUDA_VERSION"))
+            .and_then(cuda_version);
         let driver = crate::require::Driver {
             version: inventory.driver_version,
-            cuda: inventory.cuda_driver_version,
+            cuda: image_cuda.or(inventory.cuda_driver_version),
         };
         crate::require::check(&env, &driver).map_err(|e| anyhow!("container {id}: {e}"))?;
     }
@@ -199,7 +210,15 @@ pub fn claim_and_plan(
     })?;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    let edits = match plan(&claim, capabilities, spec, bundle, release_by, cfg) {
+    let edits = match plan(
+        &claim,
+        capabilities,
+        compat.as_ref(),
+        spec,
+        bundle,
+        release_by,
+        cfg,
+    ) {
         Ok(e) => e,
         Err(e) => {
             let _ = release(id, owner, cfg);
@@ -289,6 +308,14 @@ fn gpu_device_count(driver_root: &Path) -> usize {
     })
 }
 
+/// A CUDA version as CUDA_VERSION writes it (`12.6.1`), as the driver API numbers it (12060).
+fn cuda_version(v: &str) -> Option<i32> {
+    let mut parts = v.trim().split('.').map(|p| p.parse::<i32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    Some(major * 1000 + minor * 10)
+}
+
 /// The container's root filesystem on the host.
 #[must_use]
 pub fn rootfs(spec: &serde_json::Value, bundle: Option<&Path>) -> PathBuf {
@@ -342,12 +369,16 @@ pub fn edits_for(
 fn plan(
     claim: &Claim,
     capabilities: nvidia_env::Capabilities,
+    compat: Option<&crate::compat::Compat>,
     spec: &serde_json::Value,
     bundle: Option<&Path>,
     release_by: Reporting,
     cfg: &Config,
 ) -> Result<Edits> {
     let mut edits = edits_for(claim, capabilities, cfg)?;
+    if let Some(c) = compat {
+        crate::compat::apply(&mut edits, c);
+    }
     // Only an image with a linker cache needs it refreshed (see gpuslice-hook update-ldcache);
     // leaving the hook out otherwise saves a process per container start.
     if !rootfs(spec, bundle).join("etc/ld.so.cache").exists() {

@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod cdi;
+pub mod compat;
 pub mod config;
 pub mod driver;
 pub mod edits;

@@ -265,3 +265,71 @@ fn an_image_that_needs_a_newer_cuda_than_the_driver_has_is_refused_as_the_toolki
     assert_eq!(start(&node, &b, "forced"), "");
     remove(&node, "forced");
 }
+
+#[test]
+fn an_image_with_a_newer_drivers_compat_libraries_runs_with_them_behind_the_front() {
+    let node = Node::new();
+    // As nvcr.io images carry cuda-compat: a driver newer (560) than the node's (550).
+    let b = bundle(
+        &node,
+        "compat",
+        &["CUDA_VERSION=12.6.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.6"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let compat = b.join("rootfs/usr/local/cuda/compat");
+    std::fs::create_dir_all(&compat).unwrap();
+    std::fs::copy(
+        node.sim.lib_dir().join("libcuda.so.550.54.15"),
+        compat.join("libcuda.so.560.28.03"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("libcuda.so.560.28.03", compat.join("libcuda.so.1")).unwrap();
+    assert_eq!(
+        start(&node, &b, "compat"),
+        "",
+        "CUDA 12.6 comes from the image's compat libraries"
+    );
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
+    let real = spec["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["destination"] == "/usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1")
+        .unwrap();
+    assert_eq!(
+        real["source"].as_str().unwrap(),
+        std::fs::canonicalize(compat.join("libcuda.so.560.28.03"))
+            .unwrap()
+            .to_str()
+            .unwrap()
+    );
+    // Behind the front: the wall holds with the image's driver library.
+    let wall = exec(
+        &node,
+        "compat",
+        &["/usr/bin/wall", "procaddr", "alloc", "1073741824"],
+    );
+    for want in ["fit=CUDA_SUCCESS", "over=CUDA_ERROR_OUT_OF_MEMORY"] {
+        assert!(wall.contains(want), "{want} not in {wall}");
+    }
+    remove(&node, "compat");
+
+    // Compat libraries of an older driver than the node's are not used, and then CUDA 12.6
+    // is more than the node's driver gives.
+    let b = bundle(
+        &node,
+        "old",
+        &["CUDA_VERSION=12.6.1", "NVIDIA_REQUIRE_CUDA=cuda>=12.6"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let compat = b.join("rootfs/usr/local/cuda/compat");
+    std::fs::create_dir_all(&compat).unwrap();
+    std::fs::copy(
+        node.sim.lib_dir().join("libcuda.so.550.54.15"),
+        compat.join("libcuda.so.535.104.05"),
+    )
+    .unwrap();
+    let refused = start(&node, &b, "old");
+    assert!(refused.contains("the driver's cuda is 12.4"), "{refused}");
+}
