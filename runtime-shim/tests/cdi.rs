@@ -118,7 +118,10 @@ fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_
     let file =
         CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-gpu-{}.json", std::process::id())));
     std::fs::create_dir_all(CDI_DIR).unwrap();
-    std::fs::write(&file.0, &out.stdout).unwrap();
+    // Atomically: podman in a test beside this one reads every spec in the directory.
+    let tmp = Path::new(CDI_DIR).join(format!(".gpu-{}.tmp", std::process::id()));
+    std::fs::write(&tmp, &out.stdout).unwrap();
+    std::fs::rename(&tmp, &file.0).unwrap();
 
     // GPU 0 holds a slice: it cannot be given whole.
     let out = gpuslice(
