@@ -32,6 +32,7 @@ fn inventory() -> Inventory {
                 minor: i,
                 pci_bus_id: String::new(),
                 numa_node: None,
+                compute_capability: None,
             })
             .collect(),
         // Two GPUs bridged by NVLink: requests for both go through the closest-set choice.
