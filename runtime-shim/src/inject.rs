@@ -165,7 +165,9 @@ pub fn claim_and_plan(
         .driver_version()
         .unwrap_or_default();
     let compat = crate::compat::find(&rootfs(spec, bundle), &host_version);
-    // The image's CUDA against the driver's, before anything is claimed.
+    // The image's CUDA against the driver's, before anything is claimed; its GPUs' arch once
+    // they are known.
+    let mut required_arch = None;
     if crate::require::any(&env) {
         let text = with_agent(cfg, |agent| agent.inventory())?;
         let inventory: gpuslice_core::inventory::Inventory =
@@ -177,10 +179,14 @@ pub fn claim_and_plan(
             .and_then(|_| nvidia_env::lookup(&env, "CUDA_VERSION"))
             .and_then(cuda_version);
         let driver = crate::require::Driver {
-            version: inventory.driver_version,
+            version: inventory.driver_version.clone(),
             cuda: image_cuda.or(inventory.cuda_driver_version),
+            arch: None,
         };
         crate::require::check(&env, &driver).map_err(|e| anyhow!("container {id}: {e}"))?;
+        if crate::require::names_arch(&env) {
+            required_arch = Some((driver, inventory));
+        }
     }
     if let Some(why) = spec::privileged(spec)
         && !cfg.allow_privileged
@@ -210,6 +216,19 @@ pub fn claim_and_plan(
     })?;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
+    if let Some((mut driver, inventory)) = required_arch {
+        let archs = claim
+            .gpus
+            .iter()
+            .filter_map(|g| inventory.gpus.iter().find(|i| i.index == g.index))
+            .filter_map(|i| i.compute_capability.clone())
+            .collect();
+        driver.arch = Some(archs);
+        if let Err(e) = crate::require::check(&env, &driver) {
+            let _ = release(id, owner, cfg);
+            bail!("container {id}: {e}");
+        }
+    }
     let edits = match plan(
         &claim,
         capabilities,

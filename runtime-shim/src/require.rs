@@ -4,9 +4,10 @@
 //! of constraints that must all hold; every such variable must hold.
 //! `NVIDIA_DISABLE_REQUIRE` (any value but `false`/`0`/empty) turns the check off.
 //!
-//! `cuda` (the driver's CUDA version, major.minor) and `driver` (its version) are checked.
-//! `brand` and `arch` are not known to gpuslice, so a constraint on them does not hold: an
-//! alternative that needs them (the forward-compatibility ones above) is not taken.
+//! `cuda` (the driver's CUDA version, major.minor), `driver` (its version) and `arch` (the
+//! compute capability of every GPU the container gets) are checked. `brand` is not known to
+//! gpuslice, so a constraint on it does not hold: an alternative that needs it (the
+//! forward-compatibility ones above) is not taken.
 
 use crate::nvidia_env::lookup;
 
@@ -16,6 +17,9 @@ pub struct Driver {
     pub version: String,
     /// The CUDA driver API version as the driver reports it (12040 for 12.4).
     pub cuda: Option<i32>,
+    /// The compute capabilities (`7.5`) of the GPUs the container gets; `None` before they
+    /// are known, when `arch` constraints are left to the check after the claim.
+    pub arch: Option<Vec<String>>,
 }
 
 /// A requirement that does not hold: the variable, its value and why.
@@ -91,7 +95,27 @@ fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
             .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
             .ok_or("the driver's CUDA version is unknown")?,
         "driver" => driver.version.clone(),
-        "brand" | "arch" => return Err(format!("{c}: the GPU's {key} is not known here")),
+        "arch" => {
+            let Some(archs) = &driver.arch else {
+                return Ok(());
+            };
+            if archs.is_empty() {
+                return Err(format!("{c}: the GPU's arch is not known here"));
+            }
+            for a in archs {
+                constraint(
+                    &c.replacen("arch", "cuda", 1),
+                    &Driver {
+                        cuda: cuda_number(a),
+                        arch: None,
+                        version: String::new(),
+                    },
+                )
+                .map_err(|_| format!("{c} does not hold: a GPU's arch is {a}"))?;
+            }
+            return Ok(());
+        }
+        "brand" => return Err(format!("{c}: the GPU's brand is not known here")),
         other => return Err(format!("{c}: unknown constraint {other:?}")),
     };
     let ord = compare(&have, want).ok_or_else(|| format!("{c}: {want:?} is not a version"))?;
@@ -108,6 +132,21 @@ fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
     } else {
         Err(format!("{c} does not hold: the driver's {key} is {have}"))
     }
+}
+
+/// `major.minor` as the driver API numbers CUDA versions (7.5 → 7050), to compare an `arch`
+/// as a `cuda` constraint is compared.
+fn cuda_number(v: &str) -> Option<i32> {
+    let (major, minor) = v.split_once('.').unwrap_or((v, "0"));
+    Some(major.parse::<i32>().ok()? * 1000 + minor.parse::<i32>().ok()? * 10)
+}
+
+/// Whether any `NVIDIA_REQUIRE_*` of `env` constrains `arch` (checked once the GPUs are known).
+#[must_use]
+pub fn names_arch(env: &[String]) -> bool {
+    env.iter()
+        .filter(|e| e.starts_with("NVIDIA_REQUIRE_"))
+        .any(|e| e.split_once('=').is_some_and(|(_, v)| v.contains("arch")))
 }
 
 /// Compares dotted versions numerically, a missing part counting as 0.
@@ -131,6 +170,7 @@ mod tests {
     const DRIVER: Driver = Driver {
         version: String::new(),
         cuda: Some(12_020),
+        arch: None,
     };
 
     fn driver() -> Driver {
@@ -180,6 +220,34 @@ mod tests {
             "NVIDIA_REQUIRE_DRIVER=driver>=535,driver<536",
         ]);
         assert_eq!(check(&e, &driver()), Ok(()));
+    }
+
+    #[test]
+    fn arch_holds_when_every_gpu_given_has_it_and_waits_until_they_are_known() {
+        let e = env(&["NVIDIA_REQUIRE_ARCH=arch>=8.0"]);
+        assert!(names_arch(&e));
+        assert_eq!(
+            check(&e, &driver()),
+            Ok(()),
+            "not known yet: left to the check after the claim"
+        );
+        let with = |archs: &[&str]| Driver {
+            arch: Some(archs.iter().map(|a| (*a).to_string()).collect()),
+            ..driver()
+        };
+        assert_eq!(check(&e, &with(&["8.6", "9.0"])), Ok(()));
+        let refused = check(&e, &with(&["8.6", "7.5"])).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("arch>=8.0 does not hold: a GPU's arch is 7.5"),
+            "{refused}"
+        );
+        assert!(
+            check(&e, &with(&[])).is_err(),
+            "no GPU known: it does not hold"
+        );
+        assert!(!names_arch(&env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.0"])));
     }
 
     #[test]

@@ -333,3 +333,31 @@ fn an_image_with_a_newer_drivers_compat_libraries_runs_with_them_behind_the_fron
     let refused = start(&node, &b, "old");
     assert!(refused.contains("the driver's cuda is 12.4"), "{refused}");
 }
+
+#[test]
+fn an_image_that_needs_a_newer_gpu_arch_than_it_was_given_is_refused_and_holds_nothing() {
+    let node = Node::new(); // T4s: compute capability 7.5
+    let b = bundle(
+        &node,
+        "ampere",
+        &["NVIDIA_REQUIRE_ARCH=arch>=8.0"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let refused = start(&node, &b, "ampere");
+    assert!(
+        refused.contains("arch>=8.0 does not hold: a GPU's arch is 7.5"),
+        "{refused}"
+    );
+    assert!(
+        node.status().slices.is_empty(),
+        "the claim made to learn the GPU is given back"
+    );
+    let b = bundle(
+        &node,
+        "turing",
+        &["NVIDIA_REQUIRE_ARCH=arch>=7.0"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    assert_eq!(start(&node, &b, "turing"), "");
+    remove(&node, "turing");
+}
