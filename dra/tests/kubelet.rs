@@ -137,6 +137,15 @@ impl Node {
     }
 }
 
+/// The kubelet's name of the ResourceClaim `default/name`.
+fn claim(uid: &str, name: &str) -> v1::Claim {
+    v1::Claim {
+        namespace: "default".into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
 /// The DRA service (v1) the plugin's registration names, as the kubelet reaches it.
 async fn kubelet(plugin: &Plugin) -> v1::dra_plugin_client::DraPluginClient<Channel> {
     let mut registration = reg::registration_client::RegistrationClient::new(
@@ -229,11 +238,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
 
     let endpoint = PathBuf::from(&info.endpoint);
     let mut dra = v1::dra_plugin_client::DraPluginClient::new(channel(endpoint.clone()).await);
-    let claim = v1::Claim {
-        namespace: "default".into(),
-        uid: uid.clone(),
-        name: "slice".into(),
-    };
+    let claim = claim(&uid, "slice");
     let prepare = || v1::NodePrepareResourcesRequest {
         claims: vec![claim.clone()],
     };
@@ -287,22 +292,18 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     let cdi_device = device.cdi_device_ids[0].clone();
     let script = "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc 2147483648";
     let args = [
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-        "--device",
-        &cdi_device,
-        "--rootfs",
-        &r,
-        "/bin/sh",
-        "-c",
-        script,
-    ];
+        &rootfs::PODMAN_RUN[..],
+        &[
+            "--device",
+            &cdi_device,
+            "--rootfs",
+            &r,
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+    ]
+    .concat();
     let out = podman(node.work.path(), &args);
     let t = format!(
         "{}{}",
@@ -369,21 +370,9 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
     let answer = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
             claims: vec![
-                v1::Claim {
-                    namespace: "default".into(),
-                    uid: "uid-huge".into(),
-                    name: "huge".into(),
-                },
-                v1::Claim {
-                    namespace: "default".into(),
-                    uid: "uid-then".into(),
-                    name: "other".into(),
-                },
-                v1::Claim {
-                    namespace: "default".into(),
-                    uid: "uid-half".into(),
-                    name: "half".into(),
-                },
+                claim("uid-huge", "huge"),
+                claim("uid-then", "other"),
+                claim("uid-half", "half"),
             ],
         })
         .await
@@ -515,18 +504,7 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
     let mut dra = kubelet(&plugin).await;
     let answer = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![
-                v1::Claim {
-                    namespace: "default".into(),
-                    uid: uid.clone(),
-                    name: "gone".into(),
-                },
-                v1::Claim {
-                    namespace: "default".into(),
-                    uid: kept.clone(),
-                    name: "kept".into(),
-                },
-            ],
+            claims: vec![claim(&uid, "gone"), claim(&kept, "kept")],
         })
         .await
         .unwrap()
@@ -554,11 +532,7 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
     assert!(!spec_file.exists());
     let _ = dra
         .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![v1::Claim {
-                namespace: "default".into(),
-                uid: kept,
-                name: "kept".into(),
-            }],
+            claims: vec![claim(&kept, "kept")],
         })
         .await
         .unwrap();
@@ -576,14 +550,10 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
         .put_resource_claim(whole_gpu_claim("whole", &uid, 0));
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
-    let claim = v1::Claim {
-        namespace: "default".into(),
-        uid: uid.clone(),
-        name: "whole".into(),
-    };
+    let whole = claim(&uid, "whole");
     let answer = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim.clone()],
+            claims: vec![whole.clone()],
         })
         .await
         .unwrap()
@@ -607,11 +577,7 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
         .put_resource_claim(allocated_claim("late", "uid-late", 0, "1Gi"));
     let late = dra
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![v1::Claim {
-                namespace: "default".into(),
-                uid: "uid-late".into(),
-                name: "late".into(),
-            }],
+            claims: vec![claim("uid-late", "late")],
         })
         .await
         .unwrap()
@@ -619,7 +585,7 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
     assert!(!late.claims["uid-late"].error.is_empty(), "{late:?}");
     let done = dra
         .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![claim],
+            claims: vec![whole],
         })
         .await
         .unwrap()

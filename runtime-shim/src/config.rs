@@ -139,6 +139,16 @@ const OVERRIDES: &[(&str, &str)] = &[
 ];
 
 impl Config {
+    /// The environment the hooks need (engines start hooks with none): the agent's bus
+    /// address when it is not the system bus.
+    #[must_use]
+    pub fn hook_env(&self) -> Vec<String> {
+        self.bus_address
+            .iter()
+            .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
+            .collect()
+    }
+
     /// Reads the file named by `$GPUSLICE_RUNTIME_CONFIG` (default [`DEFAULT_CONFIG`]; a
     /// missing file means every default), then applies the environment's overrides.
     pub fn load() -> Result<Self, ConfigError> {

@@ -366,11 +366,7 @@ pub fn edits_for(
         container_dir: cfg.run_dir.join(&claim.container_id),
         interception_library: cfg.interception_library.clone(),
         hook: cfg.hook.clone(),
-        hook_env: cfg
-            .bus_address
-            .iter()
-            .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
-            .collect(),
+        hook_env: cfg.hook_env(),
     };
     for f in gpuslice_core::layout::FRONTS {
         let front = crate::edits::front_path(&host, f);

@@ -89,56 +89,44 @@ fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
     else {
         return Err(format!("{c:?} is not KEY OP VALUE"));
     };
-    let have = match key {
-        "cuda" => driver
-            .cuda
-            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
-            .ok_or("the driver's CUDA version is unknown")?,
-        "driver" => driver.version.clone(),
-        "arch" => {
-            let Some(archs) = &driver.arch else {
-                return Ok(());
-            };
-            if archs.is_empty() {
+    // What the node has, and whose it is, for the message.
+    let (have, whose): (Vec<String>, &str) = match key {
+        "cuda" => (
+            vec![
+                driver
+                    .cuda
+                    .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+                    .ok_or("the driver's CUDA version is unknown")?,
+            ],
+            "the driver's cuda",
+        ),
+        "driver" => (vec![driver.version.clone()], "the driver's driver"),
+        "arch" => match &driver.arch {
+            // Not known before the claim: left to the check after it.
+            None => return Ok(()),
+            Some(a) if a.is_empty() => {
                 return Err(format!("{c}: the GPU's arch is not known here"));
             }
-            for a in archs {
-                constraint(
-                    &c.replacen("arch", "cuda", 1),
-                    &Driver {
-                        cuda: cuda_number(a),
-                        arch: None,
-                        version: String::new(),
-                    },
-                )
-                .map_err(|_| format!("{c} does not hold: a GPU's arch is {a}"))?;
-            }
-            return Ok(());
-        }
+            Some(a) => (a.clone(), "a GPU's arch"),
+        },
         "brand" => return Err(format!("{c}: the GPU's brand is not known here")),
         other => return Err(format!("{c}: unknown constraint {other:?}")),
     };
-    let ord = compare(&have, want).ok_or_else(|| format!("{c}: {want:?} is not a version"))?;
-    let holds = match op {
-        ">=" => ord.is_ge(),
-        "<=" => ord.is_le(),
-        ">" => ord.is_gt(),
-        "<" => ord.is_lt(),
-        "!=" => ord.is_ne(),
-        _ => ord.is_eq(),
-    };
-    if holds {
-        Ok(())
-    } else {
-        Err(format!("{c} does not hold: the driver's {key} is {have}"))
+    for h in &have {
+        let ord = compare(h, want).ok_or_else(|| format!("{c}: {want:?} is not a version"))?;
+        let holds = match op {
+            ">=" => ord.is_ge(),
+            "<=" => ord.is_le(),
+            ">" => ord.is_gt(),
+            "<" => ord.is_lt(),
+            "!=" => ord.is_ne(),
+            _ => ord.is_eq(),
+        };
+        if !holds {
+            return Err(format!("{c} does not hold: {whose} is {h}"));
+        }
     }
-}
-
-/// `major.minor` as the driver API numbers CUDA versions (7.5 → 7050), to compare an `arch`
-/// as a `cuda` constraint is compared.
-fn cuda_number(v: &str) -> Option<i32> {
-    let (major, minor) = v.split_once('.').unwrap_or((v, "0"));
-    Some(major.parse::<i32>().ok()? * 1000 + minor.parse::<i32>().ok()? * 10)
+    Ok(())
 }
 
 /// Whether any `NVIDIA_REQUIRE_*` of `env` constrains `arch` (checked once the GPUs are known).

@@ -34,16 +34,7 @@ fn podman(node: &Node, args: &[&str]) -> Output {
     common::podman(node, &[], args)
 }
 
-const RUN: [&str; 8] = [
-    "run",
-    "--rm",
-    "--network",
-    "none",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
-];
+const RUN: [&str; 8] = rootfs::PODMAN_RUN;
 
 #[test]
 fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_released() {

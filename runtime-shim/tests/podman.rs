@@ -42,16 +42,7 @@ fn podman_run_with_gpuslice_annotations_gets_the_slice_through_the_precreate_hoo
     let node = Node::new();
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     let r = rootfs.display().to_string();
-    let base = [
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-    ];
+    let base = rootfs::PODMAN_RUN;
     let mut args = base.to_vec();
     args.extend([
         "--annotation",
@@ -162,22 +153,18 @@ fn podman_run_with_the_wrapper_as_its_runtime_gets_the_slice_and_gives_it_back()
         &node,
         &["--runtime".as_ref(), wrapper.as_os_str()],
         &[
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-            "--annotation",
-            "gpuslice.io/memory=2Gi",
-            "--rootfs",
-            &r,
-            "/bin/sh",
-            "-c",
-            CHECKS,
-        ],
+            &rootfs::PODMAN_RUN[..],
+            &[
+                "--annotation",
+                "gpuslice.io/memory=2Gi",
+                "--rootfs",
+                &r,
+                "/bin/sh",
+                "-c",
+                CHECKS,
+            ],
+        ]
+        .concat(),
     );
     assert!(out.status.success(), "podman run failed:\n{}", text(&out));
     common::assert_gpu_checks(&text(&out));

@@ -343,12 +343,7 @@ fn whole_gpu_spec(inventory: &gpuslice_core::inventory::Inventory) -> Result<ser
         .iter()
         .map(|g| (g.index, g.uuid.clone(), g.minor))
         .collect();
-    let hook_env: Vec<String> = cfg
-        .bus_address
-        .iter()
-        .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
-        .collect();
-    Ok(cdi::whole_gpus(&driver, &gpus, &cfg.hook, &hook_env)?)
+    Ok(cdi::whole_gpus(&driver, &gpus, &cfg.hook, &cfg.hook_env())?)
 }
 
 fn main() -> ExitCode {

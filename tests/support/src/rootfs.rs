@@ -68,6 +68,19 @@ fn shared_libraries(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// `podman run` of a throwaway busybox container with the limits runc needs on these machines
+/// (it cannot raise the file and process limits above the caller's); append the rest.
+pub const PODMAN_RUN: [&str; 8] = [
+    "run",
+    "--rm",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+];
+
 /// Runs real podman with a store under `store` of its own, runc, cgroupfs and file events,
 /// with `global` flags (e.g. `--hooks-dir DIR`) before `args`.
 pub fn podman(store: &Path, global: &[&std::ffi::OsStr], args: &[&str]) -> std::process::Output {
