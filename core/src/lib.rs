@@ -13,6 +13,7 @@ pub mod annotations;
 pub mod assignment;
 pub mod claim;
 pub mod fit;
+pub mod held;
 pub mod inventory;
 pub mod layout;
 pub mod limits;

@@ -165,16 +165,10 @@ impl UsageSnapshot {
     /// Bytes held on each of the container's GPUs, summed over live slots.
     #[must_use]
     pub fn totals(&self) -> Vec<u64> {
-        self.totals_of(|_| true)
-    }
-
-    /// As [`UsageSnapshot::totals`], over the slots `live` keeps.
-    pub fn totals_of(&self, live: impl Fn(&SlotSnapshot) -> bool) -> Vec<u64> {
         (0..self.gpu_count)
             .map(|g| {
                 self.slots
                     .iter()
-                    .filter(|s| live(s))
                     .fold(0u64, |acc, s| acc.saturating_add(s.used[g]))
             })
             .collect()

@@ -290,7 +290,12 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     .unwrap();
     let r = rootfs.display().to_string();
     let cdi_device = device.cdi_device_ids[0].clone();
-    let script = "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc 2147483648";
+    // The process's context is charged to the slice: what is left of it is the slice less
+    // one context.
+    let room = (2u64 << 30) - node.sim.spec.gpus[1].context_bytes;
+    let script = format!(
+        "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; /usr/bin/wall procaddr alloc {room}"
+    );
     let args = [
         &rootfs::PODMAN_RUN[..],
         &[
@@ -300,7 +305,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
             &r,
             "/bin/sh",
             "-c",
-            script,
+            &script,
         ],
     ]
     .concat();

@@ -112,6 +112,20 @@ impl Procs {
     pub fn start_time(&self, pid: u32) -> Option<u64> {
         crate::gc::process_start_time(&self.root, pid)
     }
+
+    /// The process's pid in its innermost PID namespace (the last `NSpid` field), as the
+    /// process itself sees it.
+    #[must_use]
+    pub fn ns_pid(&self, pid: u32) -> Option<u32> {
+        let status =
+            std::fs::read_to_string(self.root.join(pid.to_string()).join("status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|rest| rest.split_whitespace().last())
+            .and_then(|p| p.parse().ok())
+            .or(Some(pid))
+    }
 }
 
 /// What the driver says each process holds on each of the GPUs `uuids` (compute processes,
@@ -139,14 +153,19 @@ pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
 /// What one container holds on one GPU: bytes, and its processes there as (start time, pid).
 type Held = (u64, Vec<(u64, u32)>);
 
-/// What the driver says each active claim's container holds, by (container id, GPU uuid):
-/// each sample is given to the active claim whose container holds the process (by cgroups).
+/// One sample given to the container whose processes it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributed {
+    pub container_id: String,
+    pub sample: Sample,
+    /// The process's start time (0 when it is gone).
+    pub start_time: u64,
+}
+
+/// Gives each sample to the active claim whose container holds the process (by cgroups);
+/// samples of processes in no active claim's container are left out.
 #[must_use]
-pub fn holdings(
-    claims: &[Claim],
-    samples: &[Sample],
-    procs: &Procs,
-) -> BTreeMap<(String, String), Held> {
+pub fn attribute(claims: &[Claim], samples: &[Sample], procs: &Procs) -> Vec<Attributed> {
     // The cgroups of each running container, from the process it was activated with (still
     // the same process: same start time).
     let containers: Vec<(&Claim, Cgroups)> = claims
@@ -162,19 +181,40 @@ pub fn holdings(
             ClaimState::Pending => None,
         })
         .collect();
+    samples
+        .iter()
+        .filter_map(|s| {
+            let cg = procs.cgroups(s.pid)?;
+            let (claim, _) = containers.iter().find(|(_, c)| cg.within(c))?;
+            Some(Attributed {
+                container_id: claim.container_id.clone(),
+                sample: s.clone(),
+                start_time: procs.start_time(s.pid).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// What the driver says each active claim's container holds, by (container id, GPU uuid).
+#[must_use]
+pub fn holdings(
+    claims: &[Claim],
+    samples: &[Sample],
+    procs: &Procs,
+) -> BTreeMap<(String, String), Held> {
+    sum_holdings(&attribute(claims, samples, procs))
+}
+
+/// The attributed samples summed by (container id, GPU uuid).
+#[must_use]
+pub fn sum_holdings(attributed: &[Attributed]) -> BTreeMap<(String, String), Held> {
     let mut held: BTreeMap<(String, String), Held> = BTreeMap::new();
-    for s in samples {
-        let Some(cg) = procs.cgroups(s.pid) else {
-            continue;
-        };
-        let Some((claim, _)) = containers.iter().find(|(_, c)| cg.within(c)) else {
-            continue;
-        };
+    for a in attributed {
         let e = held
-            .entry((claim.container_id.clone(), s.gpu_uuid.clone()))
+            .entry((a.container_id.clone(), a.sample.gpu_uuid.clone()))
             .or_default();
-        e.0 = e.0.saturating_add(s.used);
-        e.1.push((procs.start_time(s.pid).unwrap_or(0), s.pid));
+        e.0 = e.0.saturating_add(a.sample.used);
+        e.1.push((a.start_time, a.sample.pid));
     }
     held
 }
@@ -224,40 +264,63 @@ pub fn over_slice(
     out
 }
 
-/// The containers whose usage region shows less than the driver says they hold, by more
-/// than `tolerance` on some GPU: a region whose counters were zeroed or rewritten. `region`
-/// gives a claim's region totals per claim GPU (None where it cannot be believed at all,
-/// which is reported elsewhere). Returns (container id, what was found).
+/// The containers some of whose processes hold more than `tolerance` on some GPU without a
+/// slot of their own in the usage region (the region rewritten, or a process that went
+/// around the library), from the driver's share found for each (`shares`, by container id).
+/// Returns (container id, what was found).
 #[must_use]
 pub fn understated(
     claims: &[Claim],
-    held: &BTreeMap<(String, String), Held>,
-    region: impl Fn(&Claim) -> Option<Vec<u64>>,
+    shares: &BTreeMap<String, gpuslice_core::held::DriverShare>,
     tolerance: u64,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for claim in claims {
-        let Some(totals) = region(claim) else {
+        let Some(share) = shares.get(&claim.container_id) else {
             continue;
         };
-        for (pos, g) in claim.gpus.iter().enumerate() {
-            let Some((used, _)) = held.get(&(claim.container_id.clone(), g.uuid.clone())) else {
-                continue;
-            };
-            let shown = totals.get(pos).copied().unwrap_or(0);
-            if *used > shown.saturating_add(tolerance) {
-                out.push((
-                    claim.container_id.clone(),
-                    format!(
-                        "the usage region shows {shown} bytes on {} where the driver shows the container's processes holding {used}: its counters were rewritten, or a process went around the library",
-                        g.uuid
-                    ),
-                ));
-                break;
-            }
+        let over = claim
+            .gpus
+            .iter()
+            .zip(&share.unattributed)
+            .find(|(_, u)| **u > tolerance);
+        if let Some((g, unattributed)) = over {
+            out.push((
+                claim.container_id.clone(),
+                format!(
+                    "the driver shows the container's processes holding {unattributed} bytes on {} that no slot of its usage region accounts for: its counters were rewritten, or a process went around the library",
+                    g.uuid
+                ),
+            ));
         }
     }
     out
+}
+
+/// The container's processes the driver reports, as [`crate::held`] matches them to slots:
+/// each GPU by its position in `claim`, each process by its pid in its own namespace.
+#[must_use]
+pub fn holders(
+    claim: &Claim,
+    attributed: &[Attributed],
+    procs: &Procs,
+) -> Vec<crate::held::Holder> {
+    attributed
+        .iter()
+        .filter(|a| a.container_id == claim.container_id)
+        .filter_map(|a| {
+            let position = claim
+                .gpus
+                .iter()
+                .position(|g| g.uuid == a.sample.gpu_uuid)?;
+            Some(crate::held::Holder {
+                position,
+                ns_pid: procs.ns_pid(a.sample.pid)?,
+                start_time: a.start_time,
+                used: a.sample.used,
+            })
+        })
+        .collect()
 }
 
 /// SIGKILLs `pid` if it is still the process that started at `start_time` (a pid reused in

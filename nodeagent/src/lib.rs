@@ -6,10 +6,16 @@
 //! are gone, and serves all of this over D-Bus and Prometheus metrics.
 
 pub mod backstop;
+// Loads and calls the CUDA driver (FFI).
+#[allow(unsafe_code)]
+pub mod context_cost;
 pub mod dbus;
 pub mod discovery;
 pub mod duration;
 pub mod gc;
+// Maps the driver's-share files shared with the containers (mmap, atomics).
+#[allow(unsafe_code)]
+pub mod held;
 pub mod ledger;
 pub mod metrics;
 pub mod placement;

@@ -1,7 +1,9 @@
 //! Each admitted container's directory, `<run-dir>/<container-id>/`:
 //!
 //! - `limits`: the limits file (root-owned, mode 0444), read by the interception library;
-//! - `usage`: the usage region (mode 0666), mapped by every process of the container.
+//! - `usage`: the usage region (mode 0666), mapped by every process of the container;
+//! - `held`: what the driver holds for the container's processes beyond their counters
+//!   (mode 0444, written by the agent alone: [`crate::held`]), mapped by them read-only.
 //!
 //! The runtime bind-mounts the directory into the container at /run/gpuslice; the agent
 //! removes it when the claim is released.
@@ -30,8 +32,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunDirError + '_ {
 #[derive(Debug, Clone)]
 pub struct RunDir {
     root: PathBuf,
-    /// Written to every limits file as each GPU's `context_bytes`.
-    context_bytes: u64,
+    /// Written to every limits file as each GPU's `context_bytes`: by GPU UUID, what one
+    /// context costs there.
+    context_bytes: std::collections::BTreeMap<String, u64>,
+    /// What to charge per context on a GPU missing from `context_bytes`.
+    context_bytes_otherwise: u64,
     /// The CDI directory where a claim's slice spec may have been written
     /// (`gpuslice claim --cdi`): removed with the claim's directory.
     cdi_dir: Option<PathBuf>,
@@ -45,7 +50,8 @@ impl RunDir {
             .map_err(io(&root))?;
         Ok(Self {
             root,
-            context_bytes: 0,
+            context_bytes: std::collections::BTreeMap::new(),
+            context_bytes_otherwise: 0,
             cdi_dir: None,
         })
     }
@@ -57,10 +63,16 @@ impl RunDir {
         self
     }
 
-    /// Each CUDA context a container's process creates is charged `bytes` of its slice.
+    /// Each CUDA context a container's process creates on a GPU is charged what `costs`
+    /// says one costs there (by GPU UUID), or `otherwise`.
     #[must_use]
-    pub fn with_context_bytes(mut self, bytes: u64) -> Self {
-        self.context_bytes = bytes;
+    pub fn with_context_bytes(
+        mut self,
+        costs: std::collections::BTreeMap<String, u64>,
+        otherwise: u64,
+    ) -> Self {
+        self.context_bytes = costs;
+        self.context_bytes_otherwise = otherwise;
         self
     }
 
@@ -77,7 +89,11 @@ impl RunDir {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(io(&dir))?;
         let mut limits = limits::Limits::from_claim(claim);
         for g in &mut limits.gpus {
-            g.context_bytes = self.context_bytes;
+            g.context_bytes = self
+                .context_bytes
+                .get(&g.uuid)
+                .copied()
+                .unwrap_or(self.context_bytes_otherwise);
         }
         let text = limits.render();
         write_atomic(&dir.join(limits::FILE_NAME), text.as_bytes(), 0o444)?;
@@ -86,6 +102,10 @@ impl RunDir {
             let region = usage::new_region(claim.gpus.len(), usage::DEFAULT_SLOTS);
             write_atomic(&usage_path, &region, 0o666)?;
         }
+        crate::held::create(&dir, claim.gpus.len(), |p, b| {
+            write_atomic(p, b, 0o444).map_err(|e| e.source)
+        })
+        .map_err(io(&dir.join(gpuslice_core::held::FILE_NAME)))?;
         Ok(dir)
     }
 
@@ -145,6 +165,25 @@ impl RunDir {
     /// why the region cannot be believed (it is the container's to write).
     pub fn usage(&self, id: &str, gpus: usize) -> Result<Vec<u64>, crate::usage::Tamper> {
         crate::usage::read_totals(&self.path(id), gpus)
+    }
+
+    /// The live slots of container `id`'s usage region.
+    pub fn live_slots(
+        &self,
+        id: &str,
+        gpus: usize,
+    ) -> Result<gpuslice_core::usage::UsageSnapshot, crate::usage::Tamper> {
+        crate::usage::read_live(&self.path(id), gpus)
+    }
+
+    /// Publishes what the driver holds for container `id` beyond its counters.
+    pub fn publish_held(
+        &self,
+        id: &str,
+        gpus: usize,
+        share: &gpuslice_core::held::DriverShare,
+    ) -> Result<(), crate::held::HeldError> {
+        crate::held::publish(&self.path(id), gpus, share)
     }
 }
 

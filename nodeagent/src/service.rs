@@ -38,8 +38,9 @@ pub struct Config {
     pub default_policy: Policy,
     pub gc_interval: Duration,
     pub evidence: Evidence,
-    /// Device memory charged to a slice for each CUDA context (the limits' `context_bytes`).
-    pub context_reservation: u64,
+    /// Device memory charged to a slice for each CUDA context (the limits' `context_bytes`):
+    /// `None` to measure what one costs on each GPU at start ([`crate::context_cost`]).
+    pub context_reservation: Option<u64>,
     /// Whose scheduler assignments to honour.
     pub trust: crate::ledger::Trust,
     /// The enforcement backstop: how often to compare what the driver says each container
@@ -71,8 +72,18 @@ pub async fn run(cfg: Config) -> Result<()> {
         "discovered GPUs"
     );
     let store = Store::open(&cfg.state_dir)?;
+    let context_costs = match cfg.context_reservation {
+        Some(bytes) => {
+            tracing::info!(
+                bytes,
+                "each context is charged the --context-reservation given"
+            );
+            std::collections::BTreeMap::new()
+        }
+        None => measure_context_costs(&cfg.driver_root, &library),
+    };
     let run = RunDir::new(&cfg.run_dir)?
-        .with_context_bytes(cfg.context_reservation)
+        .with_context_bytes(context_costs, cfg.context_reservation.unwrap_or(0))
         .with_cdi_dir(cfg.cdi_dir.clone());
     let missing = run.missing_mount_options();
     if !missing.is_empty() {
@@ -207,8 +218,48 @@ pub async fn run(cfg: Config) -> Result<()> {
     }
 }
 
+/// What one context costs on each GPU, measured by a child process on the node's driver; an
+/// empty map (contexts charged nothing up front, the driver's share corrects it at the first
+/// sample) when it cannot be measured.
+fn measure_context_costs(
+    driver_root: &std::path::Path,
+    nvml: &std::path::Path,
+) -> std::collections::BTreeMap<String, u64> {
+    let cuda = crate::context_cost::cuda_library(driver_root);
+    let measured = std::env::current_exe()
+        .map_err(|e| crate::context_cost::ProbeError::Child(e.to_string()))
+        .and_then(|exe| crate::context_cost::measure(&exe, &cuda, nvml, Duration::from_secs(120)));
+    match measured {
+        Ok(costs) => {
+            for (gpu, bytes) in &costs {
+                tracing::info!(%gpu, bytes, "measured what one CUDA context costs");
+            }
+            costs
+        }
+        Err(e) => {
+            tracing::warn!(
+                cuda = %cuda.display(),
+                "cannot measure what a CUDA context costs ({e}): contexts are charged when the driver is next sampled (--enforce-interval), or give --context-reservation"
+            );
+            std::collections::BTreeMap::new()
+        }
+    }
+}
+
+/// Writes what the driver holds for claim `c`'s processes beyond their counters.
+fn publish_held(
+    run: &crate::rundir::RunDir,
+    c: &gpuslice_core::Claim,
+    share: &gpuslice_core::held::DriverShare,
+) {
+    if let Err(e) = run.publish_held(&c.container_id, c.gpus.len(), share) {
+        tracing::debug!(container = %c.container_id, "the driver's share is not published: {e}");
+    }
+}
+
 /// Compares, every interval, what the driver says each container holds with its slice, and
-/// acts on the containers over it. NVML is loaded once, in its own handle.
+/// acts on the containers over it; publishes what the driver holds for each container's
+/// processes beyond their counters ([`crate::held`]). NVML is loaded once, in its own handle.
 async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf, b: Backstop) {
     use crate::backstop::{self, Action, Procs};
     let nvml = match nvml_wrapper::Nvml::builder()
@@ -240,17 +291,52 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                     .collect();
                 (ledger.claims().cloned().collect::<Vec<_>>(), uuids)
             };
-            let samples = backstop::sample(&nvml, &uuids);
-            let held = backstop::holdings(&claims, &samples, &procs);
-            // A region that shows less than the driver does was rewritten: reported as
-            // tampering (log, metric, UsageTampered), whether or not the container is over.
+            // The regions are read on both sides of the driver's answer, so that a counter
+            // that moved meanwhile is seen to have.
             let run = s.ledger().run_dir().clone();
-            let found = backstop::understated(
-                &claims,
-                &held,
-                |c| run.usage(&c.container_id, c.gpus.len()).ok(),
-                b.tolerance,
-            );
+            let regions = |claims: &[gpuslice_core::Claim]| {
+                claims
+                    .iter()
+                    .map(|c| {
+                        let slots = run.live_slots(&c.container_id, c.gpus.len()).ok();
+                        (c.container_id.clone(), slots)
+                    })
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            };
+            let before = regions(&claims);
+            let samples = backstop::sample(&nvml, &uuids);
+            let after = regions(&claims);
+            let attributed = backstop::attribute(&claims, &samples, &procs);
+            let held = backstop::sum_holdings(&attributed);
+            let mut shares = std::collections::BTreeMap::new();
+            for c in claims
+                .iter()
+                .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Active { .. }))
+            {
+                let holders = backstop::holders(c, &attributed, &procs);
+                let (Some(Some(b)), Some(Some(a))) =
+                    (before.get(&c.container_id), after.get(&c.container_id))
+                else {
+                    // A region that cannot be believed (reported as tampering elsewhere):
+                    // everything the driver holds is the container's as a whole.
+                    let mut all = gpuslice_core::held::DriverShare {
+                        entries: Vec::new(),
+                        unattributed: vec![0; c.gpus.len()],
+                    };
+                    for h in &holders {
+                        all.unattributed[h.position] =
+                            all.unattributed[h.position].saturating_add(h.used);
+                    }
+                    publish_held(&run, c, &all);
+                    continue;
+                };
+                let share = crate::held::driver_share(c.gpus.len(), b, a, &holders);
+                publish_held(&run, c, &share);
+                shares.insert(c.container_id.clone(), share);
+            }
+            // Memory held by processes without a slot of their own is reported as tampering
+            // (log, metric, UsageTampered), whether or not the container is over.
+            let found = backstop::understated(&claims, &shares, b.tolerance);
             let checked: Vec<String> = claims.iter().map(|c| c.container_id.clone()).collect();
             s.note_understated(&checked, found);
             let mut acted_on = Vec::new();

@@ -69,6 +69,11 @@ fn kind(t: std::fs::FileType) -> &'static str {
 
 /// Bytes in use on each of the `gpus` GPUs of the container whose directory is `dir`.
 pub fn read_totals(dir: &Path, gpus: usize) -> Result<Vec<u64>, Tamper> {
+    read_live(dir, gpus).map(|s| s.totals())
+}
+
+/// The live slots of the usage region of the container whose directory is `dir`.
+pub fn read_live(dir: &Path, gpus: usize) -> Result<UsageSnapshot, Tamper> {
     let expected = usage::region_size(usage::DEFAULT_SLOTS) as u64;
     let path = dir.join(usage::FILE_NAME);
     // O_PATH opens nothing (no FIFO rendezvous, no device open); O_NOFOLLOW refuses a link.
@@ -120,7 +125,7 @@ pub fn read_totals(dir: &Path, gpus: usize) -> Result<Vec<u64>, Tamper> {
             expected,
         });
     }
-    let snapshot = UsageSnapshot::parse(&buf).map_err(|e| Tamper::Header(e.to_string()))?;
+    let mut snapshot = UsageSnapshot::parse(&buf).map_err(|e| Tamper::Header(e.to_string()))?;
     if snapshot.gpu_count != gpus {
         return Err(Tamper::Header(format!(
             "it names {} GPU(s), the claim has {gpus}",
@@ -144,9 +149,9 @@ pub fn read_totals(dir: &Path, gpus: usize) -> Result<Vec<u64>, Tamper> {
         .filter(|i| slot_locked(&file, *i))
         .collect();
     if !locked.is_empty() {
-        return Ok(snapshot.totals_of(|s| locked.contains(&s.index)));
+        snapshot.slots.retain(|s| locked.contains(&s.index));
     }
-    Ok(snapshot.totals())
+    Ok(snapshot)
 }
 
 /// Whether some process holds slot `index`'s lock (an open-file-description lock on byte

@@ -7,34 +7,13 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode};
-
-/// A cgroup of its own (a container's, as far as the agent can tell), removed when dropped.
-struct Cgroup(PathBuf);
-
-impl Cgroup {
-    fn new(name: &str) -> Self {
-        let path = gpuslice_testsupport::cgroup2_root()
-            .join(format!("gpuslice-test-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-    fn adopt(&self, pid: u32) {
-        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
 
 /// The C client that holds `bytes` of device memory, called plainly through the simulated
 /// driver (no interception library), until its stdin closes.
@@ -52,22 +31,6 @@ fn hold(sim: &SimNode, program: &Path, bytes: u64) -> Child {
         .unwrap();
     assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
     child
-}
-
-fn compile_wall(sim: &SimNode) -> PathBuf {
-    let program = sim.root().join("wall");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
-    let ok = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(&src)
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .expect("gcc")
-        .success();
-    assert!(ok);
-    program
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,7 +95,13 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
             *args.limit(),
             *args.action()
         ),
-        ("greedy", 512 << 20, 256 << 20, "kill")
+        (
+            "greedy",
+            (512 << 20) + sim.spec.gpus[0].context_bytes,
+            256 << 20,
+            "kill"
+        ),
+        "the driver's figure: what was allocated and the context"
     );
     // The container within its slice runs on.
     tokio::time::sleep(Duration::from_millis(300)).await;

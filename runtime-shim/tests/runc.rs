@@ -173,11 +173,16 @@ fn a_gpu_container_run_in_the_foreground_gives_its_slice_back_when_it_exits() {
 #[test]
 fn two_containers_share_one_gpu_each_behind_its_own_wall() {
     let node = Node::new();
-    // worker-b takes its whole 3 GiB and holds it while it runs.
-    let hold = "sleep 600 | /usr/bin/wall procaddr hold 3221225472";
+    // Each process's context is charged to its slice, as the driver takes it from the card.
+    let ctx = node.sim.spec.gpus[0].context_bytes;
+    // worker-b takes the whole of its 3 GiB and holds it while it runs.
+    let hold = format!(
+        "sleep 600 | /usr/bin/wall procaddr hold {}",
+        (3u64 << 30) - ctx
+    );
     let b = node.bundle(
         "b",
-        &["/bin/sh", "-c", hold],
+        &["/bin/sh", "-c", &hold],
         &[("gpuslice.io/memory", "3Gi")],
     );
     let b = b.display().to_string();
@@ -201,10 +206,11 @@ fn two_containers_share_one_gpu_each_behind_its_own_wall() {
         used()
     );
 
-    // worker-a, on the same GPU, meets its own wall at 2 GiB.
+    // worker-a, on the same GPU, meets its own wall at 2 GiB (its context included).
+    let room = ((2u64 << 30) - ctx).to_string();
     let a = node.bundle(
         "a",
-        &["/usr/bin/wall", "procaddr", "alloc", "2147483648"],
+        &["/usr/bin/wall", "procaddr", "alloc", &room],
         &[("gpuslice.io/memory", "2Gi")],
     );
     let a = a.display().to_string();
@@ -213,7 +219,7 @@ fn two_containers_share_one_gpu_each_behind_its_own_wall() {
     assert!(out.status.success(), "{t}");
     for want in [
         "total=2147483648 ",
-        "start_free=2147483648 ",
+        &format!("start_free={room} "),
         "fit=CUDA_SUCCESS",
         "free_at_fit=0 ",
         "over=CUDA_ERROR_OUT_OF_MEMORY",
@@ -238,12 +244,8 @@ fn two_containers_share_one_gpu_each_behind_its_own_wall() {
         "alloc",
         "1",
     ]);
-    assert!(text(&out).contains("start_free=0 "), "{}", text(&out));
-    assert!(
-        text(&out).contains("fit=CUDA_ERROR_OUT_OF_MEMORY"),
-        "{}",
-        text(&out)
-    );
+    // The slice is full: a second process of worker-b cannot even have its context.
+    assert!(text(&out).contains("error=init"), "{}", text(&out));
 
     let out = node.runc(&["kill", "worker-b", "KILL"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -262,12 +264,12 @@ fn glibcs_own_dlsym_on_the_drivers_handle_finds_the_library_in_front_of_the_driv
     let bundle = node.bundle(
         "dlsym",
         &["/usr/bin/door", "dlsym", "536870912"],
-        &[("gpuslice.io/memory", "256Mi")],
+        &[("gpuslice.io/memory", "512Mi")],
     );
     std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
     let b = bundle.display().to_string();
     let out = node.wrapper(&["run", "--bundle", &b, "dlsym1"]);
-    // 2: CUDA_ERROR_OUT_OF_MEMORY, from the wall.
+    // 2: CUDA_ERROR_OUT_OF_MEMORY, from the wall (the context already holds part of it).
     assert!(text(&out).contains("alloc=2"), "{}", text(&out));
     assert!(node.status().slices.is_empty());
 }
@@ -303,8 +305,13 @@ fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
     });
     let log = node.agent.log();
     assert!(caught, "the agent did not catch it:\n{log}");
+    // What the driver holds for it: the 512 MiB and its context.
+    let used = format!(
+        "used={}",
+        (512u64 << 20) + node.sim.spec.gpus[0].context_bytes
+    );
     assert!(
-        log.contains("door1") && log.contains("used=536870912") && log.contains("action=kill"),
+        log.contains("door1") && log.contains(&used) && log.contains("action=kill"),
         "{log}"
     );
     // The process over the slice is gone; the rest of the container (its shell, `sleep`)

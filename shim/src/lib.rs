@@ -18,6 +18,7 @@
 #![allow(unsafe_code)]
 
 mod api;
+mod driver_share;
 mod ffi;
 mod hooks;
 mod log;

@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
+use crate::driver_share::DriverShare;
 use gpuslice_core::usage::{
     HEADER_HIGH_WATER, HEADER_SIZE, MAGIC, PID_REAPING, SLOT_PID, SLOT_SIZE, SLOT_START_TIME,
     SLOT_USED, VERSION, pid_is_owner,
@@ -40,6 +41,8 @@ pub struct Region {
     len: usize,
     gpus: usize,
     slots: usize,
+    /// What the driver holds beyond the counters, as the agent last sampled it.
+    share: Option<DriverShare>,
 }
 
 // SAFETY: every access to the shared bytes goes through atomics; the pointer itself never
@@ -84,11 +87,23 @@ impl Region {
             len,
             gpus,
             slots,
+            share: None,
         })
+    }
+
+    /// Adds what the driver holds beyond the counters to every total.
+    #[must_use]
+    pub fn with_driver_share(mut self, share: Option<DriverShare>) -> Self {
+        self.share = share;
+        self
     }
 
     pub fn gpus(&self) -> usize {
         self.gpus
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
     }
 
     fn u32_at(&self, at: usize) -> &AtomicU32 {
@@ -154,12 +169,17 @@ impl Region {
         self.pid(i).load(SeqCst) == pid.max(1) & !PID_REAPING
     }
 
-    /// Bytes held on `gpu` by all live slots.
+    /// Bytes held on `gpu` by all live slots, with what the driver holds beyond their
+    /// counters (each slot's extra while its owner is the one it was sampled for, and what
+    /// processes without a slot hold).
     pub fn total(&self, gpu: usize) -> u64 {
+        let share = self.share.as_ref();
         (0..self.high_water())
             .filter(|&i| pid_is_owner(self.pid(i).load(SeqCst)))
-            .fold(0u64, |acc, i| {
+            .fold(share.map_or(0, |s| s.unattributed(gpu)), |acc, i| {
+                let extra = share.map_or(0, |s| s.extra(i, self.start(i).load(SeqCst), gpu));
                 acc.saturating_add(self.used(i, gpu).load(SeqCst))
+                    .saturating_add(extra)
             })
     }
 

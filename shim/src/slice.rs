@@ -229,6 +229,20 @@ fn map_region(path: &Path, gpus: usize) -> Result<Region, String> {
     // only through Region's atomics.
     let region = unsafe { Region::new(base.cast(), len) }.map_err(|e| format!("{e:?}"))?;
     crate::sigbus::protect(base.cast(), len);
+    let share_path = path.with_file_name(gpuslice_core::held::FILE_NAME);
+    let share = match crate::driver_share::DriverShare::map(&share_path, gpus, region.slots()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            if share_path.exists() {
+                log!(
+                    "{}: {e}; only the counters are charged",
+                    share_path.display()
+                );
+            }
+            None
+        }
+    };
+    let region = region.with_driver_share(share);
     if region.gpus() < gpus {
         return Err(format!("counts {} GPUs, the limits {gpus}", region.gpus()));
     }

@@ -73,10 +73,12 @@ struct Args {
     /// OCI runtime state roots that tell a created container exists (repeatable).
     #[arg(long = "runtime-root")]
     runtime_roots: Vec<PathBuf>,
-    /// Device memory the driver reserves for each CUDA context (e.g. 300Mi), charged to a
-    /// slice once per context a process creates; measure it with tests/gpu/run.sh.
-    #[arg(long, default_value = "0", value_parser = parse_bytes)]
-    context_reservation: u64,
+    /// Device memory charged to a slice for each CUDA context a process creates (e.g.
+    /// 520Mi), instead of what the agent measures one to cost on each GPU at start (it
+    /// creates one on the node's driver and asks NVML). Either way, what the driver really
+    /// holds for each process is charged from the next sample (--enforce-interval).
+    #[arg(long, value_parser = parse_bytes)]
+    context_reservation: Option<u64>,
     /// How often the enforcement backstop compares what the driver says each container's
     /// processes hold (NVML, per process) with its slice; 0 turns it off.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
@@ -136,7 +138,11 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     }
 }
 
-fn main() -> Result<()> {
+fn main() -> Result<std::process::ExitCode> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(gpuslice_nodeagent::context_cost::PROBE_FLAG) {
+        return Ok(gpuslice_nodeagent::context_cost::probe_main(&argv[2..]));
+    }
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")
         .unwrap_or_else(|_| "info".into());
@@ -212,5 +218,6 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(service::run(cfg))
-        .inspect_err(|e| tracing::error!("{e:#}"))
+        .inspect_err(|e| tracing::error!("{e:#}"))?;
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -2,8 +2,10 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use gpuslice_testsupport::sim::SimNode;
 
 use gpuslice_agent_api::{AgentProxy, Status};
 
@@ -78,4 +80,46 @@ pub fn assert_within_capacity(s: &Status) {
             g.index
         );
     }
+}
+
+/// A cgroup of its own (a container's, as far as the agent can tell), removed when dropped.
+pub struct Cgroup(PathBuf);
+
+impl Cgroup {
+    pub fn new(name: &str) -> Self {
+        let path = gpuslice_testsupport::cgroup2_root()
+            .join(format!("gpuslice-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+    pub fn adopt(&self, pid: u32) {
+        std::fs::write(self.procs_file(), pid.to_string()).unwrap();
+    }
+    /// The file a process writes its pid to, to move into the cgroup.
+    pub fn procs_file(&self) -> PathBuf {
+        self.0.join("cgroup.procs")
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The wall client (shim/tests/c/wall.c), linked against the simulated driver.
+pub fn compile_wall(sim: &SimNode) -> PathBuf {
+    let program = sim.root().join("wall");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
+    let ok = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&program)
+        .arg(&src)
+        .arg(format!("-L{}", sim.lib_dir().display()))
+        .args(["-lcuda", "-ldl"])
+        .status()
+        .expect("gcc")
+        .success();
+    assert!(ok);
+    program
 }

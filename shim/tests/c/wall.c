@@ -10,11 +10,15 @@
  * cuMemGetInfo's free), frees, then asks for the least that exceeds it ("over"). Prints
  * key=value pairs on one line. Paths that keep running: "hold" allocates REMAINING and waits
  * for stdin to close; "fill" allocates chunks of REMAINING bytes until refused, prints how many
- * it got, and waits; "churn" allocates and frees chunks of REMAINING bytes until killed. */
+ * it got, and waits; "idle" only has its context and waits; "churn" allocates and frees chunks
+ * of REMAINING bytes until killed. With WALL_CONTEXTS=N in the environment, N more contexts
+ * are created first (and kept), and how many the driver gave is printed; WALL_SETTLE_MS=M
+ * then waits M milliseconds before the path runs. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -139,6 +143,18 @@ int main(int argc, char **argv) {
     if (A.cuInit(0) || A.cuDeviceGet(&dev, 0) || A.cuDevicePrimaryCtxRetain(&ctx, dev) || A.cuCtxSetCurrent(ctx)) {
         printf("error=init\n"); return 1;
     }
+    const char *extra = getenv("WALL_CONTEXTS");
+    if (extra) {
+        int made = 0;
+        for (int i = 0; i < atoi(extra); i++) {
+            CUcontext c = 0;
+            if (!A.cuCtxCreate(&c, 0, dev)) made++;
+        }
+        A.cuCtxSetCurrent(ctx);
+        printf("contexts=%d ", made);
+    }
+    const char *settle = getenv("WALL_SETTLE_MS");
+    if (settle) usleep((useconds_t)atoi(settle) * 1000);
     size_t f = 0, t = 0, dt = 0;
     A.cuMemGetInfo(&f, &t);
     A.cuDeviceTotalMem(&dt, dev);
@@ -148,10 +164,12 @@ int main(int argc, char **argv) {
     CUdeviceptr p = 0;
     const size_t MiB = 1 << 20;
 
-    if (!strcmp(path, "hold") || !strcmp(path, "fill")) {
+    if (!strcmp(path, "hold") || !strcmp(path, "fill") || !strcmp(path, "idle")) {
         unsigned long chunks = 0;
         if (!strcmp(path, "hold")) {
             fit = A.cuMemAlloc(&p, r);
+        } else if (!strcmp(path, "idle")) {
+            fit = 0;
         } else {
             while (!(fit = A.cuMemAlloc(&p, r))) chunks++;
         }

@@ -92,49 +92,122 @@ pub enum NodeError {
     Layout(String),
 }
 
-/// A GPU model: short name, product name, memory, SMs, compute capability.
-pub type Model = (&'static str, &'static str, u64, u32, (u32, u32));
+/// A GPU model the simulator knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Model {
+    /// Short name, as tests and the command line give it.
+    pub short: &'static str,
+    /// Product name, as NVML and `cuDeviceGetName` report it.
+    pub product: &'static str,
+    pub memory_bytes: u64,
+    pub sm_count: u32,
+    pub compute_capability: (u32, u32),
+    /// Most threads resident on one SM.
+    pub threads_per_sm: u64,
+}
+
+/// Device memory a bare context took on an NVIDIA H100 80GB HBM3 with driver 580.159.04 and
+/// CUDA 13.0, as `nvidia-smi --query-compute-apps` showed it for a process that only created
+/// one (docs/benchmarks.md, the real-GPU runs).
+pub const H100_CONTEXT_BYTES: u64 = 518 << 20;
+
+impl Model {
+    /// Device memory one context takes on this model. Measured on the H100 (see
+    /// [`H100_CONTEXT_BYTES`]); for the others an estimate from what makes a context large:
+    /// the driver reserves local memory for every thread that can be resident (the default
+    /// stack, 1 KiB, for each of `threads_per_sm × sm_count` threads), and the rest (the
+    /// driver's own code and buffers) is taken to be what it is on the H100.
+    #[must_use]
+    pub fn context_bytes(&self) -> u64 {
+        let local = |m: &Model| m.threads_per_sm * u64::from(m.sm_count) * 1024;
+        let h100 = MODELS
+            .iter()
+            .find(|m| m.short == "H100")
+            .map_or(0, |m| H100_CONTEXT_BYTES - local(m));
+        h100 + local(self)
+    }
+}
 
 /// Models the simulator knows.
 pub const MODELS: &[Model] = &[
-    ("T4", "Tesla T4", 15 << 30, 40, (7, 5)),
-    ("A10", "NVIDIA A10", 24 << 30, 72, (8, 6)),
-    ("L40S", "NVIDIA L40S", 48 << 30, 142, (8, 9)),
-    ("A100", "NVIDIA A100-SXM4-80GB", 80 << 30, 108, (8, 0)),
-    ("H100", "NVIDIA H100 80GB HBM3", 80 << 30, 132, (9, 0)),
+    Model {
+        short: "T4",
+        product: "Tesla T4",
+        memory_bytes: 15 << 30,
+        sm_count: 40,
+        compute_capability: (7, 5),
+        threads_per_sm: 1024,
+    },
+    Model {
+        short: "A10",
+        product: "NVIDIA A10",
+        memory_bytes: 24 << 30,
+        sm_count: 72,
+        compute_capability: (8, 6),
+        threads_per_sm: 1536,
+    },
+    Model {
+        short: "L40S",
+        product: "NVIDIA L40S",
+        memory_bytes: 48 << 30,
+        sm_count: 142,
+        compute_capability: (8, 9),
+        threads_per_sm: 1536,
+    },
+    Model {
+        short: "A100",
+        product: "NVIDIA A100-SXM4-80GB",
+        memory_bytes: 80 << 30,
+        sm_count: 108,
+        compute_capability: (8, 0),
+        threads_per_sm: 2048,
+    },
+    Model {
+        short: "H100",
+        product: "NVIDIA H100 80GB HBM3",
+        memory_bytes: 80 << 30,
+        sm_count: 132,
+        compute_capability: (9, 0),
+        threads_per_sm: 2048,
+    },
 ];
 
 impl NodeSpec {
     /// A node of `count` identical GPUs of `model` (see [`MODELS`]); `memory` overrides the
-    /// model's memory.
+    /// model's memory. Each context takes what one takes on that model
+    /// ([`Model::context_bytes`]).
     pub fn uniform(
         model: &str,
         count: u32,
         memory: Option<u64>,
         state_dir: PathBuf,
     ) -> Result<Self, NodeError> {
-        let (_, name, mem, sms, cc) = MODELS
+        let m = MODELS
             .iter()
-            .find(|m| m.0.eq_ignore_ascii_case(model))
+            .find(|m| m.short.eq_ignore_ascii_case(model))
             .ok_or_else(|| {
                 NodeError::Model(
                     model.to_string(),
-                    MODELS.iter().map(|m| m.0).collect::<Vec<_>>().join(", "),
+                    MODELS
+                        .iter()
+                        .map(|m| m.short)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 )
             })?;
         let gpus = (0..count)
             .map(|i| SimGpu {
                 uuid: format!("GPU-5a1ce000-0000-4000-8000-{:012x}", 0x5100 + u64::from(i)),
-                name: (*name).to_string(),
-                memory_bytes: memory.unwrap_or(*mem),
-                sm_count: *sms,
+                name: m.product.to_string(),
+                memory_bytes: memory.unwrap_or(m.memory_bytes),
+                sm_count: m.sm_count,
                 minor: i,
                 pci_bus_id: format!("00000000:{:02X}:00.0", 0x17 + i * 0x10),
                 numa_node: Some(i / 4),
                 pci_switch: None,
                 nvlinks: Vec::new(),
-                compute_capability: *cc,
-                context_bytes: 0,
+                compute_capability: m.compute_capability,
+                context_bytes: m.context_bytes(),
                 kernel_ns_per_block: 0,
             })
             .collect();
@@ -200,5 +273,26 @@ impl NodeSpec {
             return Self::load(p);
         }
         Err(NodeError::NotFound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_takes_the_measured_figure_on_an_h100_and_less_on_smaller_cards() {
+        let by = |s: &str| {
+            MODELS
+                .iter()
+                .find(|m| m.short == s)
+                .unwrap()
+                .context_bytes()
+        };
+        assert_eq!(by("H100"), 518 << 20);
+        assert_eq!(by("T4"), 294 << 20);
+        assert_eq!(by("A10"), 362 << 20);
+        assert_eq!(by("A100"), 470 << 20);
+        assert!(by("L40S") < by("H100") && by("L40S") > by("A10"));
     }
 }

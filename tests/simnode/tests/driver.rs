@@ -105,14 +105,17 @@ fn a_c_program_linked_with_lcuda_sees_the_simulated_gpus() {
 #[test]
 fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
     let sim = SimNode::new(2, "T4", None);
+    // Each process's context takes device memory, as on a real card.
+    let ctx = sim.spec.gpus[0].context_bytes;
+    assert_eq!(ctx, 294 << 20);
     let exe = compile_client(&sim);
     let a = Client::start(&exe, &sim, 0, 6 * GIB, &[]);
     assert_eq!(a.get("alloc"), "CUDA_SUCCESS");
     let b = Client::start(&exe, &sim, 0, 10 * GIB, &[]);
     assert_eq!(b.get("alloc"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", b.facts);
-    assert_eq!(b.num("free_before"), 9 * GIB);
+    assert_eq!(b.num("free_before"), 9 * GIB - 2 * ctx);
     b.finish();
-    let c = Client::start(&exe, &sim, 0, 9 * GIB, &[]);
+    let c = Client::start(&exe, &sim, 0, 9 * GIB - 2 * ctx, &[]);
     assert_eq!(c.get("alloc"), "CUDA_SUCCESS");
     assert_eq!(c.num("free_after"), 0);
 
@@ -135,7 +138,7 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
         })
         .collect();
     procs.sort_unstable();
-    let mut want = vec![(a.child.id(), 6 * GIB), (c.child.id(), 9 * GIB)];
+    let mut want = vec![(a.child.id(), 6 * GIB + ctx), (c.child.id(), 9 * GIB - ctx)];
     want.sort_unstable();
     assert_eq!(procs, want);
     assert!(
@@ -166,7 +169,11 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
         .map(|p| p.pid)
         .collect();
     assert!(!after.contains(&a_pid));
-    assert_eq!(dev.memory_info().unwrap().used, 9 * GIB);
+    assert_eq!(
+        dev.memory_info().unwrap().used,
+        9 * GIB - ctx,
+        "a process's context goes with it"
+    );
     c.finish();
 }
 
@@ -197,7 +204,7 @@ fn cuda_visible_devices_selects_and_renumbers_gpus() {
     assert_eq!(c.get("count"), "2");
     assert_eq!(
         nvml.device_by_index(1).unwrap().memory_info().unwrap().used,
-        GIB
+        GIB + sim.spec.gpus[1].context_bytes
     );
     c.finish();
 }

@@ -64,16 +64,18 @@ fn graph_memory_comes_from_a_pool_that_launches_grow_and_a_trim_gives_back() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "graphmem", &["cuda"]);
     let text = common::run(&sim, &exe, &[]);
-    // A10: 24576 MiB. 1 is CUDA_ERROR_INVALID_VALUE, 2 CUDA_ERROR_OUT_OF_MEMORY. The pool
-    // keeps what it reserved (256 MiB, then 1 GiB) until the trim; node types 10 and 11.
+    // A10: 24576 MiB, less the process's context (362 MiB). 1 is CUDA_ERROR_INVALID_VALUE,
+    // 2 CUDA_ERROR_OUT_OF_MEMORY. The pool keeps what it reserved (256 MiB, then 1 GiB) until
+    // the trim; node types 10 and 11.
+    assert_eq!(sim.spec.gpus[0].context_bytes, 362 << 20);
     assert_eq!(
         text.trim(),
-        "start=24576 captured=0 addr=1 after_capture=24576 launch=0 after_launch=24320 \
-         relaunch_held=1 free=0 after_free=24320 relaunch=0 explicit=0,0 addr2=1 launch2=0 \
-         after_alloc_free=23552 too_big=2 pool=0,1024,1024,1024 nodes=2 types=10,11 \
-         params=0,0 size=1024 same_addr=1,1 location=1,0 trim=0 after_trim=24576 \
-         auto_free=0,0 held=24320 with_m=24192 captured_free=0 still=24192 \
-         freed_by_graph=0 end=24320"
+        "start=24214 captured=0 addr=1 after_capture=24214 launch=0 after_launch=23958 \
+         relaunch_held=1 free=0 after_free=23958 relaunch=0 explicit=0,0 addr2=1 launch2=0 \
+         after_alloc_free=23190 too_big=2 pool=0,1024,1024,1024 nodes=2 types=10,11 \
+         params=0,0 size=1024 same_addr=1,1 location=1,0 trim=0 after_trim=24214 \
+         auto_free=0,0 held=23958 with_m=23830 captured_free=0 still=23830 \
+         freed_by_graph=0 end=23958"
     );
 }
 

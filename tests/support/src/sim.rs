@@ -12,11 +12,12 @@ pub struct SimNode {
 }
 
 impl SimNode {
-    /// A node of `gpus` GPUs of `model`, with `memory` bytes each when given. Device nodes are
-    /// created when the tests run as root.
+    /// A node of `gpus` GPUs of `model`, with `memory` bytes each when given; each context
+    /// takes what one takes on that model, as on a real card. Device nodes are created when
+    /// the tests run as root.
     #[must_use]
     pub fn new(gpus: u32, model: &str, memory: Option<u64>) -> Self {
-        Self::with_context_bytes(gpus, model, memory, 0)
+        Self::build(gpus, model, memory, |_| {})
     }
 
     /// As [`SimNode::new`], each context taking `context_bytes` of device memory.

@@ -1,0 +1,276 @@
+//! The wall as the host measures it. The simulated driver takes device memory for each
+//! context, as a real one does (294 MiB on the simulated T4) and NVML reports it per process;
+//! the agent measures what a context costs at start and charges it per context, and publishes
+//! from NVML what the driver holds for each process beyond what the process counted. Every
+//! test here checks the figure an operator checks: NVML's per-process `usedGpuMemory`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
+use nvml_wrapper::enums::device::UsedGpuMemory;
+
+const MIB: u64 = 1 << 20;
+const SLICE: u64 = 2 * GIB;
+/// What the filling processes allocate at a time.
+const CHUNK: u64 = 64 * MIB;
+
+/// A container on the simulated node: a claim of a 2 GiB slice, activated with a first
+/// process in a cgroup of its own, whose processes find the slice as a container's would.
+struct Container {
+    sim: SimNode,
+    _bus: Bus,
+    agent: Agent,
+    cgroup: Cgroup,
+    init: Child,
+    wall: PathBuf,
+    id: &'static str,
+}
+
+impl Container {
+    async fn start(agent_args: &[&str]) -> Self {
+        let sim = SimNode::new(1, "T4", None);
+        let bus = Bus::start();
+        let mut args = vec!["--enforce-interval", "100ms"];
+        args.extend_from_slice(agent_args);
+        let agent = Agent::start(&agent_exe(), &bus, &sim, &args);
+        let wall = compile_wall(&sim);
+        let id = "tenant";
+        let p = proxy(&bus.address).await;
+        p.claim(id, ann(&[("gpuslice.io/memory", "2Gi")]))
+            .await
+            .unwrap();
+        let cgroup = Cgroup::new("share");
+        let init = Command::new("sleep").arg("600").spawn().unwrap();
+        cgroup.adopt(init.id());
+        p.activate(id, init.id()).await.unwrap();
+        Self {
+            sim,
+            _bus: bus,
+            agent,
+            cgroup,
+            init,
+            wall,
+            id,
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.agent.run_dir.join(self.id)
+    }
+
+    /// Runs the wall client in the container: `path` with `bytes`, with the interception
+    /// library in front of the driver (`fronted`) or the plain driver. The client finds the
+    /// driver's functions as the CUDA 12 runtime does, by `cuGetProcAddress`, except where
+    /// it makes extra contexts (`WALL_CONTEXTS`): it calls `cuCtxCreate_v2` as linked then.
+    /// Returns the running process and the line it printed.
+    fn run(&self, path: &str, bytes: u64, fronted: bool, env: &[(&str, &str)]) -> (Child, String) {
+        let mode = if env.iter().any(|(k, _)| *k == "WALL_CONTEXTS") {
+            "link"
+        } else {
+            "procaddr"
+        };
+        let libs = if fronted {
+            self.sim.fronted_lib_dir()
+        } else {
+            self.sim.lib_dir()
+        };
+        let script = format!(
+            "echo $$ > {} && exec {} {mode} {path} {bytes}",
+            self.cgroup.procs_file().display(),
+            self.wall.display()
+        );
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", &script])
+            .env("LD_LIBRARY_PATH", libs)
+            .env("GPUSLICE_LIMITS", self.dir().join("limits"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (child, line)
+    }
+
+    /// What NVML says process `pid` holds on the GPU.
+    fn held_by(&self, pid: u32) -> u64 {
+        let nvml = nvml_wrapper::Nvml::builder()
+            .lib_path(self.sim.lib_dir().join("libnvidia-ml.so.1").as_os_str())
+            .init()
+            .unwrap();
+        let device = nvml.device_by_index(0).unwrap();
+        device
+            .running_compute_processes()
+            .unwrap()
+            .into_iter()
+            .find(|p| p.pid == pid)
+            .map_or(0, |p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => b,
+                UsedGpuMemory::Unavailable => 0,
+            })
+    }
+
+    /// How many times the agent has published the driver's share for the container.
+    fn samples(&self) -> u64 {
+        let bytes = std::fs::read(self.dir().join(gpuslice_core::held::FILE_NAME)).unwrap();
+        let at = gpuslice_core::held::HEADER_SAMPLES;
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+    }
+
+    /// Waits until the agent has sampled the driver twice more.
+    fn wait_for_samples(&self) {
+        let from = self.samples();
+        assert!(
+            wait_for(Duration::from_secs(5), || self.samples() >= from + 2),
+            "the agent publishes no driver share:\n{}",
+            self.agent.log()
+        );
+    }
+
+    fn context_bytes(&self) -> u64 {
+        self.sim.spec.gpus[0].context_bytes
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = self.init.kill();
+        let _ = self.init.wait();
+    }
+}
+
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+fn finish(mut child: Child) {
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
+/// A process that filled its slice: the host sees it within the slice, and holding at least
+/// the slice less one context and one allocation.
+fn assert_filled(c: &Container, pid: u32, line: &str) {
+    let held = c.held_by(pid);
+    assert!(
+        held <= SLICE,
+        "the host sees {} MiB held in a {} MiB slice: {line}",
+        held / MIB,
+        SLICE / MIB
+    );
+    assert!(
+        held + c.context_bytes() + CHUNK >= SLICE,
+        "the host sees only {} MiB held in a {} MiB slice: {line}",
+        held / MIB,
+        SLICE / MIB
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_measures_what_a_context_costs_and_charges_it_to_each_process() {
+    let c = Container::start(&[]).await;
+    let ctx = c.context_bytes();
+    assert_eq!(ctx, 294 * MIB, "the simulated T4's context");
+    let limits = std::fs::read_to_string(c.dir().join("limits")).unwrap();
+    assert!(
+        limits.contains(&format!("gpu.0.context_bytes={ctx}\n")),
+        "{limits}\n{}",
+        c.agent.log()
+    );
+    assert!(
+        c.agent
+            .log()
+            .contains("measured what one CUDA context costs"),
+        "{}",
+        c.agent.log()
+    );
+    // A process that only has its context: the host sees it hold the context, and the
+    // process sees the rest of its slice free.
+    let (idle, line) = c.run("idle", 0, true, &[]);
+    assert_eq!(c.held_by(idle.id()), ctx, "{line}");
+    assert_eq!(field(&line, "start_free"), SLICE - ctx, "{line}");
+    finish(idle);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_filling_its_slice_ends_within_it_as_the_host_sees_it() {
+    let c = Container::start(&[]).await;
+    let (filler, line) = c.run("fill", CHUNK, true, &[]);
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_that_makes_extra_contexts_first_still_ends_within_its_slice() {
+    let c = Container::start(&[]).await;
+    let (filler, line) = c.run("fill", CHUNK, true, &[("WALL_CONTEXTS", "3")]);
+    assert!(line.contains("contexts=3 "), "{line}");
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn contexts_charged_nothing_up_front_are_charged_from_the_drivers_figure() {
+    // The charge per context given as 0: only the agent's sampling of the driver charges the
+    // four contexts, and the process still stops within its slice once it has.
+    let c = Container::start(&["--context-reservation", "0"]).await;
+    let (filler, line) = c.run(
+        "fill",
+        CHUNK,
+        true,
+        &[("WALL_CONTEXTS", "3"), ("WALL_SETTLE_MS", "1000")],
+    );
+    assert!(line.contains("contexts=3 "), "{line}");
+    assert_eq!(
+        field(&line, "start_free"),
+        SLICE - 4 * c.context_bytes(),
+        "the process sees its contexts charged: {line}"
+    );
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_held_behind_the_librarys_back_is_charged_to_the_rest_of_the_container() {
+    let c = Container::start(&[]).await;
+    // The plain driver, no interception library: the library never sees these 512 MiB.
+    let (around, line) = c.run("hold", 512 * MIB, false, &[]);
+    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
+    let behind = c.held_by(around.id());
+    assert_eq!(behind, 512 * MIB + c.context_bytes());
+    c.wait_for_samples();
+    let (filler, line) = c.run("fill", CHUNK, true, &[]);
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    let held = c.held_by(filler.id()) + behind;
+    assert!(
+        held <= SLICE && held + c.context_bytes() + CHUNK >= SLICE,
+        "the container holds {} MiB of its {} MiB as the host sees it: {line}",
+        held / MIB,
+        SLICE / MIB
+    );
+    // And the agent says so.
+    assert!(
+        wait_for(Duration::from_secs(5), || c
+            .agent
+            .log()
+            .contains("that no slot of its usage region accounts for")),
+        "{}",
+        c.agent.log()
+    );
+    finish(filler);
+    finish(around);
+}
