@@ -4,13 +4,19 @@
 //!
 //! Each process keeps, per paced GPU, a bucket of thread blocks. A launch takes its grid's
 //! blocks from the bucket, waiting while the bucket is empty (a kernel is delayed, never cut
-//! or refused). A thread, started at the first paced launch, refills the buckets every tick
-//! and, every window, reads the SM utilization of the container's processes on each paced
-//! GPU from NVML (`nvmlDeviceGetProcessUtilization`, summed over the pids of the usage
-//! region's slots). Utilization follows the blocks launched, so the refill becomes what this
-//! process launched in the window scaled by share / utilization, the rate that would have
-//! given the share (halfway there, to damp the measurement's noise). Every process of the
-//! container does the same against the container's total, so together they settle on it.
+//! or refused). A thread, started at the first paced launch, refills the buckets every tick,
+//! keeps how many blocks this process launched in each tick, and asks NVML for the SM
+//! utilization of the container's processes on each paced GPU
+//! (`nvmlDeviceGetProcessUtilization`, summed over the pids of the usage region's slots).
+//!
+//! The driver measures utilization in periods of its own (a sixth of a second to a second,
+//! by product) and reports each period once it has ended, stamped with its end. So each new
+//! sample is set against the blocks this process launched in that same period (the period
+//! found from the distance between samples), never against a window of the thread's own:
+//! utilization follows the blocks launched, and the refill becomes what was launched in the
+//! period scaled by share / utilization, the rate that would have given the share (halfway
+//! there, to damp the measurement's noise). Every process of the container does the same
+//! against the container's total, so together they settle on it.
 //!
 //! Until the first measurement the bucket does not hold launches back. Without NVML, or
 //! without per-process utilization from it, launches are not paced (logged once).
@@ -26,10 +32,10 @@ use crate::slice::Slice;
 
 /// How often buckets are refilled.
 const TICK: Duration = Duration::from_millis(10);
-/// Ticks per utilization measurement.
-const WINDOW_TICKS: u32 = 10;
-/// Ticks before the first measurement (until then launches are not held back).
-const FIRST_WINDOW_TICKS: u32 = 3;
+/// Ticks between two requests for a new utilization sample.
+const POLL_TICKS: u32 = 5;
+/// Ticks of launch history kept: longer than the longest sampling period (1 s).
+const HISTORY_TICKS: usize = 256;
 /// A bucket holds at most this many ticks of refill (the burst a process may launch at once).
 const BURST_TICKS: i64 = 2;
 /// The refill before anything was measured: no pacing.
@@ -136,24 +142,75 @@ fn start_watcher(slice: &'static Slice) {
     }
 }
 
-/// Refills the buckets every tick and sets the refill from the measured utilization every
-/// window, for the life of the process.
+/// Microseconds of CLOCK_REALTIME, the clock NVML stamps its samples with.
+fn realtime_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// One paced GPU's measurements in the pacing thread.
+#[derive(Default)]
+struct Books {
+    /// (end of the tick in CPU µs, blocks launched in the tick), oldest first.
+    launched: std::collections::VecDeque<(u64, u64)>,
+    /// The stamp of the last sample used.
+    last_stamp: u64,
+    /// The driver's sampling period: the shortest distance seen between two samples.
+    period_us: Option<u64>,
+}
+
+impl Books {
+    /// Blocks launched in the `period_us` ending at `end_us`.
+    fn launched_in(&self, end_us: u64, period_us: u64) -> u64 {
+        let start = end_us.saturating_sub(period_us);
+        self.launched
+            .iter()
+            .filter(|(t, _)| *t > start && *t <= end_us)
+            .map(|(_, b)| b)
+            .sum()
+    }
+
+    /// Takes a new sample (its stamp, the container's utilization) and returns the refill per
+    /// tick that would have given `share` over its period, if it can be told.
+    fn target(&mut self, stamp: u64, util: u32, share: u32) -> Option<f64> {
+        if stamp <= self.last_stamp {
+            return None;
+        }
+        let previous = std::mem::replace(&mut self.last_stamp, stamp);
+        if previous > 0 {
+            let gap = stamp - previous;
+            self.period_us = Some(self.period_us.map_or(gap, |p| p.min(gap)));
+        }
+        let period = self.period_us?;
+        let launched = self.launched_in(stamp, period);
+        if launched == 0 || util == 0 {
+            return None;
+        }
+        let ticks = period as f64 / TICK.as_micros() as f64;
+        Some(launched as f64 / ticks * f64::from(share) / f64::from(util))
+    }
+}
+
+/// Refills the buckets every tick and sets the refill from each new utilization sample, for
+/// the life of the process.
 fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
     let gates = gates(slice);
-    let mut last_seen = vec![0u64; gates.len()];
-    // NVML measures from a previous reading: take one now, so the first window counts.
-    let pids = slice.pids();
-    for (i, dev) in handles.iter().enumerate() {
-        if let Some(dev) = dev {
-            let _ = container_utilization(*dev as nvmlDevice_t, &pids, &mut last_seen[i]);
-        }
-    }
-    let mut window = FIRST_WINDOW_TICKS;
+    let mut books: Vec<Books> = gates.iter().map(|_| Books::default()).collect();
     let mut tick = 0u32;
     loop {
         std::thread::sleep(TICK);
         tick += 1;
-        for g in gates.iter().filter(|g| g.paced()) {
+        let now = realtime_us();
+        for (g, b) in gates
+            .iter()
+            .zip(books.iter_mut())
+            .filter(|(g, _)| g.paced())
+        {
+            b.launched.push_back((now, g.launched.swap(0, Relaxed)));
+            if b.launched.len() > HISTORY_TICKS {
+                b.launched.pop_front();
+            }
             let refill = g.refill.load(Relaxed);
             let cap = refill.saturating_mul(BURST_TICKS);
             let _ = g.tokens.fetch_update(Relaxed, Relaxed, |t| {
@@ -164,29 +221,23 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
                 })
             });
         }
-        if tick < window {
+        if !tick.is_multiple_of(POLL_TICKS) {
             continue;
         }
         let pids = slice.pids();
         for (i, g) in gates.iter().enumerate().filter(|(_, g)| g.paced()) {
-            let launched = g.launched.swap(0, Relaxed);
             let Some(dev) = handles.get(i).copied().flatten() else {
                 continue;
             };
-            let util = container_utilization(dev as nvmlDevice_t, &pids, &mut last_seen[i]);
-            log!(
-                "SM share of GPU {i}: {launched} blocks launched, container at {util:?}% of {}%, refill {} blocks per tick",
-                g.share,
-                g.refill.load(Relaxed)
-            );
-            let Some(util) = util else {
+            let b = &mut books[i];
+            let Some((stamp, util)) =
+                container_utilization(dev as nvmlDevice_t, &pids, b.last_stamp)
+            else {
                 continue;
             };
-            if launched == 0 || util == 0 {
+            let Some(target) = b.target(stamp, util, g.share) else {
                 continue;
-            }
-            let per_tick = launched as f64 / f64::from(window);
-            let target = per_tick * f64::from(g.share) / f64::from(util);
+            };
             let current = g.refill.load(Relaxed);
             let next = if current >= UNMEASURED {
                 target
@@ -194,25 +245,28 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
                 (current as f64 + target) / 2.0
             };
             let next = (next.round() as i64).max(1);
+            log!(
+                "SM share of GPU {i}: container at {util}% of {}% in the period to {stamp}, refill {current} -> {next} blocks per tick",
+                g.share
+            );
             g.refill.store(next, Relaxed);
             let _ = g.tokens.fetch_update(Relaxed, Relaxed, |t| {
                 Some(t.min(next.saturating_mul(BURST_TICKS)))
             });
         }
-        tick = 0;
-        window = WINDOW_TICKS;
     }
 }
 
-/// SM utilization (percent) of the processes `pids` on `dev` since the last call, summed over
-/// the processes (each process's samples averaged); None when NVML has no new sample.
-fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: &mut u64) -> Option<u32> {
+/// The newest SM utilization sample of the processes `pids` on `dev` after `last_seen`: its
+/// stamp, and the utilization (percent) summed over the processes, each at its newest sample.
+/// None when NVML has no newer sample.
+fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: u64) -> Option<(u64, u32)> {
     let f = real::nvmlDeviceGetProcessUtilization()?;
     let mut samples = vec![nvmlProcessUtilizationSample_t::default(); 64];
     loop {
         let mut count = u32::try_from(samples.len()).unwrap_or(u32::MAX);
         // SAFETY: a buffer of `count` samples for NVML to fill, and the count it updates.
-        let r = unsafe { f(dev, samples.as_mut_ptr(), &raw mut count, *last_seen) };
+        let r = unsafe { f(dev, samples.as_mut_ptr(), &raw mut count, last_seen) };
         match r {
             NVML_SUCCESS => {
                 samples.truncate(count as usize);
@@ -224,21 +278,14 @@ fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: &mut u64) -
             _ => return None,
         }
     }
-    *last_seen = samples
-        .iter()
-        .map(|s| s.time_stamp)
-        .max()
-        .unwrap_or(*last_seen);
+    let stamp = samples.iter().map(|s| s.time_stamp).max()?;
     let mut total = 0u32;
     for &pid in pids {
-        let mine: Vec<u32> = samples
+        let newest = samples
             .iter()
             .filter(|s| s.pid == pid)
-            .map(|s| s.sm_util)
-            .collect();
-        if !mine.is_empty() {
-            total += mine.iter().sum::<u32>() / u32::try_from(mine.len()).unwrap_or(1);
-        }
+            .max_by_key(|s| s.time_stamp);
+        total += newest.map_or(0, |s| s.sm_util);
     }
-    Some(total)
+    Some((stamp, total))
 }

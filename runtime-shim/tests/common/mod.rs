@@ -149,6 +149,35 @@ impl Node {
         output_via_files(&mut cmd)
     }
 
+    /// What one context takes on the node's GPUs (charged to the slice of each process that
+    /// has one), in MiB.
+    pub fn context_mib(&self) -> u64 {
+        self.sim.spec.gpus[0].context_bytes >> 20
+    }
+
+    /// What the host's driver says container `id`'s processes hold, in MiB: the simulated
+    /// `nvidia-smi --query-compute-apps` on the host, summed over the pids `runc ps` gives.
+    pub fn driver_held_mib(&self, id: &str) -> u64 {
+        let ps = self.runc(&["ps", "--format", "json", id]);
+        let pids: Vec<u32> = serde_json::from_slice(&ps.stdout).unwrap_or_default();
+        let out = Command::new(binary("nvidia-smi"))
+            .args([
+                "--query-compute-apps=pid,used_memory",
+                "--format=csv,noheader,nounits",
+            ])
+            .env("LD_LIBRARY_PATH", self.sim.lib_dir())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (pid, mib) = l.split_once(", ")?;
+                pids.contains(&pid.trim().parse().ok()?)
+                    .then(|| mib.trim().parse::<u64>().ok())?
+            })
+            .sum()
+    }
+
     pub fn status(&self) -> Status {
         let out = Command::new(binary("gpuslice"))
             .args(["--bus-address", &self.bus.address, "status", "--json"])

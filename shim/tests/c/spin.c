@@ -8,6 +8,8 @@
  * cuLaunchCooperativeKernel, or cuGraphLaunch of a graph captured around two launches of
  * BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
  * when a line arrives on stdin, so that several programs run over the same interval.
+ * With SPIN_WARMUP_MS=W in the environment it also prints the blocks launched after the
+ * first W milliseconds and how long that part took (warm_blocks, warm_elapsed_ns).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,9 +99,12 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    const char *warmup = getenv("SPIN_WARMUP_MS");
     long long start = now_ns(), end = start + ms * 1000000LL;
-    unsigned long long launched = 0;
-    while (now_ns() < end) {
+    long long warm = start + (warmup ? atoll(warmup) : 0) * 1000000LL;
+    unsigned long long launched = 0, warm_launched = 0;
+    long long t;
+    while ((t = now_ns()) < end) {
         CUresult r;
         if (strcmp(how, "ex") == 0) {
             CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0};
@@ -116,8 +121,11 @@ int main(int argc, char **argv) {
             return 1;
         }
         launched += blocks;
+        if (t >= warm) warm_launched += blocks;
     }
     cuCtxSynchronize();
-    printf("blocks=%llu elapsed_ns=%lld\n", launched, now_ns() - start);
+    long long done = now_ns();
+    printf("blocks=%llu elapsed_ns=%lld warm_blocks=%llu warm_elapsed_ns=%lld\n", launched,
+           done - start, warm_launched, done - warm);
     return 0;
 }

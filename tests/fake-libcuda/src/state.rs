@@ -164,7 +164,10 @@ impl Driver {
         let now = procs::monotonic_ns();
         let mut inner = self.lock();
         let busy = &mut inner.busy[index];
-        busy.launch(now, blocks.saturating_mul(per_block));
+        let period = self.spec.gpus[index]
+            .utilization_period_us
+            .saturating_mul(1000);
+        busy.launch(now, blocks.saturating_mul(per_block), period);
         let until = busy.until_ns;
         let (offset, bytes) = procs::encode_busy(index, busy);
         if let Some(f) = &self.record {

@@ -737,24 +737,25 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     unsafe { processes(d, c, p, v2_info) }
 }
 
-/// What this process saw of another's kernel time, per (pid, start time, GPU index): at each
-/// query, (CPU timestamp µs, monotonic ns, kernel time done by then). Utilization "since
-/// lastSeenTimeStamp" is measured from the observation made at that timestamp.
-type Seen =
-    std::collections::HashMap<(u32, u64, usize), std::collections::VecDeque<(u64, u64, u64)>>;
-static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
-const SEEN_KEPT: usize = 64;
-
-fn realtime_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+/// CLOCK_REALTIME less CLOCK_MONOTONIC, in nanoseconds, taken once: a sample's CPU timestamp
+/// is its boundary's monotonic instant moved by it, so that one sample keeps one timestamp.
+fn realtime_offset_ns() -> i128 {
+    static OFFSET: std::sync::OnceLock<i128> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        real - i128::from(procs::monotonic_ns())
+    })
 }
 
-/// Recent SM utilization per process, from the kernel time the fake libcuda records (see
-/// `procs`): one sample per process whose kernels kept the SMs busy since
-/// `lastSeenTimeStamp` (or since this process first asked), `NVML_ERROR_NOT_FOUND` when
-/// none did. Memory, encoder and decoder utilization are 0.
+/// SM utilization per process as the real driver samples it: once per sampling period
+/// (`utilization_period_us` of the GPU, a sixth of a second by default), each sample the
+/// share of that period the process's kernels kept the SMs busy, time-stamped (CPU time, µs)
+/// at the period's end and reported only once the period has ended. One sample per process
+/// with non-zero utilization in the last completed period, if its timestamp is after
+/// `lastSeenTimeStamp`; `NVML_ERROR_NOT_FOUND` when there is none. Memory, encoder and
+/// decoder utilization are 0.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,
@@ -776,41 +777,30 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
                 *count = c_uint::try_from(running.len()).unwrap_or(c_uint::MAX);
                 return NVML_ERROR_INSUFFICIENT_SIZE;
             }
-            let (now_us, now_ns) = (realtime_us(), procs::monotonic_ns());
-            let mut seen = SEEN
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let seen = seen.get_or_insert_with(Seen::new);
+            let period = l.spec.gpus[i]
+                .utilization_period_us
+                .max(1)
+                .saturating_mul(1000);
+            let end = procs::monotonic_ns() / period * period;
+            let stamp = u64::try_from((i128::from(end) + realtime_offset_ns()) / 1000).unwrap_or(0);
             let mut written = 0;
             for p in running {
-                let done = p.busy[i].done_by(now_ns);
-                let history = seen.entry((p.pid, p.start_time, i)).or_default();
-                let since = history
-                    .iter()
-                    .rev()
-                    .find(|(us, _, _)| *us <= last_seen)
-                    .or_else(|| history.front())
-                    .copied();
-                history.push_back((now_us, now_ns, done));
-                if history.len() > SEEN_KEPT {
-                    history.pop_front();
-                }
-                let Some((_, then_ns, then_done)) = since else {
+                let b = &p.busy[i];
+                let (Some(done), Some(before)) = (
+                    b.done_at_boundary(end),
+                    b.done_at_boundary(end.saturating_sub(period)),
+                ) else {
                     continue;
                 };
-                let elapsed = now_ns.saturating_sub(then_ns);
-                let util = (done.saturating_sub(then_done).saturating_mul(100))
-                    .checked_div(elapsed)
-                    .unwrap_or(0)
-                    .min(100);
-                if util == 0 {
+                let util = (done.saturating_sub(before).saturating_mul(100) / period).min(100);
+                if util == 0 || stamp <= last_seen {
                     continue;
                 }
                 utilization
                     .add(written)
                     .write(nvmlProcessUtilizationSample_t {
                         pid: p.pid,
-                        time_stamp: now_us,
+                        time_stamp: stamp,
                         sm_util: c_uint::try_from(util).unwrap_or(100),
                         mem_util: 0,
                         enc_util: 0,

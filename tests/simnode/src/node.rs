@@ -44,6 +44,17 @@ pub struct SimGpu {
     /// NVML reports each process's SM utilization from it. 0: kernels take no time.
     #[serde(default)]
     pub kernel_ns_per_block: u64,
+    /// The driver's utilization sampling period, in microseconds: NVML reports each
+    /// process's SM utilization once per period, over that period, when it has ended
+    /// ("between 1 second and 1/6 second, depending on the product", NVML's reference).
+    #[serde(default = "default_utilization_period_us")]
+    pub utilization_period_us: u64,
+}
+
+/// One sixth of a second, the sampling period of the data-center GPUs.
+#[must_use]
+pub fn default_utilization_period_us() -> u64 {
+    166_667
 }
 
 /// Work a process may have queued on a simulated device before its launches block, as a
@@ -209,6 +220,7 @@ impl NodeSpec {
                 compute_capability: m.compute_capability,
                 context_bytes: m.context_bytes(),
                 kernel_ns_per_block: 0,
+                utilization_period_us: default_utilization_period_us(),
             })
             .collect();
         Ok(Self {

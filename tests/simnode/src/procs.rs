@@ -5,9 +5,11 @@
 //!
 //! Record layout (little-endian): magic `GSIMPRC3` (8), pid (u64) in the writer's PID
 //! namespace, start time in clock ticks (u64), the inode of that PID namespace (u64), bytes
-//! held on each GPU index (64 × u64), then for each GPU index the kernel time launched so far
-//! and the instant the last launched kernel ends (64 × 2 × u64, nanoseconds of
-//! CLOCK_MONOTONIC). Records are named `<namespace inode>-<pid>`.
+//! held on each GPU index (64 × u64), then for each GPU index the kernel time launched so far,
+//! the instant the last launched kernel ends, and the kernel time done by the last two
+//! boundaries of the driver's utilization sampling period before the last launch (each a
+//! boundary instant and the time done by then): 64 × 6 × u64, nanoseconds of CLOCK_MONOTONIC.
+//! Records are named `<namespace inode>-<pid>`.
 //!
 //! The real driver knows every process by its kernel identity; a process in a container knows
 //! only its pid in its own namespace. A reader translates: a record of its own namespace is
@@ -21,18 +23,22 @@
 
 use std::path::{Path, PathBuf};
 
-pub const MAGIC: &[u8; 8] = b"GSIMPRC3";
+pub const MAGIC: &[u8; 8] = b"GSIMPRC4";
 pub const MAX_GPUS: usize = 64;
 const NS_AT: usize = 24;
 const USED_AT: usize = 32;
 const BUSY_AT: usize = USED_AT + MAX_GPUS * 8;
-pub const RECORD_SIZE: usize = BUSY_AT + MAX_GPUS * 16;
+const BUSY_SIZE: usize = 48;
+pub const RECORD_SIZE: usize = BUSY_AT + MAX_GPUS * BUSY_SIZE;
 
-/// A process's kernel time on one GPU: launched so far, and when the last kernel ends.
+/// A process's kernel time on one GPU: launched so far, when the last kernel ends, and the
+/// time done by the last two sampling-period boundaries at or before the last launch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Busy {
     pub launched_ns: u64,
     pub until_ns: u64,
+    /// (boundary instant, kernel time done by then), the latest first.
+    pub marks: [(u64, u64); 2],
 }
 
 impl Busy {
@@ -43,10 +49,34 @@ impl Busy {
             .saturating_sub(self.until_ns.saturating_sub(now_ns))
     }
 
-    /// Queues a kernel of `ns` at `now_ns`: it starts when the previous one ends.
-    pub fn launch(&mut self, now_ns: u64, ns: u64) {
+    /// Queues a kernel of `ns` at `now_ns`: it starts when the previous one ends. With a
+    /// sampling `period_ns`, first notes the time done by the period boundaries since the
+    /// last launch, while it can still be told exactly.
+    pub fn launch(&mut self, now_ns: u64, ns: u64, period_ns: u64) {
+        if let Some(periods) = now_ns.checked_div(period_ns) {
+            let b = periods * period_ns;
+            if self.marks[0].0 < b {
+                let before = b.saturating_sub(period_ns);
+                let prev = if self.marks[0].0 == before {
+                    self.marks[0]
+                } else {
+                    (before, self.done_by(before))
+                };
+                self.marks = [(b, self.done_by(b)), prev];
+            }
+        }
         self.until_ns = self.until_ns.max(now_ns).saturating_add(ns);
         self.launched_ns = self.launched_ns.saturating_add(ns);
+    }
+
+    /// Kernel time done by the period boundary `b` (≤ now), where it can be told: exactly for
+    /// a boundary after the last launch, from the marks for the two before it.
+    #[must_use]
+    pub fn done_at_boundary(&self, b: u64) -> Option<u64> {
+        if b > self.marks[0].0 {
+            return Some(self.done_by(b));
+        }
+        self.marks.iter().find(|m| m.0 == b).map(|m| m.1)
     }
 }
 
@@ -99,18 +129,27 @@ pub fn encode(
     }
     for (i, b) in busy.iter().enumerate() {
         let (offset, bytes) = encode_busy(i, b);
-        buf[offset..offset + 16].copy_from_slice(&bytes);
+        buf[offset..offset + BUSY_SIZE].copy_from_slice(&bytes);
     }
     buf
 }
 
 /// Where GPU `index`'s kernel time sits in a record, and its bytes (to write it alone).
 #[must_use]
-pub fn encode_busy(index: usize, busy: &Busy) -> (usize, [u8; 16]) {
-    let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&busy.launched_ns.to_le_bytes());
-    b[8..].copy_from_slice(&busy.until_ns.to_le_bytes());
-    (BUSY_AT + 16 * index, b)
+pub fn encode_busy(index: usize, busy: &Busy) -> (usize, [u8; BUSY_SIZE]) {
+    let mut b = [0u8; BUSY_SIZE];
+    let words = [
+        busy.launched_ns,
+        busy.until_ns,
+        busy.marks[0].0,
+        busy.marks[0].1,
+        busy.marks[1].0,
+        busy.marks[1].1,
+    ];
+    for (k, w) in words.iter().enumerate() {
+        b[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    (BUSY_AT + BUSY_SIZE * index, b)
 }
 
 fn decode(buf: &[u8]) -> Option<ProcUsage> {
@@ -129,9 +168,13 @@ fn decode(buf: &[u8]) -> Option<ProcUsage> {
         writer: (word(NS_AT), pid),
         used: (0..MAX_GPUS).map(|i| word(USED_AT + 8 * i)).collect(),
         busy: (0..MAX_GPUS)
-            .map(|i| Busy {
-                launched_ns: word(BUSY_AT + 16 * i),
-                until_ns: word(BUSY_AT + 16 * i + 8),
+            .map(|i| {
+                let at = |k: usize| word(BUSY_AT + BUSY_SIZE * i + 8 * k);
+                Busy {
+                    launched_ns: at(0),
+                    until_ns: at(1),
+                    marks: [(at(2), at(3)), (at(4), at(5))],
+                }
             })
             .collect(),
     })
@@ -332,9 +375,9 @@ mod tests {
     #[test]
     fn kernels_run_back_to_back_and_count_as_done_once_their_time_has_passed() {
         let mut b = Busy::default();
-        b.launch(1_000, 500); // runs 1000..1500
-        b.launch(1_200, 300); // queued: 1500..1800
-        b.launch(5_000, 100); // idle in between: 5000..5100
+        b.launch(1_000, 500, 0); // runs 1000..1500
+        b.launch(1_200, 300, 0); // queued: 1500..1800
+        b.launch(5_000, 100, 0); // idle in between: 5000..5100
         assert_eq!(b.until_ns, 5_100);
         assert_eq!(b.launched_ns, 900);
         assert_eq!(b.done_by(5_050), 850);
@@ -349,6 +392,30 @@ mod tests {
             (p.pid, p.writer, p.start_time, p.busy[3]),
             (7, (4_026_532_000, 7), 11, b)
         );
+    }
+
+    #[test]
+    fn the_time_done_by_each_sampling_boundary_is_kept_where_it_can_no_longer_be_told() {
+        // Period 1000: boundaries at 1000, 2000, 3000...
+        let mut b = Busy::default();
+        b.launch(1_500, 800, 1_000); // runs 1500..2300
+        b.launch(2_100, 400, 1_000); // queued: 2300..2700
+        // 2000 is before the last launch: only the marks know what was done by then.
+        assert_eq!(b.done_at_boundary(2_000), Some(500));
+        assert_eq!(b.done_at_boundary(1_000), Some(0));
+        // After the last launch, the queue tells exactly.
+        assert_eq!(b.done_at_boundary(3_000), Some(1_200));
+        b.launch(3_500, 100, 1_000);
+        assert_eq!(b.done_at_boundary(3_000), Some(1_200));
+        assert_eq!(
+            b.done_at_boundary(2_000),
+            Some(500),
+            "kept as the boundary before"
+        );
+        b.launch(7_200, 100, 1_000);
+        assert_eq!(b.done_at_boundary(6_000), Some(1_300));
+        assert_eq!(b.done_at_boundary(7_000), Some(1_300));
+        assert_eq!(b.done_at_boundary(2_000), None, "too old to tell");
     }
 
     #[test]

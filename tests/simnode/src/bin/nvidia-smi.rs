@@ -1,5 +1,6 @@
-//! A small `nvidia-smi` over NVML: the summary table, `-L`, and
-//! `--query-gpu=… --format=csv[,noheader][,nounits]`. It loads `libnvidia-ml.so.1` as the
+//! A small `nvidia-smi` over NVML: the summary table, `-L`,
+//! `--query-gpu=… --format=csv[,noheader][,nounits]`, and `--query-compute-apps=…` (one row
+//! per process holding memory: pid, used_memory, gpu_uuid, gpu_bus_id). It loads `libnvidia-ml.so.1` as the
 //! real one does, so it shows whatever NVML answers: the simulated node, or a slice when the
 //! interception library is loaded.
 
@@ -131,7 +132,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!(
-            "usage: nvidia-smi [-L] [--query-gpu=FIELD[,FIELD…] --format=csv[,noheader][,nounits]]"
+            "usage: nvidia-smi [-L] [--query-gpu=FIELD[,FIELD…] | --query-compute-apps=FIELD[,FIELD…]] [--format=csv[,noheader][,nounits]]"
         );
         return Ok(());
     }
@@ -146,8 +147,11 @@ fn main() -> Result<()> {
         }
         return Ok(());
     }
-    let query = args.iter().find_map(|a| a.strip_prefix("--query-gpu="));
-    let Some(query) = query else {
+    let gpu_query = args.iter().find_map(|a| a.strip_prefix("--query-gpu="));
+    let apps_query = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--query-compute-apps="));
+    let (Some(query), apps) = (gpu_query.or(apps_query), apps_query.is_some()) else {
         return table(&nvml, &rows);
     };
     let format = args
@@ -165,7 +169,7 @@ fn main() -> Result<()> {
         let names: Vec<String> = fields
             .iter()
             .map(|f| {
-                if units && f.starts_with("memory.") {
+                if units && (f.starts_with("memory.") || *f == "used_memory") {
                     format!("{f} [MiB]")
                 } else {
                     (*f).to_string()
@@ -173,6 +177,18 @@ fn main() -> Result<()> {
             })
             .collect();
         println!("{}", names.join(", "));
+    }
+    if apps {
+        for r in &rows {
+            for &(pid, used) in &r.procs {
+                let vals = fields
+                    .iter()
+                    .map(|f| app_field(r, pid, used, f, units))
+                    .collect::<Result<Vec<_>>>()?;
+                println!("{}", vals.join(", "));
+            }
+        }
+        return Ok(());
     }
     for r in &rows {
         let vals = fields
@@ -182,4 +198,20 @@ fn main() -> Result<()> {
         println!("{}", vals.join(", "));
     }
     Ok(())
+}
+
+/// A field of `--query-compute-apps` for process `pid` holding `used` bytes on `row`'s GPU.
+fn app_field(row: &Row, pid: u32, used: u64, name: &str, units: bool) -> Result<String> {
+    Ok(match name {
+        "pid" => pid.to_string(),
+        "used_memory" | "used_gpu_memory" => {
+            if units {
+                format!("{} MiB", used / MIB)
+            } else {
+                (used / MIB).to_string()
+            }
+        }
+        "gpu_uuid" | "gpu_bus_id" | "gpu_name" => field(row, name, units)?,
+        _ => bail!("Field \"{name}\" is not a valid field to query."),
+    })
 }
