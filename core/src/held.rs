@@ -14,15 +14,17 @@
 //! | 8 | 4 | version (1) |
 //! | 12 | 4 | GPU count of the container (≤ 16) |
 //! | 16 | 4 | entry count (the usage region's slot count) |
-//! | 20 | 4 | entry size in bytes (136) |
+//! | 20 | 4 | entry size in bytes (144) |
 //! | 24 | 8 | samples published so far |
 //! | 32 | 32 | reserved, zero |
 //! | 64 | 128 | `unattributed: [u64; 16]`: held by the container's processes that have no slot |
-//! | 192 + i·136 | 136 | entry i, for usage-region slot i |
+//! | 192 + i·144 | 144 | entry i, for usage-region slot i |
 //!
 //! Entry: `start_time: u64` at 0 (the start time of the slot's owner the entry was measured
-//! for; 0 for none), `extra: [u64; 16]` at 8 (bytes the driver holds for that process on each
-//! GPU beyond its slot's counters). A reader adds an entry's `extra` to a live slot's
+//! for; 0 for none), `host_pid: u64` at 8 (the owner's pid in the host's PID namespace, as
+//! NVML names it everywhere, since the driver knows nothing of PID namespaces), `extra:
+//! [u64; 16]` at 16 (bytes the driver holds for that process on each GPU beyond its slot's
+//! counters). A reader adds an entry's `extra` to a live slot's
 //! counters only while the slot's start time is the entry's, so a slot taken over by a new
 //! process never inherits what the driver held for the last one. Every field is an aligned
 //! 8-byte word, written and read atomically.
@@ -32,7 +34,7 @@ use crate::usage::MAX_GPUS;
 pub const MAGIC: &[u8; 8] = b"GPSLHLD1";
 pub const VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 192;
-pub const ENTRY_SIZE: usize = 136;
+pub const ENTRY_SIZE: usize = 144;
 /// File name inside the container's directory.
 pub const FILE_NAME: &str = "held";
 /// Offset of the count of samples published.
@@ -41,8 +43,10 @@ pub const HEADER_SAMPLES: usize = 24;
 pub const HEADER_UNATTRIBUTED: usize = 64;
 /// Offset of `start_time` in an entry.
 pub const ENTRY_START_TIME: usize = 0;
+/// Offset of `host_pid` in an entry.
+pub const ENTRY_HOST_PID: usize = 8;
 /// Offset of `extra[0]` in an entry.
-pub const ENTRY_EXTRA: usize = 8;
+pub const ENTRY_EXTRA: usize = 16;
 
 /// Size of a file with `entries` entries.
 #[must_use]
@@ -89,12 +93,21 @@ pub fn header_matches(header: &[u8], gpus: usize, entries: usize) -> bool {
         && word(20).map(|s| s as usize) == Some(ENTRY_SIZE)
 }
 
+/// What the driver holds for one slot's owner beyond its counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareEntry {
+    pub slot: usize,
+    pub start_time: u64,
+    pub host_pid: u32,
+    /// Bytes beyond the slot's counters on each GPU.
+    pub extra: Vec<u64>,
+}
+
 /// What the agent found the driver holding for one container, to be published.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriverShare {
-    /// Per usage-region slot that the driver's processes were matched to: (slot index, the
-    /// owner's start time, bytes beyond the slot's counters on each GPU).
-    pub entries: Vec<(usize, u64, Vec<u64>)>,
+    /// Per usage-region slot that the driver's processes were matched to.
+    pub entries: Vec<ShareEntry>,
     /// Bytes held on each GPU by the container's processes that have no slot.
     pub unattributed: Vec<u64>,
 }
@@ -106,7 +119,7 @@ mod tests {
     #[test]
     fn a_fresh_file_matches_its_own_header_and_no_other() {
         let f = new_file(2, 256);
-        assert_eq!(f.len(), 192 + 256 * 136);
+        assert_eq!(f.len(), 192 + 256 * 144);
         assert!(header_matches(&f, 2, 256));
         assert!(!header_matches(&f, 1, 256));
         assert!(!header_matches(&f, 2, 255));

@@ -316,6 +316,7 @@ pub fn holders(
             Some(crate::held::Holder {
                 position,
                 ns_pid: procs.ns_pid(a.sample.pid)?,
+                host_pid: a.sample.pid,
                 start_time: a.start_time,
                 used: a.sample.used,
             })

@@ -18,7 +18,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
-use gpuslice_core::held::{self, DriverShare};
+use gpuslice_core::held::{self, DriverShare, ShareEntry};
 use gpuslice_core::usage::{self, SlotSnapshot, UsageSnapshot};
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,8 @@ pub struct Holder {
     pub position: usize,
     /// Its pid in its own (innermost) PID namespace, as its slot records it.
     pub ns_pid: u32,
+    /// Its pid in the host's namespace, as NVML names it.
+    pub host_pid: u32,
     pub start_time: u64,
     pub used: u64,
 }
@@ -71,14 +73,19 @@ pub fn driver_share(
         };
         let counted = |s: &SlotSnapshot| s.used.get(h.position).copied().unwrap_or(0);
         let extra = h.used.saturating_sub(counted(&a).min(counted(&b)));
-        let entry = match share.entries.iter_mut().position(|e| e.0 == a.index) {
+        let entry = match share.entries.iter_mut().position(|e| e.slot == a.index) {
             Some(k) => &mut share.entries[k],
             None => {
-                share.entries.push((a.index, a.start_time, vec![0; gpus]));
+                share.entries.push(ShareEntry {
+                    slot: a.index,
+                    start_time: a.start_time,
+                    host_pid: h.host_pid,
+                    extra: vec![0; gpus],
+                });
                 share.entries.last_mut().expect("just pushed")
             }
         };
-        entry.2[h.position] = entry.2[h.position].saturating_add(extra);
+        entry.extra[h.position] = entry.extra[h.position].saturating_add(extra);
     }
     share
 }
@@ -126,14 +133,16 @@ pub fn publish(dir: &Path, gpus: usize, share: &DriverShare) -> Result<(), HeldE
     for i in 0..usage::DEFAULT_SLOTS {
         let at = held::entry(i);
         let start = map.word(at + held::ENTRY_START_TIME);
-        let found = share.entries.iter().find(|e| e.0 == i);
-        let (owner, extra) = found.map_or((0, None), |e| (e.1, Some(&e.2)));
+        let found = share.entries.iter().find(|e| e.slot == i);
+        let (owner, extra) = found.map_or((0, None), |e| (e.start_time, Some(&e.extra)));
         // A new owner's figures go in with the entry closed, so that no reader adds the last
         // owner's figures to the new one's slot, or the new ones to the last owner's.
         let reopen = start.load(SeqCst) != owner;
         if reopen {
             start.store(0, SeqCst);
         }
+        let host_pid = found.map_or(0, |e| u64::from(e.host_pid));
+        map.word(at + held::ENTRY_HOST_PID).store(host_pid, SeqCst);
         for g in 0..gpus.min(usage::MAX_GPUS) {
             let v = extra.and_then(|x| x.get(g).copied()).unwrap_or(0);
             map.word(at + held::ENTRY_EXTRA + 8 * g).store(v, SeqCst);
@@ -218,8 +227,18 @@ mod tests {
         Holder {
             position: 0,
             ns_pid,
+            host_pid: ns_pid + 1000,
             start_time,
             used,
+        }
+    }
+
+    fn entry(slot: usize, start_time: u64, host_pid: u32, extra: u64) -> ShareEntry {
+        ShareEntry {
+            slot,
+            start_time,
+            host_pid,
+            extra: vec![extra],
         }
     }
 
@@ -227,7 +246,7 @@ mod tests {
     fn a_process_is_charged_what_the_driver_holds_beyond_its_counters() {
         let s = snapshot(&[(3, 7, 100, 1000)]);
         let share = driver_share(1, &s, &s, &[holder(7, 100, 1500)]);
-        assert_eq!(share.entries, vec![(3, 100, vec![500])]);
+        assert_eq!(share.entries, vec![entry(3, 100, 1007, 500)]);
         assert_eq!(share.unattributed, vec![0]);
     }
 
@@ -235,7 +254,7 @@ mod tests {
     fn a_process_counting_more_than_the_driver_holds_gets_nothing_back() {
         let s = snapshot(&[(0, 7, 100, 2000)]);
         let share = driver_share(1, &s, &s, &[holder(7, 100, 1500)]);
-        assert_eq!(share.entries, vec![(0, 100, vec![0])]);
+        assert_eq!(share.entries, vec![entry(0, 100, 1007, 0)]);
     }
 
     #[test]
@@ -252,7 +271,7 @@ mod tests {
         let before = snapshot(&[(0, 7, 100, 1000)]);
         let after = snapshot(&[(0, 7, 100, 3000)]);
         let share = driver_share(1, &before, &after, &[holder(7, 100, 1200)]);
-        assert_eq!(share.entries, vec![(0, 100, vec![200])]);
+        assert_eq!(share.entries, vec![entry(0, 100, 1007, 200)]);
     }
 
     #[test]
@@ -260,7 +279,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         create(dir.path(), 1, |p, b| std::fs::write(p, b)).unwrap();
         let share = DriverShare {
-            entries: vec![(2, 55, vec![4096])],
+            entries: vec![entry(2, 55, 4321, 4096)],
             unattributed: vec![10],
         };
         publish(dir.path(), 1, &share).unwrap();
@@ -269,6 +288,7 @@ mod tests {
         assert_eq!(word(held::HEADER_UNATTRIBUTED), 10);
         assert_eq!(word(held::entry(2) + held::ENTRY_START_TIME), 55);
         assert_eq!(word(held::entry(2) + held::ENTRY_EXTRA), 4096);
+        assert_eq!(word(held::entry(2) + held::ENTRY_HOST_PID), 4321);
         assert_eq!(word(held::HEADER_SAMPLES), 1);
         publish(dir.path(), 1, &DriverShare::default()).unwrap();
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();

@@ -34,7 +34,11 @@ struct Container {
 
 impl Container {
     async fn start(agent_args: &[&str]) -> Self {
-        let sim = SimNode::new(1, "T4", None);
+        Self::start_on(SimNode::new(1, "T4", None), agent_args, &[]).await
+    }
+
+    /// As [`Container::start`], on `sim`, the claim asking for `more` besides the 2 GiB.
+    async fn start_on(sim: SimNode, agent_args: &[&str], more: &[(&str, &str)]) -> Self {
         let bus = Bus::start();
         let mut args = vec!["--enforce-interval", "100ms"];
         args.extend_from_slice(agent_args);
@@ -42,9 +46,9 @@ impl Container {
         let wall = compile_wall(&sim);
         let id = "tenant";
         let p = proxy(&bus.address).await;
-        p.claim(id, ann(&[("gpuslice.io/memory", "2Gi")]))
-            .await
-            .unwrap();
+        let mut request = vec![("gpuslice.io/memory", "2Gi")];
+        request.extend_from_slice(more);
+        p.claim(id, ann(&request)).await.unwrap();
         let cgroup = Cgroup::new("share");
         let init = Command::new("sleep").arg("600").spawn().unwrap();
         cgroup.adopt(init.id());
@@ -273,4 +277,56 @@ async fn memory_held_behind_the_librarys_back_is_charged_to_the_rest_of_the_cont
     );
     finish(filler);
     finish(around);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_in_a_pid_namespace_of_its_own_is_paced_by_the_pid_nvml_gives_it() {
+    // NVML names processes by their host pids wherever it is asked (the driver knows nothing
+    // of PID namespaces); a process that is pid 1 in a namespace of its own finds itself in
+    // NVML's samples by the host pid the agent published for its slot.
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let c = Container::start_on(sim, &[], &[("gpuslice.io/cores", "30")]).await;
+    let spin = c.sim.root().join("spin");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/spin.c");
+    let built = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&spin)
+        .arg(&src)
+        .arg(format!("-L{}", c.sim.lib_dir().display()))
+        .args(["-lcuda", "-ldl"])
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let script = format!(
+        "echo $$ > {} && exec unshare --pid --fork --mount-proc sh -c 'echo nspid=$$; exec {} 1000 4000'",
+        c.cgroup.procs_file().display(),
+        spin.display()
+    );
+    let out = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("LD_LIBRARY_PATH", c.sim.fronted_lib_dir())
+        .env("GPUSLICE_LIMITS", c.dir().join("limits"))
+        .env("SPIN_WARMUP_MS", "2000")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("nspid=1\n"), "{text}");
+    let field = |k: &str| -> f64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+    };
+    // 1,000-block kernels of 1 µs a block; measured after 2 s (the agent samples every
+    // 100 ms here, the driver every sixth of a second).
+    let busy = field("warm_blocks=") * 1_000.0 * 100.0 / field("warm_elapsed_ns=");
+    assert!(
+        (25.0..=35.0).contains(&busy),
+        "a 30% share kept the GPU {busy:.1}% busy: {text}\n{}",
+        c.agent.log()
+    );
 }

@@ -78,6 +78,23 @@ impl DriverShare {
         self.word(held::HEADER_UNATTRIBUTED + 8 * gpu)
     }
 
+    /// The host pid of slot `slot`'s owner, the process that started at `start_time`, as the
+    /// agent found it: the pid NVML names it by, in or out of a container.
+    pub fn host_pid(&self, slot: usize, start_time: u64) -> Option<u32> {
+        if slot >= self.entries || start_time == 0 {
+            return None;
+        }
+        let at = held::entry(slot);
+        if self.word(at + held::ENTRY_START_TIME) != start_time {
+            return None;
+        }
+        let pid = self.word(at + held::ENTRY_HOST_PID);
+        if self.word(at + held::ENTRY_START_TIME) != start_time {
+            return None;
+        }
+        u32::try_from(pid).ok().filter(|&p| p != 0)
+    }
+
     /// Bytes on `gpu` the driver holds for slot `slot` beyond its counters, while the slot's
     /// owner is the process that started at `start_time`.
     pub fn extra(&self, slot: usize, start_time: u64, gpu: usize) -> u64 {

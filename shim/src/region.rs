@@ -248,11 +248,22 @@ impl Region {
         self.pid(i).store(0, SeqCst);
     }
 
-    /// The processes holding a slot: the container's processes that use the driver.
+    /// The processes holding a slot (the container's processes that use the driver), as NVML
+    /// names them: by the host pid the agent found for the slot's owner, else (no agent, or
+    /// not sampled yet) by the pid the slot records.
     pub fn pids(&self) -> Vec<u32> {
         (0..self.high_water())
-            .map(|i| self.pid(i).load(SeqCst))
-            .filter(|&p| p != 0 && p & PID_REAPING == 0)
+            .filter_map(|i| {
+                let p = self.pid(i).load(SeqCst);
+                if p == 0 || p & PID_REAPING != 0 {
+                    return None;
+                }
+                let host = self
+                    .share
+                    .as_ref()
+                    .and_then(|s| s.host_pid(i, self.start(i).load(SeqCst)));
+                Some(host.unwrap_or(p))
+            })
             .collect()
     }
 

@@ -317,11 +317,13 @@ impl Slice {
         found
     }
 
-    /// The container's processes that use the driver (this one included).
+    /// The container's processes that use the driver (this one included), as NVML names them
+    /// ([`Region::pids`]).
     pub fn pids(&self) -> Vec<u32> {
         let mut pids = self.region.as_ref().map(Region::pids).unwrap_or_default();
+        // A process without a slot yet is named by its own pid (right outside a container).
         let me = std::process::id();
-        if !pids.contains(&me) {
+        if self.slot.load(Ordering::SeqCst) == NO_SLOT && !pids.contains(&me) {
             pids.push(me);
         }
         pids

@@ -670,7 +670,7 @@ unsafe fn processes<T>(
             if count.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let live: Vec<(u32, u64)> = procs::live(&l.spec.state_dir)
+            let live: Vec<(u32, u64)> = procs::nvml_view(&l.spec.state_dir)
                 .into_iter()
                 .filter_map(|p| {
                     p.used
@@ -769,7 +769,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             if count.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let running: Vec<procs::ProcUsage> = procs::live(&l.spec.state_dir)
+            let running: Vec<procs::ProcUsage> = procs::nvml_view(&l.spec.state_dir)
                 .into_iter()
                 .filter(|p| p.busy.get(i).is_some_and(|b| b.launched_ns > 0))
                 .collect();

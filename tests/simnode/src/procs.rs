@@ -15,7 +15,8 @@
 //! only its pid in its own namespace. A reader translates: a record of its own namespace is
 //! checked against its `/proc`; one of another namespace is found by scanning its `/proc` for
 //! the process whose innermost namespace and pid (`/proc/<p>/ns/pid`, the last `NSpid`) are
-//! the record's, and is then shown with the pid the reader knows it by, as the real NVML does.
+//! the record's. NVML names processes by their host pids wherever it is asked
+//! ([`nvml_view`]), as the real driver, which knows nothing of PID namespaces, does.
 //! A record whose process is gone is ignored and removed by the next process that can tell
 //! (its own namespace's processes, any process that sees that namespace, or any process of
 //! the host's initial namespace, which sees them all); a record a reader cannot see at all
@@ -310,6 +311,57 @@ pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
     out
 }
 
+/// Where the host pid of a process of another PID namespace is kept, once a reader of the
+/// host's namespace has found it: `<state_dir>/hostpids/<namespace inode>-<pid>`, holding
+/// `<host pid> <start time>`.
+fn host_pid_path(state_dir: &Path, (ns, pid): (u64, u32)) -> PathBuf {
+    state_dir.join("hostpids").join(format!("{ns}-{pid}"))
+}
+
+/// The processes as the real NVML lists them, by their host pids: the driver knows nothing of
+/// PID namespaces, so a reader inside a container is given host pids too, including those of
+/// processes it cannot see (other containers'). The simulated driver learns a process's host
+/// pid when a reader in the host's namespace first lists it (the agent, `nvidia-smi` on the
+/// host) and keeps it for the others; until then a reader inside a container is given the pid
+/// it knows the process by, and a process it cannot see is left out.
+#[must_use]
+pub fn nvml_view(state_dir: &Path) -> Vec<ProcUsage> {
+    let mut t = Translator::new();
+    let on_host = t.own == INITIAL_PIDNS;
+    let mut out = Vec::new();
+    for p in records(state_dir).into_iter().filter_map(|(_, p)| p) {
+        let seen = t.see(&p);
+        let known = std::fs::read_to_string(host_pid_path(state_dir, p.writer))
+            .ok()
+            .and_then(|text| {
+                let (pid, start) = text.trim().split_once(' ')?;
+                (start.parse::<u64>().ok()? == p.start_time).then(|| pid.parse::<u32>().ok())?
+            });
+        let pid = match seen {
+            Seen::Gone => continue,
+            Seen::Alive(pid) if on_host => {
+                if p.writer.0 != INITIAL_PIDNS && known != Some(pid) {
+                    let path = host_pid_path(state_dir, p.writer);
+                    let _ = std::fs::create_dir_all(path.parent().unwrap_or(state_dir));
+                    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+                    if std::fs::write(&tmp, format!("{pid} {}", p.start_time)).is_ok() {
+                        let _ = std::fs::rename(&tmp, &path);
+                    }
+                }
+                pid
+            }
+            Seen::Alive(pid) => known.unwrap_or(pid),
+            Seen::Hidden => match known {
+                Some(pid) => pid,
+                None => continue,
+            },
+        };
+        out.push(ProcUsage { pid, ..p });
+    }
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
 /// Records of every process that holds device memory as far as this process can tell: those
 /// it sees alive and those it cannot see at all.
 #[must_use]
@@ -341,7 +393,10 @@ pub fn remove_stale(state_dir: &Path) {
                 .is_some_and(|(ns, pid)| ns == own && process_start_time(proc_root, pid).is_none()),
         };
         if gone {
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(&path);
+            if let Some(name) = path.file_name() {
+                let _ = std::fs::remove_file(state_dir.join("hostpids").join(name));
+            }
         }
     }
 }
