@@ -57,6 +57,9 @@ pub struct Shared {
     understated: Mutex<BTreeMap<String, String>>,
     /// Tamperings found and not yet announced on the bus.
     tamper_events: Mutex<Vec<(String, String)>>,
+    /// What the driver showed each container's processes holding, by (container, GPU uuid),
+    /// at the backstop's last pass.
+    driver_held: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 /// The ledger's claims and GPUs copied at one instant, so that what containers can write is
@@ -69,6 +72,9 @@ pub struct Snapshot {
     pub usage: Vec<Result<Vec<u64>, Tamper>>,
     /// Containers whose region understates what the driver shows them holding.
     pub understated: Vec<String>,
+    /// What the driver showed each container's processes holding, by (container, GPU uuid),
+    /// at the backstop's last pass (empty without the backstop).
+    pub driver_held: BTreeMap<(String, String), u64>,
 }
 
 impl Shared {
@@ -82,6 +88,7 @@ impl Shared {
             tampered: Mutex::new(BTreeMap::new()),
             understated: Mutex::new(BTreeMap::new()),
             tamper_events: Mutex::new(Vec::new()),
+            driver_held: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -145,13 +152,27 @@ impl Shared {
             map.retain(|id, _| claims.iter().any(|c| &c.container_id == id));
             map.keys().cloned().collect()
         };
+        let driver_held = self
+            .driver_held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         Snapshot {
             inventory,
             loads,
             claims,
             usage,
             understated,
+            driver_held,
         }
+    }
+
+    /// Records what the driver showed each container's processes holding at a backstop pass.
+    pub fn note_driver_held(&self, held: BTreeMap<(String, String), u64>) {
+        *self
+            .driver_held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = held;
     }
 
     /// Records what the backstop found of the containers it `checked`: those in `found` have

@@ -64,6 +64,7 @@ pub struct Metrics {
     gpu_sharers: Family<GpuLabels, Gauge>,
     slice_memory_limit: Family<SliceLabels, Gauge>,
     slice_memory_used: Family<SliceLabels, Gauge>,
+    slice_driver_memory_used: Family<SliceLabels, Gauge>,
     slice_tampered: Family<TamperLabels, Gauge>,
     slice_cores: Family<SliceLabels, Gauge<f64, AtomicU64>>,
     claims: Family<StateLabels, Gauge>,
@@ -98,6 +99,7 @@ impl Metrics {
             gpu_sharers: Family::default(),
             slice_memory_limit: Family::default(),
             slice_memory_used: Family::default(),
+            slice_driver_memory_used: Family::default(),
             slice_tampered: Family::default(),
             slice_cores: Family::default(),
             claims: Family::default(),
@@ -135,6 +137,11 @@ impl Metrics {
             "gpuslice_slice_memory_used_bytes",
             "Device memory a container holds on a GPU, from its usage region",
             m.slice_memory_used.clone(),
+        );
+        registry.register(
+            "gpuslice_slice_driver_memory_used_bytes",
+            "Device memory the driver (NVML, per process) shows a container's processes holding on a GPU, at the enforcement backstop's last pass: the figure the wall holds on",
+            m.slice_driver_memory_used.clone(),
         );
         registry.register(
             "gpuslice_slice_usage_tampered",
@@ -225,6 +232,7 @@ impl Metrics {
         }
         self.slice_memory_limit.clear();
         self.slice_memory_used.clear();
+        self.slice_driver_memory_used.clear();
         self.slice_tampered.clear();
         self.slice_cores.clear();
         self.claims.clear();
@@ -274,6 +282,14 @@ impl Metrics {
                 self.slice_memory_used
                     .get_or_create(&k)
                     .set(clamp(used.get(pos).copied().unwrap_or(0)));
+                if let Some(held) = snapshot
+                    .driver_held
+                    .get(&(claim.container_id.clone(), g.uuid.clone()))
+                {
+                    self.slice_driver_memory_used
+                        .get_or_create(&k)
+                        .set(clamp(*held));
+                }
                 self.slice_cores
                     .get_or_create(&k)
                     .set(f64::from(g.cores) / 100.0);

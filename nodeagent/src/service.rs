@@ -308,6 +308,20 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             let after = regions(&claims);
             let attributed = backstop::attribute(&claims, &samples, &procs);
             let held = backstop::sum_holdings(&attributed);
+            // Every running container's GPUs, 0 where the driver shows nothing held.
+            let mut driver_held: std::collections::BTreeMap<(String, String), u64> = claims
+                .iter()
+                .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Active { .. }))
+                .flat_map(|c| {
+                    c.gpus
+                        .iter()
+                        .map(|g| ((c.container_id.clone(), g.uuid.clone()), 0))
+                })
+                .collect();
+            for (k, (bytes, _)) in &held {
+                driver_held.insert(k.clone(), *bytes);
+            }
+            s.note_driver_held(driver_held);
             let mut shares = std::collections::BTreeMap::new();
             for c in claims
                 .iter()

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
+use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 const MIB: u64 = 1 << 20;
@@ -214,6 +214,17 @@ async fn a_process_filling_its_slice_ends_within_it_as_the_host_sees_it() {
     let (filler, line) = c.run("fill", CHUNK, true, &[]);
     assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
     assert_filled(&c, filler.id(), &line);
+    // The operator's figure is exported: what the driver shows the container holding.
+    let held = c.held_by(filler.id());
+    let want = format!(
+        "gpuslice_slice_driver_memory_used_bytes{{container=\"tenant\",gpu=\"0\",uuid=\"{}\"}} {held}",
+        c.sim.spec.gpus[0].uuid
+    );
+    let exported = wait_for(Duration::from_secs(5), || {
+        http::get(&c.agent.metrics_address, "/metrics")
+            .is_ok_and(|(_, _, body)| body.contains(&want))
+    });
+    assert!(exported, "{want} not exported");
     finish(filler);
 }
 

@@ -307,7 +307,11 @@ fn an_image_with_a_newer_drivers_compat_libraries_runs_with_them_behind_the_fron
     // Behind the front: the wall holds with the image's driver library (1 GiB less the
     // process's context is left to allocate).
     let room = ((1u64 << 30) - node.sim.spec.gpus[0].context_bytes).to_string();
-    let wall = exec(&node, "compat", &["/usr/bin/wall", "procaddr", "alloc", &room]);
+    let wall = exec(
+        &node,
+        "compat",
+        &["/usr/bin/wall", "procaddr", "alloc", &room],
+    );
     for want in ["fit=CUDA_SUCCESS", "over=CUDA_ERROR_OUT_OF_MEMORY"] {
         assert!(wall.contains(want), "{want} not in {wall}");
     }

@@ -112,6 +112,12 @@ fn main() {
         usage::new_region(1, usage::DEFAULT_SLOTS),
     )
     .unwrap();
+    // The driver's share, as the agent creates it: every check of an allocation reads it.
+    std::fs::write(
+        dir.path().join(gpuslice_core::held::FILE_NAME),
+        gpuslice_core::held::new_file(1, usage::DEFAULT_SLOTS),
+    )
+    .unwrap();
     let fronted = sim.fronted_lib_dir();
     let status = Command::new(std::env::current_exe().unwrap())
         .args(std::env::args_os().skip(1))
