@@ -9,6 +9,8 @@ pub mod bus;
 #[cfg(feature = "cdi")]
 pub mod cdi;
 pub mod http;
+#[cfg(feature = "monitoring")]
+pub mod monitoring;
 pub mod rootfs;
 pub mod sim;
 
