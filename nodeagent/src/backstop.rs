@@ -113,6 +113,12 @@ impl Procs {
         crate::gc::process_start_time(&self.root, pid)
     }
 
+    /// The process's memory mappings (`/proc/<pid>/maps`).
+    #[must_use]
+    pub fn maps(&self, pid: u32) -> Option<String> {
+        std::fs::read_to_string(self.root.join(pid.to_string()).join("maps")).ok()
+    }
+
     /// The process's pid in its innermost PID namespace (the last `NSpid` field), as the
     /// process itself sees it.
     #[must_use]
@@ -162,10 +168,56 @@ pub struct Attributed {
     pub start_time: u64,
 }
 
-/// Gives each sample to the active claim whose container holds the process (by cgroups);
-/// samples of processes in no active claim's container are left out.
+/// A file as `/proc/<pid>/maps` names it: device (major, minor) and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub major: u32,
+    pub minor: u32,
+    pub inode: u64,
+}
+
+impl FileId {
+    /// The identity of the file at `path` (not following a link).
+    #[must_use]
+    pub fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        m.is_file().then(|| Self {
+            major: libc::major(m.dev()),
+            minor: libc::minor(m.dev()),
+            inode: m.ino(),
+        })
+    }
+
+    /// Whether a `/proc/<pid>/maps` text maps this file.
+    #[must_use]
+    pub fn mapped_in(&self, maps: &str) -> bool {
+        maps.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            let (Some(dev), Some(inode)) = (f.nth(3), f.next()) else {
+                return false;
+            };
+            let Some((major, minor)) = dev.split_once(':') else {
+                return false;
+            };
+            u32::from_str_radix(major, 16).ok() == Some(self.major)
+                && u32::from_str_radix(minor, 16).ok() == Some(self.minor)
+                && inode.parse::<u64>().ok() == Some(self.inode)
+        })
+    }
+}
+
+/// Gives each sample to the active claim whose container holds the process (by cgroups),
+/// else to a claim never activated (a DRA or CLI claim, whose containers the agent does not
+/// know) whose usage region the process has mapped (`regions`: each such claim's region);
+/// other samples are left out.
 #[must_use]
-pub fn attribute(claims: &[Claim], samples: &[Sample], procs: &Procs) -> Vec<Attributed> {
+pub fn attribute(
+    claims: &[Claim],
+    samples: &[Sample],
+    procs: &Procs,
+    regions: &[(String, FileId)],
+) -> Vec<Attributed> {
     // The cgroups of each running container, from the process it was activated with (still
     // the same process: same start time).
     let containers: Vec<(&Claim, Cgroups)> = claims
@@ -185,9 +237,22 @@ pub fn attribute(claims: &[Claim], samples: &[Sample], procs: &Procs) -> Vec<Att
         .iter()
         .filter_map(|s| {
             let cg = procs.cgroups(s.pid)?;
-            let (claim, _) = containers.iter().find(|(_, c)| cg.within(c))?;
+            let by_cgroup = containers
+                .iter()
+                .find(|(_, c)| cg.within(c))
+                .map(|(claim, _)| claim.container_id.clone());
+            let id = by_cgroup.or_else(|| {
+                if regions.is_empty() {
+                    return None;
+                }
+                let maps = procs.maps(s.pid)?;
+                regions
+                    .iter()
+                    .find(|(_, f)| f.mapped_in(&maps))
+                    .map(|(id, _)| id.clone())
+            })?;
             Some(Attributed {
-                container_id: claim.container_id.clone(),
+                container_id: id,
                 sample: s.clone(),
                 start_time: procs.start_time(s.pid).unwrap_or(0),
             })
@@ -202,7 +267,7 @@ pub fn holdings(
     samples: &[Sample],
     procs: &Procs,
 ) -> BTreeMap<(String, String), Held> {
-    sum_holdings(&attribute(claims, samples, procs))
+    sum_holdings(&attribute(claims, samples, procs, &[]))
 }
 
 /// The attributed samples summed by (container id, GPU uuid).
@@ -343,6 +408,40 @@ pub fn kill(procs: &Procs, pid: u32, start_time: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_found_in_a_processs_maps_by_device_and_inode() {
+        let maps = "7f00-7f10 rw-s 00000000 00:1a 4242 /run/gpuslice/usage\n\
+                    7f20-7f30 r-xp 00001000 fd:01 77 /usr/lib/libc.so.6\n";
+        let usage = FileId {
+            major: 0,
+            minor: 0x1a,
+            inode: 4242,
+        };
+        assert!(usage.mapped_in(maps));
+        assert!(
+            !FileId {
+                inode: 4243,
+                ..usage
+            }
+            .mapped_in(maps)
+        );
+        assert!(
+            !FileId {
+                minor: 0x1b,
+                ..usage
+            }
+            .mapped_in(maps)
+        );
+        assert!(
+            FileId {
+                major: 0xfd,
+                minor: 1,
+                inode: 77
+            }
+            .mapped_in(maps)
+        );
+    }
 
     #[test]
     fn a_process_belongs_to_a_container_in_its_cgroup_or_below_it() {

@@ -306,7 +306,18 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             let before = regions(&claims);
             let samples = backstop::sample(&nvml, &uuids);
             let after = regions(&claims);
-            let attributed = backstop::attribute(&claims, &samples, &procs);
+            // Claims never activated (DRA, CLI) are known by their usage region.
+            let unactivated: Vec<(String, backstop::FileId)> = claims
+                .iter()
+                .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Pending))
+                .filter_map(|c| {
+                    let region = run
+                        .path(&c.container_id)
+                        .join(gpuslice_core::usage::FILE_NAME);
+                    Some((c.container_id.clone(), backstop::FileId::of(&region)?))
+                })
+                .collect();
+            let attributed = backstop::attribute(&claims, &samples, &procs, &unactivated);
             let held = backstop::sum_holdings(&attributed);
             // Every running container's GPUs, 0 where the driver shows nothing held.
             let mut driver_held: std::collections::BTreeMap<(String, String), u64> = claims
@@ -323,10 +334,12 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             }
             s.note_driver_held(driver_held);
             let mut shares = std::collections::BTreeMap::new();
-            for c in claims
-                .iter()
-                .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Active { .. }))
-            {
+            let attributed_to = |c: &gpuslice_core::Claim| {
+                attributed.iter().any(|a| a.container_id == c.container_id)
+            };
+            for c in claims.iter().filter(|c| {
+                matches!(c.state, gpuslice_core::ClaimState::Active { .. }) || attributed_to(c)
+            }) {
                 let holders = backstop::holders(c, &attributed, &procs);
                 let (Some(Some(b)), Some(Some(a))) =
                     (before.get(&c.container_id), after.get(&c.container_id))

@@ -39,6 +39,17 @@ impl Container {
 
     /// As [`Container::start`], on `sim`, the claim asking for `more` besides the 2 GiB.
     async fn start_on(sim: SimNode, agent_args: &[&str], more: &[(&str, &str)]) -> Self {
+        Self::start_claim(sim, agent_args, more, true).await
+    }
+
+    /// As [`Container::start_on`]; with `activate` false the claim is never activated, as a
+    /// DRA plugin's or the CLI's is (the agent knows no process of its container).
+    async fn start_claim(
+        sim: SimNode,
+        agent_args: &[&str],
+        more: &[(&str, &str)],
+        activate: bool,
+    ) -> Self {
         let bus = Bus::start();
         let mut args = vec!["--enforce-interval", "100ms"];
         args.extend_from_slice(agent_args);
@@ -52,7 +63,9 @@ impl Container {
         let cgroup = Cgroup::new("share");
         let init = Command::new("sleep").arg("600").spawn().unwrap();
         cgroup.adopt(init.id());
-        p.activate(id, init.id()).await.unwrap();
+        if activate {
+            p.activate(id, init.id()).await.unwrap();
+        }
         Self {
             sim,
             _bus: bus,
@@ -254,6 +267,33 @@ async fn contexts_charged_nothing_up_front_are_charged_from_the_drivers_figure()
         field(&line, "start_free"),
         SLICE - 4 * c.context_bytes(),
         "the process sees its contexts charged: {line}"
+    );
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_never_activated_is_charged_the_drivers_figure_for_the_processes_using_it() {
+    // A DRA plugin's claim: no activation, so no container cgroup; the processes that map the
+    // claim's usage region are its processes.
+    let c = Container::start_claim(
+        SimNode::new(1, "T4", None),
+        &["--context-reservation", "0"],
+        &[],
+        false,
+    )
+    .await;
+    let (filler, line) = c.run(
+        "fill",
+        CHUNK,
+        true,
+        &[("WALL_CONTEXTS", "3"), ("WALL_SETTLE_MS", "1000")],
+    );
+    assert_eq!(
+        field(&line, "start_free"),
+        SLICE - 4 * c.context_bytes(),
+        "the process sees its contexts charged: {line}\n{}",
+        c.agent.log()
     );
     assert_filled(&c, filler.id(), &line);
     finish(filler);
