@@ -6,32 +6,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode};
-
-/// The C client that holds `bytes` of device memory, called plainly through the simulated
-/// driver (no interception library), until its stdin closes.
-fn hold(sim: &SimNode, program: &Path, bytes: u64) -> Child {
-    let mut child = Command::new(program)
-        .args(["link", "hold", &bytes.to_string()])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
-    child
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_within_is_not() {

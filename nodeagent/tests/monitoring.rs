@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -27,18 +25,7 @@ async fn every_query_of_the_alerts_and_the_dashboard_names_a_metric_the_agent_ex
     .await
     .unwrap();
     let cgroup = Cgroup::new("monitoring");
-    let mut holder = Command::new(compile_wall(&sim))
-        .args(["link", "hold", &(1u64 << 30).to_string()])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
+    let mut holder = hold(&sim, &compile_wall(&sim), 1 << 30);
     cgroup.adopt(holder.id());
     p.activate("watched", holder.id()).await.unwrap();
     let scrape = || {

@@ -101,14 +101,14 @@ fn warm_busy_percent(text: &str) -> f64 {
     field("warm_blocks=") * NS_PER_BLOCK as f64 * 100.0 / field("warm_elapsed_ns=")
 }
 
-/// Runs each setup's program at once (launching together) for the warm-up and the measured
-/// part, and returns what each kept the GPU busy over the measured part.
-fn measured_together(setups: &[&Setup]) -> Vec<f64> {
+/// Runs each setup's program at once (launching together) for `run_ms` (the warm-up and the
+/// measured part), and returns what each kept the GPU busy over the measured part.
+fn measured_together(setups: &[&Setup], run_ms: u64) -> Vec<f64> {
     use std::io::{BufRead, BufReader, Read, Write};
     let mut children: Vec<_> = setups
         .iter()
         .map(|s| {
-            s.command_for(true, "kernel", WARMUP_MS + MEASURED_MS)
+            s.command_for(true, "kernel", run_ms)
                 .arg("wait")
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
@@ -144,7 +144,7 @@ fn measured_together(setups: &[&Setup]) -> Vec<f64> {
 fn each_share_is_kept_within_five_points_after_a_second() {
     let shares = [10, 30, 50, 70];
     let setups: Vec<Setup> = shares.iter().map(|&c| setup(c)).collect();
-    let busy = measured_together(&setups.iter().collect::<Vec<_>>());
+    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
     eprintln!("shares {shares:?}: busy {busy:.1?}");
     for (share, busy) in shares.iter().zip(&busy) {
         assert!(
@@ -160,7 +160,7 @@ fn two_slices_on_one_gpu_each_keep_their_share() {
     // own processes.
     let small = setup(30);
     let large = setup_on(std::sync::Arc::clone(&small.sim), 70);
-    let busy = measured_together(&[&small, &large]);
+    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
     eprintln!("30% and 70% at once: busy {busy:.1?}");
     for (share, busy) in [30.0, 70.0].iter().zip(&busy) {
         assert!(
@@ -182,42 +182,10 @@ fn a_thirty_percent_share_keeps_the_gpu_about_thirty_percent_busy() {
 
 #[test]
 fn two_processes_share_one_thirty_percent_share() {
-    use std::io::{BufRead, BufReader, Write};
     let s = setup(30);
     // Both launch over the same interval, however long each takes to start (otherwise each
     // would rightly get the whole share while the other is not running yet).
-    let mut children: Vec<_> = (0..2)
-        .map(|_| {
-            s.command(true)
-                .arg("wait")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut outputs = Vec::new();
-    for c in &mut children {
-        let mut ready = String::new();
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        out.read_line(&mut ready).unwrap();
-        assert_eq!(ready, "ready\n");
-        outputs.push(out);
-    }
-    for c in &mut children {
-        c.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
-    }
-    let each: Vec<f64> = children
-        .into_iter()
-        .zip(outputs)
-        .map(|(c, mut out)| {
-            let mut rest = Vec::new();
-            std::io::Read::read_to_end(&mut out, &mut rest).unwrap();
-            let mut o = c.wait_with_output().unwrap();
-            o.stdout = rest;
-            busy_percent(&o)
-        })
-        .collect();
+    let each = measured_together(&[&s, &s], RUN_MS);
     let total: f64 = each.iter().sum();
     // Each process has its own queue on the simulated GPU, so unpaced they would add up to
     // about 200%.

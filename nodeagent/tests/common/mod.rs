@@ -2,8 +2,9 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use gpuslice_testsupport::sim::SimNode;
 
@@ -122,4 +123,22 @@ pub fn compile_wall(sim: &SimNode) -> PathBuf {
         .success();
     assert!(ok);
     program
+}
+
+/// The C client that holds `bytes` of device memory, called plainly through the simulated
+/// driver (no interception library), until its stdin closes.
+pub fn hold(sim: &SimNode, program: &Path, bytes: u64) -> Child {
+    let mut child = Command::new(program)
+        .args(["link", "hold", &bytes.to_string()])
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
+    child
 }
