@@ -177,3 +177,82 @@ fn the_example_pod_asks_one_slice_for_its_model_and_nothing_for_its_sidecar() {
         (4u64 << 30).to_string()
     );
 }
+
+#[test]
+fn the_service_monitors_scrape_the_ports_where_the_agent_and_the_extender_serve_metrics() {
+    let monitors = documents("monitoring.yaml");
+    for (file, workload, name) in [
+        ("gpuslice-agent.yaml", "DaemonSet", "gpuslice-agent"),
+        (
+            "gpuslice-scheduler.yaml",
+            "Deployment",
+            "gpuslice-scheduler",
+        ),
+    ] {
+        let monitor = monitors
+            .iter()
+            .find(|d| d["kind"] == "ServiceMonitor" && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no ServiceMonitor {name}"));
+        let docs = documents(file);
+        let wanted = monitor["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap();
+        // The Service the monitor selects, in the monitor's namespace.
+        let service = docs
+            .iter()
+            .filter(|d| d["kind"] == "Service")
+            .find(|d| {
+                d["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+                    && wanted.iter().all(|(k, v)| &d["metadata"]["labels"][k] == v)
+            })
+            .unwrap_or_else(|| panic!("{name}: no Service has the labels {wanted:?}"));
+        let service: Service = serde_json::from_value(service.clone()).unwrap();
+        let endpoint = &monitor["spec"]["endpoints"][0];
+        assert_eq!(endpoint["path"], "/metrics");
+        let port = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| Some(p.name.as_deref().unwrap_or("")) == endpoint["port"].as_str())
+            })
+            .unwrap_or_else(|| panic!("{name}: the Service has no port {}", endpoint["port"]));
+        // The port it forwards to is a port of the workload's container, which listens there.
+        let target = match &port.target_port {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s)) => s.clone(),
+            other => panic!("{name}: targetPort {other:?} names no container port"),
+        };
+        let doc = docs.iter().find(|d| d["kind"] == workload).unwrap();
+        let container = &doc["spec"]["template"]["spec"]["containers"][0];
+        let number = container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == target.as_str())
+            .unwrap_or_else(|| panic!("{name}: no container port {target}"))["containerPort"]
+            .as_u64()
+            .unwrap();
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let listens = if workload == "DaemonSet" {
+            format!("--metrics-address=0.0.0.0:{number}")
+        } else {
+            format!("--listen=0.0.0.0:{number}")
+        };
+        assert!(args.contains(&listens.as_str()), "{name}: {args:?}");
+        // And the pods the Service selects are the workload's.
+        let selector = service.spec.unwrap().selector.unwrap();
+        for (k, v) in selector {
+            assert_eq!(
+                doc["spec"]["template"]["metadata"]["labels"][&k],
+                v.as_str()
+            );
+        }
+    }
+}
