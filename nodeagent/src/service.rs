@@ -341,25 +341,22 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                 matches!(c.state, gpuslice_core::ClaimState::Active { .. }) || attributed_to(c)
             }) {
                 let holders = backstop::holders(c, &attributed, &procs);
-                let (Some(Some(b)), Some(Some(a))) =
-                    (before.get(&c.container_id), after.get(&c.container_id))
-                else {
-                    // A region that cannot be believed (reported as tampering elsewhere):
-                    // everything the driver holds is the container's as a whole.
-                    let mut all = gpuslice_core::held::DriverShare {
-                        entries: Vec::new(),
-                        unattributed: vec![0; c.gpus.len()],
-                    };
-                    for h in &holders {
-                        all.unattributed[h.position] =
-                            all.unattributed[h.position].saturating_add(h.used);
-                    }
-                    publish_held(&run, c, &all);
-                    continue;
+                // A region that cannot be believed (reported as tampering elsewhere) counts as
+                // one without slots: everything the driver holds is the container's as a whole.
+                let believed = before
+                    .get(&c.container_id)
+                    .and_then(Option::as_ref)
+                    .zip(after.get(&c.container_id).and_then(Option::as_ref));
+                let none = gpuslice_core::usage::UsageSnapshot {
+                    gpu_count: c.gpus.len(),
+                    slots: Vec::new(),
                 };
-                let share = crate::held::driver_share(c.gpus.len(), b, a, &holders);
+                let (first, second) = believed.unwrap_or((&none, &none));
+                let share = crate::held::driver_share(c.gpus.len(), first, second, &holders);
                 publish_held(&run, c, &share);
-                shares.insert(c.container_id.clone(), share);
+                if believed.is_some() {
+                    shares.insert(c.container_id.clone(), share);
+                }
             }
             // Memory held by processes without a slot of their own is reported as tampering
             // (log, metric, UsageTampered), whether or not the container is over.

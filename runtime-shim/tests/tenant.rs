@@ -451,3 +451,31 @@ fn an_unprivileged_tenant_cannot_outgrow_its_slice_through_graph_memory() {
     assert_eq!(num("end"), start, "{t}");
     responsive(&node);
 }
+
+#[test]
+fn root_in_the_container_cannot_rewrite_or_replace_what_the_driver_is_said_to_hold() {
+    let node = Node::new();
+    let bundle = node.bundle(
+        "share",
+        &["/bin/sh", "-c", "sleep 600"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    start(&node, &bundle.display().to_string(), "share1");
+    // As root in the container: write over the driver's share, truncate it, move it aside,
+    // plant another file beside it. Each must fail.
+    for attack in [
+        "busybox dd if=/dev/zero of=/run/gpuslice/held bs=8 count=1 conv=notrunc",
+        ": > /run/gpuslice/held",
+        "mv /run/gpuslice/held /run/gpuslice/held.old",
+        "rm -f /run/gpuslice/held",
+        "echo x > /run/gpuslice/held.new",
+    ] {
+        let out = node.runc(&["exec", "share1", "/bin/sh", "-c", attack]);
+        assert!(!out.status.success(), "{attack} succeeded: {}", text(&out));
+    }
+    let host = node.agent.run_dir.join("share1").join("held");
+    let bytes = std::fs::read(&host).unwrap();
+    assert_eq!(&bytes[..8], b"GPSLHLD1", "the agent's file is intact");
+    assert_eq!(bytes.len(), gpuslice_core::held::file_size(256));
+    stop(&node, "share1");
+}
