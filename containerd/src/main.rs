@@ -63,6 +63,7 @@ fn write(path: &Path, text: &str, dry_run: bool) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    gpuslice_manpage::exit_if_asked::<Cli>("8");
     let Command::Configure {
         config,
         drop_in: drop,

@@ -9,6 +9,7 @@ use gpuslice_dra::prepare::Plugin;
 
 #[derive(Parser)]
 #[command(
+    name = "gpuslice-dra-plugin",
     version,
     about = "The DRA kubelet plugin of gpuslice: prepares ResourceClaims as GPU slices through the node agent"
 )]
@@ -45,6 +46,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    gpuslice_manpage::exit_if_asked::<Args>("8");
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")

@@ -400,6 +400,7 @@ fn read_key(path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 fn main() -> Result<()> {
+    gpuslice_manpage::exit_if_asked::<Cli>("1");
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")
         .unwrap_or_else(|_| "info".into());

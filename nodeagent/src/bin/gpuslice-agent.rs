@@ -32,7 +32,7 @@ enum LogFormat {
 
 /// The gpuslice node agent: admits GPU slices, keeps the node's ledger, serves D-Bus and metrics.
 #[derive(Parser)]
-#[command(version)]
+#[command(name = "gpuslice-agent", version)]
 struct Args {
     /// Root of the driver installation (where libnvidia-ml.so.1 and /dev/nvidia* are).
     #[arg(long, env = "GPUSLICE_DRIVER_ROOT", default_value = "/")]
@@ -143,6 +143,7 @@ fn main() -> Result<std::process::ExitCode> {
     if argv.get(1).map(String::as_str) == Some(gpuslice_nodeagent::context_cost::PROBE_FLAG) {
         return Ok(gpuslice_nodeagent::context_cost::probe_main(&argv[2..]));
     }
+    gpuslice_manpage::exit_if_asked::<Args>("8");
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUSLICE_LOG")
         .unwrap_or_else(|_| "info".into());

@@ -11,7 +11,11 @@ use gpuslice_core::quantity::human_bytes;
 use gpuslice_core::{Claim, ClaimState};
 
 #[derive(Parser)]
-#[command(version, about = "Inspect and manage GPU slices on this node")]
+#[command(
+    name = "gpuslice",
+    version,
+    about = "Inspect and manage GPU slices on this node"
+)]
 struct Cli {
     /// D-Bus address of the agent's bus instead of the system bus.
     #[arg(long, global = true, env = "GPUSLICE_BUS_ADDRESS")]
@@ -347,6 +351,7 @@ fn whole_gpu_spec(inventory: &gpuslice_core::inventory::Inventory) -> Result<ser
 }
 
 fn main() -> ExitCode {
+    gpuslice_manpage::exit_if_asked::<Cli>("1");
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
