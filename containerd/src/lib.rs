@@ -146,6 +146,30 @@ pub fn add_handler(doc: &mut DocumentMut, handler: &Handler) -> Result<(), Confi
     Ok(())
 }
 
+/// Removes the handler `name` from `doc`, a configuration of its own version; everything else
+/// stays as it is. Returns whether the handler was there.
+pub fn remove_handler(doc: &mut DocumentMut, name: &str) -> Result<bool, ConfigError> {
+    let version = version(doc)?;
+    let mut table = doc.as_table_mut();
+    let mut path = String::new();
+    for key in runtimes_path(version) {
+        path = if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        };
+        match table.get_mut(key) {
+            None => return Ok(false),
+            Some(item) => {
+                table = item
+                    .as_table_mut()
+                    .ok_or_else(|| ConfigError::NotTable(path.clone()))?;
+            }
+        }
+    }
+    Ok(table.remove(name).is_some())
+}
+
 /// Whether a runtime's table runs containers with runc's shim (containerd's default type when
 /// the table names none), whose options the handler can take over.
 fn is_runc(runtime: &Table) -> bool {

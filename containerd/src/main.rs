@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use gpuslice_containerd::{Handler, add_handler, add_import, drop_in, version};
+use gpuslice_containerd::{Handler, add_handler, add_import, drop_in, remove_handler, version};
 use toml_edit::DocumentMut;
 
 #[derive(Parser)]
@@ -31,6 +31,19 @@ enum Command {
         /// Path of gpuslice-runtime.
         #[arg(long, default_value = "/usr/bin/gpuslice-runtime")]
         runtime_path: String,
+        /// Print what would be written instead of writing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Remove the runtime handler from containerd's configuration (in place), leaving
+    /// everything else as it is.
+    Unconfigure {
+        /// containerd's main configuration file.
+        #[arg(long, default_value = "/etc/containerd/config.toml")]
+        config: PathBuf,
+        /// The runtime handler name.
+        #[arg(long, default_value = "gpuslice")]
+        handler: String,
         /// Print what would be written instead of writing it.
         #[arg(long)]
         dry_run: bool,
@@ -64,32 +77,76 @@ fn write(path: &Path, text: &str, dry_run: bool) -> Result<()> {
 
 fn main() -> Result<()> {
     gpuslice_manpage::exit_if_asked::<Cli>("8");
-    let Command::Configure {
-        config,
-        drop_in: drop,
-        handler,
-        runtime_path,
-        dry_run,
-    } = Cli::parse().command;
-    let handler = Handler {
-        name: handler,
-        binary: runtime_path,
-    };
-    let mut doc = read(&config)?;
+    match Cli::parse().command {
+        Command::Configure {
+            config,
+            drop_in,
+            handler,
+            runtime_path,
+            dry_run,
+        } => configure(
+            &config,
+            drop_in.as_deref(),
+            &Handler {
+                name: handler,
+                binary: runtime_path,
+            },
+            dry_run,
+        ),
+        Command::Unconfigure {
+            config,
+            handler,
+            dry_run,
+        } => unconfigure(&config, &handler, dry_run),
+    }
+}
+
+fn configure(config: &Path, drop: Option<&Path>, handler: &Handler, dry_run: bool) -> Result<()> {
+    let mut doc = read(config)?;
     version(&doc).with_context(|| config.display().to_string())?;
     match drop {
         Some(path) => {
-            write(&path, &drop_in(&doc, &handler)?, dry_run)?;
+            write(path, &drop_in(&doc, handler)?, dry_run)?;
             add_import(&mut doc, &path.display().to_string())
                 .with_context(|| format!("{}: cannot import a drop-in", config.display()))?;
         }
-        None => add_handler(&mut doc, &handler).with_context(|| config.display().to_string())?,
+        None => add_handler(&mut doc, handler).with_context(|| config.display().to_string())?,
     }
-    write(&config, &doc.to_string(), dry_run)?;
+    write(config, &doc.to_string(), dry_run)?;
     if !dry_run {
         eprintln!(
             "gpuslice-containerd: runtime handler {:?} configured; restart containerd to load it",
             handler.name
+        );
+    }
+    Ok(())
+}
+
+fn unconfigure(config: &Path, handler: &str, dry_run: bool) -> Result<()> {
+    let mut doc = match std::fs::read_to_string(config) {
+        Ok(text) => text
+            .parse::<DocumentMut>()
+            .with_context(|| format!("{} is not valid TOML", config.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "gpuslice-containerd: {} does not exist; nothing to remove",
+                config.display()
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e).with_context(|| format!("failed to read {}", config.display())),
+    };
+    if !remove_handler(&mut doc, handler).with_context(|| config.display().to_string())? {
+        eprintln!(
+            "gpuslice-containerd: {} has no runtime handler {handler:?}; nothing to remove",
+            config.display()
+        );
+        return Ok(());
+    }
+    write(config, &doc.to_string(), dry_run)?;
+    if !dry_run {
+        eprintln!(
+            "gpuslice-containerd: runtime handler {handler:?} removed; restart containerd to unload it"
         );
     }
     Ok(())

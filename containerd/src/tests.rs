@@ -213,3 +213,29 @@ fn the_handler_takes_the_default_runc_runtimes_cgroup_driver_and_settings_but_no
     assert!(rt["options"].get("ConfigPath").is_none());
     assert_eq!(rt["runtime_type"].as_str(), Some("io.containerd.runc.v2"));
 }
+
+#[test]
+fn removing_the_handler_gives_back_the_configuration_it_was_added_to() {
+    let mut doc: DocumentMut = V2.parse().unwrap();
+    add_handler(&mut doc, &handler()).unwrap();
+    assert!(remove_handler(&mut doc, "gpuslice").unwrap());
+    assert_eq!(doc.to_string(), V2);
+    assert!(
+        !remove_handler(&mut doc, "gpuslice").unwrap(),
+        "removed twice"
+    );
+}
+
+#[test]
+fn removing_a_handler_from_a_config_without_runtimes_changes_nothing() {
+    for text in ["version = 3\n", "version = 2\n[plugins]\n", "# empty\n"] {
+        let mut doc: DocumentMut = text.parse().unwrap();
+        assert!(!remove_handler(&mut doc, "gpuslice").unwrap());
+        assert_eq!(doc.to_string(), text);
+    }
+    let mut broken: DocumentMut = "version = 2\nplugins = 5\n".parse().unwrap();
+    assert!(matches!(
+        remove_handler(&mut broken, "gpuslice"),
+        Err(ConfigError::NotTable(p)) if p == "plugins"
+    ));
+}

@@ -28,7 +28,7 @@ fn the_crio_drop_in_names_the_wrapper_as_an_oci_runtime_handler() {
     // The handler name is the RuntimeClass's.
     let runtime_class = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../packaging/kubernetes/runtimeclass.yaml"),
+            .join("../packaging/kubernetes/base/runtimeclass.yaml"),
     )
     .unwrap();
     assert!(
