@@ -1,4 +1,5 @@
-//! packaging/kubernetes/dra.yaml read as the API server would read it (typed with
+//! packaging/kubernetes/dra (as kustomize renders it) and the example claim and pod read as
+//! the API server would read them (typed with
 //! k8s-openapi), and checked against the plugin: the flags it passes exist, the RBAC allows
 //! every call the plugin makes, the example claim asks for capacities in the plugin's request
 //! policy and selects by attributes the plugin publishes. No cluster is at hand here, so this
@@ -7,35 +8,24 @@
 use std::process::Command;
 
 use gpuslice_core::inventory::{GpuInfo, Inventory};
+use gpuslice_testsupport::manifests::{self, kind, named};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate};
-use serde::Deserialize;
 use serde_json::Value;
 
+/// The DRA overlay as kustomize renders it, and the example claim and pod.
 fn documents() -> Vec<Value> {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/kubernetes/dra.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn kind<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str) -> T {
-    let doc = docs
-        .iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind}"));
-    serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"))
+    let mut docs = manifests::render("dra");
+    docs.extend(manifests::file("examples/dra-pod.yaml"));
+    docs
 }
 
 #[test]
 fn the_plugins_daemonset_passes_flags_it_has_and_mounts_where_the_kubelet_looks() {
     let docs = documents();
-    let ds: DaemonSet = kind(&docs, "DaemonSet");
+    let ds: DaemonSet = named(&docs, "DaemonSet", "gpuslice-dra-plugin");
     let pod = ds.spec.template.spec.unwrap();
     let c = &pod.containers[0];
     let help = Command::new(gpuslice_testsupport::binary("gpuslice-dra-plugin"))
@@ -90,11 +80,26 @@ fn the_plugins_daemonset_passes_flags_it_has_and_mounts_where_the_kubelet_looks(
             p.display()
         );
     }
+    // ... where the DaemonSet's installer puts the library and the hook.
+    let install_help = Command::new(gpuslice_testsupport::binary("gpuslice-install"))
+        .args(["install", "--help"])
+        .output()
+        .unwrap();
+    let install_help = String::from_utf8(install_help.stdout).unwrap();
+    let prefix = install_help
+        .split("--prefix <PREFIX>")
+        .nth(1)
+        .and_then(|rest| rest.split("[default: ").nth(1))
+        .and_then(|rest| rest.split(']').next())
+        .expect("gpuslice-install's default --prefix");
+    let host = std::path::Path::new("/host").join(prefix.trim_start_matches('/'));
+    assert_eq!(cfg.interception_library, host.join("lib/libgpuslice.so"));
+    assert_eq!(cfg.hook, host.join("bin/gpuslice-hook"));
 }
 
 #[test]
 fn the_plugins_role_allows_every_call_it_makes() {
-    let role: ClusterRole = kind(&documents(), "ClusterRole");
+    let role: ClusterRole = named(&documents(), "ClusterRole", "gpuslice-dra-plugin");
     let may = |verb: &str, resource: &str| {
         role.rules.iter().flatten().any(|r| {
             r.api_groups

@@ -1,37 +1,19 @@
-//! The Kubernetes manifests in packaging/kubernetes, read as the API server would read them
-//! (typed with k8s-openapi), and checked against the binaries and each other: every flag they
-//! pass exists, the extender's verbs and port are the ones it serves, the resources named are
-//! the ones the agent advertises, and the example pod asks for what its comment says. No
-//! cluster is at hand here, so this is as far as they are tested.
+//! The Kubernetes manifests in packaging/kubernetes as kustomize renders its overlays, read as
+//! the API server would read them (typed with k8s-openapi), validated against the Kubernetes
+//! API's own schemas for each supported version (kubernetes-validate), and checked against the
+//! binaries and each other: every flag they pass exists, the extender's verbs and port are the
+//! ones it serves, the resources named are the ones the agent advertises, and the example pod
+//! asks for what its comment says. No cluster is at hand here, so this is as far as they are
+//! tested.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use gpuslice_core::resources;
+use gpuslice_testsupport::manifests::{self, file, named, render};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use serde::Deserialize;
 use serde_json::Value;
-
-fn documents(file: &str) -> Vec<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../packaging/kubernetes")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{file}: {e}")))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn kind<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str) -> T {
-    let doc = docs
-        .iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind}"));
-    serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind}: {e}"))
-}
 
 /// `--flag` of each `--flag=value` argument, and the subcommand if any.
 fn flags(args: &[String]) -> Vec<&str> {
@@ -61,12 +43,26 @@ fn can_patch(role: &ClusterRole, resource: &str) -> bool {
     may(role, "patch", resource)
 }
 
+/// The container `name` of a DaemonSet.
+fn container(ds: &DaemonSet, name: &str) -> k8s_openapi::api::core::v1::Container {
+    let pod = ds.spec.template.spec.as_ref().unwrap();
+    pod.containers
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+        .clone()
+}
+
 #[test]
 fn the_agent_daemonset_passes_flags_the_agent_has_and_may_write_what_it_publishes() {
-    let docs = documents("gpuslice-agent.yaml");
-    let ds: DaemonSet = kind(&docs, "DaemonSet");
-    let pod = ds.spec.template.spec.unwrap();
-    let args = pod.containers[0].args.clone().unwrap();
+    let docs = render("extender");
+    let ds: DaemonSet = named(&docs, "DaemonSet", "gpuslice-agent");
+    let agent = container(&ds, "agent");
+    let args = agent.args.clone().unwrap();
+    assert_eq!(
+        agent.command.as_deref(),
+        Some(&["gpuslice-agent".to_string()][..])
+    );
     let help = help("gpuslice-agent", &[]);
     for f in flags(&args) {
         assert!(
@@ -75,9 +71,14 @@ fn the_agent_daemonset_passes_flags_the_agent_has_and_may_write_what_it_publishe
         );
     }
     assert!(args.iter().any(|a| a == "--publish-node"));
-    let role: ClusterRole = kind(&docs, "ClusterRole");
+    assert!(
+        args.iter()
+            .any(|a| a == "--assignment-key=/etc/gpuslice/assignment/key")
+    );
+    let role: ClusterRole = named(&docs, "ClusterRole", "gpuslice-agent");
     assert!(can_patch(&role, "nodes"), "the annotation");
     assert!(can_patch(&role, "nodes/status"), "the extended resources");
+    let pod = ds.spec.template.spec.unwrap();
     let key_volume = pod
         .volumes
         .unwrap()
@@ -90,9 +91,84 @@ fn the_agent_daemonset_passes_flags_the_agent_has_and_may_write_what_it_publishe
 }
 
 #[test]
+fn the_installer_container_runs_the_installer_with_flags_it_has_and_the_hosts_root_writable() {
+    for overlay in ["extender", "dra"] {
+        let docs = render(overlay);
+        let ds: DaemonSet = named(&docs, "DaemonSet", "gpuslice-agent");
+        let installer = container(&ds, "installer");
+        assert_eq!(
+            installer.command.as_deref(),
+            Some(&["gpuslice-install".to_string()][..])
+        );
+        let args = installer.args.clone().unwrap();
+        assert_eq!(
+            args[0], "run",
+            "{overlay}: the installer must stay to take it all off"
+        );
+        let help = help("gpuslice-install", &["run"]);
+        for f in flags(&args) {
+            assert!(
+                help.contains(&format!("--{f}")),
+                "gpuslice-install run has no --{f}"
+            );
+        }
+        let mount = installer
+            .volume_mounts
+            .unwrap()
+            .into_iter()
+            .find(|m| m.mount_path == "/host")
+            .expect("the host's root at /host");
+        assert_ne!(
+            mount.read_only,
+            Some(true),
+            "{overlay}: the installer writes the host"
+        );
+        assert_eq!(
+            installer.image,
+            container(&ds, "agent").image,
+            "one node image"
+        );
+        assert!(
+            installer
+                .security_context
+                .unwrap()
+                .privileged
+                .unwrap_or(false)
+        );
+    }
+}
+
+#[test]
+fn without_the_extender_the_agent_neither_publishes_nor_needs_the_assignment_key() {
+    let docs = render("dra");
+    let ds: DaemonSet = named(&docs, "DaemonSet", "gpuslice-agent");
+    let args = container(&ds, "agent").args.unwrap();
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--publish-node") || a.starts_with("--assignment-key")),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn no_overlay_carries_a_secret_that_applying_it_again_would_put_over_the_real_key() {
+    for overlay in ["extender", "dra", "monitoring"] {
+        let secrets: Vec<_> = render(overlay)
+            .into_iter()
+            .filter(|d| d["kind"] == "Secret")
+            .collect();
+        assert!(secrets.is_empty(), "{overlay}: {secrets:?}");
+    }
+}
+
+#[test]
 fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() {
-    let docs = documents("kube-scheduler-config.yaml");
-    let cfg = &docs[0];
+    let docs = render("extender");
+    let map: k8s_openapi::api::core::v1::ConfigMap =
+        named(&docs, "ConfigMap", "gpuslice-kube-scheduler-config");
+    let text = &map.data.unwrap()["kube-scheduler-config.yaml"];
+    let cfg = &manifests::parse(text, "kube-scheduler-config.yaml")[0];
     assert_eq!(cfg["kind"], "KubeSchedulerConfiguration");
     assert_eq!(cfg["percentageOfNodesToScore"], 100);
     let ext = &cfg["extenders"][0];
@@ -113,14 +189,13 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
         .collect();
     assert_eq!(managed, [resources::GPU_MEMORY, resources::GPU_CORES]);
 
-    let docs = documents("gpuslice-scheduler.yaml");
-    let service: Service = kind(&docs, "Service");
+    let service: Service = named(&docs, "Service", "gpuslice-scheduler");
     let port = service.spec.unwrap().ports.unwrap()[0].port;
     assert_eq!(
         ext["urlPrefix"],
         format!("http://gpuslice-scheduler.kube-system.svc:{port}")
     );
-    let deployment: Deployment = kind(&docs, "Deployment");
+    let deployment: Deployment = named(&docs, "Deployment", "gpuslice-scheduler");
     let args = deployment.spec.template.spec.unwrap().containers[0]
         .args
         .clone()
@@ -131,7 +206,7 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
     for f in flags(&args) {
         assert!(help.contains(&format!("--{f}")), "serve has no --{f}");
     }
-    let role: ClusterRole = kind(&docs, "ClusterRole");
+    let role: ClusterRole = named(&docs, "ClusterRole", "gpuslice-scheduler");
     assert!(can_patch(&role, "pods"), "bind writes the assignment");
     assert!(
         can_patch(&role, "nodes"),
@@ -151,8 +226,8 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
 
 #[test]
 fn the_key_secret_placeholder_is_refused_until_replaced() {
-    let docs = documents("gpuslice-assignment-key.yaml");
-    let secret: Secret = kind(&docs, "Secret");
+    let docs = file("examples/assignment-key.yaml");
+    let secret: Secret = named(&docs, "Secret", "gpuslice-assignment-key");
     let placeholder = &secret.string_data.unwrap()["key"];
     let e = gpuslice_core::assignment::key_from_file(placeholder.clone().into_bytes(), "key")
         .unwrap_err();
@@ -161,8 +236,8 @@ fn the_key_secret_placeholder_is_refused_until_replaced() {
 
 #[test]
 fn the_example_pod_asks_one_slice_for_its_model_and_nothing_for_its_sidecar() {
-    let docs = documents("example-pod.yaml");
-    let pod: Pod = kind(&docs, "Pod");
+    let docs = file("examples/pod.yaml");
+    let pod: Pod = manifests::kind(&docs, "Pod");
     let json = serde_json::to_value(&pod).unwrap();
     let slices = gpuslice_scheduler::extender::pod_slices(&json).unwrap();
     assert_eq!(slices.containers.len(), 1);
@@ -180,20 +255,16 @@ fn the_example_pod_asks_one_slice_for_its_model_and_nothing_for_its_sidecar() {
 
 #[test]
 fn the_service_monitors_scrape_the_ports_where_the_agent_and_the_extender_serve_metrics() {
-    let monitors = documents("monitoring.yaml");
-    for (file, workload, name) in [
-        ("gpuslice-agent.yaml", "DaemonSet", "gpuslice-agent"),
-        (
-            "gpuslice-scheduler.yaml",
-            "Deployment",
-            "gpuslice-scheduler",
-        ),
+    let monitors = render("monitoring");
+    let docs = render("extender");
+    for (workload, name) in [
+        ("DaemonSet", "gpuslice-agent"),
+        ("Deployment", "gpuslice-scheduler"),
     ] {
         let monitor = monitors
             .iter()
             .find(|d| d["kind"] == "ServiceMonitor" && d["metadata"]["name"] == name)
             .unwrap_or_else(|| panic!("no ServiceMonitor {name}"));
-        let docs = documents(file);
         let wanted = monitor["spec"]["selector"]["matchLabels"]
             .as_object()
             .unwrap();
@@ -224,14 +295,25 @@ fn the_service_monitors_scrape_the_ports_where_the_agent_and_the_extender_serve_
             Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s)) => s.clone(),
             other => panic!("{name}: targetPort {other:?} names no container port"),
         };
-        let doc = docs.iter().find(|d| d["kind"] == workload).unwrap();
-        let container = &doc["spec"]["template"]["spec"]["containers"][0];
-        let number = container["ports"]
+        let doc = docs
+            .iter()
+            .find(|d| d["kind"] == workload && d["metadata"]["name"] == name)
+            .unwrap();
+        let port_named = |c: &Value| {
+            c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == target.as_str())
+                .cloned()
+        };
+        let container = doc["spec"]["template"]["spec"]["containers"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["name"] == target.as_str())
-            .unwrap_or_else(|| panic!("{name}: no container port {target}"))["containerPort"]
+            .find(|c| port_named(c).is_some())
+            .unwrap_or_else(|| panic!("{name}: no container port {target}"));
+        let number = port_named(container).unwrap()["containerPort"]
             .as_u64()
             .unwrap();
         let args: Vec<&str> = container["args"]
@@ -255,4 +337,89 @@ fn the_service_monitors_scrape_the_ports_where_the_agent_and_the_extender_serve_
             );
         }
     }
+}
+
+/// The Kubernetes versions the extender overlay is validated for; DRA's need resource.k8s.io/v1
+/// (1.34 and later).
+const EXTENDER_VERSIONS: &[&str] = &["1.32.0", "1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0"];
+const DRA_VERSIONS: &[&str] = &["1.34.0", "1.35.0", "1.36.0", "1.37.0"];
+/// Kinds of other projects' APIs, which the Kubernetes schemas do not hold: the Prometheus
+/// Operator's. They are checked against the binaries above instead.
+const FOREIGN_KINDS: &[&str] = &["ServiceMonitor"];
+
+/// kubernetes-validate in strict mode (unknown fields are errors) on `files` for `version`:
+/// its complaints, and whether it passed them.
+fn validate(files: &[std::path::PathBuf], version: &str) -> (bool, Vec<String>) {
+    let out = Command::new(manifests::dir().join("../../scripts/kubernetes-validate"))
+        .args(["--strict", "--quiet", "-k", version])
+        .args(files)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.success(),
+        said.lines().map(str::to_owned).collect(),
+    )
+}
+
+#[test]
+fn every_overlay_and_example_is_valid_for_the_kubernetes_api_of_each_supported_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let rendered = |name: &str| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, manifests::render_text(name)).unwrap();
+        path
+    };
+    let (extender, dra, monitoring) = (
+        rendered("extender"),
+        rendered("dra"),
+        rendered("monitoring"),
+    );
+    let example = |name: &str| manifests::dir().join("examples").join(name);
+    let sets = [
+        (
+            vec![
+                extender,
+                monitoring,
+                example("pod.yaml"),
+                example("assignment-key.yaml"),
+            ],
+            EXTENDER_VERSIONS,
+        ),
+        (vec![dra, example("dra-pod.yaml")], DRA_VERSIONS),
+    ];
+    for (files, versions) in sets {
+        for version in versions {
+            let (passed, said) = validate(&files, version);
+            let complaints: Vec<_> = said
+                .iter()
+                .filter(|l| {
+                    !FOREIGN_KINDS
+                        .iter()
+                        .any(|k| l.contains(&format!("schema for kind {k} ")))
+                })
+                .collect();
+            assert!(
+                passed && complaints.is_empty(),
+                "Kubernetes {version}: {said:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_schema_check_fails_a_manifest_with_a_field_the_kubernetes_api_does_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = manifests::render_text("extender");
+    let broken = text.replacen("hostPID: true", "hostPID: true\n      hostPIDs: true", 1);
+    assert_ne!(broken, text);
+    let path = dir.path().join("broken.yaml");
+    std::fs::write(&path, broken).unwrap();
+    let (passed, said) = validate(&[path], "1.34.0");
+    assert!(!passed, "{said:#?}");
+    assert!(
+        said.iter().any(|l| l.contains("'hostPIDs' was unexpected")),
+        "{said:#?}"
+    );
 }

@@ -9,6 +9,8 @@ pub mod bus;
 #[cfg(feature = "cdi")]
 pub mod cdi;
 pub mod http;
+#[cfg(feature = "manifests")]
+pub mod manifests;
 #[cfg(feature = "monitoring")]
 pub mod monitoring;
 pub mod rootfs;
