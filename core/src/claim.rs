@@ -51,6 +51,10 @@ pub struct Claim {
     /// id again or release it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The Kubernetes pod of the container, as its engine named it (`pod::pod_ref`); where
+    /// the agent's Kubernetes Events about the slice go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::pod::PodRef>,
 }
 
 /// The owner prefix of claims a DRA kubelet plugin made (`dra:<driver>`): they last until

@@ -17,6 +17,7 @@ pub mod held;
 pub mod inventory;
 pub mod layout;
 pub mod limits;
+pub mod pod;
 pub mod policy;
 pub mod process;
 pub mod publication;

@@ -111,6 +111,7 @@ fn main() {
             created_unix_ms: 0,
             assigned_as: None,
             owner: None,
+            pod: None,
         });
         cgroups.push(cg);
     }

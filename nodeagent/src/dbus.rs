@@ -60,6 +60,8 @@ pub struct Shared {
     /// What the driver showed each container's processes holding, by (container, GPU uuid),
     /// at the backstop's last pass.
     driver_held: Mutex<BTreeMap<(String, String), u64>>,
+    /// Where Kubernetes Events go (nowhere until [`Shared::post_events_with`]).
+    events: std::sync::OnceLock<crate::events::EventSink>,
 }
 
 /// The ledger's claims and GPUs copied at one instant, so that what containers can write is
@@ -89,7 +91,32 @@ impl Shared {
             understated: Mutex::new(BTreeMap::new()),
             tamper_events: Mutex::new(Vec::new()),
             driver_held: Mutex::new(BTreeMap::new()),
+            events: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Posts Kubernetes Events through `sink` from now on (set once).
+    pub fn post_events_with(&self, sink: crate::events::EventSink) {
+        let _ = self.events.set(sink);
+    }
+
+    /// Queues a Kubernetes Event on `pod`, when events are posted; never waits.
+    pub fn post_event(
+        &self,
+        pod: Option<&gpuslice_core::pod::PodRef>,
+        happening: crate::events::Happening,
+    ) {
+        if let Some(sink) = self.events.get() {
+            sink.post(pod, happening);
+        }
+    }
+
+    /// The pod of container `id`'s claim, if it has one.
+    pub fn pod_of(&self, id: &str) -> Option<gpuslice_core::pod::PodRef> {
+        self.ledger()
+            .claims()
+            .find(|c| c.container_id == id)
+            .and_then(|c| c.pod.clone())
     }
 
     /// Takes the tamperings found since the last call, to announce them.
@@ -334,6 +361,14 @@ impl AgentApi {
                 Err(LedgerError::Refused(r)) => {
                     s.metrics.count_refusal(r.reason);
                     tracing::info!(container = %container_id, reason = r.reason.as_str(), "claim refused: {}", r.message);
+                    let pod = gpuslice_core::pod::pod_ref(&annotations);
+                    s.post_event(
+                        pod.as_ref(),
+                        crate::events::Happening::Refused {
+                            container: crate::events::container_name(pod.as_ref(), &container_id),
+                            why: r.message.clone(),
+                        },
+                    );
                     Err(LedgerError::Refused(r).into())
                 }
                 Err(e) => {

@@ -123,6 +123,7 @@ mod tests {
             created_unix_ms,
             assigned_as: None,
             owner: None,
+            pod: None,
         }
     }
 

@@ -310,6 +310,7 @@ impl Ledger {
             created_unix_ms: now_ms,
             assigned_as,
             owner: owner.map(str::to_string),
+            pod: gpuslice_core::pod::pod_ref(annotations),
         };
         self.run.create(&claim)?;
         if let Err(e) = self.store.put(&claim) {

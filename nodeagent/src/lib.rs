@@ -12,6 +12,7 @@ pub mod context_cost;
 pub mod dbus;
 pub mod discovery;
 pub mod duration;
+pub mod events;
 pub mod gc;
 // Maps the driver's-share files shared with the containers (mmap, atomics).
 #[allow(unsafe_code)]

@@ -47,9 +47,12 @@ pub struct Config {
     /// holds with its slice (`None`: never), what to do about a container over it, and by how
     /// much it may be over before that.
     pub backstop: Option<Backstop>,
-    /// Publish the GPUs on this node's Kubernetes Node (`Some`), through this API server URL
-    /// (or in-cluster / $KUBECONFIG when the URL is `None`), checking every interval.
-    pub publish: Option<(Option<String>, Duration)>,
+    /// Publish the GPUs on this node's Kubernetes Node (`Some`), checking every interval.
+    pub publish: Option<Duration>,
+    /// Post Kubernetes Events on the pods of refused, tampered and over-limit slices.
+    pub kube_events: bool,
+    /// The API server URL for publishing and events; `None`: in-cluster or $KUBECONFIG.
+    pub kube_api: Option<String>,
 }
 
 /// How the enforcement backstop runs (see [`crate::backstop`]).
@@ -113,8 +116,8 @@ pub async fn run(cfg: Config) -> Result<()> {
     ));
     collect_garbage(&shared, &cfg.evidence);
 
-    if let Some((api, every)) = &cfg.publish {
-        let client = match api {
+    if cfg.publish.is_some() || cfg.kube_events {
+        let client = match &cfg.kube_api {
             Some(url) => {
                 let uri = url
                     .parse()
@@ -122,16 +125,27 @@ pub async fn run(cfg: Config) -> Result<()> {
                 kube::Client::try_from(kube::Config::new(uri))?
             }
             None => kube::Client::try_default().await.context(
-                "--publish-node: no API access (in-cluster or $KUBECONFIG; or --kube-api)",
+                "--publish-node or --kube-events: no API access (in-cluster or $KUBECONFIG; or --kube-api)",
             )?,
         };
-        tracing::info!(node = %cfg.trust.node, "publishing the node's GPUs");
-        tokio::spawn(crate::publish::run(
-            Arc::clone(&shared),
-            client,
-            cfg.trust.node.clone(),
-            *every,
-        ));
+        if cfg.kube_events {
+            tracing::info!(
+                "posting Kubernetes Events on the pods of refused, tampered and over-limit slices"
+            );
+            shared.post_events_with(crate::events::EventSink::start(
+                client.clone(),
+                &cfg.trust.node,
+            ));
+        }
+        if let Some(every) = cfg.publish {
+            tracing::info!(node = %cfg.trust.node, "publishing the node's GPUs");
+            tokio::spawn(crate::publish::run(
+                Arc::clone(&shared),
+                client,
+                cfg.trust.node.clone(),
+                every,
+            ));
+        }
     }
 
     if let Some(addr) = cfg.metrics_address {
@@ -426,6 +440,17 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             continue;
         };
         for (v, action) in found {
+            let pod = shared.pod_of(&v.container_id);
+            shared.post_event(
+                pod.as_ref(),
+                crate::events::Happening::OverLimit {
+                    container: crate::events::container_name(pod.as_ref(), &v.container_id),
+                    gpu: v.gpu_uuid.clone(),
+                    used: v.used,
+                    limit: v.limit,
+                    action: action.to_string(),
+                },
+            );
             let _ = AgentApi::over_limit(
                 iface.signal_emitter(),
                 &v.container_id,
@@ -444,6 +469,16 @@ async fn announce_tampering(shared: &Shared, conn: &zbus::Connection) {
     let events = shared.take_tamper_events();
     if events.is_empty() {
         return;
+    }
+    for (id, why) in &events {
+        let pod = shared.pod_of(id);
+        shared.post_event(
+            pod.as_ref(),
+            crate::events::Happening::Tampered {
+                container: crate::events::container_name(pod.as_ref(), id),
+                why: why.clone(),
+            },
+        );
     }
     let Ok(iface) = conn
         .object_server()

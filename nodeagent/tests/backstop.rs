@@ -2,7 +2,7 @@
 //! interception library (here: plainly, with no preload at all) is seen by the agent through
 //! the driver's per-process accounting (NVML), attributed to its container by its cgroup, and
 //! killed when the container holds more than its slice; a container within its slice is left
-//! alone.
+//! alone. With `--kube-events`, the pod of the one killed gets a Warning Event saying so.
 
 mod common;
 
@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
-use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode};
+use gpuslice_testsupport::apiserver::ApiServer;
+use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_within_is_not() {
     let sim = SimNode::new(1, "A10", None);
     let bus = Bus::start();
+    let api = ApiServer::start();
     let agent = Agent::start(
         &agent_exe(),
         &bus,
@@ -27,14 +29,27 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
             "kill",
             "--over-limit-tolerance",
             "0",
+            "--kube-events",
+            "--kube-api",
+            &api.url,
+            "--node-name",
+            "gpu-node-1",
         ],
     );
     let program = compile_wall(&sim);
     let p = proxy(&bus.address).await;
     let mut signals = p.receive_over_limit().await.unwrap();
-    p.claim("greedy", ann(&[("gpuslice.io/memory", "256Mi")]))
-        .await
-        .unwrap();
+    p.claim(
+        "greedy",
+        ann(&[
+            ("gpuslice.io/memory", "256Mi"),
+            ("io.kubernetes.cri.sandbox-name", "trainer"),
+            ("io.kubernetes.cri.sandbox-namespace", "research"),
+            ("io.kubernetes.cri.container-name", "step"),
+        ]),
+    )
+    .await
+    .unwrap();
     p.claim("modest", ann(&[("gpuslice.io/memory", "1Gi")]))
         .await
         .unwrap();
@@ -94,6 +109,28 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
         "{body}"
     );
     assert!(!body.contains("container=\"modest\",action="), "{body}");
+    // The pod's owner sees it in `kubectl describe pod research/trainer` (beside the
+    // GPUSliceTampered event: memory no slot accounts for).
+    let posted = wait_for(Duration::from_secs(5), || {
+        api.kube_events()
+            .iter()
+            .any(|e| e["reason"] == "GPUSliceOverLimit")
+    });
+    let events = api.kube_events();
+    assert!(posted, "{events:#?}");
+    let e = events
+        .iter()
+        .find(|e| e["reason"] == "GPUSliceOverLimit")
+        .unwrap();
+    assert_eq!(
+        (&e["regarding"]["namespace"], &e["regarding"]["name"]),
+        (&"research".into(), &"trainer".into())
+    );
+    let note = e["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("container step: the driver shows") && note.ends_with("action: kill"),
+        "{note}"
+    );
     drop(modest.stdin.take());
     let _ = modest.wait();
 }

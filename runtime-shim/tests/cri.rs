@@ -214,6 +214,21 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
     let slices = node.status().slices;
     assert_eq!(slices.len(), 1, "{slices:?}");
     assert_eq!(slices[0].claim.container_id, container);
+    // The claim knows its pod as containerd names it, for the agent's Kubernetes Events.
+    let pod = slices[0]
+        .claim
+        .pod
+        .clone()
+        .expect("the claim names its pod");
+    assert_eq!(
+        (
+            pod.namespace.as_str(),
+            pod.name.as_str(),
+            pod.uid.as_str(),
+            pod.container.as_str()
+        ),
+        ("default", "gpu-pod", "uid-1", "worker")
+    );
     let out = client
         .exec_sync(ExecSyncRequest {
             container_id: container.clone(),

@@ -107,6 +107,7 @@ fn every_name_of_the_driver_libraries_is_its_front_and_the_real_library_has_a_pr
         created_unix_ms: 0,
         assigned_as: None,
         owner: None,
+        pod: None,
     };
     let host = HostPaths {
         container_dir: "/run/gpuslice/c".into(),

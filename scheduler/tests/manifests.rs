@@ -78,6 +78,18 @@ fn the_agent_daemonset_passes_flags_the_agent_has_and_may_write_what_it_publishe
     let role: ClusterRole = named(&docs, "ClusterRole", "gpuslice-agent");
     assert!(can_patch(&role, "nodes"), "the annotation");
     assert!(can_patch(&role, "nodes/status"), "the extended resources");
+    assert!(args.iter().any(|a| a == "--kube-events"));
+    let events = |verb: &str| {
+        role.rules.iter().flatten().any(|r| {
+            r.api_groups.iter().flatten().any(|g| g == "events.k8s.io")
+                && r.resources.iter().flatten().any(|x| x == "events")
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    };
+    assert!(
+        events("create") && events("patch"),
+        "Events and their series"
+    );
     let pod = ds.spec.template.spec.unwrap();
     let key_volume = pod
         .volumes
@@ -149,6 +161,7 @@ fn without_the_extender_the_agent_neither_publishes_nor_needs_the_assignment_key
             .any(|a| a.starts_with("--publish-node") || a.starts_with("--assignment-key")),
         "{args:?}"
     );
+    assert!(args.iter().any(|a| a == "--kube-events"), "{args:?}");
 }
 
 #[test]

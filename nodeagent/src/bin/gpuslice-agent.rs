@@ -105,7 +105,12 @@ struct Args {
     /// gpuslice.io/node-state), for gpuslice-scheduler.
     #[arg(long)]
     publish_node: bool,
-    /// API server URL for --publish-node; default: in-cluster configuration or $KUBECONFIG.
+    /// Post Kubernetes Events (events.k8s.io/v1) on the pod of a slice refused, found
+    /// tampered with, or found over its slice, as `kubectl describe pod` shows them.
+    #[arg(long)]
+    kube_events: bool,
+    /// API server URL for --publish-node and --kube-events; default: in-cluster
+    /// configuration or $KUBECONFIG.
     #[arg(long)]
     kube_api: Option<String>,
     /// How often to check whether the publication changed.
@@ -196,9 +201,9 @@ fn main() -> Result<std::process::ExitCode> {
             },
             tolerance: args.over_limit_tolerance,
         }),
-        publish: args
-            .publish_node
-            .then(|| (args.kube_api.clone(), args.publish_interval)),
+        publish: args.publish_node.then_some(args.publish_interval),
+        kube_events: args.kube_events,
+        kube_api: args.kube_api.clone(),
         trust: gpuslice_nodeagent::ledger::Trust {
             key: args
                 .assignment_key

@@ -1,6 +1,8 @@
 //! A stand-in for the Kubernetes API server, for the calls gpuslice makes: read a pod or a
-//! node, get a ResourceClaim, create, get and replace a ResourceSlice, merge-patch a pod, a node or a node's status subresource, list pods (paged), list and
-//! watch nodes, create a pod's Binding. It answers as the API server does: objects
+//! node, get a ResourceClaim, create, get and replace a ResourceSlice, merge-patch a pod, a
+//! node or a node's status subresource, list pods (paged), list and watch nodes, create a
+//! pod's Binding, create and merge-patch an Event (events.k8s.io/v1, with the API server's
+//! checks of its required fields). It answers as the API server does: objects
 //! as JSON, `metadata.resourceVersion` bumped on each write, a watch started from a list's
 //! `resourceVersion` replaying every change made after it (so that nothing written between
 //! the list and the watch is lost), errors as `v1.Status` objects
@@ -31,6 +33,8 @@ pub struct Objects {
     pub resource_slices: BTreeMap<String, Value>,
     /// Bindings created, as posted.
     pub bindings: Vec<Value>,
+    /// (namespace, name) → Event (events.k8s.io/v1), as created and patched.
+    pub kube_events: BTreeMap<(String, String), Value>,
     /// When set, every Binding is refused with 409 Conflict, as when another scheduler bound
     /// the pod first.
     pub refuse_bindings: bool,
@@ -69,6 +73,7 @@ impl Default for Objects {
             resource_claims: BTreeMap::new(),
             resource_slices: BTreeMap::new(),
             bindings: Vec::new(),
+            kube_events: BTreeMap::new(),
             refuse_bindings: false,
             pod_lists: Vec::new(),
             version: 0,
@@ -139,6 +144,14 @@ impl ApiServer {
                 "/apis/resource.k8s.io/v1/resourceslices/{name}",
                 get(get_resource_slice).put(replace_resource_slice),
             )
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+                post(create_event),
+            )
+            .route(
+                "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}",
+                patch(patch_event),
+            )
             .with_state(objects.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -155,6 +168,17 @@ impl ApiServer {
             objects,
             _thread: thread,
         }
+    }
+
+    /// The Events posted so far, in name order.
+    pub fn kube_events(&self) -> Vec<Value> {
+        self.objects
+            .lock()
+            .expect("lock")
+            .kube_events
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn put_pod(&self, pod: Value) {
@@ -763,4 +787,108 @@ async fn bind_pod(
     o.bindings.push(binding);
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
     (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// Why the API server would refuse this events.k8s.io/v1 Event (its validation of the fields
+/// a new-style Event must have), or `None`.
+fn invalid_event(event: &Value) -> Option<String> {
+    let text = |path: &[&str]| {
+        path.iter()
+            .fold(event, |v, k| &v[*k])
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    for (field, path) in [
+        ("eventTime", &["eventTime"][..]),
+        ("reportingController", &["reportingController"][..]),
+        ("reportingInstance", &["reportingInstance"][..]),
+        ("action", &["action"][..]),
+        ("reason", &["reason"][..]),
+        ("metadata.name", &["metadata", "name"][..]),
+    ] {
+        if text(path).is_empty() {
+            return Some(format!("{field}: Required value"));
+        }
+    }
+    if !matches!(text(&["type"]).as_str(), "Normal" | "Warning") {
+        return Some(format!("type: Unsupported value: {:?}", text(&["type"])));
+    }
+    if text(&["note"]).len() > 1024 {
+        return Some("note: Too long: may not be more than 1024 bytes".into());
+    }
+    None
+}
+
+/// `POST`: creates an Event in the namespace of the URL.
+async fn create_event(State(s): State<Shared>, Path(ns): Path<String>, body: Bytes) -> Response {
+    let Ok(mut event) = serde_json::from_slice::<Value>(&body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "not JSON".into(),
+            "events.events.k8s.io",
+            "",
+        );
+    };
+    let name = event["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let body_ns = event["metadata"]["namespace"].as_str().unwrap_or(&ns);
+    if body_ns != ns {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+            "events.events.k8s.io",
+            &name,
+        );
+    }
+    if let Some(why) = invalid_event(&event) {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("Event.events.k8s.io \"{name}\" is invalid: {why}"),
+            "events.events.k8s.io",
+            &name,
+        );
+    }
+    let mut o = s.lock().expect("lock");
+    let key = (ns.clone(), name.clone());
+    if o.kube_events.contains_key(&key) {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("events.events.k8s.io \"{name}\" already exists"),
+            "events.events.k8s.io",
+            &name,
+        );
+    }
+    event["metadata"]["namespace"] = Value::String(ns);
+    event["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+    o.kube_events.insert(key, event.clone());
+    (StatusCode::CREATED, Json(event)).into_response()
+}
+
+/// `PATCH` (merge): a series update of an Event.
+async fn patch_event(
+    State(s): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let patch = match merge_patch_body(&headers, &body, "events.events.k8s.io", &name) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let mut o = s.lock().expect("lock");
+    let version = o.next_version().to_string();
+    let Some(event) = o.kube_events.get_mut(&(ns, name.clone())) else {
+        return not_found("events.events.k8s.io", &name);
+    };
+    merge(event, &patch);
+    event["metadata"]["resourceVersion"] = Value::String(version);
+    Json(event.clone()).into_response()
 }
