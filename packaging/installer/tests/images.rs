@@ -72,19 +72,22 @@ fn podman() -> Command {
     cmd
 }
 
+/// What `podman run` needs here: no network, and limits runc can set under the caller's.
+const RUN: [&str; 7] = [
+    "run",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+];
+
 fn podman_run(host: &Path) -> Command {
     let mut cmd = podman();
-    cmd.args([
-        "run",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-        "-v",
-    ])
-    .arg(format!("{}:/host", host.display()));
+    cmd.args(RUN)
+        .arg("-v")
+        .arg(format!("{}:/host", host.display()));
     cmd
 }
 
@@ -266,7 +269,7 @@ fn an_operators_edit_to_containerds_configuration_survives_the_removal_which_tak
 }
 
 #[test]
-fn the_images_are_reproducible_and_the_extender_runs_as_nobody() {
+fn the_images_are_reproducible_their_programs_run_and_the_extender_runs_as_nobody() {
     let first = images().to_vec();
     assert_eq!(first.len(), 2, "{first:?}");
     let again = run(Command::new(repo().join("scripts/build-images")).args([
@@ -284,35 +287,22 @@ fn the_images_are_reproducible_and_the_extender_runs_as_nobody() {
     let image = format!("localhost/gpuslice-scheduler:{TAG}");
     let user = run(podman().args(["image", "inspect", "--format", "{{.Config.User}}", &image]));
     assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "65534:65534");
-    let out = run(podman().args([
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-        &image,
-        "--version",
-    ]));
+    let out = run(podman().args(RUN).args(["--rm", &image, "--version"]));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("gpuslice-scheduler {}", env!("CARGO_PKG_VERSION"))
     );
-    let id = run(podman().args([
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-        "--entrypoint",
-        "/usr/bin/id",
-        &image,
-        "-u",
-    ]));
+    let id = run(podman()
+        .args(RUN)
+        .args(["--rm", "--entrypoint", "/usr/bin/id", &image, "-u"]));
     assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65534");
+    // The node image's programs run there, with the image's own libraries.
+    let node = format!("localhost/gpuslice-node:{TAG}");
+    for program in ["gpuslice-agent", "gpuslice-dra-plugin", "gpuslice-install"] {
+        let out = run(podman().args(RUN).args(["--rm", &node, program, "--version"]));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{program} {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
 }
