@@ -92,6 +92,45 @@ fn the_node_cache_follows_publications_changes_and_deletions() {
 }
 
 #[test]
+fn changes_made_while_the_node_list_is_paged_reach_the_cache_through_the_watch() {
+    // More nodes than a page of the watcher's list (500): the list takes three pages, and
+    // between the first and the second the cluster changes under it.
+    let api = ApiServer::start();
+    for i in 0..1200 {
+        let free = i == 5;
+        api.put_node(node(&format!("n{i:04}"), if free { 0 } else { 20 }));
+    }
+    api.between_node_pages(|o| {
+        o.delete_node("n0005"); // listed on the first page as free, then deleted
+        o.put_node(node("n0007", 0)); // listed full, then freed
+        o.put_node(node("n1100", 0)); // freed before its page is served
+        o.put_node(node("late", 0)); // added while the list was paged
+    });
+    let e = serve(&api);
+    let names = ["n0005", "n0007", "n1100", "late", "n0008"];
+    let settled = wait_for(Duration::from_secs(20), || {
+        filter(&e, &names)["NodeNames"] == json!(["n0007", "n1100", "late"])
+    });
+    assert!(settled, "{}", filter(&e, &names));
+    let r = filter(&e, &names);
+    // A deleted node is one without an agent: unresolvable, as in every other mode.
+    assert!(
+        r["FailedAndUnresolvableNodes"]["n0005"]
+            .as_str()
+            .unwrap()
+            .contains("publishes no GPUs"),
+        "{r}"
+    );
+    assert!(
+        r["FailedNodes"]["n0008"]
+            .as_str()
+            .unwrap()
+            .contains("not enough free"),
+        "{r}"
+    );
+}
+
+#[test]
 fn a_restarted_extender_learns_the_task_mix_from_the_pods_already_placed() {
     let api = ApiServer::start();
     api.put_node(node("a", 0));

@@ -299,7 +299,9 @@ fn the_images_are_reproducible_their_programs_run_and_the_extender_runs_as_nobod
     // The node image's programs run there, with the image's own libraries.
     let node = format!("localhost/gpuslice-node:{TAG}");
     for program in ["gpuslice-agent", "gpuslice-dra-plugin", "gpuslice-install"] {
-        let out = run(podman().args(RUN).args(["--rm", &node, program, "--version"]));
+        let out = run(podman()
+            .args(RUN)
+            .args(["--rm", &node, program, "--version"]));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!("{program} {}", env!("CARGO_PKG_VERSION"))

@@ -40,6 +40,8 @@ pub struct Objects {
     pub refuse_bindings: bool,
     /// The query of every pod list call answered (one per page; watches not included).
     pub pod_lists: Vec<String>,
+    /// Run once after the first page of a node list with more pages.
+    between_node_pages: Option<Box<dyn FnOnce(&mut Objects) + Send>>,
     version: u64,
     /// Every change, in order: (resourceVersion, resource, `{"type", "object"}`), for watches
     /// that start from an earlier version. Kept whole (the API server keeps a window and
@@ -76,6 +78,7 @@ impl Default for Objects {
             kube_events: BTreeMap::new(),
             refuse_bindings: false,
             pod_lists: Vec::new(),
+            between_node_pages: None,
             version: 0,
             history: Vec::new(),
             events: tokio::sync::broadcast::channel(4096).0,
@@ -84,6 +87,30 @@ impl Default for Objects {
 }
 
 impl Objects {
+    /// Creates or replaces a node (watchers see ADDED or MODIFIED).
+    pub fn put_node(&mut self, mut node: Value) {
+        let name = node["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        node["metadata"]["resourceVersion"] = Value::String(self.next_version().to_string());
+        let kind = if self.nodes.contains_key(&name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.record(Resource::Nodes, kind, &node);
+        self.nodes.insert(name, node);
+    }
+
+    /// Deletes a node (watchers see DELETED).
+    pub fn delete_node(&mut self, name: &str) {
+        if let Some(mut node) = self.nodes.remove(name) {
+            node["metadata"]["resourceVersion"] = Value::String(self.next_version().to_string());
+            self.record(Resource::Nodes, "DELETED", &node);
+        }
+    }
+
     /// Takes the next resourceVersion for a write.
     fn next_version(&mut self) -> u64 {
         self.version += 1;
@@ -228,20 +255,14 @@ impl ApiServer {
     }
 
     /// Creates or replaces a node (watchers see ADDED or MODIFIED).
-    pub fn put_node(&self, mut node: Value) {
-        let name = node["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let mut o = self.objects.lock().expect("lock");
-        node["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
-        let kind = if o.nodes.contains_key(&name) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
-        o.record(Resource::Nodes, kind, &node);
-        o.nodes.insert(name, node);
+    pub fn put_node(&self, node: Value) {
+        self.objects.lock().expect("lock").put_node(node);
+    }
+
+    /// Runs `change` once, right after the first page of the next node list that has more
+    /// pages is served: a change made while a client is still paging through the list.
+    pub fn between_node_pages(&self, change: impl FnOnce(&mut Objects) + Send + 'static) {
+        self.objects.lock().expect("lock").between_node_pages = Some(Box::new(change));
     }
 
     /// Deletes a pod (watchers see DELETED).
@@ -255,11 +276,7 @@ impl ApiServer {
 
     /// Deletes a node (watchers see DELETED).
     pub fn delete_node(&self, name: &str) {
-        let mut o = self.objects.lock().expect("lock");
-        if let Some(mut node) = o.nodes.remove(name) {
-            node["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
-            o.record(Resource::Nodes, "DELETED", &node);
-        }
+        self.objects.lock().expect("lock").delete_node(name);
     }
 
     #[must_use]
@@ -537,15 +554,15 @@ async fn list_nodes(
     if is_watch(&decoded) {
         return watch(&s, Resource::Nodes, &decoded);
     }
-    let o = s.lock().expect("lock");
+    let mut o = s.lock().expect("lock");
     let matching: Vec<&Value> = o.nodes.values().collect();
-    Json(paged(
-        "NodeList",
-        &matching,
-        o.version,
-        &query.unwrap_or_default(),
-    ))
-    .into_response()
+    let page = paged("NodeList", &matching, o.version, &query.unwrap_or_default());
+    if page["metadata"]["continue"].is_string()
+        && let Some(change) = o.between_node_pages.take()
+    {
+        change(&mut o);
+    }
+    Json(page).into_response()
 }
 
 /// `GET /api/v1/pods`: a PodList of every namespace, in pages of `limit`, or with
