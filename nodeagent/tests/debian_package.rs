@@ -1,6 +1,6 @@
 //! The node's Debian package, built by `scripts/package-deb` (cargo-deb) from the debug build,
 //! installed with dpkg into a fresh Debian root made by debootstrap (`scripts/debian-root`),
-//! upgraded over itself with an edited configuration, and purged.
+//! upgraded over itself with an edited configuration, and purged; lintian checks it first.
 //!
 //! Needs root (chroot) and the workspace's binaries built (`cargo build --workspace`, as
 //! `scripts/test` does first); the first run downloads the Debian root (about 80 MB).
@@ -98,6 +98,29 @@ fn the_debian_package_installs_into_a_fresh_debian_upgrades_keeping_an_edited_co
         std::fs::copy(deb, root.join("tmp").join(deb.file_name().unwrap())).unwrap();
     }
     let in_root = |deb: &Path| format!("/tmp/{}", deb.file_name().unwrap().to_str().unwrap());
+
+    // Debian's own package checker finds nothing wrong (errors or warnings; the one about
+    // an upload to Debian's archive closing no bug does not apply to a package of our own).
+    let lint = Command::new("lintian")
+        .args([
+            "--fail-on",
+            "error,warning",
+            "--suppress-tags",
+            "initial-upload-closes-no-bugs",
+        ])
+        .arg(&first)
+        .output()
+        .expect("lintian (apt-get install lintian)");
+    let said =
+        String::from_utf8_lossy(&lint.stdout).to_string() + &String::from_utf8_lossy(&lint.stderr);
+    let complaints: Vec<_> = said
+        .lines()
+        .filter(|l| l.starts_with("E:") || l.starts_with("W:"))
+        .collect();
+    assert!(
+        lint.status.success() && complaints.is_empty(),
+        "lintian:\n{said}"
+    );
 
     // Install.
     run(&mut chroot(&root, &["dpkg", "-i", &in_root(&first)]));
