@@ -159,17 +159,32 @@ async fn kubelet(plugin: &Plugin) -> v1::dra_plugin_client::DraPluginClient<Chan
     v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await)
 }
 
+/// A channel to the gRPC server on `socket`. The socket file appears when the server binds
+/// it, a moment before it listens: a connection refused in that moment is tried again, as
+/// the kubelet's own dialer does, for up to 10 s.
 async fn channel(socket: PathBuf) -> Channel {
-    Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+    let started = std::time::Instant::now();
+    loop {
+        let path = socket.clone();
+        let connected = Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await;
+        match connected {
+            Ok(channel) => return channel,
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        }))
-        .await
-        .unwrap()
+            Err(e) => panic!("{}: {e:?}", socket.display()),
+        }
+    }
 }
 
 /// A ResourceClaim for the whole of `gpu-<index>`: no capacity requested (the device's
