@@ -197,7 +197,17 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
     let node = Node::new();
     let c = containerd_with_image(&node, &[&binary("nvidia-smi")]);
     let mut client = cri(&c.socket).await;
-    let config = sandbox_config(&[("gpuslice.io/memory", "2Gi")]);
+    // The pod also names another pod in annotations of its own, so that the agent's Events
+    // about its slice would land there: the engine's names must win.
+    let config = sandbox_config(&[
+        ("gpuslice.io/memory", "2Gi"),
+        ("io.kubernetes.cri.sandbox-namespace", "kube-system"),
+        ("io.kubernetes.cri.sandbox-name", "kube-apiserver"),
+        (
+            "io.kubernetes.cri-o.Labels",
+            r#"{"io.kubernetes.pod.namespace":"kube-system","io.kubernetes.pod.name":"etcd"}"#,
+        ),
+    ]);
     let sandbox = run_sandbox(&mut client, &c, &config).await;
     assert!(node.status().slices.is_empty(), "the pod sandbox got a GPU");
 
@@ -214,7 +224,8 @@ async fn a_pod_with_the_gpuslice_runtime_handler_gets_its_slice_through_the_cri_
     let slices = node.status().slices;
     assert_eq!(slices.len(), 1, "{slices:?}");
     assert_eq!(slices[0].claim.container_id, container);
-    // The claim knows its pod as containerd names it, for the agent's Kubernetes Events.
+    // The claim knows its pod as containerd names it, for the agent's Kubernetes Events, not
+    // as the pod's own annotations claimed.
     let pod = slices[0]
         .claim
         .pod
