@@ -8,9 +8,6 @@
 //! Run: `cargo build --release --workspace && cargo bench -p gpuslice-nodeagent --bench backstop`
 //! (as root: it makes cgroups).
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use gpuslice_core::claim::{Claim, ClaimState, GpuGrant};
@@ -40,35 +37,9 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-fn hold(sim: &SimNode, program: &Path) -> Child {
-    let mut child = Command::new(program)
-        .args(["link", "hold", &(16 * MIB).to_string()])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
-    child
-}
-
 fn main() {
     let sim = SimNode::new(1, "A100", None);
-    let program = sim.root().join("wall");
-    let ok = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c"))
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .expect("gcc")
-        .success();
-    assert!(ok);
+    let program = sim.wall_client();
     let procs = Procs {
         root: "/proc".into(),
     };
@@ -82,7 +53,7 @@ fn main() {
         std::fs::create_dir_all(&cg).unwrap();
         let mut first = None;
         for _ in 0..PER_CONTAINER {
-            let child = hold(&sim, &program);
+            let child = sim.hold(&program, 16 * MIB);
             std::fs::write(cg.join("cgroup.procs"), child.id().to_string()).unwrap();
             first.get_or_insert(child.id());
             children.push(child);

@@ -36,7 +36,7 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
             "gpu-node-1",
         ],
     );
-    let program = compile_wall(&sim);
+    let program = sim.wall_client();
     let p = proxy(&bus.address).await;
     let mut signals = p.receive_over_limit().await.unwrap();
     p.claim(
@@ -55,10 +55,10 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
         .unwrap();
 
     let (greedy_cg, modest_cg) = (Cgroup::new("greedy"), Cgroup::new("modest"));
-    let mut modest = hold(&sim, &program, 512 << 20);
+    let mut modest = sim.hold(&program, 512 << 20);
     modest_cg.adopt(modest.id());
     p.activate("modest", modest.id()).await.unwrap();
-    let mut greedy = hold(&sim, &program, 512 << 20);
+    let mut greedy = sim.hold(&program, 512 << 20);
     greedy_cg.adopt(greedy.id());
     p.activate("greedy", greedy.id()).await.unwrap();
 

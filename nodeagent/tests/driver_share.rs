@@ -54,7 +54,7 @@ impl Container {
         let mut args = vec!["--enforce-interval", "100ms"];
         args.extend_from_slice(agent_args);
         let agent = Agent::start(&agent_exe(), &bus, &sim, &args);
-        let wall = compile_wall(&sim);
+        let wall = sim.wall_client();
         let id = "tenant";
         let p = proxy(&bus.address).await;
         let mut request = vec![("gpuslice.io/memory", "2Gi")];

@@ -25,7 +25,7 @@ async fn every_query_of_the_alerts_and_the_dashboard_names_a_metric_the_agent_ex
     .await
     .unwrap();
     let cgroup = Cgroup::new("monitoring");
-    let mut holder = hold(&sim, &compile_wall(&sim), 1 << 30);
+    let mut holder = sim.hold(&sim.wall_client(), 1 << 30);
     cgroup.adopt(holder.id());
     p.activate("watched", holder.id()).await.unwrap();
     let scrape = || {

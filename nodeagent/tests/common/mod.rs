@@ -2,11 +2,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-
-use gpuslice_testsupport::sim::SimNode;
+use std::path::PathBuf;
+use std::process::{Command, Output};
 
 use gpuslice_agent_api::{AgentProxy, Status};
 
@@ -106,39 +103,4 @@ impl Drop for Cgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.0);
     }
-}
-
-/// The wall client (shim/tests/c/wall.c), linked against the simulated driver.
-pub fn compile_wall(sim: &SimNode) -> PathBuf {
-    let program = sim.root().join("wall");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/wall.c");
-    let ok = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(&src)
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .expect("gcc")
-        .success();
-    assert!(ok);
-    program
-}
-
-/// The C client that holds `bytes` of device memory, called plainly through the simulated
-/// driver (no interception library), until its stdin closes.
-pub fn hold(sim: &SimNode, program: &Path, bytes: u64) -> Child {
-    let mut child = Command::new(program)
-        .args(["link", "hold", &bytes.to_string()])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
-    child
 }

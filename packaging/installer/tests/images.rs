@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use gpuslice_testsupport::rootfs;
+use gpuslice_testsupport::run_ok as run;
+
 const TAG: &str = "test";
 
 fn repo() -> PathBuf {
@@ -24,19 +27,6 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}",
-        out.status,
-        text(&out)
-    );
-    out
 }
 
 /// Builds both images once per test binary; returns their IDs.
@@ -57,18 +47,11 @@ fn images() -> &'static [String] {
     })
 }
 
-/// podman with the settings these machines need (runc, cgroupfs, file events, and limits runc
-/// can set under the caller's).
+/// podman with the settings these machines need (runc, cgroupfs, file events), on the
+/// default store where the images are.
 fn podman() -> Command {
     let mut cmd = Command::new("podman");
-    cmd.args([
-        "--runtime",
-        "runc",
-        "--cgroup-manager",
-        "cgroupfs",
-        "--events-backend",
-        "file",
-    ]);
+    cmd.args(rootfs::PODMAN_ENGINE);
     cmd
 }
 

@@ -23,6 +23,9 @@ use axum::routing::{get, patch, post};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
+/// A change made to the objects between two pages of a list.
+type PageChange = Box<dyn FnOnce(&mut Objects) + Send>;
+
 pub struct Objects {
     /// (namespace, name) → Pod.
     pub pods: BTreeMap<(String, String), Value>,
@@ -41,7 +44,7 @@ pub struct Objects {
     /// The query of every pod list call answered (one per page; watches not included).
     pub pod_lists: Vec<String>,
     /// Run once after the first page of a node list with more pages.
-    between_node_pages: Option<Box<dyn FnOnce(&mut Objects) + Send>>,
+    between_node_pages: Option<PageChange>,
     version: u64,
     /// Every change, in order: (resourceVersion, resource, `{"type", "object"}`), for watches
     /// that start from an earlier version. Kept whole (the API server keeps a window and

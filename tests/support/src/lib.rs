@@ -50,6 +50,22 @@ pub fn runtime_tmp() -> PathBuf {
     if writable { shm } else { std::env::temp_dir() }
 }
 
+/// Runs `cmd` and returns what it printed; panics naming the command, its exit status and
+/// its output when it fails (or cannot be started).
+pub fn run_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("failed to run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Waits until `cond` holds, polling, for at most `timeout`.
 pub fn wait_for(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;

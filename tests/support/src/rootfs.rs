@@ -81,22 +81,25 @@ pub const PODMAN_RUN: [&str; 8] = [
     "nproc=1024:1024",
 ];
 
-/// Runs real podman with a store under `store` of its own, runc, cgroupfs and file events,
-/// with `global` flags (e.g. `--hooks-dir DIR`) before `args`.
+/// podman's global flags for these machines: runc, cgroupfs, and events in a file.
+pub const PODMAN_ENGINE: [&str; 6] = [
+    "--runtime",
+    "runc",
+    "--cgroup-manager",
+    "cgroupfs",
+    "--events-backend",
+    "file",
+];
+
+/// Runs real podman with a store under `store` of its own and [`PODMAN_ENGINE`], with
+/// `global` flags (e.g. `--hooks-dir DIR`) before `args`.
 pub fn podman(store: &Path, global: &[&std::ffi::OsStr], args: &[&str]) -> std::process::Output {
     Command::new("podman")
         .arg("--root")
         .arg(store.join("podman-root"))
         .arg("--runroot")
         .arg(store.join("podman-runroot"))
-        .args([
-            "--runtime",
-            "runc",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ])
+        .args(PODMAN_ENGINE)
         .args(global)
         .args(args)
         .stdin(std::process::Stdio::null())

@@ -148,4 +148,42 @@ impl SimNode {
         }
         dir
     }
+
+    /// The wall client (`shim/tests/c/wall.c`) linked against this node's driver (no
+    /// interception library in front of it), built into the node's root.
+    pub fn wall_client(&self) -> PathBuf {
+        let program = self.root().join("wall");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shim/tests/c/wall.c");
+        let ok = std::process::Command::new("gcc")
+            .args(["-O1", "-o"])
+            .arg(&program)
+            .arg(&src)
+            .arg(format!("-L{}", self.lib_dir().display()))
+            .args(["-lcuda", "-ldl"])
+            .status()
+            .expect("gcc")
+            .success();
+        assert!(ok, "building {}", src.display());
+        program
+    }
+
+    /// Runs the wall client `program` holding `bytes` of device memory, called plainly through
+    /// this node's driver, until its stdin closes; returns once it holds them.
+    pub fn hold(&self, program: &Path, bytes: u64) -> std::process::Child {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(program)
+            .args(["link", "hold", &bytes.to_string()])
+            .env("LD_LIBRARY_PATH", self.lib_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
+        child
+    }
 }
