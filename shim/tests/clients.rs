@@ -11,40 +11,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Facts, MIB, Slice};
+use common::{Facts, MIB, Slice, cache_dir, python, torch_python};
 
 const GIB: u64 = 1 << 30;
-
-/// The python of a cached environment of `scripts/cuda-clients [which]`: from `env`, or its
-/// place in the cache (`dir`).
-fn cached_python(env: &str, dir: &str, which: &str) -> PathBuf {
-    let path = std::env::var_os(env)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join(dir).join("bin/python"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/cuda-clients {which} (scripts/test does) to install it",
-        path.display()
-    );
-    path
-}
-
-/// The real CUDA clients' python (`tests/clients/requirements.txt`).
-fn python() -> PathBuf {
-    cached_python("GPUSLICE_CLIENTS_PYTHON", "clients", "")
-}
-
-/// PyTorch's python (`tests/clients/torch-requirements.txt`).
-fn torch_python() -> PathBuf {
-    cached_python("GPUSLICE_TORCH_PYTHON", "torch", "torch")
-}
-
-fn cache_dir() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"))
-        .join("gpuslice")
-}
 
 /// NVIDIA's CUDA 12 runtime, from the clients' environment.
 fn runtime12() -> PathBuf {
@@ -252,6 +221,33 @@ fn cupy_sees_its_slice_and_its_pool_stops_at_the_limit() {
     assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
     assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
     assert_eq!(f.num("pool_total"), GIB, "{:?}", f.0);
+}
+
+#[test]
+fn cupy_with_its_stream_ordered_pool_stops_at_the_limit() {
+    // MemoryAsyncPool: each device's current pool (cudaDeviceGetMemPool), its release
+    // threshold set, every allocation a cudaMallocAsync. It visits every device it sees, so
+    // it is shown only the slice's, as in a container.
+    let slice = Slice::new(GIB, 0);
+    let log = slice.dir.path().join("unmodelled-async.log");
+    let out = client(
+        &slice,
+        &log,
+        &["cupy-async", "fill", &(64 * MIB).to_string()],
+    )
+    .env("CUDA_VISIBLE_DEVICES", "0")
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = Facts::parse(&text);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
+    assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
 }
 
 #[test]

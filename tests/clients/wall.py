@@ -5,18 +5,28 @@ Usage: wall.py CLIENT MODE BYTES [API]
           (numba-cuda compiling and launching a kernel first), cupy (CuPy and
           its memory pool), nvml (nvidia-ml-py), runtime:PATH (the CUDA runtime library at PATH, through ctypes),
           torch (PyTorch and its caching allocator, after launching kernels and replaying a
-          captured CUDA graph)
+          captured CUDA graph; PYTORCH_CUDA_ALLOC_CONF chooses the allocator as usual),
+          cupy-async (CuPy with its stream-ordered pool, cudaMallocAsync), jax (JAX arrays;
+          XLA_PYTHON_CLIENT_* choose the allocator as usual)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
-          everything, and print what it saw; hold: allocate BYTES once, print, and wait for
-          stdin to close
+          everything, and print what it saw; peak: the same, waiting for stdin to close
+          before freeing; hold: allocate BYTES once, print, and wait for stdin to close
   API     for the runtime: malloc (default), async, managed, pitch, array3d; graph (each
           allocation a graph captured around cudaMallocAsync, instantiated and launched,
           its allocation left unfreed); graph-node (the same with an allocation node made
           by cudaGraphAddMemAllocNode)
 Prints key=value pairs on one line: total, free (the client's own memory query before
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
+WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
+allocating.
 """
+import os
 import sys
+import time
+
+
+def settle():
+    time.sleep(float(os.environ.get("WALL_SETTLE_S", "0")))
 
 
 def bindings(mode, size):
@@ -33,6 +43,7 @@ def bindings(mode, size):
     ctx, = check(cu.cuDevicePrimaryCtxRetain(dev))
     check(cu.cuCtxSetCurrent(ctx))
     free, total = check(cu.cuMemGetInfo())
+    settle()
     held, error = [], ""
     while True:
         err, ptr = cu.cuMemAlloc(size)
@@ -70,6 +81,7 @@ def numba(mode, size):
     from numba.cuda.cudadrv.driver import CudaAPIError
 
     free, total = cuda.current_context().get_memory_info()
+    settle()
     held, error = [], ""
     while True:
         try:
@@ -82,10 +94,13 @@ def numba(mode, size):
     return total, free, held, error, held.clear
 
 
-def cupy_client(mode, size):
+def cupy_client(mode, size, pool_kind="default"):
     import cupy
 
+    if pool_kind == "async":
+        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
     free, total = cupy.cuda.runtime.memGetInfo()
+    settle()
     held, error = [], ""
     while True:
         try:
@@ -96,8 +111,9 @@ def cupy_client(mode, size):
         if mode == "hold":
             break
     pool = cupy.get_default_memory_pool()
-    # What the pool holds from the device, on the same line as the other facts.
-    print(f"pool_total={pool.total_bytes()}", end=" ")
+    if pool_kind == "default":
+        # What the pool holds from the device, on the same line as the other facts.
+        print(f"pool_total={pool.total_bytes()}", end=" ")
 
     def release():
         held.clear()
@@ -171,6 +187,7 @@ def runtime(path, api, mode, size):
             return rt.cudaMalloc3DArray(byref(p), byref(desc), extent, c_uint(0)), p
         raise ValueError(api)
 
+    settle()
     held, error = [], ""
     while True:
         err, p = alloc()
@@ -214,6 +231,7 @@ def torch_client(mode, size):
     print("graph=1", end=" ")
     del a, b, c, graph
     torch.cuda.empty_cache()
+    settle()
     held, error = [], ""
     while True:
         try:
@@ -229,6 +247,29 @@ def torch_client(mode, size):
         torch.cuda.empty_cache()
 
     return total, free, held, error, release
+
+
+def jax_client(mode, size):
+    import jax
+    import jax.numpy as jnp
+
+    device = jax.devices()[0]
+    # JAX has no memory query of the device; its allocator's limit is the nearest figure.
+    total = (device.memory_stats() or {}).get("bytes_limit", 0)
+    jnp.ones(1024).block_until_ready()
+    settle()
+    held, error = [], ""
+    while True:
+        try:
+            held.append(jnp.zeros(size, dtype=jnp.uint8).block_until_ready())
+        except Exception as e:  # jax.errors.JaxRuntimeError, named differently by version
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            error = "RESOURCE_EXHAUSTED"
+            break
+        if mode == "hold":
+            break
+    return total, 0, held, error, held.clear
 
 
 def nvml(_mode, _size):
@@ -251,12 +292,14 @@ def main():
             "numba": numba,
             "numba-jit": numba_jit,
             "cupy": cupy_client,
+            "cupy-async": lambda m, n: cupy_client(m, n, "async"),
+            "jax": jax_client,
             "nvml": nvml,
             "torch": torch_client,
         }
         total, free, held, error, release = clients[client](mode, size)
     print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
-    if mode == "hold":
+    if mode in ("hold", "peak"):
         sys.stdin.read()
     release()
 

@@ -181,3 +181,34 @@ impl Running {
         self.child.wait().unwrap();
     }
 }
+
+/// The python of a cached environment of `scripts/cuda-clients [which]`: from `env`, or its
+/// place in the cache (`dir`).
+pub fn cached_python(env: &str, dir: &str, which: &str) -> PathBuf {
+    let path = std::env::var_os(env)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join(dir).join("bin/python"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/cuda-clients {which} (scripts/test does) to install it",
+        path.display()
+    );
+    path
+}
+
+/// The real CUDA clients' python (`tests/clients/requirements.txt`).
+pub fn python() -> PathBuf {
+    cached_python("GPUSLICE_CLIENTS_PYTHON", "clients", "")
+}
+
+/// PyTorch's python (`tests/clients/torch-requirements.txt`).
+pub fn torch_python() -> PathBuf {
+    cached_python("GPUSLICE_TORCH_PYTHON", "torch", "torch")
+}
+
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"))
+        .join("gpuslice")
+}

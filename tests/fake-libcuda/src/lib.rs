@@ -20,6 +20,7 @@ mod graph_memory;
 mod image;
 mod module;
 mod paths;
+mod pool_books;
 mod proc_address;
 mod state;
 mod stream;
@@ -227,7 +228,8 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         if graph_memory::release(dptr)? {
             return Ok(());
         }
-        state::get()?.free(dptr)
+        state::get()?.free(dptr)?;
+        pool_books::freed(dptr)
     })
 }
 

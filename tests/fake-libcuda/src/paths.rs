@@ -130,6 +130,65 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
     })
 }
 
+/// Each device's current pool (`cuDeviceSetMemPool`), where it is not the default one.
+static CURRENT_POOLS: LazyLock<Mutex<HashMap<usize, usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The pool `cuMemAllocAsync` takes from on device `index`: the one set, else the default.
+fn current_pool(index: usize) -> Result<usize, CUresult> {
+    if let Some(p) = CURRENT_POOLS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(&index)
+    {
+        return Ok(*p);
+    }
+    let mut pools = DEFAULT_POOLS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    Ok(*pools
+        .entry(index)
+        .or_insert_with(|| Box::into_raw(Box::new(Pool { node_index: index })) as usize))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
+    guard(|| {
+        let index = state::get()?.node_index(dev)?;
+        let current = CURRENT_POOLS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .get(&index)
+            .copied();
+        match current {
+            Some(p) => out(pool, p as CUmemoryPool),
+            // SAFETY: the caller's out-parameter, passed on as it came.
+            None => match unsafe { cuDeviceGetDefaultMemPool(pool, dev) } {
+                0 => Ok(()),
+                e => Err(e),
+            },
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult {
+    guard(|| {
+        let index = state::get()?.node_index(dev)?;
+        if pool.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: a pool handle from cuMemPoolCreate or cuDeviceGetDefaultMemPool, as the
+        // API requires; the driver reads its device the same way.
+        if unsafe { &*pool.cast::<Pool>() }.node_index != index {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        CURRENT_POOLS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(index, pool as usize);
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolCreate(
     pool: *mut CUmemoryPool,
@@ -185,7 +244,9 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
         }
         // SAFETY: a pool handle this library gave out.
         let index = unsafe { (*pool.cast::<Pool>()).node_index };
-        out(dptr, d.allocate(index, bytesize as u64, bytesize)?)
+        let ptr = d.allocate(index, bytesize as u64, bytesize)?;
+        crate::pool_books::allocated(pool as usize, ptr, bytesize as u64)?;
+        out(dptr, ptr)
     })
 }
 
@@ -213,7 +274,10 @@ pub unsafe extern "C" fn cuMemAllocAsync(
             crate::graph::record(g, crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
-        alloc_on_current(dptr, bytesize as u64)
+        alloc_on_current(dptr, bytesize as u64)?;
+        let pool = current_pool(current_ctx()?.node_index)?;
+        // SAFETY: alloc_on_current wrote the caller's non-null out-parameter.
+        crate::pool_books::allocated(pool, unsafe { *dptr }, bytesize as u64)
     })
 }
 
@@ -237,7 +301,8 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresul
         if crate::graph_memory::release(dptr)? {
             return Ok(());
         }
-        state::get()?.free(dptr)
+        state::get()?.free(dptr)?;
+        crate::pool_books::freed(dptr)
     })
 }
 
