@@ -10,13 +10,18 @@
 //! (`nvmlDeviceGetProcessUtilization`, summed over the pids of the usage region's slots).
 //!
 //! The driver measures utilization in periods of its own (a sixth of a second to a second,
-//! by product) and reports each period once it has ended, stamped with its end. So each new
-//! sample is set against the blocks this process launched in that same period (the period
-//! found from the distance between samples), never against a window of the thread's own:
-//! utilization follows the blocks launched, and the refill becomes what was launched in the
-//! period scaled by share / utilization, the rate that would have given the share (halfway
-//! there, to damp the measurement's noise). Every process of the container does the same
-//! against the container's total, so together they settle on it.
+//! by product) and reports each period once it has ended, stamped with its end. A real
+//! driver (seen on an H200, driver 580) gives one sample per period, to one process, whose
+//! figure is the whole GPU's busy share in it; when several processes share the GPU, which
+//! one is named varies from period to period, as often as each is running. So the container's
+//! utilization is taken over a window of the last periods, counting each period in which no
+//! process of the container was named as 0: over the window that is its share of the busy
+//! time, whether the driver names every process in each period or one. It is set against the
+//! blocks this process launched in the same periods (the period found from the distance
+//! between samples), never against a window of the thread's own: the refill becomes what was
+//! launched per tick scaled by share / utilization, the rate that would have given the share
+//! (halfway there, to damp the measurement's noise). Every process of the container does the
+//! same against the container's total, so together they settle on it.
 //!
 //! Until the first measurement the bucket does not hold launches back. Without NVML, or
 //! without per-process utilization from it, launches are not paced (logged once).
@@ -149,6 +154,9 @@ fn realtime_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+/// Periods of utilization the container's share is judged over.
+const WINDOW_PERIODS: u64 = 12;
+
 /// One paced GPU's measurements in the pacing thread.
 #[derive(Default)]
 struct Books {
@@ -158,6 +166,9 @@ struct Books {
     last_stamp: u64,
     /// The driver's sampling period: the shortest distance seen between two samples.
     period_us: Option<u64>,
+    /// The container's utilization summed over each span of new samples, and the periods
+    /// the span covered, newest last, over at most [`WINDOW_PERIODS`].
+    window: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Books {
@@ -171,24 +182,59 @@ impl Books {
             .sum()
     }
 
-    /// Takes a new sample (its stamp, the container's utilization) and returns the refill per
-    /// tick that would have given `share` over its period, if it can be told.
-    fn target(&mut self, stamp: u64, util: u32, share: u32) -> Option<f64> {
+    /// Takes the samples newer than the last used: `stamp` the newest of them (whichever
+    /// process it names), `util` the container's processes' figures summed over their samples
+    /// among them. Returns the next refill per tick after `current`, and the container's
+    /// utilization over the window, if they can be told.
+    ///
+    /// Utilization follows the blocks launched, so the refill is set to the rate launched over
+    /// the window scaled by share / utilization, the rate that would have given the share,
+    /// halfway there from `current` (at once the first time).
+    fn next_refill(
+        &mut self,
+        stamp: u64,
+        util: u32,
+        share: u32,
+        current: i64,
+    ) -> Option<(f64, f64)> {
         if stamp <= self.last_stamp {
             return None;
         }
         let previous = std::mem::replace(&mut self.last_stamp, stamp);
-        if previous > 0 {
-            let gap = stamp - previous;
-            self.period_us = Some(self.period_us.map_or(gap, |p| p.min(gap)));
-        }
-        let period = self.period_us?;
-        let launched = self.launched_in(stamp, period);
-        if launched == 0 || util == 0 {
+        if previous == 0 {
+            // The first sample: the span it covers is not known.
             return None;
         }
-        let ticks = period as f64 / TICK.as_micros() as f64;
-        Some(launched as f64 / ticks * f64::from(share) / f64::from(util))
+        let gap = stamp - previous;
+        let period = self.period_us.map_or(gap, |p| p.min(gap));
+        self.period_us = Some(period);
+        let periods = ((gap + period / 2) / period).max(1);
+        self.window.push_back((u64::from(util), periods));
+        while self.window.iter().map(|w| w.1).sum::<u64>() > WINDOW_PERIODS && self.window.len() > 1
+        {
+            self.window.pop_front();
+        }
+        let (util_sum, periods): (u64, u64) = self
+            .window
+            .iter()
+            .fold((0, 0), |(u, n), w| (u + w.0, n + w.1));
+        let span = periods * period;
+        let launched = self.launched_in(stamp, span);
+        if launched == 0 {
+            return None;
+        }
+        // Named in none of the window's periods while launching: its share of the busy time
+        // is under one period's worth; half of one is the estimate.
+        let utilization = (util_sum as f64 / periods as f64).max(50.0 / periods as f64);
+        let share = f64::from(share);
+        let rate = launched as f64 / (span as f64 / TICK.as_micros() as f64);
+        let target = rate * share / utilization;
+        let next = if current >= UNMEASURED {
+            target
+        } else {
+            (current as f64 + target) / 2.0
+        };
+        Some((next, utilization))
     }
 }
 
@@ -235,18 +281,13 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
             else {
                 continue;
             };
-            let Some(target) = b.target(stamp, util, g.share) else {
-                continue;
-            };
             let current = g.refill.load(Relaxed);
-            let next = if current >= UNMEASURED {
-                target
-            } else {
-                (current as f64 + target) / 2.0
+            let Some((next, utilization)) = b.next_refill(stamp, util, g.share, current) else {
+                continue;
             };
             let next = (next.round() as i64).max(1);
             log!(
-                "SM share of GPU {i}: container at {util}% of {}% in the period to {stamp}, refill {current} -> {next} blocks per tick",
+                "SM share of GPU {i}: container at {utilization:.1}% of {}% over the periods to {stamp}, refill {current} -> {next} blocks per tick",
                 g.share
             );
             g.refill.store(next, Relaxed);
@@ -257,9 +298,9 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
     }
 }
 
-/// The newest SM utilization sample of the processes `pids` on `dev` after `last_seen`: its
-/// stamp, and the utilization (percent) summed over the processes, each at its newest sample.
-/// None when NVML has no newer sample.
+/// The SM utilization samples on `dev` after `last_seen`: the newest stamp among them (of
+/// any process), and the utilization (percent) of the processes `pids` summed over their
+/// samples. None when NVML has no newer sample.
 fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: u64) -> Option<(u64, u32)> {
     let f = real::nvmlDeviceGetProcessUtilization()?;
     let mut samples = vec![nvmlProcessUtilizationSample_t::default(); 64];
@@ -279,13 +320,10 @@ fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: u64) -> Opt
         }
     }
     let stamp = samples.iter().map(|s| s.time_stamp).max()?;
-    let mut total = 0u32;
-    for &pid in pids {
-        let newest = samples
-            .iter()
-            .filter(|s| s.pid == pid)
-            .max_by_key(|s| s.time_stamp);
-        total += newest.map_or(0, |s| s.sm_util);
-    }
+    let total = samples
+        .iter()
+        .filter(|s| pids.contains(&s.pid))
+        .map(|s| s.sm_util)
+        .sum();
     Some((stamp, total))
 }

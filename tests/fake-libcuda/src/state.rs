@@ -22,6 +22,8 @@ pub struct Driver {
     start_time: u64,
     record: Option<File>,
     lock_path: PathBuf,
+    /// The node's kernel timeline, shared by all its processes ([`Driver::queue_on_device`]).
+    timeline: Option<File>,
     pub inner: Mutex<Inner>,
 }
 
@@ -84,6 +86,13 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
         .open(procs::record_path(&spec.state_dir, pidns, pid))
         .ok();
     let lock_path = spec.state_dir.join("lock");
+    let timeline = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(spec.state_dir.join("timeline"))
+        .ok();
     let driver = Driver {
         spec,
         visible,
@@ -92,6 +101,7 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
         start_time,
         record,
         lock_path,
+        timeline,
         inner: Mutex::new(Inner::default()),
     };
     driver.publish(&driver.lock());
@@ -167,8 +177,11 @@ impl Driver {
         let period = self.spec.gpus[index]
             .utilization_period_us
             .saturating_mul(1000);
-        busy.launch(now, blocks.saturating_mul(per_block), period);
-        let until = busy.until_ns;
+        let until = self.queue_on_device(index, |device_free| {
+            busy.launch_after(now, device_free, blocks.saturating_mul(per_block), period);
+            busy.until_ns
+        });
+        let busy = &inner.busy[index];
         let (offset, bytes) = procs::encode_busy(index, busy);
         if let Some(f) = &self.record {
             let _ = f.write_all_at(&bytes, offset as u64);
@@ -179,6 +192,27 @@ impl Driver {
                 .saturating_sub(now)
                 .saturating_sub(gpuslice_simnode::node::LAUNCH_QUEUE_NS),
         )
+    }
+
+    /// Queues a kernel on node GPU `index` behind every kernel any process of the node has
+    /// queued there, as a real GPU runs one context's work at a time: `queue` gets the
+    /// instant the device is free and returns when the new kernel ends, which becomes the
+    /// instant the device is next free. Holds the timeline file's lock meanwhile.
+    fn queue_on_device(&self, index: usize, queue: impl FnOnce(u64) -> u64) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let Some(f) = &self.timeline else {
+            return queue(0);
+        };
+        let at = (index * 8) as u64;
+        let _lock = FileLock::exclusive(f);
+        let mut bytes = [0u8; 8];
+        let free = match f.read_at(&mut bytes, at) {
+            Ok(8) => u64::from_le_bytes(bytes),
+            _ => 0,
+        };
+        let until = queue(free);
+        let _ = f.write_all_at(&until.max(free).to_le_bytes(), at);
+        until
     }
 
     /// How long until every kernel launched on node GPU `index` has run.
@@ -259,5 +293,31 @@ impl Driver {
         let total = self.spec.gpus[index].memory_bytes;
         let used = procs::used_on(&self.spec.state_dir, index);
         (total.saturating_sub(used), total)
+    }
+}
+
+/// An exclusive `flock` on a file, released when dropped.
+struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    fn exclusive(f: &'a File) -> Self {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor the caller's File owns for the guard's life.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::flock(f.as_raw_fd(), libc::LOCK_EX);
+        }
+        Self(f)
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocks the lock taken in `exclusive` on the same open descriptor.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
+        }
     }
 }

@@ -749,13 +749,29 @@ fn realtime_offset_ns() -> i128 {
     })
 }
 
-/// SM utilization per process as the real driver samples it: once per sampling period
-/// (`utilization_period_us` of the GPU, a sixth of a second by default), each sample the
-/// share of that period the process's kernels kept the SMs busy, time-stamped (CPU time, µs)
-/// at the period's end and reported only once the period has ended. One sample per process
-/// with non-zero utilization in the last completed period, if its timestamp is after
-/// `lastSeenTimeStamp`; `NVML_ERROR_NOT_FOUND` when there is none. Memory, encoder and
-/// decoder utilization are 0.
+/// Periods in a row for which the same draw names the process in the utilization samples.
+const NAMED_RUN_PERIODS: u64 = 8;
+
+/// A number fixed by the period's index, spread evenly over u64 (splitmix64).
+fn period_draw(index: u64) -> u64 {
+    let mut z = index.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// SM utilization per process as the real driver samples it (seen on an H200 with driver
+/// 580): once per sampling period (`utilization_period_us` of the GPU, a sixth of a second
+/// by default), time-stamped (CPU time, µs) at the period's end and reported only once the
+/// period has ended, one sample for the whole GPU: it names one of the processes that kept
+/// the SMs busy in the period, drawn with odds in proportion to each one's busy time (one
+/// draw for a run of periods, fixed by the run's place in time, so every caller sees the same,
+/// and the same process tends to be named for several periods in a row, as on the real
+/// driver), and its figure is the GPU's
+/// busy share in the period, all processes together. A process's own share shows only over
+/// many periods, in how often it is named. The sample of the last completed period, if its
+/// timestamp is after `lastSeenTimeStamp`; `NVML_ERROR_NOT_FOUND` when there is none (an
+/// idle period has none). Memory, encoder and decoder utilization are 0.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,
@@ -769,44 +785,53 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             if count.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let running: Vec<procs::ProcUsage> = procs::nvml_view(&l.spec.state_dir)
-                .into_iter()
-                .filter(|p| p.busy.get(i).is_some_and(|b| b.launched_ns > 0))
-                .collect();
-            if utilization.is_null() || (*count as usize) < running.len() {
-                *count = c_uint::try_from(running.len()).unwrap_or(c_uint::MAX);
-                return NVML_ERROR_INSUFFICIENT_SIZE;
-            }
             let period = l.spec.gpus[i]
                 .utilization_period_us
                 .max(1)
                 .saturating_mul(1000);
             let end = procs::monotonic_ns() / period * period;
             let stamp = u64::try_from((i128::from(end) + realtime_offset_ns()) / 1000).unwrap_or(0);
-            let mut written = 0;
-            for p in running {
-                let b = &p.busy[i];
-                let (Some(done), Some(before)) = (
-                    b.done_at_boundary(end),
-                    b.done_at_boundary(end.saturating_sub(period)),
-                ) else {
-                    continue;
-                };
-                let util = (done.saturating_sub(before).saturating_mul(100) / period).min(100);
-                if util == 0 || stamp <= last_seen {
-                    continue;
+            // Each process's busy time in the period.
+            let busy: Vec<(u32, u64)> = procs::nvml_view(&l.spec.state_dir)
+                .into_iter()
+                .filter_map(|p| {
+                    let b = p.busy.get(i)?;
+                    let done = b.done_at_boundary(end)?;
+                    let before = b.done_at_boundary(end.saturating_sub(period))?;
+                    Some((p.pid, done.saturating_sub(before)))
+                })
+                .filter(|(_, ns)| *ns > 0)
+                .collect();
+            let total: u64 = busy.iter().map(|(_, ns)| ns).sum();
+            let util = (total.saturating_mul(100) / period).min(100);
+            let sample = (util > 0 && stamp > last_seen).then(|| {
+                // The real driver keeps naming the same process for runs of periods (about
+                // ten, with two alike processes): one draw serves a run.
+                let mut draw = period_draw(end / period / NAMED_RUN_PERIODS) % total;
+                let named = busy
+                    .iter()
+                    .find(|(_, ns)| {
+                        let hit = draw < *ns;
+                        draw = draw.saturating_sub(*ns);
+                        hit
+                    })
+                    .map_or(0, |(pid, _)| *pid);
+                nvmlProcessUtilizationSample_t {
+                    pid: named,
+                    time_stamp: stamp,
+                    sm_util: c_uint::try_from(util).unwrap_or(100),
+                    mem_util: 0,
+                    enc_util: 0,
+                    dec_util: 0,
                 }
-                utilization
-                    .add(written)
-                    .write(nvmlProcessUtilizationSample_t {
-                        pid: p.pid,
-                        time_stamp: stamp,
-                        sm_util: c_uint::try_from(util).unwrap_or(100),
-                        mem_util: 0,
-                        enc_util: 0,
-                        dec_util: 0,
-                    });
-                written += 1;
+            });
+            let written = usize::from(sample.is_some());
+            if written > 0 && (utilization.is_null() || *count == 0) {
+                *count = 1;
+                return NVML_ERROR_INSUFFICIENT_SIZE;
+            }
+            if let Some(sample) = sample {
+                utilization.write(sample);
             }
             *count = c_uint::try_from(written).unwrap_or(c_uint::MAX);
             if written == 0 {

@@ -54,6 +54,12 @@ impl Busy {
     /// sampling `period_ns`, first notes the time done by the period boundaries since the
     /// last launch, while it can still be told exactly.
     pub fn launch(&mut self, now_ns: u64, ns: u64, period_ns: u64) {
+        self.launch_after(now_ns, 0, ns, period_ns);
+    }
+
+    /// As [`Busy::launch`], the kernel starting no earlier than `not_before_ns` (when the
+    /// device is done with the kernels other processes queued before it).
+    pub fn launch_after(&mut self, now_ns: u64, not_before_ns: u64, ns: u64, period_ns: u64) {
         if let Some(periods) = now_ns.checked_div(period_ns) {
             let b = periods * period_ns;
             if self.marks[0].0 < b {
@@ -66,7 +72,11 @@ impl Busy {
                 self.marks = [(b, self.done_by(b)), prev];
             }
         }
-        self.until_ns = self.until_ns.max(now_ns).saturating_add(ns);
+        self.until_ns = self
+            .until_ns
+            .max(now_ns)
+            .max(not_before_ns)
+            .saturating_add(ns);
         self.launched_ns = self.launched_ns.saturating_add(ns);
     }
 
