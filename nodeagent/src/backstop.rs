@@ -362,6 +362,23 @@ pub fn understated(
     out
 }
 
+/// Of the containers `found` now (container id, what was found), those also found in the
+/// previous pass (`before`, which becomes the ones found now): a process that is exiting has
+/// given up its slot a moment before the driver frees its memory, and is gone by the next
+/// pass.
+pub fn found_twice(
+    before: &mut std::collections::BTreeSet<String>,
+    found: Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    let now = found.iter().map(|(id, _)| id.clone()).collect();
+    let confirmed = found
+        .into_iter()
+        .filter(|(id, _)| before.contains(id))
+        .collect();
+    *before = now;
+    confirmed
+}
+
 /// The container's processes the driver reports, as [`crate::held`] matches them to slots:
 /// each GPU by its position in `claim`, each process by its pid in its own namespace.
 #[must_use]
@@ -408,6 +425,22 @@ pub fn kill(procs: &Procs, pid: u32, start_time: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_no_slot_accounts_for_is_reported_once_found_on_two_passes_in_a_row() {
+        let found = |ids: &[&str]| -> Vec<(String, String)> {
+            ids.iter()
+                .map(|id| ((*id).to_string(), "held".to_string()))
+                .collect()
+        };
+        let mut before = std::collections::BTreeSet::new();
+        // A process exiting: found on one pass, gone on the next.
+        assert!(found_twice(&mut before, found(&["a", "b"])).is_empty());
+        let reported = found_twice(&mut before, found(&["b"]));
+        assert_eq!(reported, found(&["b"]));
+        assert!(found_twice(&mut before, found(&["a"])).is_empty());
+        assert_eq!(found_twice(&mut before, found(&["a"])), found(&["a"]));
+    }
 
     #[test]
     fn a_file_is_found_in_a_processs_maps_by_device_and_inode() {

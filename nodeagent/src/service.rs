@@ -288,9 +288,14 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
     };
     let mut tick = tokio::time::interval(b.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The containers found holding memory no slot accounts for in the previous pass.
+    let unaccounted_before = Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeSet::<String>::new(),
+    ));
     loop {
         tick.tick().await;
         let (s, nvml) = (Arc::clone(&shared), Arc::clone(&nvml));
+        let unaccounted_before = Arc::clone(&unaccounted_before);
         let found = tokio::task::spawn_blocking(move || {
             let procs = Procs {
                 root: s.proc_root.clone(),
@@ -375,6 +380,15 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             // Memory held by processes without a slot of their own is reported as tampering
             // (log, metric, UsageTampered), whether or not the container is over.
             let found = backstop::understated(&claims, &shares, b.tolerance);
+            // A process that is exiting has given up its slot a moment before the driver
+            // frees its memory: what no slot accounts for is reported once it is found on
+            // two passes in a row (it is charged to the container from the first).
+            let found = backstop::found_twice(
+                &mut unaccounted_before
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                found,
+            );
             let checked: Vec<String> = claims.iter().map(|c| c.container_id.clone()).collect();
             s.note_understated(&checked, found);
             let mut acted_on = Vec::new();
