@@ -1,83 +1,69 @@
-"""PyTorch under libgpuslice.so: the pieces tests/gpu/run.sh runs, one per subcommand.
+"""PyTorch work that tests/gpu/acceptance.py times, one subcommand per run.
 
-    context                 bytes the driver takes for this process's context
-    fill CHUNK_MIB [hold]   allocate CHUNK_MIB tensors until PyTorch's out-of-memory error,
-                            then 1 MiB ones until the error again
-    info                    torch.cuda.mem_get_info() and the device's total_memory
-    hold MIB                allocate MIB, print, and wait for stdin to close
-    launch N                N small kernel launches, timed (ns per launch)
-    matmul SECONDS          4096x4096 fp16 matrix products for SECONDS (products per second)
+    rate KIND WARMUP SECONDS  run KIND for WARMUP seconds, print "measuring", then count how
+                              many complete in SECONDS: matmul (4096x4096 fp16 products, compute-bound),
+                              scale (a 16M-element in-place multiply: no cuBLAS, for the
+                              simulated node, whose driver runs no real kernels)
+    launch N REPS             REPS times N small kernel launches (a 16-float add_), timed;
+                              the median ns per launch
 
 Each prints one line of key=value pairs.
 """
+import statistics
 import sys
 import time
 
 import torch
 
 
-def main():
-    cmd = sys.argv[1]
+def rate(kind, warmup, seconds):
     dev = torch.device("cuda:0")
-    if cmd == "context":
-        torch.cuda.init()
-        torch.zeros(1, device=dev)
+    if kind == "matmul":
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        step, batch = (lambda: a @ b), 20
+    elif kind == "scale":
+        x = torch.ones(1 << 24, device=dev)
+        step, batch = (lambda: x.mul_(1.0)), 4
+    else:
+        sys.exit(f"unknown kind {kind}")
+    done, start, measuring = 0, time.perf_counter(), False
+    while True:
+        for _ in range(batch):
+            step()
         torch.cuda.synchronize()
-        free, total = torch.cuda.mem_get_info()
-        print(f"free={free} total={total}")
-    elif cmd == "fill":
-        held = []
-        error = "none"
-        for chunk in (int(sys.argv[2]) << 20, 1 << 20):
-            try:
-                while True:
-                    held.append(torch.empty(chunk, dtype=torch.uint8, device=dev))
-            except torch.cuda.OutOfMemoryError as e:
-                error = type(e).__name__
-        free, total = torch.cuda.mem_get_info()
-        print(
-            f"error={error} chunks={len(held)} allocated={torch.cuda.memory_allocated()} "
-            f"reserved={torch.cuda.memory_reserved()} free={free} total={total}"
-        )
-        sys.stdout.flush()
-        if len(sys.argv) > 3:
-            sys.stdin.read()
-    elif cmd == "info":
-        free, total = torch.cuda.mem_get_info()
-        props = torch.cuda.get_device_properties(0)
-        print(f"free={free} total={total} total_memory={props.total_memory}")
-    elif cmd == "hold":
-        t = torch.empty(int(sys.argv[2]) << 20, dtype=torch.uint8, device=dev)
-        free, total = torch.cuda.mem_get_info()
-        print(f"held={t.numel()} free={free} total={total}")
-        sys.stdout.flush()
-        sys.stdin.read()
-    elif cmd == "launch":
-        n = int(sys.argv[2])
-        a = torch.ones(16, device=dev)
-        for _ in range(1000):
-            a.add_(1)
-        torch.cuda.synchronize()
+        now = time.perf_counter()
+        if not measuring and now - start >= warmup:
+            done, start, measuring = 0, now, True
+            print("measuring", flush=True)
+        elif measuring:
+            done += batch
+            if now - start >= seconds:
+                break
+    print(f"per_s={done / (now - start):.2f}")
+
+
+def launch(n, reps):
+    a = torch.ones(16, device="cuda:0")
+    for _ in range(1000):
+        a.add_(1)
+    torch.cuda.synchronize()
+    each = []
+    for _ in range(reps):
         start = time.perf_counter_ns()
         for _ in range(n):
             a.add_(1)
         torch.cuda.synchronize()
-        print(f"ns_per_launch={(time.perf_counter_ns() - start) / n:.1f}")
-    elif cmd == "matmul":
-        seconds = float(sys.argv[2])
-        a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
-        b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
-        for _ in range(10):
-            a @ b
-        torch.cuda.synchronize()
-        done = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for _ in range(20):
-                a @ b
-            torch.cuda.synchronize()
-            done += 20
-        print(f"matmuls_per_s={done / (time.perf_counter() - start):.1f}")
+        each.append((time.perf_counter_ns() - start) / n)
+    print(f"ns_per_launch={statistics.median(each):.1f}")
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "rate":
+        rate(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]))
+    elif cmd == "launch":
+        launch(int(sys.argv[2]), int(sys.argv[3]))
     else:
         sys.exit(f"unknown subcommand {cmd}")
 

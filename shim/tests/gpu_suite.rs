@@ -1,0 +1,75 @@
+//! The real-GPU acceptance suite (`tests/gpu/run.sh`) run on a simulated H100 (`--sim`), so
+//! that the suite itself keeps working where no GPU is: the agent at its defaults on a private
+//! bus, claims made with `gpuslice claim`, each client of the clients' environment and of
+//! PyTorch's refused within 1% below the slice as the simulated host's `nvidia-smi` sees it,
+//! the views inside the slice, and the SM share. (The launch cost is a timing: left to the
+//! real GPU.)
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs the suite on the simulated node with `python` for the rows `only`; returns its output.
+fn suite(python: &Path, only: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(python)
+        .arg(root.join("tests/gpu/acceptance.py"))
+        .args(["--sim", "--only", only, "--python"])
+        .arg(python)
+        .output()
+        .expect("python");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the suite failed on the simulated node:\n{text}"
+    );
+    text
+}
+
+/// The table row named `check`, e.g. `| wall: cupy | … | pass |`.
+fn row<'a>(text: &'a str, check: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(&format!("| {check} |")))
+        .unwrap_or_else(|| panic!("no row {check:?} in:\n{text}"))
+}
+
+#[test]
+fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
+    let text = suite(
+        &common::python(),
+        "cupy,cupy async pool,numba-cuda,cuda-bindings",
+    );
+    for check in [
+        "wall: cupy",
+        "wall: cupy async pool",
+        "wall: numba-cuda",
+        "wall: cuda-bindings",
+        "view: nvidia-smi memory.total in the slice",
+        "view: NVML (pynvml) memory total in the slice",
+    ] {
+        assert!(row(&text, check).ends_with("| pass |"), "{text}");
+    }
+}
+
+#[test]
+fn the_gpu_suite_passes_on_the_simulated_node_with_pytorch() {
+    let text = suite(
+        &common::torch_python(),
+        "torch,torch expandable_segments,torch cudaMallocAsync,sm",
+    );
+    for check in [
+        "wall: torch",
+        "wall: torch expandable_segments",
+        "wall: torch cudaMallocAsync",
+        "wall: two torch processes, one slice",
+        "SM share: cores 30, alone",
+        "SM share: cores 70, alone",
+    ] {
+        assert!(row(&text, check).ends_with("| pass |"), "{text}");
+    }
+}
