@@ -143,11 +143,12 @@ class Node:
             ("libcuda.so.1", "libgpuslice_cuda.so", "libgpuslice-driver-cuda.so.1"),
             ("libnvidia-ml.so.1", "libgpuslice_nvml.so", "libgpuslice-driver-nvml.so.1"),
         ):
+            # The front stands in for the soname and the development name, as in a container
+            # (numba-cuda loads "libcuda.so" first: without it, the host's real driver would
+            # answer by that name).
             (d / soname).symlink_to(self.bundle / front)
+            (d / soname.removesuffix(".1")).symlink_to(self.bundle / front)
             (d / private).symlink_to(self.driver_library(soname))
-        # The development name a container also gets (numba-cuda loads "libcuda.so" first):
-        # without it, the host's real driver would be found by that name.
-        (d / "libcuda.so").symlink_to(self.bundle / "libgpuslice_cuda.so")
         return d
 
     def spawn(self, argv, log, env=None):

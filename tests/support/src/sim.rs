@@ -111,7 +111,7 @@ impl SimNode {
     }
 
     /// A directory laid out as a GPU container's libraries are: the driver fronts under the
-    /// driver libraries' sonames, the interception library, and the node's fake driver
+    /// driver libraries' sonames and development names, the interception library, and the node's fake driver
     /// libraries under their private names. A program run with it as `LD_LIBRARY_PATH` loads
     /// the driver as a container's program does.
     #[must_use]
@@ -140,7 +140,9 @@ impl SimNode {
             INTERCEPTION_LIBRARY_FILE,
         );
         for f in FRONTS {
+            // The front stands in for every name of the driver library, as in a container.
             link(target.join(f.file), f.soname);
+            link(target.join(f.file), f.stem);
             link(self.lib_dir().join(f.soname), f.real);
         }
         if std::fs::rename(aside.path(), &dir).is_err() {
