@@ -74,8 +74,14 @@ fn fill(slice: &Slice, name: &str, chunk: u64) -> Facts {
 }
 
 fn fill_with(slice: &Slice, name: &str, chunk: u64, api: &str) -> Facts {
+    fill_in(slice, name, chunk, api, &[])
+}
+
+/// As [`fill_with`], with more of the environment.
+fn fill_in(slice: &Slice, name: &str, chunk: u64, api: &str, env: &[(&str, &str)]) -> Facts {
     let log = slice.dir.path().join(format!("unmodelled-{api}.log"));
     let out = client(slice, &log, &[name, "fill", &chunk.to_string(), api])
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -229,22 +235,13 @@ fn cupy_with_its_stream_ordered_pool_stops_at_the_limit() {
     // threshold set, every allocation a cudaMallocAsync. It visits every device it sees, so
     // it is shown only the slice's, as in a container.
     let slice = Slice::new(GIB, 0);
-    let log = slice.dir.path().join("unmodelled-async.log");
-    let out = client(
+    let f = fill_in(
         &slice,
-        &log,
-        &["cupy-async", "fill", &(64 * MIB).to_string()],
-    )
-    .env("CUDA_VISIBLE_DEVICES", "0")
-    .output()
-    .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        "cupy-async",
+        64 * MIB,
+        "malloc",
+        &[("CUDA_VISIBLE_DEVICES", "0")],
     );
-    let f = Facts::parse(&text);
     assert_eq!(f.num("total"), GIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
     assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);

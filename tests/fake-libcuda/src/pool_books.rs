@@ -75,18 +75,27 @@ pub(crate) fn freed(ptr: CUdeviceptr) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// Runs `f` on `pool`'s books, for an attribute call whose value is at `value`.
+fn with_books(
+    pool: CUmemoryPool,
+    value: *mut c_void,
+    f: impl FnOnce(&mut Books) -> Result<(), CUresult>,
+) -> CUresult {
+    guard(|| {
+        if pool.is_null() || value.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        f(books()?.entry(pool as usize).or_default())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemPoolSetAttribute(
     pool: CUmemoryPool,
     attr: c_int,
     value: *mut c_void,
 ) -> CUresult {
-    guard(|| {
-        if pool.is_null() || value.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut all = books()?;
-        let b = all.entry(pool as usize).or_default();
+    with_books(pool, value, |b| {
         if (REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES).contains(&attr) {
             // SAFETY: the API's contract: an int for the reuse flags.
             b.reuse[(attr - 1) as usize] = unsafe { *value.cast::<c_int>() };
@@ -111,12 +120,7 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(
     attr: c_int,
     value: *mut c_void,
 ) -> CUresult {
-    guard(|| {
-        if pool.is_null() || value.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let mut all = books()?;
-        let b = all.entry(pool as usize).or_default();
+    with_books(pool, value, |b| {
         let figure = match attr {
             REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
                 // SAFETY: the API's contract: an int for the reuse flags.
