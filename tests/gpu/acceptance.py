@@ -481,8 +481,12 @@ def launch_rows(node, table, args):
         base_env["LD_LIBRARY_PATH"] = str(node.driver_libs)
     plain, ours = [], []
     for _ in range(3):
-        plain.append(float(run_work(args.python, ["launch", "20000", "5"], base_env)["ns_per_launch"]))
-        ours.append(float(run_work(args.python, ["launch", "20000", "5"], node.env_in(limits))["ns_per_launch"]))
+        for times, env, which in ((plain, base_env, "without the library"),
+                                  (ours, node.env_in(limits), "with the library")):
+            try:
+                times.append(float(run_work(args.python, ["launch", "20000", "5"], env)["ns_per_launch"]))
+            except RuntimeError as e:
+                raise RuntimeError(f"{which}: {e}") from e
     p, o = statistics.median(plain), statistics.median(ours)
     table.add("launch cost (torch add_ on 16 floats)", f"{o:.0f} ns with the library, {p:.0f} ns "
               f"without: ratio {o / p:.3f}", f"≤ {LAUNCH_TOLERANCE:.2f}", o / p <= LAUNCH_TOLERANCE)
