@@ -14,9 +14,7 @@ use gpuslice_dra::proto::{registration as reg, v1};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::bench::rounds;
 use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, sim::SimNode, wait_for};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tonic::transport::{Endpoint, Uri};
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort_unstable();
@@ -30,14 +28,7 @@ fn percentile(v: &mut [Duration], p: f64) -> Duration {
 }
 
 async fn channel(socket: PathBuf) -> tonic::transport::Channel {
-    Endpoint::try_from("http://[::]:50051")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
+    gpuslice_testsupport::grpc::unix_channel(&socket)
         .await
         .expect("plugin socket")
 }

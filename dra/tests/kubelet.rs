@@ -12,9 +12,8 @@ use std::time::Duration;
 use gpuslice_dra::proto::{registration as reg, v1, v1beta1};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{agent::Agent, binary, bus::Bus, rootfs, sim::SimNode, wait_for};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 const CDI_DIR: &str = "/var/run/cdi";
 const GIB: u64 = 1 << 30;
@@ -159,32 +158,10 @@ async fn kubelet(plugin: &Plugin) -> v1::dra_plugin_client::DraPluginClient<Chan
     v1::dra_plugin_client::DraPluginClient::new(channel(PathBuf::from(info.endpoint)).await)
 }
 
-/// A channel to the gRPC server on `socket`. The socket file appears when the server binds
-/// it, a moment before it listens: a connection refused in that moment is tried again, as
-/// the kubelet's own dialer does, for up to 10 s.
+/// A channel to the gRPC server on `socket`, tried again for up to 10 s while it is not yet
+/// listening.
 async fn channel(socket: PathBuf) -> Channel {
-    let started = std::time::Instant::now();
-    loop {
-        let path = socket.clone();
-        let connected = Endpoint::try_from("http://[::]:50051")
-            .unwrap()
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await;
-        match connected {
-            Ok(channel) => return channel,
-            Err(_) if started.elapsed() < Duration::from_secs(10) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("{}: {e:?}", socket.display()),
-        }
-    }
+    gpuslice_testsupport::grpc::unix_channel_when_listening(&socket, Duration::from_secs(10)).await
 }
 
 /// A ResourceClaim for the whole of `gpu-<index>`: no capacity requested (the device's

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::{CHECKS, Containerd, Node, text};
 use gpuslice_testsupport::{binary, rootfs, wait_for};
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, CreateContainerRequest, ExecSyncRequest, ImageSpec,
@@ -19,7 +18,7 @@ use k8s_cri::v1::{
     PodSandboxConfig, PodSandboxMetadata, RemovePodSandboxRequest, RunPodSandboxRequest,
     StartContainerRequest, StopPodSandboxRequest,
 };
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 const IMAGE: &str = "localhost/gpuslice-test:latest";
 
@@ -69,15 +68,7 @@ fn containerd_with_cri(node: &Node) -> Containerd {
 }
 
 async fn cri(socket: &Path) -> RuntimeServiceClient<Channel> {
-    let path = socket.to_path_buf();
-    let channel = Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
+    let channel = gpuslice_testsupport::grpc::unix_channel(socket)
         .await
         .expect("CRI connection");
     RuntimeServiceClient::new(channel)

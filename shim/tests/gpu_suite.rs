@@ -33,6 +33,13 @@ fn suite(python: &Path, only: &str) -> String {
     text
 }
 
+/// Asserts that each of the rows named `checks` passed.
+fn assert_pass(text: &str, checks: &[&str]) {
+    for check in checks {
+        assert!(row(text, check).ends_with("| pass |"), "{check}:\n{text}");
+    }
+}
+
 /// The table row named `check`, e.g. `| wall: cupy | … | pass |`.
 fn row<'a>(text: &'a str, check: &str) -> &'a str {
     text.lines()
@@ -46,16 +53,17 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
         &common::python(),
         "cupy,cupy async pool,numba-cuda,cuda-bindings",
     );
-    for check in [
-        "wall: cupy",
-        "wall: cupy async pool",
-        "wall: numba-cuda",
-        "wall: cuda-bindings",
-        "view: nvidia-smi memory.total in the slice",
-        "view: NVML (pynvml) memory total in the slice",
-    ] {
-        assert!(row(&text, check).ends_with("| pass |"), "{text}");
-    }
+    assert_pass(
+        &text,
+        &[
+            "wall: cupy",
+            "wall: cupy async pool",
+            "wall: numba-cuda",
+            "wall: cuda-bindings",
+            "view: nvidia-smi memory.total in the slice",
+            "view: NVML (pynvml) memory total in the slice",
+        ],
+    );
 }
 
 #[test]
@@ -64,14 +72,15 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_pytorch() {
         &common::torch_python(),
         "torch,torch expandable_segments,torch cudaMallocAsync,sm",
     );
-    for check in [
-        "wall: torch",
-        "wall: torch expandable_segments",
-        "wall: torch cudaMallocAsync",
-        "wall: two torch processes, one slice",
-    ] {
-        assert!(row(&text, check).ends_with("| pass |"), "{text}");
-    }
+    assert_pass(
+        &text,
+        &[
+            "wall: torch",
+            "wall: torch expandable_segments",
+            "wall: torch cudaMallocAsync",
+            "wall: two torch processes, one slice",
+        ],
+    );
     for cores in [10, 30, 50, 70] {
         let r = row(&text, &format!("SM share: cores {cores}, alone"));
         assert!(r.contains(" of the rate"), "{r}\n{text}");

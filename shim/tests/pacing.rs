@@ -155,6 +155,16 @@ fn each_share_is_kept_within_five_points_after_a_second() {
     }
 }
 
+/// A 30% and a 70% slice on one GPU, run at once: what each kept the GPU busy over the
+/// measured part.
+fn thirty_beside_seventy() -> Vec<f64> {
+    let small = setup(30);
+    let large = setup_on(std::sync::Arc::clone(&small.sim), 70);
+    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
+    eprintln!("30% and 70% at once: busy {busy:.1?}");
+    busy
+}
+
 #[test]
 #[ignore = "two slices busy on one GPU at once cannot be told apart within 5 s: the driver's \
             samples name one process per period with the whole GPU's figure (seen on an H200, \
@@ -163,10 +173,7 @@ fn each_share_is_kept_within_five_points_after_a_second() {
 fn two_slices_on_one_gpu_each_keep_their_share() {
     // Two containers' slices, 30% and 70%, on the same GPU at once: each measures only its
     // own processes.
-    let small = setup(30);
-    let large = setup_on(std::sync::Arc::clone(&small.sim), 70);
-    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
-    eprintln!("30% and 70% at once: busy {busy:.1?}");
+    let busy = thirty_beside_seventy();
     for (share, busy) in [30.0, 70.0].iter().zip(&busy) {
         assert!(
             (busy - share).abs() <= 5.0,
@@ -179,10 +186,7 @@ fn two_slices_on_one_gpu_each_keep_their_share() {
 fn two_slices_on_one_gpu_share_it_without_either_starving() {
     // The 30% slice beside a 70% one once got 1% of the GPU on a real one: its samples were
     // judged against periods in which the driver named the other slice's process.
-    let small = setup(30);
-    let large = setup_on(std::sync::Arc::clone(&small.sim), 70);
-    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
-    eprintln!("30% and 70% at once: busy {busy:.1?}");
+    let busy = thirty_beside_seventy();
     for (share, own) in [30.0, 70.0].iter().zip(&busy) {
         assert!(
             *own >= share / 4.0,

@@ -391,7 +391,6 @@ class DeviceSampler:
         try:
             import pynvml
             if node.driver_libs:
-                pynvml.nvmlLib = None
                 import ctypes
                 pynvml.nvmlLib = ctypes.CDLL(str(node.driver_libs / "libnvidia-ml.so.1"))
             pynvml.nvmlInit()
@@ -448,9 +447,7 @@ def sm_rows(node, table, args):
     kind = "scale" if args.sim else "matmul"
     py = args.python
     sampler = DeviceSampler(node)
-    base_env = dict(os.environ)
-    if args.sim:
-        base_env["LD_LIBRARY_PATH"] = str(node.driver_libs)
+    base_env = node.host_env
     (free,), seen = rates(py, kind, [base_env], sampler)
     table.add("SM share: unlimited rate", f"{free:.1f} {kind}/s{seen}", "", None)
     for cores in SM_LEVELS:
@@ -476,9 +473,7 @@ def sm_rows(node, table, args):
 
 def launch_rows(node, table, args):
     limits = node.claim("launch", 1024)[0]
-    base_env = dict(os.environ)
-    if args.sim:
-        base_env["LD_LIBRARY_PATH"] = str(node.driver_libs)
+    base_env = node.host_env
     plain, ours = [], []
     for _ in range(3):
         for times, env, which in ((plain, base_env, "without the library"),

@@ -55,20 +55,12 @@ fn podman() -> Command {
     cmd
 }
 
-/// What `podman run` needs here: no network, and limits runc can set under the caller's.
-const RUN: [&str; 7] = [
-    "run",
-    "--network",
-    "none",
-    "--ulimit",
-    "nofile=1024:1024",
-    "--ulimit",
-    "nproc=1024:1024",
-];
-
+/// `podman run` with testsupport's flags for these machines (no network, limits runc can
+/// set), keeping the container unless `--rm` is added (the installer's daemon is stopped and
+/// inspected by name); `host` mounted at /host.
 fn podman_run(host: &Path) -> Command {
     let mut cmd = podman();
-    cmd.args(RUN)
+    cmd.args(rootfs::PODMAN_RUN.iter().filter(|a| **a != "--rm"))
         .arg("-v")
         .arg(format!("{}:/host", host.display()));
     cmd
@@ -270,21 +262,24 @@ fn the_images_are_reproducible_their_programs_run_and_the_extender_runs_as_nobod
     let image = format!("localhost/gpuslice-scheduler:{TAG}");
     let user = run(podman().args(["image", "inspect", "--format", "{{.Config.User}}", &image]));
     assert_eq!(String::from_utf8_lossy(&user.stdout).trim(), "65534:65534");
-    let out = run(podman().args(RUN).args(["--rm", &image, "--version"]));
+    let out = run(podman()
+        .args(rootfs::PODMAN_RUN)
+        .args([&image, "--version"]));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("gpuslice-scheduler {}", env!("CARGO_PKG_VERSION"))
     );
-    let id = run(podman()
-        .args(RUN)
-        .args(["--rm", "--entrypoint", "/usr/bin/id", &image, "-u"]));
+    let id =
+        run(podman()
+            .args(rootfs::PODMAN_RUN)
+            .args(["--entrypoint", "/usr/bin/id", &image, "-u"]));
     assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65534");
     // The node image's programs run there, with the image's own libraries.
     let node = format!("localhost/gpuslice-node:{TAG}");
     for program in ["gpuslice-agent", "gpuslice-dra-plugin", "gpuslice-install"] {
         let out = run(podman()
-            .args(RUN)
-            .args(["--rm", &node, program, "--version"]));
+            .args(rootfs::PODMAN_RUN)
+            .args([&node, program, "--version"]));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             format!("{program} {}", env!("CARGO_PKG_VERSION"))

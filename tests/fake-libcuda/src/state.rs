@@ -225,14 +225,7 @@ impl Driver {
     /// that two processes cannot both take the last bytes.
     pub fn charge(&self, inner: &mut Inner, index: usize, bytes: u64) -> Result<(), CUresult> {
         let lock = File::create(&self.lock_path).ok();
-        if let Some(l) = &lock {
-            use std::os::fd::AsRawFd;
-            // SAFETY: flock on a file descriptor this function owns; released when `l` drops.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::flock(l.as_raw_fd(), libc::LOCK_EX);
-            }
-        }
+        let _held = lock.as_ref().map(FileLock::exclusive);
         let others: u64 = procs::holding(&self.spec.state_dir)
             .iter()
             .filter(|p| p.writer != (self.pidns, self.pid))

@@ -8,6 +8,8 @@ pub mod bench;
 pub mod bus;
 #[cfg(feature = "cdi")]
 pub mod cdi;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod http;
 #[cfg(feature = "manifests")]
 pub mod manifests;
