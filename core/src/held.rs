@@ -15,8 +15,9 @@
 //! | 12 | 4 | GPU count of the container (≤ 16) |
 //! | 16 | 4 | entry count (the usage region's slot count) |
 //! | 20 | 4 | entry size in bytes (144) |
-//! | 24 | 8 | samples published so far |
-//! | 32 | 32 | reserved, zero |
+//! | 24 | 8 | the newest sample published (its number among those begun) |
+//! | 32 | 8 | samples begun so far (0: the agent takes no requests for a sample) |
+//! | 40 | 24 | reserved, zero |
 //! | 64 | 128 | `unattributed: [u64; 16]`: held by the container's processes that have no slot |
 //! | 192 + i·144 | 144 | entry i, for usage-region slot i |
 //!
@@ -28,6 +29,13 @@
 //! counters only while the slot's start time is the entry's, so a slot taken over by a new
 //! process never inherits what the driver held for the last one. Every field is an aligned
 //! 8-byte word, written and read atomically.
+//!
+//! A fresh sample on request: beside the file the agent listens on a datagram socket
+//! ([`REQUEST_SOCKET`]); any datagram sent to it asks for a sample of the container soon. The
+//! agent counts a sample as begun before it reads anything, and writes its number once every
+//! other word is written, so a reader that saw `n` samples begun and then sees a number above
+//! `n` published knows that sample began after it looked: it covers everything the driver did
+//! for the reader before then.
 
 use crate::usage::MAX_GPUS;
 
@@ -37,8 +45,13 @@ pub const HEADER_SIZE: usize = 192;
 pub const ENTRY_SIZE: usize = 144;
 /// File name inside the container's directory.
 pub const FILE_NAME: &str = "held";
-/// Offset of the count of samples published.
+/// Offset of the number of the newest sample published.
 pub const HEADER_SAMPLES: usize = 24;
+/// Offset of the count of samples begun.
+pub const HEADER_BEGUN: usize = 32;
+/// Name of the agent's socket for requests of a fresh sample, inside the container's
+/// directory.
+pub const REQUEST_SOCKET: &str = "sample.sock";
 /// Offset of `unattributed[0]`.
 pub const HEADER_UNATTRIBUTED: usize = 64;
 /// Offset of `start_time` in an entry.

@@ -362,20 +362,31 @@ pub fn understated(
     out
 }
 
-/// Of the containers `found` now (container id, what was found), those also found in the
-/// previous pass (`before`, which becomes the ones found now): a process that is exiting has
-/// given up its slot a moment before the driver frees its memory, and is gone by the next
-/// pass.
-pub fn found_twice(
-    before: &mut std::collections::BTreeSet<String>,
+/// How many passes back a finding of memory no slot accounts for is remembered.
+pub const RECENT_PASSES: u32 = 8;
+
+/// Of the containers `found` now (container id, what was found), those also found on another
+/// of the last [`RECENT_PASSES`] passes (`recent`: each container's findings, bit 0 the pass
+/// before, updated with this one). A process that is exiting has given up its slot a moment
+/// before the driver frees its memory, and is gone by the next pass: found once, it is not
+/// reported. A tenant who hides on every other pass is found again within the window.
+pub fn found_again(
+    recent: &mut std::collections::BTreeMap<String, u8>,
     found: Vec<(String, String)>,
 ) -> Vec<(String, String)> {
-    let now = found.iter().map(|(id, _)| id.clone()).collect();
+    let window = u8::try_from((1u32 << RECENT_PASSES) - 1).unwrap_or(u8::MAX);
+    let now: std::collections::BTreeSet<String> = found.iter().map(|(id, _)| id.clone()).collect();
     let confirmed = found
         .into_iter()
-        .filter(|(id, _)| before.contains(id))
+        .filter(|(id, _)| recent.get(id).is_some_and(|&bits| bits != 0))
         .collect();
-    *before = now;
+    for id in &now {
+        recent.entry(id.clone()).or_insert(0);
+    }
+    recent.retain(|id, bits| {
+        *bits = ((*bits << 1) | u8::from(now.contains(id))) & window;
+        *bits != 0
+    });
     confirmed
 }
 
@@ -426,20 +437,42 @@ pub fn kill(procs: &Procs, pid: u32, start_time: u64) -> bool {
 mod tests {
     use super::*;
 
+    fn found(ids: &[&str]) -> Vec<(String, String)> {
+        ids.iter()
+            .map(|id| ((*id).to_string(), "held".to_string()))
+            .collect()
+    }
+
     #[test]
-    fn memory_no_slot_accounts_for_is_reported_once_found_on_two_passes_in_a_row() {
-        let found = |ids: &[&str]| -> Vec<(String, String)> {
-            ids.iter()
-                .map(|id| ((*id).to_string(), "held".to_string()))
-                .collect()
-        };
-        let mut before = std::collections::BTreeSet::new();
+    fn memory_no_slot_accounts_for_is_reported_once_found_on_a_second_pass() {
+        let mut recent = std::collections::BTreeMap::new();
         // A process exiting: found on one pass, gone on the next.
-        assert!(found_twice(&mut before, found(&["a", "b"])).is_empty());
-        let reported = found_twice(&mut before, found(&["b"]));
+        assert!(found_again(&mut recent, found(&["a", "b"])).is_empty());
+        let reported = found_again(&mut recent, found(&["b"]));
         assert_eq!(reported, found(&["b"]));
-        assert!(found_twice(&mut before, found(&["a"])).is_empty());
-        assert_eq!(found_twice(&mut before, found(&["a"])), found(&["a"]));
+        assert_eq!(found_again(&mut recent, found(&["a"])), found(&["a"]));
+    }
+
+    #[test]
+    fn a_tenant_hiding_on_every_other_pass_is_still_reported() {
+        let mut recent = std::collections::BTreeMap::new();
+        let mut reported = 0;
+        for pass in 0..8 {
+            let now = if pass % 2 == 0 { found(&["t"]) } else { vec![] };
+            reported += found_again(&mut recent, now).len();
+        }
+        assert_eq!(reported, 3, "reported on each finding after the first");
+    }
+
+    #[test]
+    fn a_finding_older_than_the_window_is_forgotten() {
+        let mut recent = std::collections::BTreeMap::new();
+        assert!(found_again(&mut recent, found(&["x"])).is_empty());
+        for _ in 0..RECENT_PASSES {
+            assert!(found_again(&mut recent, vec![]).is_empty());
+        }
+        assert!(recent.is_empty());
+        assert!(found_again(&mut recent, found(&["x"])).is_empty());
     }
 
     #[test]

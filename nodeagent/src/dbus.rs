@@ -62,6 +62,9 @@ pub struct Shared {
     driver_held: Mutex<BTreeMap<(String, String), u64>>,
     /// Where Kubernetes Events go (nowhere until [`Shared::post_events_with`]).
     events: std::sync::OnceLock<crate::events::EventSink>,
+    /// Woken when a claim is admitted, so that the backstop listens for its sample requests
+    /// before its processes start.
+    pub claims_changed: tokio::sync::Notify,
 }
 
 /// The ledger's claims and GPUs copied at one instant, so that what containers can write is
@@ -92,6 +95,7 @@ impl Shared {
             tamper_events: Mutex::new(Vec::new()),
             driver_held: Mutex::new(BTreeMap::new()),
             events: std::sync::OnceLock::new(),
+            claims_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -354,6 +358,7 @@ impl AgentApi {
             match result {
                 Ok(Admission::New(c)) => {
                     s.metrics.admitted.inc();
+                    s.claims_changed.notify_one();
                     tracing::info!(container = %c.container_id, gpus = ?c.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), "claim admitted");
                     to_json(&c)
                 }

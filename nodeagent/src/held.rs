@@ -104,8 +104,19 @@ pub fn create(
     write(&path, &held::new_file(gpus, usage::DEFAULT_SLOTS))
 }
 
-/// Writes `share` into the file of the container directory `dir`, every word atomically.
-pub fn publish(dir: &Path, gpus: usize, share: &DriverShare) -> Result<(), HeldError> {
+/// Counts a sample of the container of directory `dir` as begun, before anything is read for
+/// it, and returns its number (see [`gpuslice_core::held`]: a reader waits for a sample that
+/// began after it looked).
+pub fn begin(dir: &Path, gpus: usize) -> Result<u64, HeldError> {
+    let map = map_file(dir, gpus)?;
+    Ok(map
+        .word(held::HEADER_BEGUN)
+        .fetch_add(1, SeqCst)
+        .wrapping_add(1))
+}
+
+/// The container directory `dir`'s file, mapped, once it is found to be this container's.
+fn map_file(dir: &Path, gpus: usize) -> Result<Mapping, HeldError> {
     let path = dir.join(held::FILE_NAME);
     let err = |reason: String| HeldError::File {
         path: path.display().to_string(),
@@ -126,6 +137,13 @@ pub fn publish(dir: &Path, gpus: usize, share: &DriverShare) -> Result<(), HeldE
     if !held::header_matches(map.bytes(held::HEADER_SIZE), gpus, usage::DEFAULT_SLOTS) {
         return Err(err("its header is not this container's".into()));
     }
+    Ok(map)
+}
+
+/// Writes `share`, found by sample number `sample` ([`begin`]), into the file of the container
+/// directory `dir`, every word atomically; the sample's number goes in last.
+pub fn publish(dir: &Path, gpus: usize, share: &DriverShare, sample: u64) -> Result<(), HeldError> {
+    let map = map_file(dir, gpus)?;
     for g in 0..gpus.min(usage::MAX_GPUS) {
         let v = share.unattributed.get(g).copied().unwrap_or(0);
         map.word(held::HEADER_UNATTRIBUTED + 8 * g).store(v, SeqCst);
@@ -151,7 +169,7 @@ pub fn publish(dir: &Path, gpus: usize, share: &DriverShare) -> Result<(), HeldE
             start.store(owner, SeqCst);
         }
     }
-    map.word(held::HEADER_SAMPLES).fetch_add(1, SeqCst);
+    map.word(held::HEADER_SAMPLES).fetch_max(sample, SeqCst);
     Ok(())
 }
 
@@ -282,15 +300,17 @@ mod tests {
             entries: vec![entry(2, 55, 4321, 4096)],
             unattributed: vec![10],
         };
-        publish(dir.path(), 1, &share).unwrap();
+        let first = begin(dir.path(), 1).unwrap();
+        publish(dir.path(), 1, &share, first).unwrap();
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         assert_eq!(word(held::HEADER_UNATTRIBUTED), 10);
         assert_eq!(word(held::entry(2) + held::ENTRY_START_TIME), 55);
         assert_eq!(word(held::entry(2) + held::ENTRY_EXTRA), 4096);
         assert_eq!(word(held::entry(2) + held::ENTRY_HOST_PID), 4321);
-        assert_eq!(word(held::HEADER_SAMPLES), 1);
-        publish(dir.path(), 1, &DriverShare::default()).unwrap();
+        assert_eq!((first, word(held::HEADER_SAMPLES)), (1, 1));
+        assert_eq!(word(held::HEADER_BEGUN), 1);
+        publish(dir.path(), 1, &DriverShare::default(), 2).unwrap();
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         assert_eq!(word(held::entry(2) + held::ENTRY_START_TIME), 0);
@@ -299,12 +319,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sample_published_late_never_lowers_the_number_readers_wait_for() {
+        let dir = tempfile::tempdir().unwrap();
+        create(dir.path(), 1, |p, b| std::fs::write(p, b)).unwrap();
+        let (a, b) = (begin(dir.path(), 1).unwrap(), begin(dir.path(), 1).unwrap());
+        assert_eq!((a, b), (1, 2));
+        publish(dir.path(), 1, &DriverShare::default(), b).unwrap();
+        publish(dir.path(), 1, &DriverShare::default(), a).unwrap();
+        let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
+        let at = held::HEADER_SAMPLES;
+        assert_eq!(u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()), 2);
+    }
+
+    #[test]
     fn a_file_of_another_shape_is_refused_not_written() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(held::FILE_NAME), b"short").unwrap();
-        assert!(publish(dir.path(), 1, &DriverShare::default()).is_err());
+        assert!(publish(dir.path(), 1, &DriverShare::default(), 1).is_err());
+        assert!(begin(dir.path(), 1).is_err());
         let dir = tempfile::tempdir().unwrap();
         create(dir.path(), 2, |p, b| std::fs::write(p, b)).unwrap();
-        assert!(publish(dir.path(), 1, &DriverShare::default()).is_err());
+        assert!(publish(dir.path(), 1, &DriverShare::default(), 1).is_err());
     }
 }

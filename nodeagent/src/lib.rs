@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod placement;
 pub mod publish;
 pub mod rundir;
+pub mod sample_requests;
 pub mod service;
 pub mod store;
 pub mod usage;

@@ -182,8 +182,14 @@ impl RunDir {
         id: &str,
         gpus: usize,
         share: &gpuslice_core::held::DriverShare,
+        sample: u64,
     ) -> Result<(), crate::held::HeldError> {
-        crate::held::publish(&self.path(id), gpus, share)
+        crate::held::publish(&self.path(id), gpus, share, sample)
+    }
+
+    /// Counts a sample of container `id` as begun ([`crate::held::begin`]); its number.
+    pub fn begin_held(&self, id: &str, gpus: usize) -> Result<u64, crate::held::HeldError> {
+        crate::held::begin(&self.path(id), gpus)
     }
 }
 

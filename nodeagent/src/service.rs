@@ -260,20 +260,107 @@ fn measure_context_costs(
     }
 }
 
-/// Writes what the driver holds for claim `c`'s processes beyond their counters.
-fn publish_held(
-    run: &crate::rundir::RunDir,
-    c: &gpuslice_core::Claim,
-    share: &gpuslice_core::held::DriverShare,
-) {
-    if let Err(e) = run.publish_held(&c.container_id, c.gpus.len(), share) {
-        tracing::debug!(container = %c.container_id, "the driver's share is not published: {e}");
+/// What one sample of the driver found for some claims.
+struct Sampled {
+    attributed: Vec<crate::backstop::Attributed>,
+    /// The container's slots' shares, where its region is believed.
+    shares: std::collections::BTreeMap<String, gpuslice_core::held::DriverShare>,
+}
+
+/// Samples the driver for `claims` and publishes what it holds for each one's processes
+/// beyond their counters ([`crate::held`]): each claim's sample is counted as begun before
+/// its region is read, and the region is read on both sides of the driver's answer, so that
+/// a counter that moved meanwhile is seen to have.
+fn sample_and_publish(
+    s: &Shared,
+    nvml: &nvml_wrapper::Nvml,
+    claims: &[gpuslice_core::Claim],
+    uuids: &[String],
+) -> Sampled {
+    use crate::backstop;
+    let procs = backstop::Procs {
+        root: s.proc_root.clone(),
+    };
+    let run = s.ledger().run_dir().clone();
+    let begun: std::collections::BTreeMap<&str, u64> = claims
+        .iter()
+        .filter_map(|c| {
+            let n = run.begin_held(&c.container_id, c.gpus.len()).ok()?;
+            Some((c.container_id.as_str(), n))
+        })
+        .collect();
+    let regions = |claims: &[gpuslice_core::Claim]| {
+        claims
+            .iter()
+            .map(|c| {
+                let slots = run.live_slots(&c.container_id, c.gpus.len()).ok();
+                (c.container_id.clone(), slots)
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let before = regions(claims);
+    let samples = backstop::sample(nvml, uuids);
+    let after = regions(claims);
+    // Claims never activated (DRA, CLI) are known by their usage region.
+    let unactivated: Vec<(String, backstop::FileId)> = claims
+        .iter()
+        .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Pending))
+        .filter_map(|c| {
+            let region = run
+                .path(&c.container_id)
+                .join(gpuslice_core::usage::FILE_NAME);
+            Some((c.container_id.clone(), backstop::FileId::of(&region)?))
+        })
+        .collect();
+    let attributed = backstop::attribute(claims, &samples, &procs, &unactivated);
+    let mut shares = std::collections::BTreeMap::new();
+    let attributed_to =
+        |c: &gpuslice_core::Claim| attributed.iter().any(|a| a.container_id == c.container_id);
+    for c in claims
+        .iter()
+        .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Active { .. }) || attributed_to(c))
+    {
+        let holders = backstop::holders(c, &attributed, &procs);
+        // A region that cannot be believed (reported as tampering elsewhere) counts as one
+        // without slots: everything the driver holds is the container's as a whole.
+        let believed = before
+            .get(&c.container_id)
+            .and_then(Option::as_ref)
+            .zip(after.get(&c.container_id).and_then(Option::as_ref));
+        let none = gpuslice_core::usage::UsageSnapshot {
+            gpu_count: c.gpus.len(),
+            slots: Vec::new(),
+        };
+        let (first, second) = believed.unwrap_or((&none, &none));
+        let share = crate::held::driver_share(c.gpus.len(), first, second, &holders);
+        let number = begun.get(c.container_id.as_str()).copied().unwrap_or(0);
+        if let Err(e) = run.publish_held(&c.container_id, c.gpus.len(), &share, number) {
+            tracing::debug!(container = %c.container_id, "the driver's share is not published: {e}");
+        }
+        if believed.is_some() {
+            shares.insert(c.container_id.clone(), share);
+        }
     }
+    Sampled { attributed, shares }
+}
+
+/// The claims and the node's GPU uuids, copied out of the ledger.
+fn claims_and_gpus(s: &Shared) -> (Vec<gpuslice_core::Claim>, Vec<String>) {
+    let ledger = s.ledger();
+    let uuids = ledger
+        .inventory()
+        .gpus
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    (ledger.claims().cloned().collect(), uuids)
 }
 
 /// Compares, every interval, what the driver says each container holds with its slice, and
 /// acts on the containers over it; publishes what the driver holds for each container's
-/// processes beyond their counters ([`crate::held`]). NVML is loaded once, in its own handle.
+/// processes beyond their counters ([`crate::held`]), every interval and, between them, for
+/// the containers that ask ([`crate::sample_requests`]). NVML is loaded once, in its own
+/// handle.
 async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf, b: Backstop) {
     use crate::backstop::{self, Action, Procs};
     let nvml = match nvml_wrapper::Nvml::builder()
@@ -286,57 +373,62 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             return;
         }
     };
+    let requests = Arc::new(crate::sample_requests::Requests::default());
+    let mut last_requested = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(b.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The containers found holding memory no slot accounts for in the previous pass.
-    let unaccounted_before = Arc::new(std::sync::Mutex::new(
-        std::collections::BTreeSet::<String>::new(),
-    ));
+    // The containers found holding memory no slot accounts for in recent passes.
+    let unaccounted_before = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
+        String,
+        u8,
+    >::new()));
     loop {
-        tick.tick().await;
+        let gpus: std::collections::BTreeMap<String, usize> = shared
+            .ledger()
+            .claims()
+            .map(|c| (c.container_id.clone(), c.gpus.len()))
+            .collect();
+        let ids: Vec<String> = gpus.keys().cloned().collect();
+        let run = shared.ledger().run_dir().clone();
+        requests.listen_for(
+            &ids,
+            |id| run.path(id),
+            |id| gpus.get(id).copied().unwrap_or(0),
+        );
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shared.claims_changed.notified() => continue,
+            () = requests.asked() => {
+                tokio::time::sleep_until(last_requested + crate::sample_requests::MIN_GAP).await;
+                last_requested = tokio::time::Instant::now();
+                let asking = requests.take();
+                let (s, nvml) = (Arc::clone(&shared), Arc::clone(&nvml));
+                let _ = tokio::task::spawn_blocking(move || {
+                    let (claims, _) = claims_and_gpus(&s);
+                    let claims: Vec<_> = claims
+                        .into_iter()
+                        .filter(|c| asking.contains(&c.container_id))
+                        .collect();
+                    let uuids: Vec<String> = claims
+                        .iter()
+                        .flat_map(|c| c.gpus.iter().map(|g| g.uuid.clone()))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    sample_and_publish(&s, &nvml, &claims, &uuids);
+                })
+                .await;
+                continue;
+            }
+        }
         let (s, nvml) = (Arc::clone(&shared), Arc::clone(&nvml));
         let unaccounted_before = Arc::clone(&unaccounted_before);
         let found = tokio::task::spawn_blocking(move || {
             let procs = Procs {
                 root: s.proc_root.clone(),
             };
-            let (claims, uuids) = {
-                let ledger = s.ledger();
-                let uuids: Vec<String> = ledger
-                    .inventory()
-                    .gpus
-                    .iter()
-                    .map(|g| g.uuid.clone())
-                    .collect();
-                (ledger.claims().cloned().collect::<Vec<_>>(), uuids)
-            };
-            // The regions are read on both sides of the driver's answer, so that a counter
-            // that moved meanwhile is seen to have.
-            let run = s.ledger().run_dir().clone();
-            let regions = |claims: &[gpuslice_core::Claim]| {
-                claims
-                    .iter()
-                    .map(|c| {
-                        let slots = run.live_slots(&c.container_id, c.gpus.len()).ok();
-                        (c.container_id.clone(), slots)
-                    })
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            };
-            let before = regions(&claims);
-            let samples = backstop::sample(&nvml, &uuids);
-            let after = regions(&claims);
-            // Claims never activated (DRA, CLI) are known by their usage region.
-            let unactivated: Vec<(String, backstop::FileId)> = claims
-                .iter()
-                .filter(|c| matches!(c.state, gpuslice_core::ClaimState::Pending))
-                .filter_map(|c| {
-                    let region = run
-                        .path(&c.container_id)
-                        .join(gpuslice_core::usage::FILE_NAME);
-                    Some((c.container_id.clone(), backstop::FileId::of(&region)?))
-                })
-                .collect();
-            let attributed = backstop::attribute(&claims, &samples, &procs, &unactivated);
+            let (claims, uuids) = claims_and_gpus(&s);
+            let Sampled { attributed, shares } = sample_and_publish(&s, &nvml, &claims, &uuids);
             let held = backstop::sum_holdings(&attributed);
             // Every running container's GPUs, 0 where the driver shows nothing held.
             let mut driver_held: std::collections::BTreeMap<(String, String), u64> = claims
@@ -352,38 +444,13 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                 driver_held.insert(k.clone(), *bytes);
             }
             s.note_driver_held(driver_held);
-            let mut shares = std::collections::BTreeMap::new();
-            let attributed_to = |c: &gpuslice_core::Claim| {
-                attributed.iter().any(|a| a.container_id == c.container_id)
-            };
-            for c in claims.iter().filter(|c| {
-                matches!(c.state, gpuslice_core::ClaimState::Active { .. }) || attributed_to(c)
-            }) {
-                let holders = backstop::holders(c, &attributed, &procs);
-                // A region that cannot be believed (reported as tampering elsewhere) counts as
-                // one without slots: everything the driver holds is the container's as a whole.
-                let believed = before
-                    .get(&c.container_id)
-                    .and_then(Option::as_ref)
-                    .zip(after.get(&c.container_id).and_then(Option::as_ref));
-                let none = gpuslice_core::usage::UsageSnapshot {
-                    gpu_count: c.gpus.len(),
-                    slots: Vec::new(),
-                };
-                let (first, second) = believed.unwrap_or((&none, &none));
-                let share = crate::held::driver_share(c.gpus.len(), first, second, &holders);
-                publish_held(&run, c, &share);
-                if believed.is_some() {
-                    shares.insert(c.container_id.clone(), share);
-                }
-            }
             // Memory held by processes without a slot of their own is reported as tampering
             // (log, metric, UsageTampered), whether or not the container is over.
             let found = backstop::understated(&claims, &shares, b.tolerance);
             // A process that is exiting has given up its slot a moment before the driver
-            // frees its memory: what no slot accounts for is reported once it is found on
-            // two passes in a row (it is charged to the container from the first).
-            let found = backstop::found_twice(
+            // frees its memory: what no slot accounts for is reported once it is found on a
+            // second of the recent passes (it is charged to the container from the first).
+            let found = backstop::found_again(
                 &mut unaccounted_before
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),

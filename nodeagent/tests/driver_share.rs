@@ -51,7 +51,11 @@ impl Container {
         activate: bool,
     ) -> Self {
         let bus = Bus::start();
-        let mut args = vec!["--enforce-interval", "100ms"];
+        let mut args = if agent_args.contains(&"--enforce-interval") {
+            vec![]
+        } else {
+            vec!["--enforce-interval", "100ms"]
+        };
         args.extend_from_slice(agent_args);
         let agent = Agent::start(&agent_exe(), &bus, &sim, &args);
         let wall = sim.wall_client();
@@ -248,6 +252,29 @@ async fn a_process_that_makes_extra_contexts_first_still_ends_within_its_slice()
     assert!(line.contains("contexts=3 "), "{line}");
     assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
     assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_driver_took_unseen_since_the_last_sample_is_charged_before_the_last_bytes() {
+    // The agent samples on its own only every minute: the sample that charges the module is
+    // the one the library asks for when the container comes near its limit.
+    let c = Container::start(&["--enforce-interval", "60s"]).await;
+    let module = 192 * MIB;
+    let (filler, line) = c.run(
+        "fill",
+        CHUNK,
+        true,
+        &[("WALL_MODULE_BYTES", &module.to_string())],
+    );
+    assert!(line.contains("module=CUDA_SUCCESS "), "{line}");
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    // Without the request it would have ended the module's size over.
+    assert!(
+        c.held_by(filler.id()) >= module + c.context_bytes(),
+        "{line}"
+    );
     finish(filler);
 }
 

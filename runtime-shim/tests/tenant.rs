@@ -452,6 +452,76 @@ fn an_unprivileged_tenant_cannot_outgrow_its_slice_through_graph_memory() {
     responsive(&node);
 }
 
+/// The number of samples the agent has begun for container `id`.
+fn samples_begun(node: &Node, id: &str) -> u64 {
+    let bytes = std::fs::read(node.agent.run_dir.join(id).join("held")).unwrap();
+    let at = gpuslice_core::held::HEADER_BEGUN;
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn root_in_the_container_flooding_the_sample_requests_costs_the_agent_one_sample_per_gap() {
+    let node = Node::new();
+    let bundle = node.bundle(
+        "flood",
+        &["/bin/sh", "-c", "sleep 600"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    std::fs::copy(node.c_program("flood"), bundle.join("rootfs/usr/bin/flood")).unwrap();
+    start(&node, &bundle.display().to_string(), "flood1");
+    for attack in [
+        "rm -f /run/gpuslice/sample.sock",
+        "mv /run/gpuslice/sample.sock /run/gpuslice/x",
+    ] {
+        let out = node.runc(&["exec", "flood1", "/bin/sh", "-c", attack]);
+        assert!(!out.status.success(), "{attack} succeeded: {}", text(&out));
+    }
+    let before = samples_begun(&node, "flood1");
+    let seconds = 3;
+    let root = node.runc_root();
+    let flood = std::thread::spawn(move || {
+        std::process::Command::new("runc")
+            .arg("--root")
+            .arg(root)
+            .args([
+                "exec",
+                "flood1",
+                "/usr/bin/flood",
+                "/run/gpuslice/sample.sock",
+            ])
+            .arg(seconds.to_string())
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    responsive(&node);
+    let out = flood.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let sent: u64 = said
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("sent="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "flood said: {said} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let served = samples_begun(&node, "flood1") - before;
+    // One sample per 10 ms gap at most, and one a second of the agent's own; some slack for
+    // the time runc exec takes to start and end.
+    let most = (seconds + 1) * (1000 / 10 + 1);
+    eprintln!("{sent} requests sent, {served} samples taken");
+    assert!(sent > most, "the tenant sent only {sent} requests");
+    assert!(served > 0, "no request was served");
+    assert!(
+        served <= most,
+        "{served} samples for {sent} requests in {seconds} s"
+    );
+    responsive(&node);
+    stop(&node, "flood1");
+}
+
 #[test]
 fn root_in_the_container_cannot_rewrite_or_replace_what_the_driver_is_said_to_hold() {
     let node = Node::new();

@@ -3,18 +3,60 @@
 //! each check of an allocation sees the agent's latest sample. The container cannot write it
 //! (its directory is mounted read-only); where it is missing (the library used without the
 //! agent) nothing is added.
+//!
+//! Near the limit the library does not grant on an old sample: an allocation that would
+//! bring the container within [`NEAR`] of its limit first asks the agent for a fresh sample
+//! (a datagram to its socket beside the file) and waits for one that began after it asked,
+//! unless one came within [`FRESH`]. So what the driver took for the container since the
+//! agent last looked (a framework's start-up beyond its context, modules loaded, a pool's
+//! reservation) is charged before the last [`NEAR`] bytes are granted, not an interval later.
+//! An agent that does not answer within [`WAIT`] is not asked again for [`BACK_OFF`]; the
+//! allocation goes on with the sample it has.
 
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
 
 use gpuslice_core::held;
+
+use crate::log::log;
+
+/// How near its limit an allocation must bring the container to wait for a fresh sample.
+pub const NEAR: u64 = 256 << 20;
+/// How long a sample stays fresh enough for the allocations near the limit.
+pub const FRESH: Duration = Duration::from_millis(50);
+/// How long an allocation waits for the agent's fresh sample.
+pub const WAIT: Duration = Duration::from_millis(500);
+/// How long a process goes without asking after the agent did not answer.
+pub const BACK_OFF: Duration = Duration::from_secs(5);
 
 pub struct DriverShare {
     base: *const u8,
     len: usize,
     gpus: usize,
     entries: usize,
+    /// The agent's socket for sample requests.
+    requests: PathBuf,
+    /// Milliseconds of the monotonic clock before which no fresh sample is asked for.
+    ask_after: AtomicU64,
+}
+
+/// Milliseconds of CLOCK_MONOTONIC (read through the vDSO: no system call).
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 // SAFETY: the mapping is read-only here and read only through atomics; the pointer never
@@ -55,12 +97,65 @@ impl DriverShare {
             unsafe { libc::munmap(base, len) };
             return Err("its header does not match the container's".into());
         }
+        let requests = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(held::REQUEST_SOCKET);
         Ok(Self {
             base: base.cast(),
             len,
             gpus,
             entries,
+            requests,
+            ask_after: AtomicU64::new(0),
         })
+    }
+
+    /// Makes sure the shares read next come from a sample that began after this call, or
+    /// within [`FRESH`] before it (see the module's comment). Returns whether one does.
+    pub fn fresh_sample(&self) -> bool {
+        let now = monotonic_ms();
+        if now < self.ask_after.load(SeqCst) {
+            return true;
+        }
+        let begun = self.word(held::HEADER_BEGUN);
+        let back_off = |why: &str| {
+            log!("no fresh sample of the driver ({why}): near the limit on the last one");
+            self.ask_after
+                .store(now.saturating_add(ms(BACK_OFF)), SeqCst);
+            false
+        };
+        if begun == 0 {
+            return back_off("the agent takes no requests");
+        }
+        if let Err(e) = self.request() {
+            return back_off(&format!("{}: {e}", self.requests.display()));
+        }
+        let deadline = now.saturating_add(ms(WAIT));
+        let mut pause = Duration::from_micros(100);
+        loop {
+            if self.word(held::HEADER_SAMPLES) > begun {
+                self.ask_after
+                    .store(monotonic_ms().saturating_add(ms(FRESH)), SeqCst);
+                return true;
+            }
+            if monotonic_ms() >= deadline {
+                return back_off("the agent did not answer");
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends the agent one datagram, without waiting where its queue is full (it has been
+    /// asked already then).
+    fn request(&self) -> std::io::Result<()> {
+        let socket = std::os::unix::net::UnixDatagram::unbound()?;
+        socket.set_nonblocking(true)?;
+        match socket.send_to(b"sample", &self.requests) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            r => r.map(drop),
+        }
     }
 
     fn word(&self, at: usize) -> u64 {

@@ -102,6 +102,11 @@ impl Region {
         self.gpus
     }
 
+    /// What the driver holds beyond the counters, where the agent publishes it.
+    pub fn driver_share(&self) -> Option<&DriverShare> {
+        self.share.as_ref()
+    }
+
     pub fn slots(&self) -> usize {
         self.slots
     }

@@ -394,6 +394,17 @@ impl Slice {
             log!("no free slot in the usage region");
             return false;
         };
+        // Near the limit, what the driver took since the agent's last sample must be in the
+        // total first.
+        if let Some(share) = region.driver_share()
+            && region
+                .total(gpu)
+                .saturating_add(bytes)
+                .saturating_add(crate::driver_share::NEAR)
+                > limit.memory_bytes
+        {
+            share.fresh_sample();
+        }
         if region.charge(slot, gpu, bytes, limit.memory_bytes, locks) {
             self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
             true

@@ -80,7 +80,9 @@ struct Args {
     #[arg(long, value_parser = parse_bytes)]
     context_reservation: Option<u64>,
     /// How often the enforcement backstop compares what the driver says each container's
-    /// processes hold (NVML, per process) with its slice; 0 turns it off.
+    /// processes hold (NVML, per process) with its slice, and publishes what the driver holds
+    /// for them beyond what they counted; between these, a container near its limit is
+    /// sampled when it asks (at most every 10ms). 0 turns it off.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     enforce_interval: std::time::Duration,
     /// What the backstop does to a container over its slice: log (log, count, D-Bus signal),

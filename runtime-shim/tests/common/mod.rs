@@ -55,9 +55,16 @@ impl Node {
 
     /// `runtime-shim/tests/c/door.c`: a program that allocates past the interception library.
     pub fn door_program(&self) -> PathBuf {
-        let out = self.work.path().join("door-program");
+        self.c_program("door")
+    }
+
+    /// `tests/c/NAME.c`, built once for this node.
+    pub fn c_program(&self, name: &str) -> PathBuf {
+        let out = self.work.path().join(format!("{name}-program"));
         if !out.exists() {
-            let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/door.c");
+            let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/c")
+                .join(format!("{name}.c"));
             let ok = Command::new("gcc")
                 .args(["-O1", "-o"])
                 .arg(&out)

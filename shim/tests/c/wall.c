@@ -12,7 +12,9 @@
  * for stdin to close; "fill" allocates chunks of REMAINING bytes until refused, prints how many
  * it got, and waits; "idle" only has its context and waits; "churn" allocates and frees chunks
  * of REMAINING bytes until killed. With WALL_CONTEXTS=N in the environment, N more contexts
- * are created first (and kept), and how many the driver gave is printed; WALL_SETTLE_MS=M
+ * are created first (and kept), and how many the driver gave is printed; with
+ * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
+ * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
  * then waits M milliseconds before the path runs. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -68,6 +70,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocati
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuGetErrorName(CUresult, const char **);
+CUresult cuModuleLoadData(void **, const void *);
 
 #define API(X) \
     X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
@@ -83,7 +86,8 @@ CUresult cuGetErrorName(CUresult, const char **);
     X(cuArray3DCreate, cuArray3DCreate_v2) X(cuArrayDestroy, cuArrayDestroy) \
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy) \
     X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) X(cuMemCreate, cuMemCreate) \
-    X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName)
+    X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName) \
+    X(cuModuleLoadData, cuModuleLoadData)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -152,6 +156,15 @@ int main(int argc, char **argv) {
         }
         A.cuCtxSetCurrent(ctx);
         printf("contexts=%d ", made);
+    }
+    const char *module_bytes = getenv("WALL_MODULE_BYTES");
+    if (module_bytes) {
+        char ptx[256];
+        snprintf(ptx, sizeof ptx,
+                 ".version 7.0\n.target sm_75\n.address_size 64\n"
+                 ".visible .global .align 8 .b8 wall_blob[%s];\n", module_bytes);
+        void *module = 0;
+        printf("module=%s ", name(A.cuModuleLoadData(&module, ptx)));
     }
     const char *settle = getenv("WALL_SETTLE_MS");
     if (settle) usleep((useconds_t)atoi(settle) * 1000);

@@ -55,11 +55,17 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(image, len) }
 }
 
-/// Global variables (name → bytes) that the image's uncompressed ELF cubins define.
+/// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
+/// declared in its PTX text (`.global` declarations).
 #[must_use]
 pub fn globals(image: &[u8]) -> HashMap<String, u64> {
     let mut found = HashMap::new();
-    if image.starts_with(ELF_MAGIC) {
+    if !image.starts_with(ELF_MAGIC)
+        && u32_at(image, 0) != Some(FATBIN_MAGIC)
+        && let Ok(text) = std::str::from_utf8(image)
+    {
+        ptx_globals(text, &mut found);
+    } else if image.starts_with(ELF_MAGIC) {
         elf_globals(image, &mut found);
     } else if u32_at(image, 0) == Some(FATBIN_MAGIC) {
         let mut at = usize::from(u16_at(image, 6).unwrap_or(16));
@@ -86,6 +92,63 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
     found
 }
 
+/// The `.global` variables PTX text declares at module scope (`[.visible|.extern] .global
+/// [.align N] .TYPE name[D1][D2]...;`): the type's width times the dimensions. An
+/// initialised one (`= {...}`) counts the same.
+fn ptx_globals(text: &str, found: &mut HashMap<String, u64>) {
+    for statement in text.split(';') {
+        // Directives without a semicolon (`.version`, `.target`) may stand on lines before.
+        let from = statement
+            .lines()
+            .position(|l| l.split_whitespace().any(|w| w == ".global"))
+            .unwrap_or(0);
+        let words: Vec<&str> = statement
+            .lines()
+            .skip(from)
+            .flat_map(str::split_whitespace)
+            .collect();
+        let Some(g) = words.iter().position(|w| *w == ".global") else {
+            continue;
+        };
+        if words[..g]
+            .iter()
+            .any(|w| !matches!(*w, ".visible" | ".weak"))
+        {
+            continue;
+        }
+        let mut rest = words[g + 1..].iter().copied();
+        let mut width = None;
+        let mut declarator = None;
+        while let Some(w) = rest.next() {
+            if w == ".align" {
+                rest.next();
+            } else if let Some(t) = w.strip_prefix('.') {
+                width = t
+                    .get(1..)
+                    .and_then(|bits| bits.parse::<u64>().ok())
+                    .map(|b| b / 8);
+            } else {
+                declarator = Some(w);
+                break;
+            }
+        }
+        let (Some(width), Some(declarator)) = (width, declarator) else {
+            continue;
+        };
+        let declarator = declarator.split('=').next().unwrap_or(declarator);
+        let (name, dims) = declarator.split_once('[').unwrap_or((declarator, ""));
+        let count = dims
+            .split(['[', ']'])
+            .filter(|d| !d.is_empty())
+            .try_fold(1u64, |n, d| n.checked_mul(d.trim().parse().ok()?));
+        if let Some(count) = count
+            && !name.is_empty()
+        {
+            found.insert(name.to_string(), width.saturating_mul(count));
+        }
+    }
+}
+
 fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
     use object::{Object, ObjectSymbol, SymbolKind};
     let Ok(file) = object::File::parse(elf) else {
@@ -97,5 +160,25 @@ fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
         {
             found.insert(name.to_string(), symbol.size());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_global_declarations_are_found_with_their_sizes_and_instructions_are_not() {
+        let ptx = ".version 7.0\n.target sm_75\n.address_size 64\n\n\
+                   .visible .global .align 8 .b8 blob[1048576];\n\
+                   .global .u32 counter;\n\
+                   .global .align 4 .f32 grid[4][8] = {0.0};\n\
+                   .extern .global .b8 elsewhere[64];\n\
+                   .visible .entry k() {\n ld.global.u32 %r1, [counter];\n ret;\n}\n";
+        let found = globals(ptx.as_bytes());
+        assert_eq!(found.get("blob"), Some(&1_048_576));
+        assert_eq!(found.get("counter"), Some(&4));
+        assert_eq!(found.get("grid"), Some(&128));
+        assert_eq!(found.len(), 3, "{found:?}");
     }
 }
