@@ -15,7 +15,7 @@
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use gpuslice_core::held;
@@ -40,6 +40,8 @@ pub struct DriverShare {
     requests: PathBuf,
     /// Milliseconds of the monotonic clock before which no fresh sample is asked for.
     ask_after: AtomicU64,
+    /// Whether the last request was answered (false while backing off).
+    answered: AtomicBool,
 }
 
 /// Milliseconds of CLOCK_MONOTONIC (read through the vDSO: no system call).
@@ -108,19 +110,22 @@ impl DriverShare {
             entries,
             requests,
             ask_after: AtomicU64::new(0),
+            answered: AtomicBool::new(false),
         })
     }
 
     /// Makes sure the shares read next come from a sample that began after this call, or
-    /// within [`FRESH`] before it (see the module's comment). Returns whether one does.
+    /// within [`FRESH`] before it (see the module's comment). Returns whether one does: false
+    /// where the agent could not be asked or did not answer, and while backing off after that.
     pub fn fresh_sample(&self) -> bool {
         let now = monotonic_ms();
         if now < self.ask_after.load(SeqCst) {
-            return true;
+            return self.answered.load(SeqCst);
         }
         let begun = self.word(held::HEADER_BEGUN);
         let back_off = |why: &str| {
             log!("no fresh sample of the driver ({why}): near the limit on the last one");
+            self.answered.store(false, SeqCst);
             self.ask_after
                 .store(now.saturating_add(ms(BACK_OFF)), SeqCst);
             false
@@ -135,6 +140,7 @@ impl DriverShare {
         let mut pause = Duration::from_micros(100);
         loop {
             if self.word(held::HEADER_SAMPLES) > begun {
+                self.answered.store(true, SeqCst);
                 self.ask_after
                     .store(monotonic_ms().saturating_add(ms(FRESH)), SeqCst);
                 return true;
@@ -206,5 +212,96 @@ impl DriverShare {
             return 0;
         }
         extra
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+    use std::time::Instant;
+
+    const ENTRIES: usize = 4;
+
+    /// A container directory with a fresh file, its first `begun` samples counted as begun.
+    fn directory(begun: u64) -> (tempfile::TempDir, DriverShare) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(held::FILE_NAME);
+        std::fs::write(&path, held::new_file(1, ENTRIES)).unwrap();
+        put(&path, held::HEADER_BEGUN, begun);
+        let share = DriverShare::map(&path, 1, ENTRIES).unwrap();
+        (dir, share)
+    }
+
+    /// Writes a word of the file as the agent would (the mapping is shared).
+    fn put(path: &Path, at: usize, value: u64) {
+        let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        file.write_all_at(&value.to_le_bytes(), at as u64).unwrap();
+    }
+
+    #[test]
+    fn a_file_from_an_agent_that_takes_no_requests_is_never_waited_on() {
+        let (_dir, share) = directory(0);
+        let t = Instant::now();
+        assert!(!share.fresh_sample());
+        assert!(t.elapsed() < WAIT / 5, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_missing_socket_is_not_waited_on_nor_asked_again_at_once() {
+        let (_dir, share) = directory(3);
+        let t = Instant::now();
+        assert!(!share.fresh_sample());
+        assert!(!share.fresh_sample(), "backing off");
+        assert!(t.elapsed() < WAIT / 5, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_request_is_sent_and_answered_by_a_sample_that_began_after_it() {
+        let (dir, share) = directory(5);
+        let socket =
+            std::os::unix::net::UnixDatagram::bind(dir.path().join(held::REQUEST_SOCKET)).unwrap();
+        let path = dir.path().join(held::FILE_NAME);
+        let agent = std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            let n = socket.recv(&mut buf).unwrap();
+            // A sample that was under way when the request came does not answer it.
+            put(&path, held::HEADER_SAMPLES, 5);
+            std::thread::sleep(Duration::from_millis(30));
+            put(&path, held::HEADER_BEGUN, 6);
+            let publishing = Instant::now();
+            put(&path, held::HEADER_SAMPLES, 6);
+            (n, publishing)
+        });
+        assert!(share.fresh_sample());
+        let answered_at = Instant::now();
+        let (n, publishing) = agent.join().unwrap();
+        assert!(n > 0);
+        assert!(
+            answered_at >= publishing,
+            "returned before the sample was published"
+        );
+        // Fresh for a while: no second request, no wait.
+        let t = Instant::now();
+        assert!(share.fresh_sample());
+        assert!(t.elapsed() < Duration::from_millis(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn an_agent_that_does_not_answer_is_waited_for_a_bounded_time_then_left_alone() {
+        let (dir, share) = directory(2);
+        let _socket =
+            std::os::unix::net::UnixDatagram::bind(dir.path().join(held::REQUEST_SOCKET)).unwrap();
+        let t = Instant::now();
+        assert!(!share.fresh_sample());
+        let waited = t.elapsed();
+        assert!(waited >= WAIT && waited < WAIT * 2, "{waited:?}");
+        let t = Instant::now();
+        assert!(!share.fresh_sample());
+        assert!(
+            t.elapsed() < Duration::from_millis(5),
+            "backing off: {:?}",
+            t.elapsed()
+        );
     }
 }
