@@ -193,6 +193,7 @@ table! {
         Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = alloc::mem_pool_create;
         Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = alloc::mem_pool_destroy;
         Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = alloc::default_mem_pool;
+        Cuda fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult = alloc::mem_pool_trim_to;
         Cuda fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult = alloc::array_create;
         Cuda fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult = alloc::array_3d_create;
         Cuda fn cuArrayDestroy(array: CUarray) -> CUresult = alloc::array_destroy;
@@ -248,6 +249,10 @@ table! {
     helpers {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
         Cuda fn cuCtxSynchronize() -> CUresult;
+        Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
+        Cuda fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult;
+        Cuda fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult;
+        Cuda fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> CUresult;
         Cuda fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CUresult;
         Cuda fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) -> CUresult;
         Cuda fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;

@@ -64,6 +64,8 @@ pub struct Slice {
     pub vmm: Mutex<crate::hooks::vmm::Mappings>,
     /// Graph allocations and the graph memory pools.
     pub graphs: Mutex<crate::hooks::graph::Books>,
+    /// Stream-ordered pools' reservations beyond their allocations.
+    pub reserves: Mutex<crate::hooks::pool_reserve::Reserves>,
     /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
     held: [AtomicU64; usage::MAX_GPUS],
     slot: AtomicUsize,
@@ -272,6 +274,7 @@ impl Slice {
             primary: Mutex::new(HashMap::new()),
             vmm: Mutex::new(crate::hooks::vmm::Mappings::default()),
             graphs: Mutex::new(crate::hooks::graph::Books::default()),
+            reserves: Mutex::new(crate::hooks::pool_reserve::Reserves::default()),
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
             slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),
@@ -416,6 +419,18 @@ impl Slice {
                 limit.memory_bytes
             );
             false
+        }
+    }
+
+    /// Charges `bytes` on slice position `gpu` whatever the limit: memory the driver holds
+    /// already, which the next allocation must find in the total.
+    pub fn charge_anyway(&self, gpu: usize, bytes: u64) {
+        self.this_process();
+        if let (Some(region), Some(locks)) = (&self.region, &self.locks)
+            && let Some(slot) = self.my_slot(region, locks)
+            && region.charge(slot, gpu, bytes, u64::MAX, locks)
+        {
+            self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
         }
     }
 

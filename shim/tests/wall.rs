@@ -8,29 +8,31 @@ use common::{MIB, Slice};
 
 const MODES: &[&str] = &["link", "dlsym", "procaddr", "procaddr_ptds"];
 const PATHS: &[&str] = &[
-    "alloc",
-    "managed",
-    "async",
-    "pool",
-    "default_pool",
-    "pitch",
-    "array",
-    "array3d",
-    "mipmap",
-    "vmm",
+    "alloc", "managed", "pitch", "array", "array3d", "mipmap", "vmm",
 ];
+
+/// The stream-ordered paths: their pools take device memory in steps of 32 MiB, as the real
+/// driver's do, and the slice holds on what the pool reserves.
+const POOL_PATHS: &[&str] = &["async", "pool", "default_pool"];
 
 #[test]
 fn every_allocation_path_stops_at_the_exact_byte_however_the_driver_is_reached() {
-    // 64 MiB less a 2 MiB context leaves 62 MiB: every path's shapes divide it exactly.
-    let slice = Slice::new(64 * MIB, 2 * MIB);
+    // 64 MiB less a 2 MiB context leaves 62 MiB: every path's shapes divide it exactly. For
+    // the stream-ordered paths 66 MiB leave 64, two whole steps of their pool.
+    for (limit, paths) in [(64 * MIB, PATHS), (66 * MIB, POOL_PATHS)] {
+        let slice = Slice::new(limit, 2 * MIB);
+        assert_paths_stop_at_the_exact_byte(&slice, paths);
+    }
+}
+
+fn assert_paths_stop_at_the_exact_byte(slice: &Slice, paths: &[&str]) {
     let r = slice.remaining();
     for mode in MODES {
-        for path in PATHS {
+        for path in paths {
             let f = slice.wall(mode, path, r);
             let what = format!("{mode} {path}: {:?}", f.0);
-            assert_eq!(f.num("total"), 64 * MIB, "{what}");
-            assert_eq!(f.num("device_total"), 64 * MIB, "{what}");
+            assert_eq!(f.num("total"), r + 2 * MIB, "{what}");
+            assert_eq!(f.num("device_total"), r + 2 * MIB, "{what}");
             assert_eq!(f.num("start_free"), r, "{what}");
             assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
             assert_eq!(f.num("free_at_fit"), 0, "{what}");
@@ -47,6 +49,49 @@ fn every_allocation_path_stops_at_the_exact_byte_however_the_driver_is_reached()
         vec![0],
         "exited processes hold nothing"
     );
+}
+
+#[test]
+fn a_stream_ordered_allocation_whose_pool_step_would_not_fit_is_refused_and_leaves_nothing() {
+    // 62 MiB left: 62 MiB from a pool would make it take two steps, 64 MiB.
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for path in POOL_PATHS {
+        let f = slice.wall("procaddr", path, r);
+        let what = format!("{path}: {:?}", f.0);
+        assert_eq!(f.get("fit"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.num("free_at_fit"), r, "{what}: the step went back");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    // 32 MiB is one whole step: it fits, and the 30 MiB left are less than the next step.
+    let f = slice.wall("procaddr", "async", 32 * MIB);
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{:?}", f.0);
+    assert_eq!(f.num("free_at_fit"), r - 32 * MIB, "{:?}", f.0);
+    assert_eq!(f.num("end_free"), r, "{:?}", f.0);
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
+fn a_pool_that_keeps_what_is_freed_stays_charged_reuses_it_and_gives_it_back_when_trimmed() {
+    let slice = Slice::new(66 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    let f = slice.wall("procaddr", "pool_keep", 32 * MIB);
+    let what = format!("{:?}", f.0);
+    assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+    assert_eq!(
+        f.num("free_at_fit"),
+        r - 32 * MIB,
+        "{what}: the kept step is charged"
+    );
+    assert_eq!(
+        f.get("again"),
+        "CUDA_SUCCESS",
+        "{what}: the kept step is used again"
+    );
+    // 32 MiB and a byte take a second step: the pool then keeps both.
+    assert_eq!(f.get("over"), "CUDA_SUCCESS", "{what}");
+    assert_eq!(f.num("kept_free"), 0, "{what}");
+    assert_eq!(f.num("end_free"), r, "{what}: the trim gave it all back");
 }
 
 #[test]

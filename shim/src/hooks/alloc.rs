@@ -17,7 +17,7 @@
 
 use std::ffi::c_uint;
 
-use super::{charged, graph, real_or_return, uncharged};
+use super::{charged, graph, pool_reserve, real_or_return, uncharged};
 use crate::api::real;
 use crate::ffi::*;
 use crate::slice::{self, Kind};
@@ -74,7 +74,11 @@ pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
     if let Some(r) = graph::free_graph_allocation(s, dptr, call) {
         return r;
     }
-    uncharged(s, Kind::Memory, dptr, call)
+    let r = uncharged(s, Kind::Memory, dptr, call);
+    if r == CUDA_SUCCESS {
+        pool_reserve::freed(s, dptr);
+    }
+    r
 }
 
 pub unsafe fn mem_alloc_pitch(
@@ -159,9 +163,48 @@ unsafe fn alloc_async(
         Ok(d) => d,
         Err(e) => return e,
     };
-    charged(s, Kind::Memory, dev, bytes as u64, call, || {
-        written(dptr).unwrap_or(0)
-    })
+    // The device's current pool, which the allocation comes from.
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    let found = real::cuDeviceGetMemPool()
+        // SAFETY: one pool handle to write.
+        .is_some_and(|get| unsafe { get(&raw mut pool, dev) } == CUDA_SUCCESS);
+    from_pool(
+        s,
+        dev,
+        found.then_some(pool),
+        ptsz,
+        dptr,
+        bytes,
+        stream,
+        &call,
+    )
+}
+
+/// A stream-ordered allocation from `pool` (None: not known) on device `dev`, made by `call`.
+#[allow(clippy::too_many_arguments)]
+fn from_pool(
+    s: &slice::Slice,
+    dev: CUdevice,
+    pool: Option<CUmemoryPool>,
+    ptsz: bool,
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+    call: &dyn Fn() -> CUresult,
+) -> CUresult {
+    let (Some(pool), Some(gpu)) = (pool.filter(|p| !p.is_null()), s.position(dev)) else {
+        return charged(s, Kind::Memory, dev, bytes as u64, call, || {
+            written(dptr).unwrap_or(0)
+        });
+    };
+    let how = pool_reserve::PoolCall {
+        pool,
+        stream,
+        ptsz,
+        alloc: call,
+        dptr,
+    };
+    pool_reserve::allocate(s, gpu, bytes as u64, &how)
 }
 
 pub unsafe fn mem_alloc_async(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult {
@@ -212,9 +255,7 @@ unsafe fn alloc_from_pool(
         Ok(d) => d,
         Err(e) => return e,
     };
-    charged(s, Kind::Memory, dev, bytes as u64, call, || {
-        written(dptr).unwrap_or(0)
-    })
+    from_pool(s, dev, Some(pool), ptsz, dptr, bytes, stream, &call)
 }
 
 pub unsafe fn mem_alloc_from_pool(
@@ -259,7 +300,11 @@ fn free_async(f: FreeAsync, ptsz: bool, dptr: CUdeviceptr, stream: CUstream) -> 
     if let Some(r) = graph::free_graph_allocation(s, dptr, call) {
         return r;
     }
-    uncharged(s, Kind::Memory, dptr, call)
+    let r = uncharged(s, Kind::Memory, dptr, call);
+    if r == CUDA_SUCCESS {
+        pool_reserve::freed(s, dptr);
+    }
+    r
 }
 
 pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
@@ -305,15 +350,29 @@ pub unsafe fn default_mem_pool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresu
     r
 }
 
+pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> CUresult {
+    let f = real_or_return!(cuMemPoolTrimTo);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(pool, keep) };
+    if r == CUDA_SUCCESS
+        && let Some(s) = slice::get()
+    {
+        pool_reserve::trimmed(s, pool);
+    }
+    r
+}
+
 pub unsafe fn mem_pool_destroy(pool: CUmemoryPool) -> CUresult {
     let f = real_or_return!(cuMemPoolDestroy);
     // SAFETY: the caller's argument, passed on unchanged.
     let r = unsafe { f(pool) };
     if r == CUDA_SUCCESS
         && let Some(s) = slice::get()
-        && let Ok(mut pools) = s.pools.lock()
     {
-        pools.remove(&(pool as usize));
+        if let Ok(mut pools) = s.pools.lock() {
+            pools.remove(&(pool as usize));
+        }
+        pool_reserve::destroyed(s, pool);
     }
     r
 }

@@ -339,6 +339,7 @@ fn launch(
     for ptr in &e.frees {
         if let Some(c) = s.take(Kind::Memory, *ptr) {
             s.settle(c);
+            super::pool_reserve::freed(s, *ptr);
         }
     }
     r

@@ -11,7 +11,8 @@
  * key=value pairs on one line. Paths that keep running: "hold" allocates REMAINING and waits
  * for stdin to close; "fill" allocates chunks of REMAINING bytes until refused, prints how many
  * it got, and waits; "idle" only has its context and waits; "churn" allocates and frees chunks
- * of REMAINING bytes until killed. With WALL_CONTEXTS=N in the environment, N more contexts
+ * of REMAINING bytes until killed; "pool_keep" frees into a default pool that keeps it, and
+ * allocates again ("again"), then trims. With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -71,6 +72,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuGetErrorName(CUresult, const char **);
 CUresult cuModuleLoadData(void **, const void *);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
+CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 
 #define API(X) \
     X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
@@ -87,7 +90,8 @@ CUresult cuModuleLoadData(void **, const void *);
     X(cuMipmappedArrayCreate, cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy) \
     X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) X(cuMemCreate, cuMemCreate) \
     X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName) \
-    X(cuModuleLoadData, cuModuleLoadData)
+    X(cuModuleLoadData, cuModuleLoadData) X(cuMemPoolSetAttribute, cuMemPoolSetAttribute) \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -220,6 +224,26 @@ int main(int argc, char **argv) {
         over = ALLOC_ASYNC(r + 1);
         if (!over) A.cuMemFreeAsync(p, 0);
         if (!strcmp(path, "pool")) A.cuMemPoolDestroy(pool);
+    } else if (!strcmp(path, "pool_keep")) {
+        /* The default pool told to keep what is freed: the freed step stays the pool's (and
+         * charged), an allocation of the same size reuses it ("again"), and a trim gives it
+         * back. */
+        CUmemoryPool pool = 0;
+        if (A.cuDeviceGetDefaultMemPool(&pool, dev)) { printf("error=pool\n"); return 1; }
+        unsigned long long keep = ~0ULL;
+        A.cuMemPoolSetAttribute(pool, 4 /* RELEASE_THRESHOLD */, &keep);
+        fit = A.cuMemAllocAsync(&p, r, 0);
+        if (!fit) A.cuMemFreeAsync(p, 0);
+        free_at_fit = free_now();
+        CUresult again = A.cuMemAllocAsync(&p, r, 0);
+        printf("again=%s ", name(again));
+        if (!again) A.cuMemFreeAsync(p, 0);
+        over = A.cuMemAllocAsync(&p, r + 1, 0);
+        if (!over) A.cuMemFreeAsync(p, 0);
+        printf("kept_free=%zu ", free_now());
+        keep = 0;
+        A.cuMemPoolSetAttribute(pool, 4, &keep);
+        A.cuMemPoolTrimTo(pool, 0);
     } else if (!strcmp(path, "pitch")) {
         /* Rows of 1 MiB - 1 bytes get a pitch of 1 MiB: the padding is charged too. */
         size_t pitch = 0;

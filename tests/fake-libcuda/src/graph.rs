@@ -154,6 +154,7 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
         Op::MemFree { ptr } => {
             if !graph_memory::release(ptr)? {
                 state::get()?.free(ptr)?;
+                crate::pool_books::freed(ptr)?;
             }
         }
     }

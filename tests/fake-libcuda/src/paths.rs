@@ -224,6 +224,7 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        crate::pool_books::destroyed(pool as usize)?;
         // SAFETY: a pool from cuMemPoolCreate, destroyed once by the API's contract.
         drop(unsafe { Box::from_raw(pool.cast::<Pool>()) });
         Ok(())
@@ -238,15 +239,15 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     _stream: CUstream,
 ) -> CUresult {
     guard(|| {
-        let d = state::get()?;
         if pool.is_null() || dptr.is_null() || bytesize == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a pool handle this library gave out.
         let index = unsafe { (*pool.cast::<Pool>()).node_index };
-        let ptr = d.allocate(index, bytesize as u64, bytesize)?;
-        crate::pool_books::allocated(pool as usize, ptr, bytesize as u64)?;
-        out(dptr, ptr)
+        out(
+            dptr,
+            crate::pool_books::allocate(pool as usize, index, bytesize as u64)?,
+        )
     })
 }
 
@@ -274,10 +275,15 @@ pub unsafe extern "C" fn cuMemAllocAsync(
             crate::graph::record(g, crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
-        alloc_on_current(dptr, bytesize as u64)?;
-        let pool = current_pool(current_ctx()?.node_index)?;
-        // SAFETY: alloc_on_current wrote the caller's non-null out-parameter.
-        crate::pool_books::allocated(pool, unsafe { *dptr }, bytesize as u64)
+        if dptr.is_null() || bytesize == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let index = current_ctx()?.node_index;
+        let pool = current_pool(index)?;
+        out(
+            dptr,
+            crate::pool_books::allocate(pool, index, bytesize as u64)?,
+        )
     })
 }
 
