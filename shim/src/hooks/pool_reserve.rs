@@ -154,8 +154,7 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
         // SAFETY: freeing the allocation just made, on the stream it was made on.
         unsafe { f(ptr, call.stream) == CUDA_SUCCESS }
     });
-    if freed && let Some(c) = s.take(Kind::Memory, ptr)
-    {
+    if freed && let Some(c) = s.take(Kind::Memory, ptr) {
         s.settle(c);
         book.asked -= bytes;
         books.of.remove(&ptr);
