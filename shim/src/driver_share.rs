@@ -46,15 +46,7 @@ pub struct DriverShare {
 
 /// Milliseconds of CLOCK_MONOTONIC (read through the vDSO: no system call).
 fn monotonic_ms() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
+    crate::process::clock_ms(libc::CLOCK_MONOTONIC)
 }
 
 fn ms(d: Duration) -> u64 {

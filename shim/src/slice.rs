@@ -81,13 +81,7 @@ pub struct Slice {
 
 /// Seconds of CLOCK_MONOTONIC_COARSE (read through the vDSO: no system call).
 fn coarse_seconds() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0)
+    crate::process::clock_ms(libc::CLOCK_MONOTONIC_COARSE) / 1000
 }
 
 static SLICE: OnceLock<Option<Slice>> = OnceLock::new();

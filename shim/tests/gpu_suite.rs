@@ -70,12 +70,13 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
 fn the_gpu_suite_passes_on_the_simulated_node_with_pytorch() {
     let text = suite(
         &common::torch_python(),
-        "torch,torch expandable_segments,torch cudaMallocAsync,sm",
+        "torch,torch expandable_segments,torch cudaMallocAsync,torch no settle,sm",
     );
     assert_pass(
         &text,
         &[
             "wall: torch",
+            "wall: torch filling at once (no settle)",
             "wall: torch expandable_segments",
             "wall: torch cudaMallocAsync",
             "wall: two torch processes, one slice",

@@ -168,7 +168,17 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
         unsafe { f(call.pool, 0) };
     }
     settle(s, book, pool, true);
+    if !call.dptr.is_null() {
+        // SAFETY: the out-pointer the driver wrote the address to, non-null.
+        unsafe { *call.dptr = 0 };
+    }
     CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// The books, where they are this process's (a forked child's inherited ones are not).
+fn own_books(s: &Slice) -> Option<std::sync::MutexGuard<'_, Reserves>> {
+    let guard = s.reserves.lock().ok()?;
+    (guard.owner == s.this_process()).then_some(guard)
 }
 
 /// `ptr` was freed: if it came from a pool, the pool's surplus is settled.
@@ -176,13 +186,10 @@ pub fn freed(s: &Slice, ptr: CUdeviceptr) {
     if !POOLED.load(Relaxed) {
         return;
     }
-    let Ok(mut guard) = s.reserves.lock() else {
+    let Some(mut guard) = own_books(s) else {
         return;
     };
     let books = &mut *guard;
-    if books.owner != s.this_process() {
-        return;
-    }
     let Some((pool, bytes)) = books.of.remove(&ptr) else {
         return;
     };
@@ -194,27 +201,19 @@ pub fn freed(s: &Slice, ptr: CUdeviceptr) {
 
 /// `pool` was trimmed: what it gave back leaves the books.
 pub fn trimmed(s: &Slice, pool: CUmemoryPool) {
-    let Ok(mut guard) = s.reserves.lock() else {
-        return;
-    };
-    let books = &mut *guard;
-    if books.owner != s.this_process() {
-        return;
-    }
-    if let Some(book) = books.pools.get_mut(&(pool as usize)) {
+    if let Some(mut books) = own_books(s)
+        && let Some(book) = books.pools.get_mut(&(pool as usize))
+    {
         settle(s, book, pool as usize, true);
     }
 }
 
 /// `pool` was destroyed: what it reserved is given back.
 pub fn destroyed(s: &Slice, pool: CUmemoryPool) {
-    let Ok(mut guard) = s.reserves.lock() else {
+    let Some(mut guard) = own_books(s) else {
         return;
     };
     let books = &mut *guard;
-    if books.owner != s.this_process() {
-        return;
-    }
     if let Some(book) = books.pools.remove(&(pool as usize)) {
         s.refund(book.gpu, book.surplus);
         books.of.retain(|_, (p, _)| *p != pool as usize);
