@@ -17,6 +17,42 @@ pub struct GpuGrant {
     pub memory_bytes: u64,
     /// Percent of the SMs reserved; 0 for none.
     pub cores: u32,
+    /// Where in each cycle the slice's kernels run, for a share of the SMs (1–99%): the agent
+    /// gives the slices of one GPU windows that do not overlap. None for no share, or where no
+    /// free window was left (the share is then paced from NVML's utilization samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<SmWindow>,
+}
+
+/// The length of the cycle [`SmWindow`]s divide, in milliseconds.
+pub const SM_CYCLE_MS: u64 = 100;
+
+/// A part of every cycle of [`SM_CYCLE_MS`]: from `start` percent of the cycle, for `len`
+/// percent (`start + len` ≤ 100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmWindow {
+    pub start: u32,
+    pub len: u32,
+}
+
+impl SmWindow {
+    /// The first window of `len` percent that overlaps none of `taken`, if one is left.
+    #[must_use]
+    pub fn first_free(taken: &[SmWindow], len: u32) -> Option<SmWindow> {
+        if len == 0 || len > 100 {
+            return None;
+        }
+        let mut taken = taken.to_vec();
+        taken.sort_by_key(|w| w.start);
+        let mut start = 0;
+        for w in &taken {
+            if w.start >= start + len {
+                break;
+            }
+            start = start.max(w.start + w.len);
+        }
+        (start + len <= 100).then_some(SmWindow { start, len })
+    }
 }
 
 /// Where a claim is in the container's life.
@@ -107,5 +143,19 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "../x", "a b", "x\u{0}y", "é"] {
             assert!(validate_container_id(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn windows_are_given_first_fit_without_overlap_and_none_when_no_gap_is_long_enough() {
+        let w = |start, len| SmWindow { start, len };
+        assert_eq!(SmWindow::first_free(&[], 30), Some(w(0, 30)));
+        assert_eq!(SmWindow::first_free(&[w(0, 30)], 70), Some(w(30, 70)));
+        // A gap left by a slice that went: the first one long enough.
+        let taken = [w(0, 10), w(30, 20), w(60, 10)];
+        assert_eq!(SmWindow::first_free(&taken, 20), Some(w(10, 20)));
+        assert_eq!(SmWindow::first_free(&taken, 25), Some(w(70, 25)));
+        assert_eq!(SmWindow::first_free(&taken, 31), None);
+        assert_eq!(SmWindow::first_free(&[w(0, 100)], 1), None);
+        assert_eq!(SmWindow::first_free(&[], 0), None);
     }
 }

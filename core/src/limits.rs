@@ -11,18 +11,28 @@
 //! gpu.0.memory_bytes=2147483648
 //! gpu.0.cores=50
 //! gpu.0.context_bytes=0
+//! gpu.0.sm_window=0+50
 //! ```
 //!
 //! Lines starting with `#` and blank lines are ignored. A reader refuses a version it does
 //! not know. GPU positions (`gpu.N`) are the container's view, in the order of the claim;
 //! the UUID ties each one to the driver's device. `context_bytes` (optional, default 0) is the
 //! device memory the driver reserves for each CUDA context, charged to the slice once per
-//! context because the driver takes it from the same card.
+//! context because the driver takes it from the same card. `sm_window` (optional) is where in
+//! each cycle of [`SM_CYCLE_MS`] the slice's kernels run: from `start` percent of the cycle,
+//! for `len` percent (`start+len`).
 
 use crate::claim::{Claim, GpuGrant};
+pub use crate::claim::{SM_CYCLE_MS, SmWindow};
 
-/// A GPU's fields as read so far: uuid, memory_bytes, cores, context_bytes.
-type PartialGpu = (Option<String>, Option<u64>, Option<u32>, Option<u64>);
+/// A GPU's fields as read so far: uuid, memory_bytes, cores, context_bytes, sm_window.
+type PartialGpu = (
+    Option<String>,
+    Option<u64>,
+    Option<u32>,
+    Option<u64>,
+    Option<SmWindow>,
+);
 
 pub const VERSION: u32 = 1;
 /// File name inside the container's directory.
@@ -37,6 +47,8 @@ pub struct GpuLimit {
     pub cores: u32,
     /// Device memory charged for each context a process creates on this GPU.
     pub context_bytes: u64,
+    /// Where in each cycle the slice's kernels run (a share of the SMs given a window).
+    pub window: Option<SmWindow>,
 }
 
 /// Everything the limits file says.
@@ -64,6 +76,7 @@ impl Limits {
             memory_bytes: g.memory_bytes,
             cores: g.cores,
             context_bytes: 0,
+            window: g.window,
         };
         Self {
             container_id: claim.container_id.clone(),
@@ -85,6 +98,9 @@ impl Limits {
                 "gpu.{i}.uuid={}\ngpu.{i}.memory_bytes={}\ngpu.{i}.cores={}\ngpu.{i}.context_bytes={}\n",
                 g.uuid, g.memory_bytes, g.cores, g.context_bytes
             );
+            if let Some(w) = g.window {
+                let _ = writeln!(s, "gpu.{i}.sm_window={}+{}", w.start, w.len);
+            }
         }
         s
     }
@@ -122,7 +138,7 @@ impl Limits {
                         return Err(bad("too many GPUs"));
                     }
                     count = Some(c);
-                    gpus.resize(c, (None, None, None, None));
+                    gpus.resize(c, (None, None, None, None, None));
                 }
                 _ => {
                     let rest = key.strip_prefix("gpu.").ok_or_else(|| bad("unknown key"))?;
@@ -141,6 +157,16 @@ impl Limits {
                             )
                         }
                         "context_bytes" => slot.3 = Some(num(value)?),
+                        "sm_window" => {
+                            let (start, len) = value
+                                .split_once('+')
+                                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                                .ok_or_else(|| bad("expected START+LEN, in percent"))?;
+                            if len == 0 || u64::from(start) + u64::from(len) > 100 {
+                                return Err(bad("a window must lie within the cycle"));
+                            }
+                            slot.4 = Some(SmWindow { start, len });
+                        }
                         _ => return Err(bad("unknown key")),
                     }
                 }
@@ -154,11 +180,12 @@ impl Limits {
             .into_iter()
             .enumerate()
             .map(|(i, g)| match g {
-                (Some(uuid), Some(memory_bytes), cores, context_bytes) => Ok(GpuLimit {
+                (Some(uuid), Some(memory_bytes), cores, context_bytes, window) => Ok(GpuLimit {
                     uuid,
                     memory_bytes,
                     cores: cores.unwrap_or(0),
                     context_bytes: context_bytes.unwrap_or(0),
+                    window,
                 }),
                 (None, ..) => Err(LimitsError::Missing(format!("gpu.{i}.uuid"))),
                 (_, None, ..) => Err(LimitsError::Missing(format!("gpu.{i}.memory_bytes"))),
@@ -181,14 +208,29 @@ mod tests {
                     memory_bytes: 2 << 30,
                     cores: 50,
                     context_bytes: 300 << 20,
+                    window: Some(SmWindow { start: 20, len: 50 }),
                 },
                 GpuLimit {
                     uuid: "GPU-b".into(),
                     memory_bytes: 1 << 30,
                     cores: 0,
                     context_bytes: 0,
+                    window: None,
                 },
             ],
+        }
+    }
+
+    #[test]
+    fn a_window_outside_the_cycle_or_malformed_is_refused_with_its_line() {
+        let head = "version=1\ncontainer_id=a\ngpus=1\ngpu.0.uuid=GPU-a\ngpu.0.memory_bytes=1\n";
+        for bad in ["80+30", "0+0", "50", "x+10"] {
+            let text = format!("{head}gpu.0.sm_window={bad}\n");
+            let err = Limits::parse(&text).unwrap_err();
+            assert!(
+                matches!(err, LimitsError::Line { line: 6, .. }),
+                "{bad}: {err}"
+            );
         }
     }
 

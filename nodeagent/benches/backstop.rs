@@ -74,6 +74,7 @@ fn main() {
                 // The first container is over its slice, so every pass finds one violation.
                 memory_bytes: if c == 0 { 64 * MIB } else { 1 << 30 },
                 cores: 0,
+                window: None,
             }],
             state: ClaimState::Active {
                 pid,

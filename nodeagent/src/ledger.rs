@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::placement;
 use gpuslice_core::annotations::{self, SliceRequest};
 use gpuslice_core::assignment::Assignment;
-use gpuslice_core::claim::GpuGrant;
 use gpuslice_core::claim::validate_container_id;
+use gpuslice_core::claim::{GpuGrant, SmWindow};
 use gpuslice_core::fit::{RefusalReason, Rules};
 use gpuslice_core::inventory::{Inventory, NodeLoads};
 use gpuslice_core::publication::assigned_container;
@@ -196,6 +196,26 @@ impl Ledger {
 
     /// Allocation on each GPU, from the claims.
     #[must_use]
+    /// `gpus` with a window of each cycle for every share of the SMs (1–99%), the first one
+    /// free on that GPU: the shares of one GPU then run in turn, never at once. A share left
+    /// without a window (no gap long enough) is paced from NVML's samples instead.
+    fn with_windows(&self, mut gpus: Vec<GpuGrant>) -> Vec<GpuGrant> {
+        for g in gpus.iter_mut().filter(|g| (1..100).contains(&g.cores)) {
+            let taken: Vec<SmWindow> = self
+                .claims
+                .values()
+                .flat_map(|c| &c.gpus)
+                .filter(|o| o.uuid == g.uuid)
+                .filter_map(|o| o.window)
+                .collect();
+            g.window = SmWindow::first_free(&taken, g.cores);
+            if g.window.is_none() {
+                tracing::warn!(gpu = %g.uuid, cores = g.cores, "no window of the cycle left for this share of the SMs: it is paced from NVML's samples");
+            }
+        }
+        gpus
+    }
+
     pub fn loads(&self) -> Vec<GpuLoad> {
         let mut by_uuid: HashMap<&str, GpuLoad> = self
             .inventory
@@ -301,6 +321,7 @@ impl Ledger {
                 None,
             ),
         };
+        let gpus = self.with_windows(gpus);
         let claim = Claim {
             container_id: container_id.to_string(),
             exclusive: request.is_exclusive(),

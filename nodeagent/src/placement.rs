@@ -37,6 +37,7 @@ fn grant(gpu: &GpuLoad, take: Take) -> GpuGrant {
         minor: gpu.minor,
         memory_bytes: take.memory_bytes,
         cores: take.cores,
+        window: None,
     }
 }
 

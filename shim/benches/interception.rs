@@ -104,6 +104,7 @@ fn main() {
             memory_bytes: 8 << 30,
             cores: 0,
             context_bytes: 0,
+            window: None,
         }],
     };
     std::fs::write(dir.path().join("limits"), limits.render()).unwrap();

@@ -27,6 +27,7 @@ mod process;
 mod region;
 mod sigbus;
 mod slice;
+mod slots;
 
 /// Runs a hook, turning a panic into `CUDA_ERROR_UNKNOWN` / `NVML_ERROR_UNKNOWN` (both 999):
 /// no panic crosses the C ABI.

@@ -25,6 +25,11 @@
 //!
 //! Until the first measurement the bucket does not hold launches back. Without NVML, or
 //! without per-process utilization from it, launches are not paced (logged once).
+//!
+//! Where the agent gave the share a window of each cycle (it does for every share it admits,
+//! while a window is left on the GPU), none of this is used: launches are held to the window
+//! ([`crate::slots`]), which holds two busy slices of one GPU to their shares where the
+//! driver's samples cannot tell them apart.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Once, OnceLock};
@@ -58,6 +63,9 @@ pub fn is_share(cores: u32) -> bool {
 /// A paced GPU's bucket in this process.
 struct Gate {
     share: u32,
+    /// The window of each cycle the agent gave the share, where it gave one: launches are then
+    /// held to it ([`crate::slots`]) and the bucket is not used.
+    slot: Option<crate::slots::Slot>,
     /// Blocks that may still be launched; below zero after a kernel larger than what was left.
     tokens: AtomicI64,
     /// Blocks added per tick.
@@ -67,9 +75,14 @@ struct Gate {
 }
 
 impl Gate {
-    fn new(cores: u32) -> Self {
+    fn new(gpu: &gpuslice_core::limits::GpuLimit) -> Self {
+        let cores = gpu.cores;
         Self {
             share: cores,
+            slot: gpu
+                .window
+                .filter(|_| is_share(cores))
+                .map(crate::slots::Slot::new),
             tokens: AtomicI64::new(UNMEASURED),
             refill: AtomicI64::new(UNMEASURED),
             launched: AtomicU64::new(0),
@@ -79,6 +92,11 @@ impl Gate {
     fn paced(&self) -> bool {
         is_share(self.share)
     }
+
+    /// Paced from NVML's samples: a share without a window.
+    fn sampled(&self) -> bool {
+        self.paced() && self.slot.is_none()
+    }
 }
 
 static GATES: OnceLock<Vec<Gate>> = OnceLock::new();
@@ -86,7 +104,7 @@ static WATCHER: Once = Once::new();
 static UNPACED: AtomicBool = AtomicBool::new(false);
 
 fn gates(slice: &Slice) -> &'static [Gate] {
-    GATES.get_or_init(|| slice.gpus.iter().map(|g| Gate::new(g.cores)).collect())
+    GATES.get_or_init(|| slice.gpus.iter().map(Gate::new).collect())
 }
 
 /// Waits, if the GPU of the calling thread's context is paced, until `blocks` thread blocks
@@ -100,6 +118,10 @@ pub fn pace(slice: &'static Slice, blocks: u64) {
     };
     let gate = &gates(slice)[gpu];
     if !gate.paced() {
+        return;
+    }
+    if let Some(slot) = &gate.slot {
+        slot.wait();
         return;
     }
     WATCHER.call_once(|| start_watcher(slice));
@@ -251,7 +273,7 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
         for (g, b) in gates
             .iter()
             .zip(books.iter_mut())
-            .filter(|(g, _)| g.paced())
+            .filter(|(g, _)| g.sampled())
         {
             b.launched.push_back((now, g.launched.swap(0, Relaxed)));
             if b.launched.len() > HISTORY_TICKS {
@@ -271,7 +293,7 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
             continue;
         }
         let pids = slice.pids();
-        for (i, g) in gates.iter().enumerate().filter(|(_, g)| g.paced()) {
+        for (i, g) in gates.iter().enumerate().filter(|(_, g)| g.sampled()) {
             let Some(dev) = handles.get(i).copied().flatten() else {
                 continue;
             };

@@ -3,15 +3,17 @@
 //! the real driver does: once per sampling period (a sixth of a second), once it has ended,
 //! one sample naming one busy process with the whole GPU's figure. Over 5 s after a 1 s
 //! warm-up, a slice with 10, 30, 50 or 70% of the SMs keeps the GPU within 5 points of its
-//! share, alone or split over two processes; beside another slice neither starves; without a
-//! share, or without the library, the same program keeps it fully busy.
+//! share, alone or split over two processes, paced from NVML's samples or in the window of
+//! each cycle the agent gives it; in windows, two slices busy at once each keep theirs, and
+//! from samples neither starves; without a share, or without the library, the same program
+//! keeps it fully busy.
 
 mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use gpuslice_core::limits::{GpuLimit, Limits};
+use gpuslice_core::limits::{GpuLimit, Limits, SmWindow};
 use gpuslice_testsupport::sim::SimNode;
 
 /// Simulated GPU time per thread block; a kernel of 1,000 blocks takes 1 ms.
@@ -34,8 +36,19 @@ fn setup(cores: u32) -> Setup {
     setup_on(std::sync::Arc::new(sim), cores)
 }
 
-/// A slice with `cores` of GPU 0 of `sim`, a container of its own.
+/// A slice with `cores` of GPU 0 of `sim`, a container of its own, paced from NVML's samples
+/// (no window of the cycle: a share the agent had no window left for).
 fn setup_on(sim: std::sync::Arc<SimNode>, cores: u32) -> Setup {
+    setup_in(sim, cores, None)
+}
+
+/// A slice with `cores` of GPU 0 of `sim` in the window `start..start + cores` percent of each
+/// cycle, as the agent gives one.
+fn setup_windowed(sim: std::sync::Arc<SimNode>, cores: u32, start: u32) -> Setup {
+    setup_in(sim, cores, Some(SmWindow { start, len: cores }))
+}
+
+fn setup_in(sim: std::sync::Arc<SimNode>, cores: u32, window: Option<SmWindow>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let limits = Limits {
         container_id: "pacing-test".into(),
@@ -44,6 +57,7 @@ fn setup_on(sim: std::sync::Arc<SimNode>, cores: u32) -> Setup {
             memory_bytes: 1 << 30,
             cores,
             context_bytes: 0,
+            window,
         }],
     };
     common::write_slice(dir.path(), &limits);
@@ -166,14 +180,34 @@ fn thirty_beside_seventy() -> Vec<f64> {
 }
 
 #[test]
-#[ignore = "two slices busy on one GPU at once cannot be told apart within 5 s: the driver's \
-            samples name one process per period with the whole GPU's figure (seen on an H200, \
-            driver 580), so a slice's own share shows only in how often it is named; holding \
-            each within 5 points needs launches scheduled in time slots per slice, not built"]
+fn each_share_in_its_window_is_kept_within_five_points() {
+    let shares = [10, 30, 50, 70];
+    let setups: Vec<Setup> = shares
+        .iter()
+        .map(|&c| {
+            let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
+            setup_windowed(std::sync::Arc::new(sim), c, 0)
+        })
+        .collect();
+    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
+    eprintln!("windowed shares {shares:?} alone: busy {busy:.1?}");
+    for (share, busy) in shares.iter().zip(&busy) {
+        assert!(
+            (busy - f64::from(*share)).abs() <= 5.0,
+            "a {share}% share in its window kept the GPU {busy:.1}% busy (all: {busy:.1?})"
+        );
+    }
+}
+
+#[test]
 fn two_slices_on_one_gpu_each_keep_their_share() {
-    // Two containers' slices, 30% and 70%, on the same GPU at once: each measures only its
-    // own processes.
-    let busy = thirty_beside_seventy();
+    // Two containers' slices, 30% and 70%, on the same GPU at once, in the windows the agent
+    // gives them: 0–30% and 30–100% of each cycle.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+    let small = setup_windowed(std::sync::Arc::clone(&sim), 30, 0);
+    let large = setup_windowed(sim, 70, 30);
+    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
+    eprintln!("30% and 70% at once, in windows: busy {busy:.1?}");
     for (share, busy) in [30.0, 70.0].iter().zip(&busy) {
         assert!(
             (busy - share).abs() <= 5.0,

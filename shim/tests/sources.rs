@@ -111,6 +111,7 @@ fn the_environment_never_overrides_the_limits_file_the_runtime_mounted() {
             memory_bytes: 1024 * MIB,
             cores: 0,
             context_bytes: 0,
+            window: None,
         }],
     };
     std::fs::write(other.path().join("limits"), bigger.render()).unwrap();

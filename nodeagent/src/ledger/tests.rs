@@ -161,3 +161,37 @@ fn an_id_held_by_one_owner_is_neither_claimed_nor_released_by_another() {
     let l = open(dir.path());
     assert_eq!(l.claims().next().unwrap().owner.as_deref(), a);
 }
+
+fn share(cores: &str) -> BTreeMap<String, String> {
+    [
+        ("gpuslice.io/memory".to_string(), "1Gi".to_string()),
+        ("gpuslice.io/cores".to_string(), cores.to_string()),
+        ("gpuslice.io/devices".to_string(), "0".to_string()),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn shares_of_one_gpu_get_windows_of_the_cycle_that_never_overlap_and_reach_the_limits_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    let window = |a: &Admission| a.claim().gpus[0].window;
+    let w = |start, len| Some(SmWindow { start, len });
+    let small = l.claim("small", &share("30"), 1).unwrap();
+    let large = l.claim("large", &share("70"), 2).unwrap();
+    assert_eq!((window(&small), window(&large)), (w(0, 30), w(30, 70)));
+    let limits = std::fs::read_to_string(dir.path().join("run/large/limits")).unwrap();
+    assert!(limits.contains("gpu.0.sm_window=30+70\n"), "{limits}");
+    // The gap a released share leaves is given again; the windows survive a restart.
+    l.release("small").unwrap();
+    let next = l.claim("next", &share("20"), 3).unwrap();
+    assert_eq!(window(&next), w(0, 20));
+    drop(l);
+    let l = open(dir.path());
+    assert_eq!(l.get("large").unwrap().gpus[0].window, w(30, 70));
+    // No share, no window.
+    let mut l = l;
+    let plain = l.claim("plain", &mem("1Gi"), 4).unwrap();
+    assert_eq!(window(&plain), None);
+}

@@ -59,6 +59,7 @@ impl Slice {
                 memory_bytes: limit,
                 cores: 0,
                 context_bytes,
+                window: None,
             }],
         };
         write_slice(dir.path(), &limits);
