@@ -360,6 +360,20 @@ fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too()
 }
 
 #[test]
+fn graph_launches_in_a_window_are_paced_and_the_capture_before_them_is_left_alone() {
+    // Launches captured into a graph run nothing: a window does not hold them, and the
+    // wait at a window's end (a synchronization, which would invalidate a capture in the
+    // global mode, as the driver does) does not reach them.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+    let windowed = setup_windowed(sim, 10, 0);
+    for _ in 0..3 {
+        let busy = busy_percent(&windowed.command_via(true, "graph").output().unwrap());
+        eprintln!("cuGraphLaunch in a 10% window: {busy:.1}% busy");
+        assert!((5.0..=15.0).contains(&busy), "{busy:.1}% busy");
+    }
+}
+
+#[test]
 fn graph_launches_are_paced_like_the_kernels_they_hold() {
     let (paced, bare) = (setup(30), setup(30));
     let paced = busy_percent(&paced.command_via(true, "graph").output().unwrap());

@@ -6,11 +6,14 @@ use std::ffi::{c_uint, c_void};
 use super::real_or_return;
 use crate::ffi::*;
 
-/// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks.
+/// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks
+/// launched on `stream` (`ptsz`: the per-thread default stream's variant). A launch captured
+/// into a graph runs nothing now: it is paced when the graph is launched.
 #[inline]
-fn pace(gx: c_uint, gy: c_uint, gz: c_uint) {
+fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) {
     if let Some(s) = crate::slice::get()
         && s.paced
+        && !super::alloc::capturing(stream, ptsz)
     {
         crate::pacing::pace(s, u64::from(gx) * u64::from(gy) * u64::from(gz));
     }
@@ -31,7 +34,7 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
-    pace(gx, gy, gz);
+    pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
@@ -51,20 +54,20 @@ pub unsafe fn launch_kernel_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
-    pace(gx, gy, gz);
+    pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
-/// The grid of a launch configuration, if there is one to read.
-fn pace_config(config: *const CUlaunchConfig) {
+/// Paces the grid of a launch configuration, if there is one to read.
+fn pace_config(config: *const CUlaunchConfig, ptsz: bool) {
     if config.is_null() {
         return;
     }
     // SAFETY: a non-null configuration the caller passes to the driver, readable by its
     // contract.
     let c = unsafe { &*config };
-    pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z);
+    pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z, c.stream, ptsz);
 }
 
 pub unsafe fn launch_kernel_ex(
@@ -74,7 +77,7 @@ pub unsafe fn launch_kernel_ex(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
-    pace_config(config);
+    pace_config(config, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(config, f, params, extra) }
 }
@@ -86,7 +89,7 @@ pub unsafe fn launch_kernel_ex_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
-    pace_config(config);
+    pace_config(config, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(config, f, params, extra) }
 }
@@ -105,7 +108,7 @@ pub unsafe fn launch_cooperative_kernel(
     params: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel);
-    pace(gx, gy, gz);
+    pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
 }
@@ -124,7 +127,7 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     params: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
-    pace(gx, gy, gz);
+    pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
 }

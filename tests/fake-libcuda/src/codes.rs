@@ -10,7 +10,9 @@ pub use gpuslice_cuda_abi::cuda::{
     CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_IMAGE,
     CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_SUPPORTED,
-    CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNSUPPORTED_LIMIT, CUDA_SUCCESS,
+    CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNSUPPORTED_LIMIT,
+    CUDA_SUCCESS,
 };
 
 #[must_use]
@@ -19,6 +21,14 @@ pub fn name(r: CUresult) -> Option<(&'static std::ffi::CStr, &'static std::ffi::
         CUDA_SUCCESS => (c"CUDA_SUCCESS", c"no error"),
         CUDA_ERROR_INVALID_VALUE => (c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
         CUDA_ERROR_OUT_OF_MEMORY => (c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+            c"operation not permitted when stream is capturing",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+            c"operation failed due to a previous error during capture",
+        ),
         CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => (
             c"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
             c"the graph update was not performed because it included changes which violated constraints specific to instantiated graph update",

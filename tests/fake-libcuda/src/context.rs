@@ -364,6 +364,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
     guard(|| {
         let ctx = current_ctx()?;
+        crate::stream::refuse_during_global_capture()?;
         // Every kernel of this process runs in order on the device: wait for the last.
         std::thread::sleep(state::get()?.until_idle(ctx.node_index));
         Ok(())

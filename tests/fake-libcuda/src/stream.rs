@@ -23,6 +23,14 @@ const STREAM_PER_THREAD: usize = 0x2;
 
 /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
 const CAPTURE_ACTIVE: u8 = 1;
+/// `CU_STREAM_CAPTURE_STATUS_INVALIDATED`.
+const CAPTURE_INVALIDATED: u8 = 2;
+/// `CU_STREAM_CAPTURE_MODE_GLOBAL`.
+const CAPTURE_MODE_GLOBAL: c_int = 0;
+
+/// Captures in progress in the global mode, in which no thread may make a call that is
+/// unsafe while capturing (a synchronization among them).
+static GLOBAL_CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
 /// `CU_EVENT_DISABLE_TIMING`.
 const EVENT_DISABLE_TIMING: c_uint = 0x2;
@@ -33,6 +41,8 @@ pub struct Stream {
     priority: c_int,
     id: u64,
     capture: AtomicU8,
+    /// Its capture is in the global mode.
+    global: std::sync::atomic::AtomicBool,
     /// The graph being captured into (0 when not capturing).
     graph: AtomicUsize,
     capture_id: AtomicU64,
@@ -88,6 +98,7 @@ fn create(out_stream: *mut CUstream, flags: c_uint, priority: c_int) -> Result<(
         capture: AtomicU8::new(0),
         graph: AtomicUsize::new(0),
         capture_id: AtomicU64::new(0),
+        global: std::sync::atomic::AtomicBool::new(false),
     }));
     STREAMS
         .lock()
@@ -147,8 +158,29 @@ pub(crate) fn capturing_graph(s: CUstream) -> Result<Option<crate::graph::CUgrap
     }))
 }
 
+/// A call that is unsafe while a global-mode capture is in progress (`cuCtxSynchronize`):
+/// as the driver does, it invalidates every such capture and is refused.
+pub(crate) fn refuse_during_global_capture() -> Result<(), CUresult> {
+    if GLOBAL_CAPTURES.load(Ordering::Acquire) == 0 {
+        return Ok(());
+    }
+    for &s in STREAMS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.iter() {
+        // SAFETY: registered in STREAMS: a Box leaked by create and not yet dropped.
+        let st = unsafe { &*(s as *const Stream) };
+        if st.global.load(Ordering::Acquire) {
+            let _ = st.capture.compare_exchange(
+                CAPTURE_ACTIVE,
+                CAPTURE_INVALIDATED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+    Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+}
+
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: c_int) -> CUresult {
+pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CUresult {
     guard(|| {
         // The default streams cannot be captured.
         let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -161,6 +193,10 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, _mode: c_int) -> C
             NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
             Ordering::Release,
         );
+        if mode == CAPTURE_MODE_GLOBAL {
+            st.global.store(true, Ordering::Release);
+            GLOBAL_CAPTURES.fetch_add(1, Ordering::AcqRel);
+        }
         st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
         Ok(())
     })
@@ -176,10 +212,18 @@ pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void) -> CUresult {
     guard(|| {
         let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        if st.capture.swap(0, Ordering::AcqRel) != CAPTURE_ACTIVE {
-            return Err(CUDA_ERROR_INVALID_VALUE);
+        let status = st.capture.swap(0, Ordering::AcqRel);
+        if st.global.swap(false, Ordering::AcqRel) {
+            GLOBAL_CAPTURES.fetch_sub(1, Ordering::AcqRel);
         }
-        out(graph, st.graph.swap(0, Ordering::AcqRel) as *mut c_void)
+        match status {
+            CAPTURE_ACTIVE => out(graph, st.graph.swap(0, Ordering::AcqRel) as *mut c_void),
+            CAPTURE_INVALIDATED => {
+                st.graph.store(0, Ordering::Release);
+                Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+            }
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     })
 }
 
