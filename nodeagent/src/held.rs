@@ -104,15 +104,22 @@ pub fn create(
     write(&path, &held::new_file(gpus, usage::DEFAULT_SLOTS))
 }
 
+/// A sample of one container begun: its file, mapped once for the sample, and its number.
+pub struct Sample {
+    map: Mapping,
+    gpus: usize,
+    pub number: u64,
+}
+
 /// Counts a sample of the container of directory `dir` as begun, before anything is read for
-/// it, and returns its number (see [`gpuslice_core::held`]: a reader waits for a sample that
-/// began after it looked).
-pub fn begin(dir: &Path, gpus: usize) -> Result<u64, HeldError> {
+/// it (see [`gpuslice_core::held`]: a reader waits for a sample that began after it looked).
+pub fn begin(dir: &Path, gpus: usize) -> Result<Sample, HeldError> {
     let map = map_file(dir, gpus)?;
-    Ok(map
+    let number = map
         .word(held::HEADER_BEGUN)
         .fetch_add(1, SeqCst)
-        .wrapping_add(1))
+        .wrapping_add(1);
+    Ok(Sample { map, gpus, number })
 }
 
 /// The container directory `dir`'s file, mapped, once it is found to be this container's.
@@ -140,37 +147,39 @@ fn map_file(dir: &Path, gpus: usize) -> Result<Mapping, HeldError> {
     Ok(map)
 }
 
-/// Writes `share`, found by sample number `sample` ([`begin`]), into the file of the container
-/// directory `dir`, every word atomically; the sample's number goes in last.
-pub fn publish(dir: &Path, gpus: usize, share: &DriverShare, sample: u64) -> Result<(), HeldError> {
-    let map = map_file(dir, gpus)?;
-    for g in 0..gpus.min(usage::MAX_GPUS) {
-        let v = share.unattributed.get(g).copied().unwrap_or(0);
-        map.word(held::HEADER_UNATTRIBUTED + 8 * g).store(v, SeqCst);
-    }
-    for i in 0..usage::DEFAULT_SLOTS {
-        let at = held::entry(i);
-        let start = map.word(at + held::ENTRY_START_TIME);
-        let found = share.entries.iter().find(|e| e.slot == i);
-        let (owner, extra) = found.map_or((0, None), |e| (e.start_time, Some(&e.extra)));
-        // A new owner's figures go in with the entry closed, so that no reader adds the last
-        // owner's figures to the new one's slot, or the new ones to the last owner's.
-        let reopen = start.load(SeqCst) != owner;
-        if reopen {
-            start.store(0, SeqCst);
-        }
-        let host_pid = found.map_or(0, |e| u64::from(e.host_pid));
-        map.word(at + held::ENTRY_HOST_PID).store(host_pid, SeqCst);
+impl Sample {
+    /// Writes `share`, what this sample found, into the file, every word atomically; the
+    /// sample's number goes in last.
+    pub fn publish(&self, share: &DriverShare) {
+        let (map, gpus) = (&self.map, self.gpus);
         for g in 0..gpus.min(usage::MAX_GPUS) {
-            let v = extra.and_then(|x| x.get(g).copied()).unwrap_or(0);
-            map.word(at + held::ENTRY_EXTRA + 8 * g).store(v, SeqCst);
+            let v = share.unattributed.get(g).copied().unwrap_or(0);
+            map.word(held::HEADER_UNATTRIBUTED + 8 * g).store(v, SeqCst);
         }
-        if reopen {
-            start.store(owner, SeqCst);
+        for i in 0..usage::DEFAULT_SLOTS {
+            let at = held::entry(i);
+            let start = map.word(at + held::ENTRY_START_TIME);
+            let found = share.entries.iter().find(|e| e.slot == i);
+            let (owner, extra) = found.map_or((0, None), |e| (e.start_time, Some(&e.extra)));
+            // A new owner's figures go in with the entry closed, so that no reader adds the last
+            // owner's figures to the new one's slot, or the new ones to the last owner's.
+            let reopen = start.load(SeqCst) != owner;
+            if reopen {
+                start.store(0, SeqCst);
+            }
+            let host_pid = found.map_or(0, |e| u64::from(e.host_pid));
+            map.word(at + held::ENTRY_HOST_PID).store(host_pid, SeqCst);
+            for g in 0..gpus.min(usage::MAX_GPUS) {
+                let v = extra.and_then(|x| x.get(g).copied()).unwrap_or(0);
+                map.word(at + held::ENTRY_EXTRA + 8 * g).store(v, SeqCst);
+            }
+            if reopen {
+                start.store(owner, SeqCst);
+            }
         }
+        map.word(held::HEADER_SAMPLES)
+            .fetch_max(self.number, SeqCst);
     }
-    map.word(held::HEADER_SAMPLES).fetch_max(sample, SeqCst);
-    Ok(())
 }
 
 /// A file mapped shared for the length of one publication.
@@ -301,7 +310,8 @@ mod tests {
             unattributed: vec![10],
         };
         let first = begin(dir.path(), 1).unwrap();
-        publish(dir.path(), 1, &share, first).unwrap();
+        first.publish(&share);
+        let first = first.number;
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         assert_eq!(word(held::HEADER_UNATTRIBUTED), 10);
@@ -310,7 +320,9 @@ mod tests {
         assert_eq!(word(held::entry(2) + held::ENTRY_HOST_PID), 4321);
         assert_eq!((first, word(held::HEADER_SAMPLES)), (1, 1));
         assert_eq!(word(held::HEADER_BEGUN), 1);
-        publish(dir.path(), 1, &DriverShare::default(), 2).unwrap();
+        begin(dir.path(), 1)
+            .unwrap()
+            .publish(&DriverShare::default());
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
         assert_eq!(word(held::entry(2) + held::ENTRY_START_TIME), 0);
@@ -323,9 +335,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         create(dir.path(), 1, |p, b| std::fs::write(p, b)).unwrap();
         let (a, b) = (begin(dir.path(), 1).unwrap(), begin(dir.path(), 1).unwrap());
-        assert_eq!((a, b), (1, 2));
-        publish(dir.path(), 1, &DriverShare::default(), b).unwrap();
-        publish(dir.path(), 1, &DriverShare::default(), a).unwrap();
+        assert_eq!((a.number, b.number), (1, 2));
+        b.publish(&DriverShare::default());
+        a.publish(&DriverShare::default());
         let bytes = std::fs::read(dir.path().join(held::FILE_NAME)).unwrap();
         let at = held::HEADER_SAMPLES;
         assert_eq!(u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()), 2);
@@ -335,10 +347,9 @@ mod tests {
     fn a_file_of_another_shape_is_refused_not_written() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(held::FILE_NAME), b"short").unwrap();
-        assert!(publish(dir.path(), 1, &DriverShare::default(), 1).is_err());
         assert!(begin(dir.path(), 1).is_err());
         let dir = tempfile::tempdir().unwrap();
         create(dir.path(), 2, |p, b| std::fs::write(p, b)).unwrap();
-        assert!(publish(dir.path(), 1, &DriverShare::default(), 1).is_err());
+        assert!(begin(dir.path(), 1).is_err());
     }
 }

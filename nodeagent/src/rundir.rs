@@ -176,19 +176,13 @@ impl RunDir {
         crate::usage::read_live(&self.path(id), gpus)
     }
 
-    /// Publishes what the driver holds for container `id` beyond its counters.
-    pub fn publish_held(
+    /// Counts a sample of container `id` as begun ([`crate::held::begin`]); the sample
+    /// publishes what it found.
+    pub fn begin_held(
         &self,
         id: &str,
         gpus: usize,
-        share: &gpuslice_core::held::DriverShare,
-        sample: u64,
-    ) -> Result<(), crate::held::HeldError> {
-        crate::held::publish(&self.path(id), gpus, share, sample)
-    }
-
-    /// Counts a sample of container `id` as begun ([`crate::held::begin`]); its number.
-    pub fn begin_held(&self, id: &str, gpus: usize) -> Result<u64, crate::held::HeldError> {
+    ) -> Result<crate::held::Sample, crate::held::HeldError> {
         crate::held::begin(&self.path(id), gpus)
     }
 }

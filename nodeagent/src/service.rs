@@ -282,11 +282,11 @@ fn sample_and_publish(
         root: s.proc_root.clone(),
     };
     let run = s.ledger().run_dir().clone();
-    let begun: std::collections::BTreeMap<&str, u64> = claims
+    let begun: std::collections::BTreeMap<&str, crate::held::Sample> = claims
         .iter()
         .filter_map(|c| {
-            let n = run.begin_held(&c.container_id, c.gpus.len()).ok()?;
-            Some((c.container_id.as_str(), n))
+            let sample = run.begin_held(&c.container_id, c.gpus.len()).ok()?;
+            Some((c.container_id.as_str(), sample))
         })
         .collect();
     let regions = |claims: &[gpuslice_core::Claim]| {
@@ -333,9 +333,11 @@ fn sample_and_publish(
         };
         let (first, second) = believed.unwrap_or((&none, &none));
         let share = crate::held::driver_share(c.gpus.len(), first, second, &holders);
-        let number = begun.get(c.container_id.as_str()).copied().unwrap_or(0);
-        if let Err(e) = run.publish_held(&c.container_id, c.gpus.len(), &share, number) {
-            tracing::debug!(container = %c.container_id, "the driver's share is not published: {e}");
+        match begun.get(c.container_id.as_str()) {
+            Some(sample) => sample.publish(&share),
+            None => {
+                tracing::debug!(container = %c.container_id, "the driver's share is not published: its file could not be mapped")
+            }
         }
         if believed.is_some() {
             shares.insert(c.container_id.clone(), share);

@@ -46,7 +46,7 @@ pub struct DriverShare {
 
 /// Milliseconds of CLOCK_MONOTONIC (read through the vDSO: no system call).
 fn monotonic_ms() -> u64 {
-    crate::process::clock_ms(libc::CLOCK_MONOTONIC)
+    crate::process::clock_us(libc::CLOCK_MONOTONIC) / 1000
 }
 
 fn ms(d: Duration) -> u64 {

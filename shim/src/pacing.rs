@@ -169,11 +169,10 @@ fn start_watcher(slice: &'static Slice) {
     }
 }
 
-/// Microseconds of CLOCK_REALTIME, the clock NVML stamps its samples with.
-fn realtime_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+/// Microseconds of CLOCK_REALTIME, the clock NVML stamps its samples with and the one every
+/// container shares.
+pub(crate) fn realtime_us() -> u64 {
+    crate::process::clock_us(libc::CLOCK_REALTIME)
 }
 
 /// Periods of utilization the container's share is judged over.

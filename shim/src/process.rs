@@ -5,7 +5,7 @@
 //! The token lives in a page marked `MADV_WIPEONFORK`, which the kernel hands to a forked
 //! child zeroed: a zero token means "a fork happened since the token was set".
 //!
-//! Also the clocks this process keeps its own time by ([`clock_ms`]).
+//! Also the clocks this process keeps its own time by ([`clock_us`]).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -144,8 +144,8 @@ impl SlotLocks for FileLocks {
     }
 }
 
-/// Milliseconds of `clock` (the monotonic clocks are read through the vDSO: no system call).
-pub fn clock_ms(clock: libc::clockid_t) -> u64 {
+/// Microseconds of `clock` (read through the vDSO: no system call).
+pub fn clock_us(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -154,5 +154,5 @@ pub fn clock_ms(clock: libc::clockid_t) -> u64 {
     unsafe { libc::clock_gettime(clock, &raw mut ts) };
     let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
     let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1000).saturating_add(nanos / 1_000_000)
+    secs.saturating_mul(1_000_000).saturating_add(nanos / 1_000)
 }

@@ -81,7 +81,7 @@ pub struct Slice {
 
 /// Seconds of CLOCK_MONOTONIC_COARSE (read through the vDSO: no system call).
 fn coarse_seconds() -> u64 {
-    crate::process::clock_ms(libc::CLOCK_MONOTONIC_COARSE) / 1000
+    crate::process::clock_us(libc::CLOCK_MONOTONIC_COARSE) / 1_000_000
 }
 
 static SLICE: OnceLock<Option<Slice>> = OnceLock::new();

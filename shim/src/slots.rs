@@ -18,6 +18,7 @@ use std::time::Duration;
 use gpuslice_core::limits::{SM_CYCLE_MS, SmWindow};
 
 use crate::api::real;
+use crate::pacing::realtime_us;
 
 const CYCLE_US: u64 = SM_CYCLE_MS * 1000;
 
@@ -29,13 +30,6 @@ pub struct Slot {
     margin_us: AtomicI64,
     /// The last cycle whose overrun was measured.
     measured_cycle: AtomicU64,
-}
-
-/// Microseconds of CLOCK_REALTIME.
-fn realtime_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Slot {

@@ -31,10 +31,16 @@ fn open(dir: &std::path::Path) -> Ledger {
         .0
 }
 
-fn mem(v: &str) -> BTreeMap<String, String> {
-    [("gpuslice.io/memory".to_string(), v.to_string())]
-        .into_iter()
+/// Annotations from `pairs`.
+fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
         .collect()
+}
+
+fn mem(v: &str) -> BTreeMap<String, String> {
+    ann(&[("gpuslice.io/memory", v)])
 }
 
 #[test]
@@ -163,13 +169,11 @@ fn an_id_held_by_one_owner_is_neither_claimed_nor_released_by_another() {
 }
 
 fn share(cores: &str) -> BTreeMap<String, String> {
-    [
-        ("gpuslice.io/memory".to_string(), "1Gi".to_string()),
-        ("gpuslice.io/cores".to_string(), cores.to_string()),
-        ("gpuslice.io/devices".to_string(), "0".to_string()),
-    ]
-    .into_iter()
-    .collect()
+    ann(&[
+        ("gpuslice.io/memory", "1Gi"),
+        ("gpuslice.io/cores", cores),
+        ("gpuslice.io/devices", "0"),
+    ])
 }
 
 #[test]
