@@ -3,7 +3,7 @@
 //! (nodeCacheCapable), the way kube-scheduler calls.
 //!
 //! Run: `cargo bench -p gpuslice-scheduler --bench extender` (`BENCH_DECISIONS`, default 200;
-//! `BENCH_NODES`, default 5,000). Also prints the process's resident memory once the node
+//! `BENCH_NODES`, default 5,000; `BENCH_DISTINCT=1`: no two nodes alike). Also prints the process's resident memory once the node
 //! cache is filled (before any request is built), which is what the extender holds for the
 //! nodes.
 
@@ -55,12 +55,18 @@ fn main() {
     let names: Vec<String> = (0..nodes_wanted)
         .map(|i| format!("gpu-node-{i:04}"))
         .collect();
-    for name in &names {
-        let publication = load::publication(
+    // BENCH_DISTINCT=1: every node differs (its first GPU has as many more MiB taken as its
+    // number), so that no two nodes are alike.
+    let distinct = std::env::var_os("BENCH_DISTINCT").is_some_and(|v| v == "1");
+    for (i, name) in names.iter().enumerate() {
+        let mut publication = load::publication(
             |g| format!("GPU-{name}-{g}"),
             |_| rng.random_range(0..=4u64),
             false,
         );
+        if distinct {
+            publication.gpus[0].memory_allocated += (i as u64) << 20;
+        }
         ext.update_node(name, Some(publication));
     }
     println!(
@@ -77,9 +83,11 @@ fn main() {
     let sizes = ["2Gi", "4Gi", "6Gi", "12Gi", "20Gi"];
     let args = |i: usize| json!({"Pod": pod(i, sizes[i % sizes.len()]), "NodeNames": names});
 
-    // In-process.
-    let parsed: Vec<ExtenderArgs> = (0..decisions)
-        .map(|i| serde_json::from_value(args(i)).unwrap())
+    // In-process, from the request bodies kube-scheduler would send (the names are borrowed).
+    let bodies: Vec<String> = (0..decisions).map(|i| args(i).to_string()).collect();
+    let parsed: Vec<ExtenderArgs> = bodies
+        .iter()
+        .map(|b| serde_json::from_str(b).unwrap())
         .collect();
     let started = Instant::now();
     let mut passing = 0;
@@ -126,7 +134,6 @@ fn main() {
         std::time::Duration::from_secs(10),
         || { gpuslice_testsupport::http::get(&addr, "/healthz").is_ok() }
     ));
-    let bodies: Vec<String> = (0..decisions).map(|i| args(i).to_string()).collect();
     let mut latencies = Vec::with_capacity(decisions);
     for body in &bodies {
         let t = Instant::now();

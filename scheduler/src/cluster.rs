@@ -369,22 +369,28 @@ impl TaskMix {
     /// can use. Without it, pods that could go anywhere filled the nodes of a model that other
     /// pods asked for by name (on the openb trace where a tenth of the GPU pods name a model,
     /// pods naming T4 failed from 25% arrived on).
-    pub fn weigh_by_scarcity<'a>(&mut self, nodes: impl IntoIterator<Item = &'a NodeState>) {
+    ///
+    /// Each node comes with the number of nodes it stands for (1, or more for nodes alike).
+    pub fn weigh_by_scarcity<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = (&'a NodeState, usize)>,
+    ) {
         let mut usable = vec![0.0; self.types.len()];
         let mut free_total = 0.0;
         let mut per_class = vec![0.0; self.classes.len()];
-        for n in nodes {
+        for (n, count) in nodes {
             let free = n.gpu_free_share();
-            if free == 0.0 {
+            if free == 0.0 || count == 0 {
                 continue;
             }
-            free_total += free;
+            let times = count as f64;
+            free_total += free * times;
             for (slot, c) in per_class.iter_mut().zip(&self.classes) {
                 *slot = class_fragment(n, c, free);
             }
             for (u, t) in usable.iter_mut().zip(&self.types) {
                 if t.demand.gpus > 0 && t.demand.host_fits(n) {
-                    *u += free - per_class[t.class];
+                    *u += (free - per_class[t.class]) * times;
                 }
             }
         }
@@ -397,6 +403,14 @@ impl TaskMix {
             };
             self.scaled_total += t.weight * t.scarcity;
         }
+    }
+
+    /// Whether a type of the mix names or avoids GPUs (by UUID or index).
+    #[must_use]
+    pub fn names_gpus(&self) -> bool {
+        self.types
+            .iter()
+            .any(|t| !t.demand.devices.is_empty() || !t.demand.avoid.is_empty())
     }
 
     /// How far this mix's distribution over demands is from `other`'s: the total variation

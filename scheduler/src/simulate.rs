@@ -167,7 +167,7 @@ pub fn replay(
         if learn {
             mix.observe(d);
             if decided % cluster::SCARCITY_EVERY == 0 {
-                mix.weigh_by_scarcity(&nodes);
+                mix.weigh_by_scarcity(nodes.iter().map(|n| (n, 1)));
             }
         }
         arrived += gpu_milli(&pods[i]);

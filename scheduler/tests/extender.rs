@@ -437,6 +437,73 @@ fn gpu_models_and_avoided_devices_decide_which_nodes_pass_and_how_they_score() {
 }
 
 #[test]
+fn nodes_alike_share_a_verdict_but_a_pod_naming_a_gpu_is_judged_node_by_node() {
+    let server = serve("binpack");
+    let uuid =
+        |node: usize, gpu: usize| format!("GPU-00000000-0000-4000-8000-0000000000{node}{gpu}");
+    // Three nodes with the same GPUs, one of them nearly full; only the GPUs' UUIDs differ.
+    let with_uuids = |k: usize| {
+        let mut p: Value = serde_json::from_str(&publication(&[(24, 0, 0), (24, 20, 1)])).unwrap();
+        for (i, g) in p["gpus"].as_array_mut().unwrap().iter_mut().enumerate() {
+            g["uuid"] = json!(uuid(k, i));
+        }
+        p.to_string()
+    };
+    let mut nodes: Vec<Value> = (0..3)
+        .map(|k| node(&format!("n{k}"), Some(with_uuids(k))))
+        .collect();
+    // A fourth like them but for its second GPU's model.
+    nodes.push(node(
+        "other-model",
+        Some(publication_of(
+            &[(24, 0, 0), (24, 20, 1)],
+            &["NVIDIA A10", "NVIDIA L4"],
+        )),
+    ));
+    let filter = |annotations: Value| {
+        let args = json!({"Pod": pod(annotations), "Nodes": {"items": nodes}});
+        let (status, r) = call(&server, "/filter", &args);
+        assert!(status.contains("200"), "{status}");
+        let keys = |v: &Value| -> Vec<String> {
+            v.as_object()
+                .map_or_else(Vec::new, |o| o.keys().cloned().collect())
+        };
+        (
+            passed_names(&r),
+            keys(&r["FailedNodes"]),
+            keys(&r["FailedAndUnresolvableNodes"]),
+        )
+    };
+    let (passed, full, never) = filter(json!({"gpuslice.io/memory": "8Gi"}));
+    assert_eq!(passed, ["n0", "n1", "n2", "other-model"]);
+    assert!(full.is_empty() && never.is_empty());
+    // Two such slices fit on none (one GPU has 4 GiB left), but could on an emptied node.
+    let (passed, full, _) = filter(json!({"gpuslice.io/memory": "8Gi", "gpuslice.io/gpus": "2"}));
+    assert!(passed.is_empty());
+    assert_eq!(full, ["n0", "n1", "n2", "other-model"]);
+    // Named by UUID: the named GPU's node alone, and the full GPU's node is full, not never.
+    let (passed, _, never) =
+        filter(json!({"gpuslice.io/memory": "8Gi", "gpuslice.io/devices": uuid(1, 0)}));
+    assert_eq!(passed, ["n1"]);
+    assert_eq!(never, ["n0", "n2", "other-model"]);
+    let (passed, full, never) =
+        filter(json!({"gpuslice.io/memory": "8Gi", "gpuslice.io/devices": uuid(2, 1)}));
+    assert!(passed.is_empty());
+    assert_eq!(
+        (full, never),
+        (
+            vec!["n2".to_string()],
+            vec!["n0".into(), "n1".into(), "other-model".into()]
+        )
+    );
+    // By model: the node whose second GPU differs is told apart from the others.
+    let (passed, _, never) =
+        filter(json!({"gpuslice.io/memory": "2Gi", "gpuslice.io/gpu-model": "L4"}));
+    assert_eq!(passed, ["other-model"]);
+    assert_eq!(never, ["n0", "n1", "n2"]);
+}
+
+#[test]
 fn a_node_must_take_each_init_container_in_turn_and_the_sidecars_beside_the_apps() {
     let server = serve("binpack");
     let nodes = vec![

@@ -226,7 +226,8 @@ proptest! {
         let extender = Extender::new(policy.parse::<ClusterPolicy>().unwrap());
         extender.update_node(NODE, Some(publication.clone()));
         let pod = pod(&containers, init.as_ref());
-        let args: ExtenderArgs = serde_json::from_value(json!({"Pod": pod, "NodeNames": [NODE]})).unwrap();
+        let body = json!({"Pod": pod, "NodeNames": [NODE]}).to_string();
+        let args: ExtenderArgs = serde_json::from_str(&body).unwrap();
         let filtered = extender.filter(&args);
         let passed = filtered.node_names.as_ref().is_some_and(|n| n.iter().any(|x| x == NODE));
 

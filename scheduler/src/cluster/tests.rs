@@ -400,8 +400,50 @@ fn a_pod_that_could_go_anywhere_leaves_alone_the_scarce_model_other_pods_name() 
     assert_eq!(place(&mix, &mut never), 0);
     // Weighed by scarcity (26 GPUs free, 2 of them usable by the named pods, 24 by the
     // 8-GPU pods), the pod goes where only the plentiful capacity shrinks.
-    mix.weigh_by_scarcity(&cluster);
+    mix.weigh_by_scarcity(cluster.iter().map(|n| (n, 1)));
     assert_ne!(place(&mix, &mut never), 0);
+}
+
+#[test]
+fn nodes_alike_given_once_with_their_count_weigh_as_much_as_each_given_alone() {
+    let mut scarce = node("scarce", 2);
+    scarce.model = 1;
+    let mut half = node("half", 8);
+    apply(&mut half, &whole(4), &[0, 1, 2, 3]);
+    let each = [
+        scarce.clone(),
+        node("a", 8),
+        node("b", 8),
+        half.clone(),
+        half.clone(),
+    ];
+    let grouped = [(&scarce, 1), (&each[1], 2), (&half, 2)];
+    let named = Demand {
+        models: Some(1 << 1),
+        ..whole(1)
+    };
+    let observed = || {
+        let mut mix = TaskMix::new(Weighting::Pods);
+        for _ in 0..10 {
+            mix.observe(&whole(8));
+            mix.observe(&named);
+            mix.observe(&share(300));
+        }
+        mix
+    };
+    let (mut one_by_one, mut by_kind) = (observed(), observed());
+    one_by_one.weigh_by_scarcity(each.iter().map(|n| (n, 1)));
+    by_kind.weigh_by_scarcity(grouped);
+    let before = observed();
+    assert!(
+        one_by_one.distance(&before) > 0.01,
+        "scarcity changed nothing"
+    );
+    assert!(
+        one_by_one.distance(&by_kind) < 1e-12,
+        "grouped {}",
+        one_by_one.distance(&by_kind)
+    );
 }
 
 #[test]

@@ -97,27 +97,40 @@ async fn bind(State(s): State<Served>, body: Bytes) -> Json<ExtenderBindingResul
     Json(result)
 }
 
-fn args(body: &Bytes) -> Result<ExtenderArgs, String> {
+fn args(body: &Bytes) -> Result<ExtenderArgs<'_>, String> {
     serde_json::from_slice(body).map_err(|e| format!("gpuslice: request is not ExtenderArgs: {e}"))
 }
 
-async fn filter(State(s): State<Served>, body: Bytes) -> Json<ExtenderFilterResult> {
-    let result = match args(&body) {
-        Ok(a) => s.extender.filter(&a),
+/// `value` as a JSON response, written before the request it borrows from is dropped.
+fn json<T: serde::Serialize>(value: &T) -> axum::response::Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn filter(State(s): State<Served>, body: Bytes) -> axum::response::Response {
+    let args = args(&body);
+    let result = match &args {
+        Ok(a) => s.extender.filter(a),
         Err(e) => ExtenderFilterResult {
-            error: e,
+            error: e.clone(),
             ..ExtenderFilterResult::default()
         },
     };
     s.metrics.count("filter", result.error.is_empty());
-    Json(result)
+    json(&result)
 }
 
 async fn prioritize(State(s): State<Served>, body: Bytes) -> axum::response::Response {
     let args = args(&body);
     s.metrics.count("prioritize", args.is_ok());
-    match args {
-        Ok(a) => Json(s.extender.prioritize(&a)).into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    match &args {
+        Ok(a) => json(&s.extender.prioritize(a)),
+        Err(e) => (StatusCode::BAD_REQUEST, e.clone()).into_response(),
     }
 }

@@ -18,7 +18,9 @@ pub mod score;
 pub mod watch;
 pub mod wire;
 
-use std::hash::{Hash, Hasher};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use gpuslice_core::annotations;
@@ -170,7 +172,7 @@ impl Extender {
         self.cache.assume(&a.node, placed);
     }
 
-    fn observe(&self, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
+    fn observe(&self, pod: &Value, demands: &[Demand], nodes: &[(&NodeState, usize)]) {
         if let Ok(mut m) = self.mix.lock() {
             m.observe(pod, demands, nodes);
         }
@@ -185,39 +187,67 @@ impl Extender {
     }
 
     /// The filter verb.
-    pub fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
+    pub fn filter<'r>(&self, args: &'r ExtenderArgs<'r>) -> ExtenderFilterResult<'r> {
         let span = tracing::debug_span!("filter", pod = %pod_name(&args.pod));
         let _entered = span.enter();
         let lookup = self.cache.lookup(args);
         let mut result = ExtenderFilterResult::default();
         let request = pod_request(&args.pod);
+        let invalid = match &request {
+            PodRequest::Invalid(e) => format!("gpuslice: {e}"),
+            _ => String::new(),
+        };
+        // Nodes alike (the same GPUs as a set, the same rules and host room) get the same
+        // verdict for a pod that names no GPU: it is decided once per call. In a cluster
+        // of thousands of nodes most are alike, and most of the rest is the name lookup.
+        let names_gpus = matches!(&request, PodRequest::Slices(d, _)
+            if d.running().iter().chain(d.init.iter().map(|(d, _)| d))
+                .any(|d| !d.devices.is_empty() || !d.avoid.is_empty()));
+        let mut verdicts: HashMap<u64, Result<(), Unfit>, BuildHasherDefault<Mix64>> =
+            HashMap::default();
+        const MEMO_FROM: usize = 64;
+        let mut judged = 0usize;
         let mut passing = Vec::new();
         for (name, object, state) in lookup.candidates() {
-            let verdict: Result<(), (bool, String)> = match (&request, state) {
+            let verdict: Result<(), (bool, Cow<'r, str>)> = match (&request, state) {
                 (PodRequest::None, _) => Ok(()),
-                (PodRequest::Invalid(e), _) => Err((true, format!("gpuslice: {e}"))),
-                (PodRequest::Slices(..), Err(why)) => Err((why.is_lasting(), why.to_string())),
+                (PodRequest::Invalid(_), _) => Err((true, invalid.clone().into())),
+                (PodRequest::Slices(..), Err(why)) => {
+                    Err((why.is_lasting(), why.to_string().into()))
+                }
                 (PodRequest::Slices(d, _), Ok(node)) => {
-                    fit_pod(&node.state, d).map_err(|u| (matches!(u, Unfit::Never), u.to_string()))
+                    // Where nodes are seldom alike, the memo would only cost: it is left
+                    // once it holds more than half of the nodes seen.
+                    judged += 1;
+                    let fit = if names_gpus || verdicts.len() > MEMO_FROM.max(judged / 2) {
+                        fit_pod(&node.state, d)
+                    } else {
+                        *verdicts
+                            .entry(node.alike())
+                            .or_insert_with(|| fit_pod(&node.state, d))
+                    };
+                    fit.map_err(|u| (matches!(u, Unfit::Never), u.message().into()))
                 }
             };
             match verdict {
                 Ok(()) => passing.push((name, object)),
                 Err((false, why)) => {
-                    result.failed_nodes.insert(name.to_string(), why);
+                    result.failed_nodes.insert(name.into(), why);
                 }
                 Err((true, why)) => {
                     result
                         .failed_and_unresolvable_nodes
-                        .insert(name.to_string(), why);
+                        .insert(name.into(), why);
                 }
             }
         }
         if let PodRequest::Slices(d, _) = &request {
             // Scarcity is measured, now and then, on the cluster as the extender knows it: the
             // node cache, or, without it, the nodes of this request.
-            let due = self.mix.lock().is_ok_and(|m| m.scarcity_due());
-            let nodes = if due { lookup.cluster() } else { Vec::new() };
+            // Nodes alike weigh the same, so each kind is measured once, unless a type of
+            // the mix names GPUs (then which GPU is which matters).
+            let due = self.mix.lock().ok().and_then(|m| m.scarcity_due());
+            let nodes = due.map_or_else(Vec::new, |names_gpus| lookup.cluster(!names_gpus));
             self.observe(&args.pod, &d.running(), &nodes);
         }
         tracing::debug!(
@@ -234,14 +264,14 @@ impl Extender {
                 rest: list.rest.clone(),
             });
         } else {
-            result.node_names = Some(passing.into_iter().map(|(n, _)| n.to_string()).collect());
+            result.node_names = Some(passing.into_iter().map(|(n, _)| n.into()).collect());
         }
         result
     }
 
     /// The prioritize verb: 10 for the node the policy likes best, 0 for the one it likes
     /// least and for nodes that cannot take the pod, by rank in between ([`score::priorities_of`]).
-    pub fn prioritize(&self, args: &ExtenderArgs) -> Vec<HostPriority> {
+    pub fn prioritize<'r>(&self, args: &'r ExtenderArgs<'r>) -> Vec<HostPriority<'r>> {
         let span = tracing::debug_span!("prioritize", pod = %pod_name(&args.pod));
         let _entered = span.enter();
         let lookup = self.cache.lookup(args);
@@ -250,7 +280,7 @@ impl Extender {
             return lookup
                 .candidates()
                 .map(|(host, ..)| HostPriority {
-                    host: host.to_string(),
+                    host: host.into(),
                     score: 0,
                 })
                 .collect();
@@ -314,7 +344,7 @@ impl Extender {
             .names()
             .zip(priorities_of(&distinct, &slots, MAX_EXTENDER_PRIORITY))
             .map(|(host, score)| HostPriority {
-                host: host.to_string(),
+                host: host.into(),
                 score,
             })
             .collect()

@@ -16,15 +16,13 @@ use crate::cluster::{self, Axis, ClusterPolicy, Demand, NodeState, SCARCITY_EVER
 /// Why a node cannot take a pod. The messages are the same for every node in the same
 /// situation, so that kube-scheduler's event sums them up ("12 gpuslice: …") instead of
 /// listing thousands of nodes.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Unfit {
     /// Not now: what is allocated there would have to go first.
-    #[error("gpuslice: not enough free GPU memory or SMs on this node now")]
+    #[error("{}", Self::Full.message())]
     Full,
     /// Never, even with the node empty: preemption would not help.
-    #[error(
-        "gpuslice: even empty, this node's GPUs are too few or too small for the pod (or lack the GPUs it names)"
-    )]
+    #[error("{}", Self::Never.message())]
     Never,
 }
 
@@ -32,6 +30,19 @@ const BINPACK: ClusterPolicy = ClusterPolicy::Axes {
     node: Axis::Binpack,
     gpu: Axis::Binpack,
 };
+
+impl Unfit {
+    /// The message kube-scheduler shows for a node that cannot take the pod.
+    #[must_use]
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Full => "gpuslice: not enough free GPU memory or SMs on this node now",
+            Self::Never => {
+                "gpuslice: even empty, this node's GPUs are too few or too small for the pod (or lack the GPUs it names)"
+            }
+        }
+    }
+}
 
 /// Whether `pod` fits `node`: each init container in turn beside the sidecars started before
 /// it, then the app containers beside all sidecars, each placed on the GPUs binpack picks.
@@ -193,12 +204,18 @@ impl Mix {
     /// measures each type's scarcity on `nodes` (the cluster as the extender knows it) and
     /// sets the decay's half-life to their GPU count; renews the snapshot when the shares
     /// moved away from it.
-    pub fn observe(&mut self, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
+    pub fn observe(&mut self, pod: &Value, demands: &[Demand], nodes: &[(&NodeState, usize)]) {
         self.observe_at(Instant::now(), pod, demands, nodes);
     }
 
     /// [`Mix::observe`] at `now`.
-    fn observe_at(&mut self, now: Instant, pod: &Value, demands: &[Demand], nodes: &[&NodeState]) {
+    fn observe_at(
+        &mut self,
+        now: Instant,
+        pod: &Value,
+        demands: &[Demand],
+        nodes: &[(&NodeState, usize)],
+    ) {
         if self
             .swept
             .is_none_or(|t| now.saturating_duration_since(t) >= REMEMBER_SEEN_FOR / 4)
@@ -222,7 +239,7 @@ impl Mix {
         self.unweighed += 1;
         if self.unweighed >= SCARCITY_EVERY && !nodes.is_empty() {
             self.unweighed = 0;
-            let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
+            let gpus: usize = nodes.iter().map(|(n, count)| n.gpus.len() * count).sum();
             self.learned.set_half_life(gpus as f64);
             self.learned.weigh_by_scarcity(nodes.iter().copied());
         }
@@ -232,10 +249,11 @@ impl Mix {
         }
     }
 
-    /// Whether the next pod counted measures scarcity (and so needs the nodes).
+    /// Whether the next pod counted measures scarcity (and so needs the nodes): None if not,
+    /// else whether a type of the mix names GPUs (so that nodes alike still differ for it).
     #[must_use]
-    pub fn scarcity_due(&self) -> bool {
-        self.unweighed + 1 >= SCARCITY_EVERY
+    pub fn scarcity_due(&self) -> Option<bool> {
+        (self.unweighed + 1 >= SCARCITY_EVERY).then(|| self.learned.names_gpus())
     }
 
     /// Pods counted.
