@@ -128,8 +128,18 @@ fn the_debian_package_installs_into_a_fresh_debian_upgrades_keeping_an_edited_co
         "etc/gpuslice/runtime.json",
         "usr/bin/gpuslice-runtime",
         "usr/bin/gpuslice-hook",
+        "usr/share/lintian/overrides/gpuslice",
     ] {
         assert!(root.join(file).is_file(), "{file} is not installed");
+    }
+    // The two programs that run at every container start are shipped statically linked.
+    for program in ["gpuslice-runtime", "gpuslice-hook"] {
+        let ldd = chroot(&root, &["ldd", &format!("/usr/bin/{program}")])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&ldd.stdout).to_string()
+            + &String::from_utf8_lossy(&ldd.stderr);
+        assert!(said.contains("statically linked"), "ldd {program}: {said}");
     }
     let conffiles =
         std::fs::read_to_string(root.join("var/lib/dpkg/info/gpuslice.conffiles")).unwrap();

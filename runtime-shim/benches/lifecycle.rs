@@ -5,7 +5,7 @@
 //! reported by a poststart hook), shows what the wrapper's own report saves. Prints medians
 //! and the ratio / difference.
 //!
-//! Run: `cargo build --release --workspace && cargo bench -p gpuslice-runtime-shim --bench lifecycle`
+//! Run: `cargo build --release --workspace && scripts/static-programs && cargo bench -p gpuslice-runtime-shim --bench lifecycle`
 //! (`BENCH_ROUNDS`, default 30). Needs root, runc, busybox and gcc.
 
 use std::path::{Path, PathBuf};

@@ -31,16 +31,38 @@ pub fn target_dir() -> PathBuf {
     dir
 }
 
-/// A binary built by this workspace next to the running test.
+/// The programs that run at every container start, which the package ships statically
+/// linked (`scripts/static-programs`); tests and benches run those builds of them.
+pub const STATIC_PROGRAMS: [&str; 2] = ["gpuslice-runtime", "gpuslice-hook"];
+
+/// A binary built by this workspace next to the running test; for [`STATIC_PROGRAMS`], its
+/// statically linked build in `static/` beside them, which must not be older than cargo's own
+/// build of the same program (else it would test code that is no longer there).
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
+    let built = target_dir().join(name);
     assert!(
-        p.exists(),
+        built.exists(),
         "{} is missing: run `cargo build --workspace` (with --release for benches) first",
-        p.display()
+        built.display()
     );
-    p
+    if !STATIC_PROGRAMS.contains(&name) {
+        return built;
+    }
+    let profile = if target_dir().ends_with("release") {
+        "release"
+    } else {
+        "dev"
+    };
+    let shipped = target_dir().join("static").join(name);
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    assert!(
+        modified(&shipped) >= modified(&built),
+        "{} is missing or older than {}: run `scripts/static-programs --profile {profile}` after the build",
+        shipped.display(),
+        built.display()
+    );
+    shipped
 }
 
 /// Where agents keep their state in tests: /dev/shm (a tmpfs, as /run is for the agent in
