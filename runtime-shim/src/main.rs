@@ -92,6 +92,7 @@ fn run_then_release(
     cfg: &Config,
     when: Release,
 ) -> ExitCode {
+    let started = std::time::Instant::now();
     let status = match Command::new(runtime)
         .arg0(runtime)
         .args(&argv[1..])
@@ -114,6 +115,7 @@ fn run_then_release(
             return ExitCode::FAILURE;
         }
     };
+    let ran = started.elapsed();
     if status.success() == (when == Release::OnSuccess)
         && let Some(id) = &inv.container_id
         && let Err(e) = inject::release_if_claimed(id, Some(&inv.owner()), cfg)
@@ -122,6 +124,14 @@ fn run_then_release(
             inv.log.as_deref(),
             inv.log_format.as_deref(),
             &format!("container {id}: {e:#}"),
+        );
+    }
+    if when == Release::OnSuccess && std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+        eprintln!(
+            "gpuslice-runtime: container {}: {} delete {ran:?}, released {:?}",
+            inv.container_id.as_deref().unwrap_or_default(),
+            runtime.display(),
+            started.elapsed() - ran
         );
     }
     ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))

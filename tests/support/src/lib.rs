@@ -36,8 +36,9 @@ pub fn target_dir() -> PathBuf {
 pub const STATIC_PROGRAMS: [&str; 2] = ["gpuslice-runtime", "gpuslice-hook"];
 
 /// A binary built by this workspace next to the running test; for [`STATIC_PROGRAMS`], its
-/// statically linked build in `static/` beside them, which must not be older than cargo's own
-/// build of the same program (else it would test code that is no longer there).
+/// statically linked build in `static/` beside them, which must be newer than every source
+/// file it was built from (its dep-info in `target/static` lists them), else it would test
+/// code that is no longer there.
 #[must_use]
 pub fn binary(name: &str) -> PathBuf {
     let built = target_dir().join(name);
@@ -49,20 +50,61 @@ pub fn binary(name: &str) -> PathBuf {
     if !STATIC_PROGRAMS.contains(&name) {
         return built;
     }
-    let profile = if target_dir().ends_with("release") {
-        "release"
-    } else {
-        "dev"
-    };
-    let shipped = target_dir().join("static").join(name);
-    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    assert!(
-        modified(&shipped) >= modified(&built),
-        "{} is missing or older than {}: run `scripts/static-programs --profile {profile}` after the build",
-        shipped.display(),
-        built.display()
+    let release = target_dir().ends_with("release");
+    let run = format!(
+        "run `scripts/static-programs --profile {}` after the build",
+        if release { "release" } else { "dev" }
     );
+    let shipped = target_dir().join("static").join(name);
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(made) = modified(&shipped) else {
+        panic!("{} is missing: {run}", shipped.display());
+    };
+    let dep_info = target_dir()
+        .parent()
+        .expect("target directory")
+        .join("static")
+        .join(if release { "release" } else { "debug" })
+        .join(format!("{name}.d"));
+    let sources = std::fs::read_to_string(&dep_info)
+        .unwrap_or_else(|e| panic!("{}: {e}: {run}", dep_info.display()));
+    if let Some(newer) = dep_info_sources(&sources)
+        .into_iter()
+        .find(|source| modified(source).is_none_or(|m| m > made))
+    {
+        panic!(
+            "{} is older than {}: {run}",
+            shipped.display(),
+            newer.display()
+        );
+    }
     shipped
+}
+
+/// The source files a cargo dep-info file (`target: source source …`, spaces in paths
+/// escaped with a backslash) lists.
+fn dep_info_sources(text: &str) -> Vec<PathBuf> {
+    let Some((_, sources)) = text.lines().next().and_then(|l| l.split_once(": ")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut chars = sources.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => current.extend(chars.next()),
+            ' ' => {
+                if !current.is_empty() {
+                    out.push(PathBuf::from(std::mem::take(&mut current)));
+                }
+            }
+            c => current.push(c),
+        }
+    }
+    if !current.is_empty() {
+        out.push(PathBuf::from(current));
+    }
+    out
 }
 
 /// Where agents keep their state in tests: /dev/shm (a tmpfs, as /run is for the agent in
@@ -115,4 +157,20 @@ pub fn cgroup2_root() -> PathBuf {
                 .then(|| PathBuf::from(mount_point))
         })
         .expect("a cgroup2 hierarchy is mounted")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dep_info_line_gives_its_sources_with_escaped_spaces_kept() {
+        let text =
+            "/t/static/release/gpuslice-runtime: /w/a.rs /w/my\\ dir/b.rs  /w/c.rs\n\n/w/a.rs:\n";
+        assert_eq!(
+            dep_info_sources(text),
+            ["/w/a.rs", "/w/my dir/b.rs", "/w/c.rs"].map(PathBuf::from)
+        );
+        assert!(dep_info_sources("").is_empty());
+    }
 }
