@@ -118,9 +118,17 @@ impl RunDir {
             }
         }
         let dir = self.path(id);
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&dir)(e)),
-            _ => Ok(()),
+        // The sample-request listener may bind the container's socket in the directory while
+        // it is being removed (it read the claims just before this one's release): it binds
+        // once per claim, so a second pass removes what it put there.
+        let mut passes = 0;
+        loop {
+            passes += 1;
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && passes < 3 => {}
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&dir)(e)),
+                _ => return Ok(()),
+            }
         }
     }
 
