@@ -134,6 +134,12 @@ pub struct Demand {
 }
 
 impl Demand {
+    /// Whether it names or avoids GPUs (by UUID or index): which GPU is which matters to it.
+    #[must_use]
+    pub fn names_gpus(&self) -> bool {
+        !self.devices.is_empty() || !self.avoid.is_empty()
+    }
+
     /// The GPU share this demand takes (whole GPUs count 1 each).
     #[must_use]
     pub fn gpu_share(&self, memory_total: u64) -> f64 {
@@ -162,8 +168,7 @@ impl Demand {
             && self.mem <= n.mem_free
             && self.models.is_none_or(|m| m & (1 << n.model) != 0)
             && self.gpus as usize <= n.gpus.len()
-            && (self.devices.is_empty() && self.avoid.is_empty() && self.gpu_models.is_any()
-                || self.selectable(n))
+            && (!self.names_gpus() && self.gpu_models.is_any() || self.selectable(n))
     }
 
     /// Whether enough of the node's GPUs are ones the pod may use (named, not avoided, of
@@ -408,9 +413,7 @@ impl TaskMix {
     /// Whether a type of the mix names or avoids GPUs (by UUID or index).
     #[must_use]
     pub fn names_gpus(&self) -> bool {
-        self.types
-            .iter()
-            .any(|t| !t.demand.devices.is_empty() || !t.demand.avoid.is_empty())
+        self.types.iter().any(|t| t.demand.names_gpus())
     }
 
     /// How far this mix's distribution over demands is from `other`'s: the total variation

@@ -9,7 +9,7 @@ use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication};
 use serde_json::Value;
 
 use super::recorded::{self, Recorded};
-use super::score::{Mix64, gpu_set_hash};
+use super::score::{Mix64, alike_hash};
 use super::wire;
 use crate::cluster::{self, Demand, NodeState};
 
@@ -35,24 +35,12 @@ impl NodeError {
     }
 }
 
-/// A node's GPUs as placement sees them, with a hash of them as a set (what its scores
-/// depend on), computed once per publication rather than once per decision.
+/// A node's GPUs as placement sees them, with the hash of what its fit and scores depend on
+/// ([`alike_hash`]: nodes alike share it), computed once per publication rather than once
+/// per decision.
 pub struct Known {
     pub state: NodeState,
-    pub gpu_set: u64,
-}
-
-impl Known {
-    /// A hash of what decides whether a pod that names no GPU fits the node: its GPUs as a
-    /// set, its rules, its model and its host room. Nodes alike get the same verdict.
-    #[must_use]
-    pub fn alike(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = Mix64::default();
-        h.write_u64(self.gpu_set);
-        (self.state.model, self.state.cpu_free, self.state.mem_free).hash(&mut h);
-        h.finish()
-    }
+    pub alike: u64,
 }
 
 /// A container's slice placed by bind, counted on its node until the agent lists the
@@ -129,7 +117,7 @@ impl NodeCache {
             }
         }
         Known {
-            gpu_set: gpu_set_hash(&Mix64::default(), &state),
+            alike: alike_hash(&Mix64::default(), &state),
             state,
         }
     }
@@ -413,7 +401,7 @@ impl<'r> Lookup<'_, 'r> {
         let mut at: HashMap<u64, usize, std::hash::BuildHasherDefault<Mix64>> = HashMap::default();
         let mut nodes = Vec::new();
         for k in known {
-            let i = *at.entry(k.alike()).or_insert_with(|| {
+            let i = *at.entry(k.alike).or_insert_with(|| {
                 nodes.push((&k.state, 0));
                 nodes.len() - 1
             });

@@ -201,8 +201,7 @@ impl Extender {
         // verdict for a pod that names no GPU: it is decided once per call. In a cluster
         // of thousands of nodes most are alike, and most of the rest is the name lookup.
         let names_gpus = matches!(&request, PodRequest::Slices(d, _)
-            if d.running().iter().chain(d.init.iter().map(|(d, _)| d))
-                .any(|d| !d.devices.is_empty() || !d.avoid.is_empty()));
+            if d.running().iter().chain(d.init.iter().map(|(d, _)| d)).any(Demand::names_gpus));
         let mut verdicts: HashMap<u64, Result<(), Unfit>, BuildHasherDefault<Mix64>> =
             HashMap::default();
         const MEMO_FROM: usize = 64;
@@ -223,7 +222,7 @@ impl Extender {
                         fit_pod(&node.state, d)
                     } else {
                         *verdicts
-                            .entry(node.alike())
+                            .entry(node.alike)
                             .or_insert_with(|| fit_pod(&node.state, d))
                     };
                     fit.map_err(|u| (matches!(u, Unfit::Never), u.message().into()))
@@ -292,9 +291,7 @@ impl Extender {
         // Scores depend on a node's GPUs as a set, not on their order or the node's name:
         // nodes alike (common in a cluster, and unchanged between decisions) are scored once.
         // A pod that names or avoids GPUs depends on which GPU is which: it is scored afresh.
-        let names_gpus = demands
-            .iter()
-            .any(|d| !d.devices.is_empty() || !d.avoid.is_empty());
+        let names_gpus = demands.iter().any(Demand::names_gpus);
         let mut prefix = Mix64::default();
         (generation, policy, &demands).hash(&mut prefix);
         let Ok(mut memo) = self.scores.lock() else {
@@ -325,7 +322,7 @@ impl Extender {
                     return slot_of(s, &mut distinct);
                 }
                 let mut key = prefix;
-                key.write_u64(n.gpu_set);
+                key.write_u64(n.alike);
                 let entry = memo.1.entry(key.finish()).or_insert_with(|| ScoreEntry {
                     score: node_score(&n.state, &demands, policy, &mix),
                     call: 0,

@@ -313,11 +313,13 @@ impl Hasher for Mix64 {
 /// hash of its model name (requests may accept some models only).
 type GpuKey = (u64, u64, u32, u32, bool, u64);
 
-/// A hash of `node`'s GPUs as a set (sorted; in order, with the topology, where it has one)
-/// and of its rules, continuing `prefix`. A node
-/// whose GPUs are named by a request is scored by the GPU identities too (see the caller).
+/// A hash of what placement reads of `node` apart from its GPUs' identities: its GPUs as a
+/// set (sorted; in order, with the topology, where it has one), its rules, its model and its
+/// host room, continuing `prefix`. Nodes with the same hash get the same fit and the same
+/// scores for a pod that names no GPU; a pod that names GPUs is judged by their identities
+/// too (see the callers).
 #[must_use]
-pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
+pub fn alike_hash(prefix: &Mix64, node: &NodeState) -> u64 {
     use std::hash::{Hash, Hasher as _};
     let model = |pos: usize| {
         let mut h = Mix64::default();
@@ -336,6 +338,7 @@ pub fn gpu_set_hash(prefix: &Mix64, node: &NodeState) -> u64 {
     };
     let mut h = *prefix;
     node.rules.max_sharers.hash(&mut h);
+    (node.model, node.cpu_free, node.mem_free).hash(&mut h);
     if let Some(t) = gpuslice_core::fit::NodeView::topology(node) {
         // Which GPUs a pod for several gets depends on where each GPU sits: the GPUs in
         // their order, with the topology.
