@@ -58,7 +58,9 @@ async fn agent() -> Result<AgentProxy<'static>> {
     let address = std::env::var("GPUSLICE_BUS_ADDRESS")
         .ok()
         .filter(|a| !a.is_empty());
-    let conn = client::connect(address.as_deref())
+    let configured = std::env::var("GPUSLICE_AGENT_SOCKET").ok();
+    let private = client::private_socket(address.as_deref(), configured.as_deref());
+    let conn = client::connect_agent(address.as_deref(), private.as_deref())
         .await
         .context("failed to reach the gpuslice agent over D-Bus")?;
     Ok(AgentProxy::builder(&conn)

@@ -279,14 +279,24 @@ impl AgentApi {
         Self { shared }
     }
 
-    /// Refuses callers other than root. The uid comes from the bus daemon, which took it
-    /// from the caller's socket credentials; it is cached per unique name, which the bus
-    /// never reuses.
+    /// Refuses callers other than root. On the bus the uid comes from the bus daemon, which
+    /// took it from the caller's socket credentials; it is cached per unique name, which the
+    /// bus never reuses. Peer to peer (the private socket, [`crate::private`]) a message has
+    /// no sender and the uid is the kernel's for the socket.
     async fn require_root(&self, header: &Header<'_>, conn: &Connection) -> Result<(), ApiError> {
-        let sender = header
-            .sender()
-            .ok_or_else(|| ApiError::AccessDenied("caller has no bus name".into()))?
-            .to_string();
+        let Some(sender) = header.sender() else {
+            let uid = conn.peer_creds().await.ok().and_then(|c| c.unix_user_id());
+            return match uid {
+                Some(0) => Ok(()),
+                Some(uid) => Err(ApiError::AccessDenied(format!(
+                    "uid {uid} may not change the ledger; only root may"
+                ))),
+                None => Err(ApiError::AccessDenied(
+                    "caller has no bus name and its socket gives no uid".into(),
+                )),
+            };
+        };
+        let sender = sender.to_string();
         let cached = self
             .shared
             .uid_cache

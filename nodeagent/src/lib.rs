@@ -20,6 +20,7 @@ pub mod held;
 pub mod ledger;
 pub mod metrics;
 pub mod placement;
+pub mod private;
 pub mod publish;
 pub mod rundir;
 pub mod sample_requests;

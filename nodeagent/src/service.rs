@@ -33,6 +33,9 @@ pub struct Config {
     /// `None` when CDI specs are not looked after.
     pub cdi_dir: Option<PathBuf>,
     pub bus_address: Option<String>,
+    /// Where to serve the interface to root peer to peer ([`crate::private`]); `None`: only
+    /// on the bus.
+    pub private_socket: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
     pub rules: Rules,
     pub default_policy: Policy,
@@ -162,6 +165,20 @@ pub async fn run(cfg: Config) -> Result<()> {
                 tracing::error!("metrics server stopped: {e}");
             }
         });
+    }
+
+    // Clients fall back to the bus without it: a socket that cannot be made is a warning.
+    if let Some(path) = &cfg.private_socket {
+        match crate::private::listen(path) {
+            Ok(listener) => {
+                tracing::info!(socket = %path.display(), "serving the D-Bus API to root on the private socket");
+                tokio::spawn(crate::private::serve(listener, Arc::clone(&shared)));
+            }
+            Err(e) => tracing::warn!(
+                "{:#}; clients reach the agent over the bus only",
+                anyhow::Error::from(e)
+            ),
+        }
     }
 
     let builder = match &cfg.bus_address {

@@ -289,3 +289,80 @@ fn the_context_reservation_reaches_every_limits_file_and_a_bad_one_is_refused() 
         "{err}"
     );
 }
+
+/// A bus address where no bus is: a client that reaches the agent with it went another way.
+fn no_bus(agent: &Agent) -> String {
+    format!("unix:path={}", agent.state_dir.join("no-bus").display())
+}
+
+#[test]
+fn root_reaches_the_agent_over_its_private_socket_without_the_bus() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let socket = agent.private_socket();
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
+    let (no_bus, sock) = (no_bus(&agent), socket.display().to_string());
+    let without = cli(&no_bus, &["status"]);
+    assert!(!without.status.success(), "the dead bus answered");
+    let claim = cli(
+        &no_bus,
+        &[
+            "--agent-socket",
+            &sock,
+            "claim",
+            "c1",
+            "-a",
+            "gpuslice.io/memory=1Gi",
+        ],
+    );
+    assert_success(&claim);
+    // The same ledger, seen over the bus.
+    let listed = |bus: &str| -> Vec<String> {
+        let out = cli(bus, &["status", "--json"]);
+        assert_success(&out);
+        let s: Status = serde_json::from_slice(&out.stdout).unwrap();
+        s.slices.into_iter().map(|s| s.claim.container_id).collect()
+    };
+    assert_eq!(listed(&bus.address), ["c1"]);
+    let release = cli(&no_bus, &["--agent-socket", &sock, "release", "c1"]);
+    assert_success(&release);
+    assert!(listed(&bus.address).is_empty());
+}
+
+#[test]
+fn only_root_may_change_the_ledger_over_the_private_socket_even_when_it_is_left_open() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let (no_bus, sock) = (no_bus(&agent), agent.private_socket().display().to_string());
+    let claim = [
+        "--agent-socket",
+        &sock,
+        "claim",
+        "c1",
+        "-a",
+        "gpuslice.io/memory=1Gi",
+    ];
+    // As made (mode 0600), another user cannot connect at all.
+    let shut = cli_as_nobody(&no_bus, &["--agent-socket", &sock, "status"]);
+    assert!(!shut.status.success(), "nobody reached the agent");
+    // Opened to everyone by mistake, it still answers reads only.
+    let open = |p: &std::path::Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    open(agent.state_dir.parent().unwrap(), 0o711);
+    open(&agent.state_dir, 0o711);
+    open(&agent.private_socket(), 0o666);
+    let read = cli_as_nobody(&no_bus, &["--agent-socket", &sock, "status", "--json"]);
+    assert_success(&read);
+    let write = cli_as_nobody(&no_bus, &claim);
+    assert!(!write.status.success());
+    let err = String::from_utf8_lossy(&write.stderr);
+    assert!(err.contains("uid 65534 may not change the ledger"), "{err}");
+    let root = cli(&no_bus, &claim);
+    assert_success(&root);
+}

@@ -2,8 +2,9 @@
 //! interleaved in one run: a container without a GPU (pure pass-through) and a GPU container
 //! (claim, spec edit, hooks, release). Containers are created with `--pid-file`, as containerd
 //! and podman create them; a fourth kind, a GPU container created without one (its pid is
-//! reported by a poststart hook), shows what the wrapper's own report saves. Prints medians
-//! and the ratio / difference.
+//! reported by a poststart hook), shows what the wrapper's own report saves, and a fifth, a
+//! GPU container whose wrapper reaches the agent over the bus instead of the agent's private
+//! socket, what the socket saves. Prints medians and the ratio / difference.
 //!
 //! Run: `cargo build --release --workspace && scripts/static-programs && cargo bench -p gpuslice-runtime-shim --bench lifecycle`
 //! (`BENCH_ROUNDS`, default 30). Needs root, runc, busybox and gcc.
@@ -130,7 +131,21 @@ fn main() {
                 "GPUSLICE_HOOK".into(),
                 binary("gpuslice-hook").display().to_string(),
             ),
+            (
+                "GPUSLICE_AGENT_SOCKET".into(),
+                agent.private_socket().display().to_string(),
+            ),
         ],
+    };
+    // The same, the agent reached over the bus only.
+    let over_bus = Setup {
+        work: setup.work.clone(),
+        env: setup
+            .env
+            .iter()
+            .filter(|(k, _)| k != "GPUSLICE_AGENT_SOCKET")
+            .cloned()
+            .collect(),
     };
     let plain = bundle(work.path(), "plain", &[]);
     let gpu = bundle(work.path(), "gpu", &[("gpuslice.io/memory", "1Gi")]);
@@ -140,7 +155,7 @@ fn main() {
     let runc = PathBuf::from("runc");
     let wrapper = binary("gpuslice-runtime");
     let (mut base, mut wrapped_plain, mut wrapped_gpu) = (Vec::new(), Vec::new(), Vec::new());
-    let mut gpu_no_pid_file = Vec::new();
+    let (mut gpu_no_pid_file, mut gpu_over_bus) = (Vec::new(), Vec::new());
     let mut phases: [[Vec<Duration>; 3]; 2] = Default::default();
     for i in 0..rounds + 3 {
         let samples = [
@@ -148,12 +163,14 @@ fn main() {
             lifecycle(&setup, &wrapper, &plain, &format!("w{i}"), true),
             lifecycle(&setup, &wrapper, &gpu, &format!("g{i}"), true),
             lifecycle(&setup, &wrapper, &gpu, &format!("h{i}"), false),
+            lifecycle(&over_bus, &wrapper, &gpu, &format!("b{i}"), true),
         ];
         if i >= 3 {
             base.push(samples[0].0);
             wrapped_plain.push(samples[1].0);
             wrapped_gpu.push(samples[2].0);
             gpu_no_pid_file.push(samples[3].0);
+            gpu_over_bus.push(samples[4].0);
             for (k, (plain, gpu)) in samples[0].1.iter().zip(samples[2].1.iter()).enumerate() {
                 phases[0][k].push(*plain);
                 phases[1][k].push(*gpu);
@@ -163,11 +180,12 @@ fn main() {
     let (b, p, g) = (median(base), median(wrapped_plain), median(wrapped_gpu));
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "bench=lifecycle rounds={rounds} runc_ms={:.2} wrapper_plain_ms={:.2} wrapper_gpu_ms={:.2} wrapper_gpu_without_pid_file_ms={:.2}",
+        "bench=lifecycle rounds={rounds} runc_ms={:.2} wrapper_plain_ms={:.2} wrapper_gpu_ms={:.2} wrapper_gpu_without_pid_file_ms={:.2} wrapper_gpu_over_bus_ms={:.2}",
         ms(b),
         ms(p),
         ms(g),
-        ms(median(gpu_no_pid_file))
+        ms(median(gpu_no_pid_file)),
+        ms(median(gpu_over_bus))
     );
     for (name, p) in [("runc", &phases[0]), ("wrapper_gpu", &phases[1])] {
         let m: Vec<String> = ["create", "start", "delete"]

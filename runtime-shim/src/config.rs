@@ -5,7 +5,8 @@
 //!
 //! ```json
 //! { "runtime": "runc", "driver_root": "/", "run_dir": "/run/gpuslice",
-//!   "bus_address": null, "interception_library": "/usr/lib/gpuslice/libgpuslice.so",
+//!   "bus_address": null, "agent_socket": null,
+//!   "interception_library": "/usr/lib/gpuslice/libgpuslice.so",
 //!   "hook": "/usr/bin/gpuslice-hook",
 //!   "extra_mounts": [{"source": "/opt/x", "destination": "/opt/x", "read_only": true}] }
 //! ```
@@ -87,6 +88,9 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// The agent's bus; `None` for the system bus.
     pub bus_address: Option<String>,
+    /// The agent's private socket, tried before the bus; `None`: the default one
+    /// (`/run/gpuslice-agent/private`) when the agent is on the system bus, else none.
+    pub agent_socket: Option<String>,
     pub interception_library: PathBuf,
     pub hook: PathBuf,
     /// Mounted into every GPU container besides the driver's files.
@@ -109,6 +113,7 @@ impl Default for Config {
             driver_root: "/".into(),
             run_dir: "/run/gpuslice".into(),
             bus_address: None,
+            agent_socket: None,
             interception_library: "/usr/lib/gpuslice/libgpuslice.so".into(),
             hook: default_hook(),
             extra_mounts: Vec::new(),
@@ -134,19 +139,34 @@ const OVERRIDES: &[(&str, &str)] = &[
     ("driver_root", "GPUSLICE_DRIVER_ROOT"),
     ("run_dir", "GPUSLICE_RUN_DIR"),
     ("bus_address", "GPUSLICE_BUS_ADDRESS"),
+    ("agent_socket", "GPUSLICE_AGENT_SOCKET"),
     ("interception_library", "GPUSLICE_INTERCEPTION_LIBRARY"),
     ("hook", "GPUSLICE_HOOK"),
 ];
 
 impl Config {
     /// The environment the hooks need (engines start hooks with none): the agent's bus
-    /// address when it is not the system bus.
+    /// address when it is not the system bus, and its private socket when one is set.
     #[must_use]
     pub fn hook_env(&self) -> Vec<String> {
-        self.bus_address
+        let bus = self
+            .bus_address
             .iter()
-            .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"))
-            .collect()
+            .map(|a| format!("GPUSLICE_BUS_ADDRESS={a}"));
+        let socket = self
+            .agent_socket
+            .iter()
+            .map(|s| format!("GPUSLICE_AGENT_SOCKET={s}"));
+        bus.chain(socket).collect()
+    }
+
+    /// The private socket to try before the bus (see [`gpuslice_agent_api::private_socket`]).
+    #[must_use]
+    pub fn private_socket(&self) -> Option<PathBuf> {
+        gpuslice_agent_api::private_socket(
+            self.bus_address.as_deref(),
+            self.agent_socket.as_deref(),
+        )
     }
 
     /// Reads the file named by `$GPUSLICE_RUNTIME_CONFIG` (default [`DEFAULT_CONFIG`]; a
@@ -213,6 +233,7 @@ impl Config {
                 "driver_root" => self.driver_root = v.into(),
                 "run_dir" => self.run_dir = v.into(),
                 "bus_address" => self.bus_address = Some(v),
+                "agent_socket" => self.agent_socket = Some(v),
                 "interception_library" => self.interception_library = v.into(),
                 _ => self.hook = v.into(),
             }

@@ -17,7 +17,8 @@ use crate::args::Invocation;
 use crate::config::Config;
 
 async fn agent(cfg: &Config) -> Result<AgentProxy<'static>> {
-    let conn = client::connect(cfg.bus_address.as_deref())
+    let private = cfg.private_socket();
+    let conn = client::connect_agent(cfg.bus_address.as_deref(), private.as_deref())
         .await
         .context("failed to reach the gpuslice agent over D-Bus")?;
     AgentProxy::builder(&conn)
@@ -39,10 +40,22 @@ fn session(cfg: &Config) -> Result<&'static Session> {
     if let Some(s) = SESSION.get() {
         return Ok(s);
     }
+    let started = std::time::Instant::now();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let agent = rt.block_on(agent(cfg))?;
+    if std::env::var_os("GPUSLICE_RUNTIME_DEBUG").is_some() {
+        // A peer-to-peer connection has no name on a bus.
+        let via = match agent.inner().connection().unique_name() {
+            Some(_) => "the bus",
+            None => "its private socket",
+        };
+        eprintln!(
+            "gpuslice-runtime: reached the agent over {via} in {:?}",
+            started.elapsed()
+        );
+    }
     Ok(SESSION.get_or_init(|| Session { rt, agent }))
 }
 

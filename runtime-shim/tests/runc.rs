@@ -542,3 +542,76 @@ fn a_create_with_a_pid_file_reports_the_pid_itself_and_the_container_carries_no_
     assert!(node.wrapper(&["delete", "withpid"]).status.success());
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn the_wrapper_and_its_hooks_reach_the_agent_over_its_private_socket_without_the_bus() {
+    let node = Node::new();
+    let dead_bus = format!(
+        "unix:path={}",
+        node.agent.state_dir.join("no-bus").display()
+    );
+    let socket = node.agent.private_socket().display().to_string();
+    let wrapper = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(gpuslice_testsupport::binary("gpuslice-runtime"));
+        cmd.arg("--root").arg(node.runc_root()).args(args);
+        for (k, v) in node.env() {
+            match k.as_str() {
+                "GPUSLICE_BUS_ADDRESS" => cmd.env(k, &dead_bus),
+                _ => cmd.env(k, v),
+            };
+        }
+        cmd.env("GPUSLICE_AGENT_SOCKET", &socket);
+        common::output_via_files(&mut cmd)
+    };
+    // The wrapper claims, reports the pid and releases.
+    let b = node.bundle(
+        "p2p",
+        &["/bin/sleep", "60"],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
+    let pid_file = b.join("init.pid").display().to_string();
+    let bundle = b.display().to_string();
+    let out = wrapper(&[
+        "create",
+        "--bundle",
+        &bundle,
+        "--pid-file",
+        &pid_file,
+        "p2p1",
+    ]);
+    assert!(out.status.success(), "create failed: {}", text(&out));
+    assert!(matches!(
+        node.status().slices[0].claim.state,
+        gpuslice_core::ClaimState::Active { .. }
+    ));
+    let _ = node.runc(&["kill", "p2p1", "KILL"]);
+    assert!(wait_for(Duration::from_secs(10), || text(
+        &node.runc(&["state", "p2p1"])
+    )
+    .contains("\"stopped\"")));
+    let out = wrapper(&["delete", "p2p1"]);
+    assert!(out.status.success(), "delete failed: {}", text(&out));
+    assert!(
+        node.status().slices.is_empty(),
+        "the wrapper did not release"
+    );
+    // In the foreground the hooks report the start and release at the stop, with the
+    // environment the wrapper gives them.
+    let b = node.bundle("p2pfg", &["/bin/true"], &[("gpuslice.io/memory", "1Gi")]);
+    let out = wrapper(&["run", "--bundle", &b.display().to_string(), "p2p2"]);
+    assert!(out.status.success(), "run failed: {}", text(&out));
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
+    let socket_env = format!("GPUSLICE_AGENT_SOCKET={socket}");
+    assert!(
+        spec["hooks"]["poststop"][0]["env"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|v| v.as_str() == Some(socket_env.as_str()))),
+        "{}",
+        spec["hooks"]
+    );
+    assert!(
+        node.status().slices.is_empty(),
+        "the poststop hook did not release"
+    );
+}

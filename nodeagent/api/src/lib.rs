@@ -5,6 +5,7 @@
 //! that run at every container start carry nothing of the agent's.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use gpuslice_core::inventory::Inventory;
 use gpuslice_core::{Claim, GpuLoad};
@@ -101,4 +102,41 @@ pub async fn connect(address: Option<&str>) -> zbus::Result<zbus::Connection> {
         Some(a) => zbus::connection::Builder::address(a)?.build().await,
         None => zbus::Connection::system().await,
     }
+}
+
+/// The agent's private socket, where it serves the same interface to root over peer-to-peer
+/// D-Bus, without the bus daemon in between (as systemd serves `/run/systemd/private` to
+/// `systemctl`): in the default state directory, which only root can enter.
+pub const PRIVATE_SOCKET: &str = "/run/gpuslice-agent/private";
+
+/// The private socket a client should try before the bus: `configured` when set, else the
+/// default one when the agent is on the system bus (an agent on another bus is not the one
+/// at the default path), else none.
+#[must_use]
+pub fn private_socket(bus_address: Option<&str>, configured: Option<&str>) -> Option<PathBuf> {
+    match (configured.filter(|c| !c.is_empty()), bus_address) {
+        (Some(c), _) => Some(PathBuf::from(c)),
+        (None, None) => Some(PathBuf::from(PRIVATE_SOCKET)),
+        (None, Some(_)) => None,
+    }
+}
+
+/// Connects to the agent over its private socket when `private` names one that answers,
+/// otherwise over the bus at `bus_address` (see [`connect`]). The runtime wrapper and the
+/// hook, which run as root at every GPU container's start and delete, use it: a connection
+/// there skips the bus daemon's handshake and name assignment, and each call one hop.
+pub async fn connect_agent(
+    bus_address: Option<&str>,
+    private: Option<&Path>,
+) -> zbus::Result<zbus::Connection> {
+    if let Some(path) = private
+        && let Ok(stream) = tokio::net::UnixStream::connect(path).await
+        && let Ok(conn) = zbus::connection::Builder::unix_stream(stream)
+            .p2p()
+            .build()
+            .await
+    {
+        return Ok(conn);
+    }
+    connect(bus_address).await
 }

@@ -54,6 +54,11 @@ struct Args {
     /// D-Bus address to serve on instead of the system bus.
     #[arg(long, env = "GPUSLICE_BUS_ADDRESS")]
     bus_address: Option<String>,
+    /// Where to serve the same D-Bus interface to root peer to peer, without the bus daemon
+    /// (the runtime wrapper and the hook connect there first): a socket made mode 0600.
+    /// Default: `private` in the state directory; "off" for none.
+    #[arg(long)]
+    private_socket: Option<String>,
     /// Address for the Prometheus endpoint (/metrics), or "off".
     #[arg(long, default_value = "127.0.0.1:9401")]
     metrics_address: String,
@@ -171,6 +176,11 @@ fn main() -> Result<std::process::ExitCode> {
     let cfg = Config {
         driver_root: args.driver_root,
         nvml_library: args.nvml_library,
+        private_socket: match args.private_socket.as_deref() {
+            Some("off" | "") => None,
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(args.state_dir.join("private")),
+        },
         state_dir: args.state_dir,
         run_dir: args.run_dir,
         cdi_dir: (args.cdi_dir != "off").then(|| PathBuf::from(&args.cdi_dir)),

@@ -20,6 +20,10 @@ struct Cli {
     /// D-Bus address of the agent's bus instead of the system bus.
     #[arg(long, global = true, env = "GPUSLICE_BUS_ADDRESS")]
     bus_address: Option<String>,
+    /// The agent's private socket, tried before the bus (root only). Default:
+    /// /run/gpuslice-agent/private when the agent is on the system bus.
+    #[arg(long, global = true, env = "GPUSLICE_AGENT_SOCKET")]
+    agent_socket: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -239,7 +243,8 @@ fn print_status(s: &Status, whole_ids: bool) {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    let conn = client::connect(cli.bus_address.as_deref())
+    let private = client::private_socket(cli.bus_address.as_deref(), cli.agent_socket.as_deref());
+    let conn = client::connect_agent(cli.bus_address.as_deref(), private.as_deref())
         .await
         .context("failed to connect to D-Bus")?;
     let agent = AgentProxy::builder(&conn)

@@ -23,6 +23,15 @@ pub fn cli(bus: &str, args: &[&str]) -> Output {
         .expect("run gpuslice")
 }
 
+/// Fails the test with the command's stderr unless it succeeded.
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs the `gpuslice` CLI as an unprivileged user (nobody).
 pub fn cli_as_nobody(bus: &str, args: &[&str]) -> Output {
     Command::new("setpriv")

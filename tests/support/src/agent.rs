@@ -145,6 +145,12 @@ impl Agent {
         panic!("gpuslice-agent was not ready within 30s:\n{}", self.log());
     }
 
+    /// The agent's private socket (its default place, in the state directory).
+    #[must_use]
+    pub fn private_socket(&self) -> PathBuf {
+        self.state_dir.join("private")
+    }
+
     /// Messages received on the notify socket since the last call (waits up to 200 ms).
     pub fn notifications(&self) -> Vec<String> {
         let mut out = Vec::new();
