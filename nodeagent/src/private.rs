@@ -5,11 +5,13 @@
 //! instead of two.
 //!
 //! Who may use it: the socket is made mode 0600 (root's) under a temporary name and only
-//! then renamed into place, so no other user can ever connect; and every call that changes
-//! the ledger checks again that the peer's uid, which the kernel gives for the socket, is 0
-//! (`AgentApi::require_root`).
+//! then renamed into place, in a directory only root can write (another is refused), so no
+//! other user can ever connect or put a socket of their own in its place; every call that
+//! changes the ledger checks again that the peer's uid, which the kernel gives for the
+//! socket, is 0 (`AgentApi::require_root`); and clients take the socket only when the kernel
+//! says root listens on it.
 
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,10 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum PrivateSocketError {
     #[error("{path} exists and is not a socket; not replacing it")]
     NotASocket { path: PathBuf },
+    #[error(
+        "{dir}: {why}, so another user could put their own socket in place of the agent's; give the private socket a directory only root can write"
+    )]
+    UnsafeDirectory { dir: PathBuf, why: String },
     #[error("failed to set up the private socket {path}")]
     Io {
         path: PathBuf,
@@ -45,6 +51,24 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PrivateSocketError + '_ {
 /// Listens at `path`, replacing the socket a previous agent left there (the caller holds the
 /// ledger's lock, so no other agent is using it). Must run inside the tokio runtime.
 pub fn listen(path: &Path) -> Result<UnixListener, PrivateSocketError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).map_err(io(dir))?;
+    let unsafe_dir = |why: String| PrivateSocketError::UnsafeDirectory {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    if meta.uid() != 0 {
+        return Err(unsafe_dir(format!("owned by uid {}", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_dir(format!(
+            "mode {:o} lets others write",
+            meta.mode() & 0o7777
+        )));
+    }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path).map_err(io(path))?,
         Ok(_) => {

@@ -366,3 +366,74 @@ fn only_root_may_change_the_ledger_over_the_private_socket_even_when_it_is_left_
     let root = cli(&no_bus, &claim);
     assert_success(&root);
 }
+
+#[test]
+fn the_agent_makes_no_private_socket_in_a_directory_others_can_write_and_serves_the_bus() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let socket = open.path().join("private");
+    let agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &["--private-socket", &socket.display().to_string()],
+    );
+    assert!(!socket.exists() && !open.path().join("private.new").exists());
+    let log = agent.log();
+    assert!(
+        log.contains("lets others write") && log.contains(&open.path().display().to_string()),
+        "{log}"
+    );
+    assert_success(&cli(&bus.address, &["status"]));
+}
+
+#[test]
+fn a_client_takes_the_private_socket_only_from_root_and_otherwise_uses_the_bus() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    // Another user listens where a client was told the agent's socket is, and never answers.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = dir.path().join("private");
+    let mut impostor = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+        ])
+        .arg(
+            "import socket,sys,time\n\
+             s=socket.socket(socket.AF_UNIX)\n\
+             s.bind(sys.argv[1]); s.listen(8)\n\
+             held=[]\n\
+             while True: held.append(s.accept())\n",
+        )
+        .arg(&fake)
+        .spawn()
+        .unwrap();
+    assert!(gpuslice_testsupport::wait_for(
+        std::time::Duration::from_secs(10),
+        || fake.exists()
+    ));
+    let out = std::process::Command::new("timeout")
+        .arg("20")
+        .arg(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(["--bus-address", &bus.address, "--agent-socket"])
+        .arg(&fake)
+        .args(["claim", "c1", "-a", "gpuslice.io/memory=1Gi"])
+        .output()
+        .unwrap();
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    assert_success(&out);
+    let status = cli(&bus.address, &["status", "--json"]);
+    let s: Status = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(s.slices.len(), 1, "the claim went to the real agent");
+}

@@ -121,16 +121,18 @@ pub fn private_socket(bus_address: Option<&str>, configured: Option<&str>) -> Op
     }
 }
 
-/// Connects to the agent over its private socket when `private` names one that answers,
-/// otherwise over the bus at `bus_address` (see [`connect`]). The runtime wrapper and the
-/// hook, which run as root at every GPU container's start and delete, use it: a connection
-/// there skips the bus daemon's handshake and name assignment, and each call one hop.
+/// Connects to the agent over its private socket when `private` names one that answers and
+/// is served by root (the kernel's credentials of the listening process), otherwise over the
+/// bus at `bus_address` (see [`connect`]). The runtime wrapper and the hook, which run as root
+/// at every GPU container's start and delete, use it: a connection there skips the bus
+/// daemon's handshake and name assignment, and each call takes one hop.
 pub async fn connect_agent(
     bus_address: Option<&str>,
     private: Option<&Path>,
 ) -> zbus::Result<zbus::Connection> {
     if let Some(path) = private
         && let Ok(stream) = tokio::net::UnixStream::connect(path).await
+        && stream.peer_cred().is_ok_and(|c| c.uid() == 0)
         && let Ok(conn) = zbus::connection::Builder::unix_stream(stream)
             .p2p()
             .build()
