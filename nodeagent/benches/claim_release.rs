@@ -1,6 +1,8 @@
 //! Claim+release round trips over D-Bus against a real agent on a private bus and a simulated
 //! node: latency percentiles and claims per second, with the ledger on a tmpfs (the agent's
-//! default, /run) and on disk.
+//! default, /run) and on disk, over the bus and over the agent's private socket; and, as the
+//! runtime wrapper and the hook make them, each claim and each release on a connection of its
+//! own (`fresh`).
 //!
 //! Run: `cargo build --release --workspace && cargo bench -p gpuslice-nodeagent --bench claim_release`
 //! Options (environment): `BENCH_PAIRS` (default 3000), `BENCH_CLIENTS` (default 1,8).
@@ -21,50 +23,88 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-async fn client(address: String, name: String, pairs: usize) -> Vec<Duration> {
-    let conn = gpuslice_agent_api::connect(Some(&address))
-        .await
-        .expect("bus");
-    let p = AgentProxy::builder(&conn)
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .expect("proxy");
+/// How a client reaches the agent.
+#[derive(Clone)]
+struct Via {
+    bus: String,
+    private: Option<PathBuf>,
+    /// A connection of its own for each call.
+    fresh: bool,
+}
+
+impl Via {
+    fn label(&self) -> String {
+        let way = if self.private.is_some() {
+            "private"
+        } else {
+            "bus"
+        };
+        if self.fresh {
+            format!("{way}_fresh")
+        } else {
+            way.to_string()
+        }
+    }
+
+    async fn proxy(&self) -> AgentProxy<'static> {
+        let conn = gpuslice_agent_api::connect_agent(Some(&self.bus), self.private.as_deref())
+            .await
+            .expect("agent");
+        assert_eq!(
+            conn.unique_name().is_none(),
+            self.private.is_some(),
+            "connected the other way"
+        );
+        AgentProxy::builder(&conn)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .expect("proxy")
+    }
+}
+
+async fn client(via: Via, name: String, pairs: usize) -> Vec<Duration> {
+    let mut p = via.proxy().await;
     let annotations: std::collections::HashMap<&str, &str> =
         [("gpuslice.io/memory", "256Mi"), ("gpuslice.io/cores", "1")].into();
     let mut out = Vec::with_capacity(pairs);
     for i in 0..pairs {
         let id = format!("{name}-{i}");
         let t = Instant::now();
+        if via.fresh {
+            p = via.proxy().await;
+        }
         p.claim(&id, annotations.clone()).await.expect("claim");
+        if via.fresh {
+            p = via.proxy().await;
+        }
         p.release(&id).await.expect("release");
         out.push(t.elapsed());
     }
     out
 }
 
-fn run(base: &Path, label: &str, clients: usize, pairs: usize) {
+fn run(base: &Path, label: &str, clients: usize, pairs: usize, private: bool, fresh: bool) {
     let sim = SimNode::new(2, "A10", None);
     let bus = Bus::start();
     let agent_exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice-agent"));
-    let _agent = Agent::start_in(base, &agent_exe, &bus, &sim, &["--max-sharers", "64"], &[]);
+    let agent = Agent::start_in(base, &agent_exe, &bus, &sim, &["--max-sharers", "64"], &[]);
+    let via = Via {
+        bus: bus.address.clone(),
+        private: private.then(|| agent.private_socket()),
+        fresh,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
     // Warm up the agent and the bus.
-    rt.block_on(client(bus.address.clone(), "warmup".into(), 200));
+    rt.block_on(client(via.clone(), "warmup".into(), 200));
     let start = Instant::now();
     let mut all: Vec<Duration> = rt.block_on(async {
         let tasks: Vec<_> = (0..clients)
-            .map(|c| {
-                tokio::spawn(client(
-                    bus.address.clone(),
-                    format!("c{c}"),
-                    pairs / clients,
-                ))
-            })
+            .map(|c| tokio::spawn(client(via.clone(), format!("c{c}"), pairs / clients)))
             .collect();
         let mut all = Vec::new();
         for t in tasks {
@@ -78,7 +118,8 @@ fn run(base: &Path, label: &str, clients: usize, pairs: usize) {
     #[allow(clippy::cast_precision_loss)]
     let claims_per_s = all.len() as f64 / wall.as_secs_f64();
     println!(
-        "bench=claim_release state={label} clients={clients} pairs={} p50_us={:.0} p99_us={:.0} max_us={:.0} claims_per_s={:.0}",
+        "bench=claim_release state={label} via={} clients={clients} pairs={} p50_us={:.0} p99_us={:.0} max_us={:.0} claims_per_s={:.0}",
+        via.label(),
         all.len(),
         us(percentile(&all, 0.50)),
         us(percentile(&all, 0.99)),
@@ -103,7 +144,11 @@ fn main() {
     let tmpfs = gpuslice_testsupport::runtime_tmp();
     let disk = PathBuf::from("/var/tmp");
     for &c in &clients {
-        run(&tmpfs, "tmpfs", c, pairs);
-        run(&disk, "disk", c, pairs);
+        run(&tmpfs, "tmpfs", c, pairs, false, false);
+        run(&tmpfs, "tmpfs", c, pairs, true, false);
+        run(&disk, "disk", c, pairs, false, false);
     }
+    // As the wrapper and the hook call: a process, so a connection, per call.
+    run(&tmpfs, "tmpfs", 1, pairs, false, true);
+    run(&tmpfs, "tmpfs", 1, pairs, true, true);
 }
