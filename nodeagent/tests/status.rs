@@ -295,6 +295,18 @@ fn no_bus(agent: &Agent) -> String {
     format!("unix:path={}", agent.state_dir.join("no-bus").display())
 }
 
+/// `gpuslice` arguments claiming 1 GiB for `c1` over the private socket `sock`.
+fn claim_over(sock: &str) -> [&str; 6] {
+    [
+        "--agent-socket",
+        sock,
+        "claim",
+        "c1",
+        "-a",
+        "gpuslice.io/memory=1Gi",
+    ]
+}
+
 #[test]
 fn root_reaches_the_agent_over_its_private_socket_without_the_bus() {
     use std::os::unix::fs::PermissionsExt;
@@ -307,18 +319,7 @@ fn root_reaches_the_agent_over_its_private_socket_without_the_bus() {
     let (no_bus, sock) = (no_bus(&agent), socket.display().to_string());
     let without = cli(&no_bus, &["status"]);
     assert!(!without.status.success(), "the dead bus answered");
-    let claim = cli(
-        &no_bus,
-        &[
-            "--agent-socket",
-            &sock,
-            "claim",
-            "c1",
-            "-a",
-            "gpuslice.io/memory=1Gi",
-        ],
-    );
-    assert_success(&claim);
+    assert_success(&cli(&no_bus, &claim_over(&sock)));
     // The same ledger, seen over the bus.
     let listed = |bus: &str| -> Vec<String> {
         let out = cli(bus, &["status", "--json"]);
@@ -339,14 +340,7 @@ fn only_root_may_change_the_ledger_over_the_private_socket_even_when_it_is_left_
     let bus = Bus::start();
     let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
     let (no_bus, sock) = (no_bus(&agent), agent.private_socket().display().to_string());
-    let claim = [
-        "--agent-socket",
-        &sock,
-        "claim",
-        "c1",
-        "-a",
-        "gpuslice.io/memory=1Gi",
-    ];
+    let claim = claim_over(&sock);
     // As made (mode 0600), another user cannot connect at all.
     let shut = cli_as_nobody(&no_bus, &["--agent-socket", &sock, "status"]);
     assert!(!shut.status.success(), "nobody reached the agent");
