@@ -59,8 +59,7 @@ async fn agent() -> Result<AgentProxy<'static>> {
         .ok()
         .filter(|a| !a.is_empty());
     let configured = std::env::var("GPUSLICE_AGENT_SOCKET").ok();
-    let private = client::private_socket(address.as_deref(), configured.as_deref());
-    let conn = client::connect_agent(address.as_deref(), private.as_deref())
+    let conn = client::connect_agent(address.as_deref(), configured.as_deref())
         .await
         .context("failed to reach the gpuslice agent over D-Bus")?;
     Ok(AgentProxy::builder(&conn)

@@ -47,7 +47,8 @@ impl Via {
     }
 
     async fn proxy(&self) -> AgentProxy<'static> {
-        let conn = gpuslice_agent_api::connect_agent(Some(&self.bus), self.private.as_deref())
+        let private = self.private.as_ref().map(|p| p.display().to_string());
+        let conn = gpuslice_agent_api::connect_agent(Some(&self.bus), private.as_deref())
             .await
             .expect("agent");
         assert_eq!(

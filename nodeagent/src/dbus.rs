@@ -284,43 +284,18 @@ impl AgentApi {
     /// bus never reuses. Peer to peer (the private socket, [`crate::private`]) a message has
     /// no sender and the uid is the kernel's for the socket.
     async fn require_root(&self, header: &Header<'_>, conn: &Connection) -> Result<(), ApiError> {
-        let Some(sender) = header.sender() else {
-            let uid = conn.peer_creds().await.ok().and_then(|c| c.unix_user_id());
-            return match uid {
-                Some(0) => Ok(()),
-                Some(uid) => Err(ApiError::AccessDenied(format!(
-                    "uid {uid} may not change the ledger; only root may"
-                ))),
-                None => Err(ApiError::AccessDenied(
-                    "caller has no bus name and its socket gives no uid".into(),
-                )),
-            };
-        };
-        let sender = sender.to_string();
-        let cached = self
-            .shared
-            .uid_cache
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&sender).copied());
-        let uid = match cached {
-            Some(uid) => uid,
-            None => {
-                let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-                let name =
-                    zbus::names::BusName::try_from(sender.as_str()).map_err(zbus::Error::from)?;
-                let uid = dbus
-                    .get_connection_unix_user(name)
-                    .await
-                    .map_err(zbus::Error::from)?;
-                if let Ok(mut c) = self.shared.uid_cache.lock() {
-                    if c.len() > 4096 {
-                        c.clear();
-                    }
-                    c.insert(sender, uid);
-                }
-                uid
-            }
+        let uid = match header.sender() {
+            Some(sender) => self.bus_caller_uid(sender.to_string(), conn).await?,
+            None => conn
+                .peer_creds()
+                .await
+                .ok()
+                .and_then(|c| c.unix_user_id())
+                .ok_or_else(|| {
+                    ApiError::AccessDenied(
+                        "caller has no bus name and its socket gives no uid".into(),
+                    )
+                })?,
         };
         if uid == 0 {
             Ok(())
@@ -329,6 +304,32 @@ impl AgentApi {
                 "uid {uid} may not change the ledger; only root may"
             )))
         }
+    }
+
+    /// The uid of the bus caller `sender`, asked of the bus daemon once per unique name.
+    async fn bus_caller_uid(&self, sender: String, conn: &Connection) -> Result<u32, ApiError> {
+        let cached = self
+            .shared
+            .uid_cache
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&sender).copied());
+        if let Some(uid) = cached {
+            return Ok(uid);
+        }
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let name = zbus::names::BusName::try_from(sender.as_str()).map_err(zbus::Error::from)?;
+        let uid = dbus
+            .get_connection_unix_user(name)
+            .await
+            .map_err(zbus::Error::from)?;
+        if let Ok(mut c) = self.shared.uid_cache.lock() {
+            if c.len() > 4096 {
+                c.clear();
+            }
+            c.insert(sender, uid);
+        }
+        Ok(uid)
     }
 
     async fn blocking<T: Send + 'static>(

@@ -104,24 +104,22 @@ pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let built = zbus::connection::Builder::unix_stream(stream)
-                .server(zbus::Guid::generate())
-                .and_then(|b| b.p2p().serve_at(OBJECT_PATH, AgentApi::new(shared)))
-                .map(zbus::connection::Builder::build);
-            let conn = match built {
-                Ok(handshake) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => {
-                        tracing::debug!("private socket: handshake failed: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!("private socket: handshake timed out");
-                        return;
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!("private socket: {e}");
+            let handshake = async {
+                zbus::connection::Builder::unix_stream(stream)
+                    .server(zbus::Guid::generate())?
+                    .p2p()
+                    .serve_at(OBJECT_PATH, AgentApi::new(shared))?
+                    .build()
+                    .await
+            };
+            let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    tracing::debug!("private socket: handshake failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!("private socket: handshake timed out");
                     return;
                 }
             };

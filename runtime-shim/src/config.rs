@@ -160,15 +160,6 @@ impl Config {
         bus.chain(socket).collect()
     }
 
-    /// The private socket to try before the bus (see [`gpuslice_agent_api::private_socket`]).
-    #[must_use]
-    pub fn private_socket(&self) -> Option<PathBuf> {
-        gpuslice_agent_api::private_socket(
-            self.bus_address.as_deref(),
-            self.agent_socket.as_deref(),
-        )
-    }
-
     /// Reads the file named by `$GPUSLICE_RUNTIME_CONFIG` (default [`DEFAULT_CONFIG`]; a
     /// missing file means every default), then applies the environment's overrides.
     pub fn load() -> Result<Self, ConfigError> {

@@ -17,8 +17,7 @@ use crate::args::Invocation;
 use crate::config::Config;
 
 async fn agent(cfg: &Config) -> Result<AgentProxy<'static>> {
-    let private = cfg.private_socket();
-    let conn = client::connect_agent(cfg.bus_address.as_deref(), private.as_deref())
+    let conn = client::connect_agent(cfg.bus_address.as_deref(), cfg.agent_socket.as_deref())
         .await
         .context("failed to reach the gpuslice agent over D-Bus")?;
     AgentProxy::builder(&conn)

@@ -5,7 +5,7 @@
 //! that run at every container start carry nothing of the agent's.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpuslice_core::inventory::Inventory;
 use gpuslice_core::{Claim, GpuLoad};
@@ -121,16 +121,16 @@ pub fn private_socket(bus_address: Option<&str>, configured: Option<&str>) -> Op
     }
 }
 
-/// Connects to the agent over its private socket when `private` names one that answers and
-/// is served by root (the kernel's credentials of the listening process), otherwise over the
-/// bus at `bus_address` (see [`connect`]). The runtime wrapper and the hook, which run as root
-/// at every GPU container's start and delete, use it: a connection there skips the bus
-/// daemon's handshake and name assignment, and each call takes one hop.
+/// Connects to the agent over its private socket when there is one to try (see
+/// [`private_socket`]; `configured` names one) that answers and is served by root (the
+/// kernel's credentials of the listening process), otherwise over the bus at `bus_address`
+/// (see [`connect`]). The runtime wrapper, the hook and the CLI use it: a connection there
+/// skips the bus daemon's handshake and name assignment, and each call takes one hop.
 pub async fn connect_agent(
     bus_address: Option<&str>,
-    private: Option<&Path>,
+    configured: Option<&str>,
 ) -> zbus::Result<zbus::Connection> {
-    if let Some(path) = private
+    if let Some(path) = private_socket(bus_address, configured)
         && let Ok(stream) = tokio::net::UnixStream::connect(path).await
         && stream.peer_cred().is_ok_and(|c| c.uid() == 0)
         && let Ok(conn) = zbus::connection::Builder::unix_stream(stream)

@@ -243,8 +243,7 @@ fn print_status(s: &Status, whole_ids: bool) {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    let private = client::private_socket(cli.bus_address.as_deref(), cli.agent_socket.as_deref());
-    let conn = client::connect_agent(cli.bus_address.as_deref(), private.as_deref())
+    let conn = client::connect_agent(cli.bus_address.as_deref(), cli.agent_socket.as_deref())
         .await
         .context("failed to connect to D-Bus")?;
     let agent = AgentProxy::builder(&conn)
