@@ -596,8 +596,17 @@ fn the_wrapper_and_its_hooks_reach_the_agent_over_its_private_socket_without_the
         "the wrapper did not release"
     );
     // In the foreground the hooks report the start and release at the stop, with the
-    // environment the wrapper gives them.
-    let b = node.bundle("p2pfg", &["/bin/true"], &[("gpuslice.io/memory", "1Gi")]);
+    // environment the wrapper gives them. Root inside finds no way to the socket: neither
+    // the agent's path nor the default one exists in the container.
+    let look = format!(
+        "test ! -e {socket} && test ! -e {} && test ! -e /run/gpuslice-agent",
+        gpuslice_agent_api::PRIVATE_SOCKET
+    );
+    let b = node.bundle(
+        "p2pfg",
+        &["/bin/sh", "-c", &look],
+        &[("gpuslice.io/memory", "1Gi")],
+    );
     let out = wrapper(&["run", "--bundle", &b.display().to_string(), "p2p2"]);
     assert!(out.status.success(), "run failed: {}", text(&out));
     let spec: serde_json::Value =
