@@ -240,6 +240,20 @@ pub struct TaskMix {
     /// fragment to them (a constant per pod placed, which moves where its score is cut to an
     /// integer). Only in [`TaskMix::typical`], for the `fgd` baseline.
     gpuless_see_fragments: bool,
+    /// What the pods with GPUs seen ask in all, each pod counted once (decayed alike): the
+    /// workload's CPU and memory per GPU share ([`TaskMix::host_room`]).
+    gpu_pods: HostDemand,
+    /// Whether GPU share a node's CPU or memory cannot feed is left out of the measure, as
+    /// in the paper (its `fgd` baseline only).
+    paper_host_check: bool,
+}
+
+/// CPU, memory and GPU share asked in all by a set of pods.
+#[derive(Debug, Clone, Copy, Default)]
+struct HostDemand {
+    cpu: f64,
+    mem: f64,
+    gpu: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +286,16 @@ impl TaskMix {
         }
     }
 
+    /// What one pod of `d` counts for in the mix (before decay).
+    fn unit(&self, d: &Demand) -> f64 {
+        let gpus = d.gpu_share(REFERENCE_GPU_MEMORY);
+        match self.weighting {
+            Weighting::Pods => 1.0,
+            Weighting::GpuDemand => gpus,
+            Weighting::PodsAndGpus => 1.0 + gpus,
+        }
+    }
+
     /// Makes older pods count less: a pod's weight halves once pods asking for `gpus` whole
     /// GPUs in all have arrived after it. The simulator and the extender set it to the
     /// cluster's GPU count: the workload that matters is the one that will fill the cluster.
@@ -282,11 +306,7 @@ impl TaskMix {
     /// Counts one more pod of this demand.
     pub fn observe(&mut self, d: &Demand) {
         let gpus = d.gpu_share(REFERENCE_GPU_MEMORY);
-        let unit = match self.weighting {
-            Weighting::Pods => 1.0,
-            Weighting::GpuDemand => gpus,
-            Weighting::PodsAndGpus => 1.0 + gpus,
-        };
+        let unit = self.unit(d);
         if unit == 0.0 {
             return;
         }
@@ -305,6 +325,13 @@ impl TaskMix {
     /// Counts `w` more of this demand.
     fn add(&mut self, d: &Demand, w: f64) {
         self.total += w;
+        let share = d.gpu_share(REFERENCE_GPU_MEMORY);
+        if share > 0.0 {
+            let pods = w / self.unit(d);
+            self.gpu_pods.cpu += pods * d.cpu as f64;
+            self.gpu_pods.mem += pods * d.mem as f64;
+            self.gpu_pods.gpu += pods * share;
+        }
         if let Some(&i) = self.index.get(d) {
             let t = &mut self.types[i];
             t.weight += w;
@@ -339,6 +366,7 @@ impl TaskMix {
         by_count.sort_by(|a, b| b.weight.total_cmp(&a.weight));
         let mut mix = Self::new(Weighting::Pods);
         mix.gpuless_see_fragments = true;
+        mix.paper_host_check = true;
         let mut kept = 0.0;
         for t in by_count {
             if kept >= popularity * all.total {
@@ -358,6 +386,9 @@ impl TaskMix {
         }
         self.total /= k;
         self.scaled_total /= k;
+        self.gpu_pods.cpu /= k;
+        self.gpu_pods.mem /= k;
+        self.gpu_pods.gpu /= k;
         self.clock = 1.0;
     }
 
@@ -393,9 +424,10 @@ impl TaskMix {
             for (slot, c) in per_class.iter_mut().zip(&self.classes) {
                 *slot = class_fragment(n, c, free);
             }
+            let room = self.host_room(n);
             for (u, t) in usable.iter_mut().zip(&self.types) {
                 if t.demand.gpus > 0 && t.demand.host_fits(n) {
-                    *u += (free - per_class[t.class]) * times;
+                    *u += (free - per_class[t.class]).min(room) * times;
                 }
             }
         }
@@ -408,6 +440,30 @@ impl TaskMix {
             };
             self.scaled_total += t.weight * t.scarcity;
         }
+    }
+
+    /// The GPU share that `node`'s free CPU and memory can still feed: each over what the
+    /// pods with GPUs seen ask of it per GPU share (unbounded before any is seen, or in the
+    /// `fgd` baseline).
+    ///
+    /// Why: GPU share is only ever taken by pods that bring their CPU and memory along. A
+    /// node left with more free GPU than its CPU can feed at the workload's CPU per GPU
+    /// share will strand the rest, even while each type still fits one pod there (all the
+    /// paper's measure checks). Placing a pod heavy in CPU where CPU is short strands GPU
+    /// share by that measure; where CPU is plentiful it strands nothing.
+    fn host_room(&self, node: &NodeState) -> f64 {
+        let HostDemand { cpu, mem, gpu } = self.gpu_pods;
+        let mut room = f64::INFINITY;
+        if self.paper_host_check || gpu <= 0.0 {
+            return room;
+        }
+        if cpu > 0.0 {
+            room = room.min(node.cpu_free as f64 * gpu / cpu);
+        }
+        if mem > 0.0 {
+            room = room.min(node.mem_free as f64 * gpu / mem);
+        }
+        room
     }
 
     /// Whether a type of the mix names or avoids GPUs (by UUID or index).
@@ -452,13 +508,16 @@ impl TaskMix {
     }
 
     /// Expected fragmentation of `node` (in GPU shares) under this mix: the mean over the
-    /// types, by weight times scarcity, of the free share the type could not use there.
+    /// types, by weight times scarcity, of the free share the type could not use there
+    /// (GPUs it does not fit, and what the node's CPU and memory cannot feed:
+    /// [`TaskMix::host_room`]).
     #[must_use]
     pub fn fragmentation(&self, node: &NodeState) -> f64 {
         let free = node.gpu_free_share();
         if free == 0.0 || self.scaled_total == 0.0 {
             return 0.0;
         }
+        let room = self.host_room(node);
         let per_class: Vec<f64> = self
             .classes
             .iter()
@@ -471,7 +530,11 @@ impl TaskMix {
                 let f = if t.demand.gpus == 0 && self.gpuless_see_fragments {
                     free
                 } else if t.demand.host_fits(node) {
-                    per_class[t.class]
+                    if t.demand.gpus == 0 {
+                        0.0
+                    } else {
+                        free - (free - per_class[t.class]).min(room)
+                    }
                 } else {
                     free
                 };

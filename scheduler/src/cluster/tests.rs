@@ -154,6 +154,47 @@ fn frag_aware_puts_a_half_gpu_beside_another_half_when_whole_gpus_are_wanted() {
 }
 
 #[test]
+fn frag_aware_puts_a_pod_heavy_in_cpu_where_cpu_is_plentiful_and_not_where_it_strands_gpus() {
+    // Two 8-GPU nodes alike but for their CPUs: 96 (12 a GPU) and 200.
+    let mut nodes = vec![node("short", 8), node("plenty", 8)];
+    for (n, cpus) in nodes.iter_mut().zip([96_000, 200_000]) {
+        (n.cpu_total, n.cpu_free) = (cpus, cpus);
+    }
+    // The workload: whole GPUs with 12 CPUs each; then a half GPU with 40 CPUs.
+    let gpu_pod = Demand {
+        cpu: 12_000,
+        ..whole(1)
+    };
+    let heavy = Demand {
+        cpu: 40_000,
+        ..share(500)
+    };
+    let mut mix = TaskMix::new(Weighting::Pods);
+    for _ in 0..10 {
+        mix.observe(&gpu_pod);
+    }
+    // On the short node it would leave 56 CPUs, enough for 4.67 of its 7.5 free GPUs at
+    // 12 CPUs a GPU: the rest is stranded, though one more pod of each type still fits.
+    let mut short = nodes[0].clone();
+    apply(&mut short, &heavy, &[0]);
+    let expected = 7.5 - 56.0 / 12.0;
+    assert!(
+        (mix.fragmentation(&short) - expected).abs() < 1e-9,
+        "{} against {expected}",
+        mix.fragmentation(&short)
+    );
+    let mut never = |_: usize| 0;
+    let p = choose(&nodes, &heavy, ClusterPolicy::FragAware, &mix, &mut never).unwrap();
+    assert_eq!(p.node, 1, "the node whose CPUs can feed its GPUs");
+    // The paper's measure checks only that one pod of each type still fits: both nodes
+    // score alike there, and the first wins.
+    let paper = TaskMix::typical(&[gpu_pod], 1.0);
+    assert_eq!(paper.fragmentation(&short), 0.5, "the half GPU left only");
+    let p = choose(&nodes, &heavy, ClusterPolicy::FragAware, &paper, &mut never).unwrap();
+    assert_eq!(p.node, 0);
+}
+
+#[test]
 fn a_node_that_cannot_host_a_class_counts_all_its_free_share_as_fragment() {
     let mut n = node("a", 2);
     let mut mix = TaskMix::default();
