@@ -199,15 +199,16 @@ struct GpuClass {
 /// How each pod seen counts in the mix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Weighting {
-    /// One per pod for its arrival, as the FGD paper weighs task popularity, and one more per
-    /// GPU it asks for, since stranding the room of a large pod costs the GPUs it would have
-    /// used (a whole 8-GPU pod weighs 9, a half-GPU pod 1.5).
+    /// One per pod, as the FGD paper weighs task popularity: the measure is then the GPU
+    /// share the next pod to arrive could not use, and a large pod's GPUs count once, in
+    /// the share stranded for it.
     #[default]
+    Pods,
+    /// One per pod for its arrival and one more per GPU it asks for (a whole 8-GPU pod
+    /// weighs 9, a half-GPU pod 1.5).
     PodsAndGpus,
     /// By the GPUs it asks for only (a pod without GPUs does not count).
     GpuDemand,
-    /// One per pod, as the FGD paper.
-    Pods,
 }
 
 /// The task classes seen so far and how much of the workload each is: the workload

@@ -87,9 +87,9 @@ struct SimulateArgs {
     /// pod lists, one per trace, named `<stem>-<trace>.svg`
     #[arg(long, default_value = "simulate.svg")]
     plot: PathBuf,
-    /// How frag-aware weighs the pods it has seen: one per pod plus one per GPU asked for,
-    /// by the GPUs asked for only, or one per pod as in the FGD paper
-    #[arg(long, value_enum, default_value = "pods-and-gpus")]
+    /// How frag-aware weighs the pods it has seen: one per pod as in the FGD paper, one per
+    /// pod plus one per GPU asked for, or by the GPUs asked for only
+    #[arg(long, value_enum, default_value = "pods")]
     weighting: Weighting,
     /// A pod list whose pods frag-aware counts before the replay starts (a known workload);
     /// without it the task mix is learned online only
