@@ -39,6 +39,10 @@ fn containerd_loads_the_written_handler_and_runs_a_gpu_container_through_ctr() {
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     let wrapper = binary("gpuslice-runtime").display().to_string();
     let r = rootfs.display().to_string();
+    // containerd can drop the last output of a process that exits right after writing it
+    // (copying from its FIFOs races the exit): the checks write to a file of the rootfs,
+    // read here once ctr is back.
+    let checks = format!("{{\n{CHECKS}\n}} > /checks.out 2>&1");
     let out = c.ctr(&[
         "run",
         "--rm",
@@ -51,10 +55,12 @@ fn containerd_loads_the_written_handler_and_runs_a_gpu_container_through_ctr() {
         "ctr-gpu",
         "/bin/sh",
         "-c",
-        CHECKS,
+        &checks,
     ]);
     assert!(out.status.success(), "ctr run failed: {}", text(&out));
-    common::assert_gpu_checks(&text(&out));
+    let written = std::fs::read_to_string(rootfs.join("checks.out"))
+        .unwrap_or_else(|e| panic!("the checks wrote nothing ({e}); ctr: {}", text(&out)));
+    common::assert_gpu_checks(&written);
     assert!(
         wait_for(Duration::from_secs(5), || node.status().slices.is_empty()),
         "the claim outlived the container"
