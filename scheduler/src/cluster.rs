@@ -428,7 +428,7 @@ impl TaskMix {
             let room = self.host_room(n);
             for (u, t) in usable.iter_mut().zip(&self.types) {
                 if t.demand.gpus > 0 && t.demand.host_fits(n) {
-                    *u += (free - per_class[t.class]).min(room) * times;
+                    *u += usable_share(free, per_class[t.class], room) * times;
                 }
             }
         }
@@ -534,7 +534,7 @@ impl TaskMix {
                     if t.demand.gpus == 0 {
                         0.0
                     } else {
-                        free - (free - per_class[t.class]).min(room)
+                        free - usable_share(free, per_class[t.class], room)
                     }
                 } else {
                     free
@@ -544,6 +544,12 @@ impl TaskMix {
             .sum();
         sum / self.scaled_total
     }
+}
+
+/// Of a node's `free` GPU share, what a type with GPUs whose host fits could use: all but its
+/// class's `fragment`, and no more than the node's host can feed (`room`).
+fn usable_share(free: f64, fragment: f64, room: f64) -> f64 {
+    (free - fragment).min(room)
 }
 
 /// Free GPU share of `node` that a pod of class `c` could not use.
