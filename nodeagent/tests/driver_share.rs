@@ -256,6 +256,22 @@ async fn a_process_that_makes_extra_contexts_first_still_ends_within_its_slice()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_asking_for_a_stack_larger_than_its_slice_is_refused_and_stays_within_it() {
+    let c = Container::start(&[]).await;
+    // 64 KiB for each of the T4's 40 × 1024 resident threads: 2.5 GiB.
+    let (filler, line) = c.run("fill", CHUNK, true, &[("WALL_STACK", "65536")]);
+    assert!(line.contains("stack=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+    // 4 KiB a thread (160 MiB) fits, and is part of what fills the slice.
+    let (filler, line) = c.run("fill", CHUNK, true, &[("WALL_STACK", "4096")]);
+    assert!(line.contains("stack=CUDA_SUCCESS"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn what_the_driver_took_unseen_since_the_last_sample_is_charged_before_the_last_bytes() {
     // The agent samples on its own only every minute: the sample that charges the module is
     // the one the library asks for when the container comes near its limit.

@@ -176,7 +176,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, graph, info, proc_address, refused, vmm};
+use crate::hooks::{alloc, context, graph, info, limits, proc_address, refused, vmm};
 
 table! {
     intercepted {
@@ -211,6 +211,7 @@ table! {
         Cuda fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult = context::primary_release_v1;
         Cuda fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult = context::primary_release;
         Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult = context::primary_reset;
+        Cuda fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult = limits::ctx_set_limit;
         Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;
         Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult = info::device_total_mem;
         Cuda fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel;
@@ -248,6 +249,9 @@ table! {
     }
     helpers {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
+        Cuda fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
+        Cuda fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult;
+        Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult;
         Cuda fn cuCtxSynchronize() -> CUresult;
         Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
         Cuda fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult;

@@ -46,6 +46,16 @@ pub enum Kind {
     MipmappedArray,
     Physical,
     Context,
+    /// A context's limit, keyed by context and limit ([`crate::hooks::limits`]).
+    Limit,
+}
+
+/// This process's references to a device's primary context.
+#[derive(Default)]
+pub struct Primary {
+    pub count: u32,
+    /// Its handle (as an address), which its limits are charged under.
+    pub ctx: usize,
 }
 
 pub struct Slice {
@@ -58,7 +68,7 @@ pub struct Slice {
     nvml_positions: Mutex<HashMap<usize, Option<usize>>>,
     charges: Mutex<HashMap<(Kind, u64), Charge>>,
     pub pools: Mutex<HashMap<usize, CUdevice>>,
-    pub primary: Mutex<HashMap<CUdevice, u32>>,
+    pub primary: Mutex<HashMap<CUdevice, Primary>>,
     /// Mappings of the virtual-memory API, so that a released handle stays charged until its
     /// last unmap.
     pub vmm: Mutex<crate::hooks::vmm::Mappings>,

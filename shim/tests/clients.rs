@@ -177,7 +177,8 @@ fn two_real_clients_of_one_slice_share_its_limit() {
 
 /// Every allocation interface of one CUDA runtime stops at the slice with
 /// `cudaErrorMemoryAllocation`, its memory query showing the slice: graph memory (captured
-/// stream-ordered allocations and allocation nodes) at the launch that would cross it.
+/// stream-ordered allocations and allocation nodes) at the launch that would cross it, the
+/// device malloc heap and the per-thread stack at the `cudaDeviceSetLimit` that would.
 fn runtime_meets_the_wall(library: &Path) {
     let client = format!("runtime:{}", library.display());
     for api in [
@@ -188,6 +189,8 @@ fn runtime_meets_the_wall(library: &Path) {
         "array3d",
         "graph",
         "graph-node",
+        "heap",
+        "stack",
     ] {
         let slice = Slice::new(GIB, 0);
         let f = fill_with(&slice, &client, 64 * MIB, api);

@@ -1,7 +1,8 @@
 //! The real-GPU acceptance suite (`tests/gpu/run.sh`) run on a simulated H100 (`--sim`), so
 //! that the suite itself keeps working where no GPU is: the agent at its defaults on a private
 //! bus, claims made with `gpuslice claim`, each client of the clients' environment and of
-//! PyTorch's refused within 1% below the slice as the simulated host's `nvidia-smi` sees it,
+//! PyTorch's (and raising the context limits the driver backs with memory) refused within 1%
+//! below the slice as the simulated host's `nvidia-smi` sees it,
 //! and the views inside the slice; its SM share rows run (how closely pacing holds a share on
 //! this node is `pacing.rs`'s to test, with its own program; the launch cost is a timing, left
 //! to the real GPU).
@@ -51,7 +52,8 @@ fn row<'a>(text: &'a str, check: &str) -> &'a str {
 fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
     let text = suite(
         &common::python(),
-        "cupy,cupy async pool,numba-cuda,cuda-bindings",
+        "cupy,cupy async pool,numba-cuda,cuda-bindings,cuda-bindings stack (cuCtxSetLimit),\
+         cuda-bindings malloc heap (cuCtxSetLimit)",
     );
     assert_pass(
         &text,
@@ -60,6 +62,8 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
             "wall: cupy async pool",
             "wall: numba-cuda",
             "wall: cuda-bindings",
+            "wall: cuda-bindings stack (cuCtxSetLimit)",
+            "wall: cuda-bindings malloc heap (cuCtxSetLimit)",
             "view: nvidia-smi memory.total in the slice",
             "view: NVML (pynvml) memory total in the slice",
         ],

@@ -8,7 +8,7 @@ use common::{MIB, Slice};
 
 const MODES: &[&str] = &["link", "dlsym", "procaddr", "procaddr_ptds"];
 const PATHS: &[&str] = &[
-    "alloc", "managed", "pitch", "array", "array3d", "mipmap", "vmm",
+    "alloc", "managed", "pitch", "array", "array3d", "mipmap", "vmm", "heap",
 ];
 
 /// The stream-ordered paths: their pools take device memory in steps of 32 MiB, as the real
@@ -118,6 +118,42 @@ fn a_context_takes_its_reservation_from_the_slice() {
         "init",
         "a context larger than the slice is refused"
     );
+}
+
+#[test]
+fn a_stack_raised_for_every_resident_thread_is_charged_before_the_driver_takes_it() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "stack", r);
+        let what = format!("{mode}: {:?}", f.0);
+        // The T4: 40 SMs of 1024 threads.
+        assert_eq!(f.num("unit"), 40 * 1024, "{what}");
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("free_at_fit"), r % (40 * 1024), "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(
+            f.num("kept_after_over"),
+            1,
+            "a refused limit is left as it was: {what}"
+        );
+        assert_eq!(f.get("lowered"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("end_free"), r, "lowering gives it back: {what}");
+    }
+}
+
+#[test]
+fn a_raised_limit_goes_back_with_its_context() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    let f = slice.wall("procaddr", "limit_gone", 30 * MIB);
+    let what = format!("{:?}", f.0);
+    assert_eq!(f.get("own_raised"), "CUDA_SUCCESS", "{what}");
+    assert_eq!(f.num("after_destroy"), r, "{what}");
+    assert_eq!(f.get("primary_raised"), "CUDA_SUCCESS", "{what}");
+    assert_eq!(f.num("free_at_fit"), r - 30 * MIB, "{what}");
+    assert_eq!(f.num("after_release"), r, "{what}");
+    assert_eq!(slice.usage().totals(), vec![0], "{what}");
 }
 
 #[test]

@@ -14,11 +14,14 @@ Usage: wall.py CLIENT MODE BYTES [API]
   API     for the runtime: malloc (default), async, managed, pitch, array3d; graph (each
           allocation a graph captured around cudaMallocAsync, instantiated and launched,
           its allocation left unfreed); graph-node (the same with an allocation node made
-          by cudaGraphAddMemAllocNode)
+          by cudaGraphAddMemAllocNode); heap (each allocation the device malloc heap raised
+          by BYTES with cudaDeviceSetLimit), stack (the per-thread stack raised by as much as
+          BYTES reserve for every thread that can be resident)
 Prints key=value pairs on one line: total, free (the client's own memory query before
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
-allocating.
+allocating. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
+stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc.
 """
 import os
 import sys
@@ -44,6 +47,9 @@ def bindings(mode, size):
     check(cu.cuCtxSetCurrent(ctx))
     free, total = check(cu.cuMemGetInfo())
     settle()
+    raised = os.environ.get("WALL_RAISE")
+    if raised:
+        return bindings_limit(cu, check, dev, raised, mode, size, total, free)
     held, error = [], ""
     while True:
         err, ptr = cu.cuMemAlloc(size)
@@ -54,6 +60,33 @@ def bindings(mode, size):
         if mode == "hold":
             break
     return total, free, held, error, lambda: [check(cu.cuMemFree(p)) for p in held]
+
+
+def bindings_limit(cu, check, dev, raised, mode, size, total, free):
+    """WALL_RAISE=stack or heap: each allocation raises a context limit the driver backs with
+    device memory by SIZE bytes of it (the stack is reserved for every thread that can be
+    resident: SIZE / (SMs x threads per SM) bytes more a thread)."""
+    limit = {"stack": cu.CUlimit.CU_LIMIT_STACK_SIZE,
+             "heap": cu.CUlimit.CU_LIMIT_MALLOC_HEAP_SIZE}[raised]
+    threads = 1
+    if raised == "stack":
+        a = cu.CUdevice_attribute
+        sms, = check(cu.cuDeviceGetAttribute(a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+        per_sm, = check(cu.cuDeviceGetAttribute(
+            a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev))
+        threads = sms * per_sm
+    first, = check(cu.cuCtxGetLimit(limit))
+    held, error = [], ""
+    while True:
+        now, = check(cu.cuCtxGetLimit(limit))
+        err, = cu.cuCtxSetLimit(limit, now + size // threads)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            error = err.name
+            break
+        held.append(now)
+        if mode == "hold":
+            break
+    return total, free, held, error, lambda: check(cu.cuCtxSetLimit(limit, first))
 
 
 def numba_jit(mode, size):
@@ -157,8 +190,24 @@ def runtime(path, api, mode, size):
         err = rt.cudaGraphInstantiateWithFlags(byref(exec_), graph, ctypes.c_ulonglong(0))
         return err or rt.cudaGraphLaunch(exec_, stream)
 
+    limit = {"heap": 2, "stack": 0}.get(api)  # cudaLimitMallocHeapSize, cudaLimitStackSize
+    first = c_size_t()
+    if limit is not None and rt.cudaDeviceGetLimit(byref(first), c_int(limit)):
+        raise RuntimeError("cudaDeviceGetLimit")
+    step = size
+    if api == "stack":
+        sms, per_sm = c_int(), c_int()
+        # cudaDevAttrMultiProcessorCount, cudaDevAttrMaxThreadsPerMultiProcessor
+        rt.cudaDeviceGetAttribute(byref(sms), c_int(16), c_int(0))
+        rt.cudaDeviceGetAttribute(byref(per_sm), c_int(39), c_int(0))
+        step = size // (sms.value * per_sm.value)
+
     def alloc():
         p, pitch = c_void_p(), c_size_t()
+        if limit is not None:
+            now = c_size_t()
+            rt.cudaDeviceGetLimit(byref(now), c_int(limit))
+            return rt.cudaDeviceSetLimit(c_int(limit), c_size_t(now.value + step)), p
         if api == "graph":
             graph = c_void_p()
             rt.cudaStreamBeginCapture(stream, c_int(0))
@@ -200,6 +249,9 @@ def runtime(path, api, mode, size):
             break
 
     def release():
+        if limit is not None:
+            rt.cudaDeviceSetLimit(c_int(limit), first)
+            return
         for p in held:
             rt.cudaFreeArray(p) if api == "array3d" else rt.cudaFree(p)
         rt.cudaDeviceSynchronize()

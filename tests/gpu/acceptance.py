@@ -51,6 +51,9 @@ CLIENTS = [
     ("cupy async pool", "cupy-async", {}, "wall"),
     ("numba-cuda", "numba", {}, "wall"),
     ("cuda-bindings", "bindings", {}, "wall"),
+    # Context limits the driver backs with device memory, raised step by step.
+    ("cuda-bindings stack (cuCtxSetLimit)", "bindings", {"WALL_RAISE": "stack"}, "wall"),
+    ("cuda-bindings malloc heap (cuCtxSetLimit)", "bindings", {"WALL_RAISE": "heap"}, "wall"),
     # JAX's allocator takes 75% of the memory it sees unless told otherwise: with its
     # defaults it stops at its own limit, inside the slice.
     ("jax defaults", "jax", {}, "within"),

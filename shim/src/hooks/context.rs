@@ -1,10 +1,11 @@
 //! Contexts: the driver reserves device memory for each one, out of the same card, so each
 //! context a process creates is charged the limits file's `context_bytes` for its GPU. The
-//! primary context is charged once per device while this process holds it retained.
+//! primary context is charged once per device while this process holds it retained. What a
+//! context's raised limits were charged ([`super::limits`]) goes back with the context.
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use super::{charged, real_or_return, uncharged};
+use super::{charged, limits, real_or_return, uncharged};
 use crate::ffi::*;
 use crate::slice::{self, Kind};
 
@@ -56,10 +57,17 @@ pub unsafe fn ctx_destroy(ctx: CUcontext) -> CUresult {
     let f = real_or_return!(cuCtxDestroy_v2);
     // SAFETY: the caller's argument, passed on unchanged.
     let call = || unsafe { f(ctx) };
-    match slice::get() {
-        Some(s) => uncharged(s, Kind::Context, ctx as u64, call),
-        None => call(),
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let raised = limits::leaving(s, ctx);
+    let r = uncharged(s, Kind::Context, ctx as u64, call);
+    if r == CUDA_SUCCESS {
+        limits::gone(s, raised);
+    } else {
+        limits::kept(s, ctx, raised);
     }
+    r
 }
 
 pub unsafe fn primary_retain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
@@ -71,12 +79,12 @@ pub unsafe fn primary_retain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     let Ok(mut retained) = s.primary.lock() else {
         return CUDA_ERROR_UNKNOWN;
     };
-    let count = retained.entry(dev).or_insert(0);
-    if *count > 0 {
+    let held = retained.entry(dev).or_default();
+    if held.count > 0 {
         // SAFETY: the caller's arguments, passed on unchanged.
         let r = unsafe { f(ctx, dev) };
         if r == CUDA_SUCCESS {
-            *count += 1;
+            held.count += 1;
         }
         return r;
     }
@@ -90,7 +98,13 @@ pub unsafe fn primary_retain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     // SAFETY: the caller's arguments, passed on unchanged.
     let r = unsafe { f(ctx, dev) };
     if r == CUDA_SUCCESS {
-        *count = 1;
+        held.count = 1;
+        held.ctx = if ctx.is_null() {
+            0
+        } else {
+            // SAFETY: written by the driver, which reported success.
+            unsafe { ctx.read() as usize }
+        };
     } else {
         s.refund(gpu, bytes);
     }
@@ -111,14 +125,16 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
     // SAFETY: the caller's argument, passed on unchanged.
     let r = unsafe { f(dev) };
     if r == CUDA_SUCCESS
-        && let Some(count) = retained.get_mut(&dev)
-        && *count > 0
+        && let Some(held) = retained.get_mut(&dev)
+        && held.count > 0
     {
-        *count = if drop_all { 0 } else { *count - 1 };
-        if *count == 0
+        held.count = if drop_all { 0 } else { held.count - 1 };
+        if held.count == 0
             && let Some(gpu) = s.position(dev)
         {
             s.refund(gpu, s.context_bytes(gpu));
+            // The primary context is destroyed with its last reference, its limits with it.
+            limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
         }
     }
     r

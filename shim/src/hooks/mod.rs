@@ -7,6 +7,7 @@ pub mod context;
 pub mod graph;
 pub mod info;
 pub mod launch;
+pub mod limits;
 pub mod pool_reserve;
 pub mod proc_address;
 pub mod refused;

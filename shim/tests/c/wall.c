@@ -12,11 +12,16 @@
  * for stdin to close; "fill" allocates chunks of REMAINING bytes until refused, prints how many
  * it got, and waits; "idle" only has its context and waits; "churn" allocates and frees chunks
  * of REMAINING bytes until killed; "pool_keep" frees into a default pool that keeps it, and
- * allocates again ("again"), then trims. With WALL_CONTEXTS=N in the environment, N more contexts
+ * allocates again ("again"), then trims. "stack" and "heap" raise a context limit the driver
+ * backs with device memory (see there); "limit_gone" raises the heap of a context it then
+ * destroys, and of the primary context, which it releases to zero and retains again, printing
+ * what is free after each ("after_destroy", "after_release"). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
- * then waits M milliseconds before the path runs. */
+ * then waits M milliseconds before the path runs; WALL_STACK=N first sets the per-thread stack
+ * to N bytes (which the driver reserves for every thread that can be resident) and prints
+ * what the driver answered. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +79,9 @@ CUresult cuGetErrorName(CUresult, const char **);
 CUresult cuModuleLoadData(void **, const void *);
 CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
+CUresult cuCtxSetLimit(int, size_t);
+CUresult cuCtxGetLimit(size_t *, int);
+CUresult cuDeviceGetAttribute(int *, int, CUdevice);
 
 #define API(X) \
     X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
@@ -91,7 +99,8 @@ CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
     X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) X(cuMemCreate, cuMemCreate) \
     X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName) \
     X(cuModuleLoadData, cuModuleLoadData) X(cuMemPoolSetAttribute, cuMemPoolSetAttribute) \
-    X(cuMemPoolTrimTo, cuMemPoolTrimTo)
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo) X(cuCtxSetLimit, cuCtxSetLimit) \
+    X(cuCtxGetLimit, cuCtxGetLimit) X(cuDeviceGetAttribute, cuDeviceGetAttribute)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -170,6 +179,8 @@ int main(int argc, char **argv) {
         void *module = 0;
         printf("module=%s ", name(A.cuModuleLoadData(&module, ptx)));
     }
+    const char *stack = getenv("WALL_STACK");
+    if (stack) printf("stack=%s ", name(A.cuCtxSetLimit(0, strtoull(stack, 0, 10))));
     const char *settle = getenv("WALL_SETTLE_MS");
     if (settle) usleep((useconds_t)atoi(settle) * 1000);
     size_t f = 0, t = 0, dt = 0;
@@ -298,6 +309,42 @@ int main(int argc, char **argv) {
         if (!over) A.cuMemFree(p);
         if (!fit) A.cuCtxDestroy(second);
         A.cuCtxSetCurrent(ctx);
+    } else if (!strcmp(path, "stack") || !strcmp(path, "heap")) {
+        /* The stack is reserved for every thread that can be resident (threads per SM x SMs):
+         * raised by the most bytes a thread that fit REMAINING, then by one more. The malloc
+         * heap takes its size: raised by REMAINING, then by one byte more. Both are put back
+         * after. */
+        int limit = !strcmp(path, "stack") ? 0 : 2;
+        size_t unit = 1;
+        if (limit == 0) {
+            int sms = 0, per_sm = 0;
+            A.cuDeviceGetAttribute(&sms, 16, dev);
+            A.cuDeviceGetAttribute(&per_sm, 39, dev);
+            unit = (size_t)sms * (size_t)per_sm;
+        }
+        size_t before = 0, after_over = 0;
+        A.cuCtxGetLimit(&before, limit);
+        fit = A.cuCtxSetLimit(limit, before + r / unit);
+        free_at_fit = free_now();
+        over = A.cuCtxSetLimit(limit, before + r / unit + 1);
+        A.cuCtxGetLimit(&after_over, limit);
+        printf("unit=%zu raised_by=%zu kept_after_over=%d lowered=%s ", unit, r / unit,
+               after_over == before + r / unit, name(A.cuCtxSetLimit(limit, before)));
+    } else if (!strcmp(path, "limit_gone")) {
+        CUcontext own = 0;
+        fit = A.cuCtxCreate(&own, 0, dev);
+        over = A.cuCtxSetLimit(2, 8 * MiB + r);
+        printf("own_raised=%s ", name(over));
+        A.cuCtxDestroy(own);
+        A.cuCtxSetCurrent(ctx);
+        printf("after_destroy=%zu ", free_now());
+        printf("primary_raised=%s ", name(A.cuCtxSetLimit(2, 8 * MiB + r)));
+        free_at_fit = free_now();
+        A.cuCtxSetCurrent(0);
+        A.cuDevicePrimaryCtxRelease(dev);
+        A.cuDevicePrimaryCtxRetain(&ctx, dev);
+        A.cuCtxSetCurrent(ctx);
+        printf("after_release=%zu ", free_now());
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
         fit = A.cuMemAlloc(&p, r);

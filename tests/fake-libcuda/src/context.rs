@@ -3,8 +3,9 @@
 //! NULL), each device one reference-counted primary context with its flags, and a context
 //! carries its flags, limits and cache preferences. Creating a context charges the device the
 //! node's per-context reservation; destroying it (or releasing a primary one to zero) gives it
-//! back. A destroyed context's handle answers `CUDA_ERROR_INVALID_CONTEXT`, never a dangling
-//! read.
+//! back. Raising a limit the driver backs with device memory takes that memory as the driver
+//! does (see [`reserve_per_unit`]), lowering it gives it back. A destroyed context's handle
+//! answers `CUDA_ERROR_INVALID_CONTEXT`, never a dangling read.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -26,6 +27,8 @@ pub struct Ctx {
     id: u64,
     flags: AtomicU32,
     limits: Mutex<HashMap<c_int, usize>>,
+    /// Device memory taken for limits raised above what the context was made with.
+    limit_reserve: AtomicU64,
     cache_config: AtomicU32,
     shared_mem_config: AtomicU32,
 }
@@ -98,6 +101,33 @@ fn charge_context(d: &Driver, node_index: usize) -> Result<(), CUresult> {
     d.charge(&mut inner, node_index, bytes)
 }
 
+/// Gives back what the context's raised limits took, and puts its limits back to the
+/// defaults (a primary context released to zero is made anew by the next retain).
+fn drop_limit_reserve(d: &Driver, c: &Ctx) {
+    let bytes = c.limit_reserve.swap(0, Ordering::AcqRel);
+    let mut inner = d.lock();
+    d.uncharge(&mut inner, c.node_index, bytes);
+    drop(inner);
+    if let Ok(mut limits) = c.limits.lock() {
+        *limits = LIMIT_DEFAULTS.iter().copied().collect();
+    }
+}
+
+/// Device memory the driver backs each unit of a limit with: the per-thread stack for every
+/// thread that can be resident on the device (threads per SM × SMs), the `malloc` heap and
+/// the `printf` FIFO byte for byte. None for the limits that reserve nothing here (the device
+/// runtime's, whose reservations the driver does not size publicly, and the cache hints).
+fn reserve_per_unit(d: &Driver, node_index: usize, limit: c_int) -> Option<u64> {
+    let gpu = &d.spec.gpus[node_index];
+    let attribute =
+        |a| crate::attributes::value(gpu, a).map_or(0, |v| u64::try_from(v).unwrap_or(0));
+    match limit {
+        0 => Some(attribute(16) * attribute(39)), // MULTIPROCESSOR_COUNT × MAX_THREADS_PER_MULTIPROCESSOR
+        1 | 2 => Some(1),
+        _ => None,
+    }
+}
+
 fn uncharge_context(d: &Driver, node_index: usize) {
     let mut inner = d.lock();
     d.uncharge(
@@ -122,6 +152,7 @@ fn ctx_alloc(
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         flags: AtomicU32::new(flags),
         limits: Mutex::new(LIMIT_DEFAULTS.iter().copied().collect()),
+        limit_reserve: AtomicU64::new(0),
         cache_config: AtomicU32::new(0),
         shared_mem_config: AtomicU32::new(1),
     }));
@@ -167,6 +198,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     // SAFETY: the pointer was in LIVE, so it is a Box from ctx_alloc, dropped only here.
     let c = unsafe { Box::from_raw(ctx.cast::<Ctx>()) };
     uncharge_context(d, c.node_index);
+    drop_limit_reserve(d, &c);
     // A context destroyed while current on this thread leaves the stack.
     STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));
     Ok(())
@@ -200,6 +232,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
             c.active.store(false, Ordering::Release);
             crate::export_table::context_destroyed(ctx);
             uncharge_context(d, c.node_index);
+            drop_limit_reserve(d, c);
         }
         d.lock().primary.insert(c.node_index, (ctx as usize, n - 1));
         Ok(())
@@ -413,6 +446,21 @@ pub extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
         let ctx = current_ctx()?;
         let mut limits = ctx.limits.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let slot = limits.get_mut(&limit).ok_or(CUDA_ERROR_UNSUPPORTED_LIMIT)?;
+        if let Some(unit) = reserve_per_unit(state::get()?, ctx.node_index, limit) {
+            let d = state::get()?;
+            let (now, then) = (*slot as u64, value as u64);
+            let mut inner = d.lock();
+            if then > now {
+                let more = (then - now).saturating_mul(unit);
+                d.charge(&mut inner, ctx.node_index, more)?;
+                ctx.limit_reserve.fetch_add(more, Ordering::AcqRel);
+            } else {
+                let held = ctx.limit_reserve.load(Ordering::Acquire);
+                let less = (now - then).saturating_mul(unit).min(held);
+                d.uncharge(&mut inner, ctx.node_index, less);
+                ctx.limit_reserve.fetch_sub(less, Ordering::AcqRel);
+            }
+        }
         *slot = value;
         Ok(())
     })

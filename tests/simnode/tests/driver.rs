@@ -297,6 +297,9 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         ("array3d", 8 * 8 * 8 * 2 * 2),
         ("mipmapped", mipmapped),
         ("vmm", 4 << 20),
+        ("stack", 1000 * 40 * 1024),
+        ("heap", 1000),
+        ("fifo", 1000),
     ] {
         let want = format!("path={path} rc=0 charged={bytes} restored=1");
         assert!(text.lines().any(|l| l == want), "{want:?} not in:\n{text}");

@@ -59,6 +59,8 @@ CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
 CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+CUresult cuCtxSetLimit(int, size_t);
+CUresult cuCtxGetLimit(size_t *, int);
 
 static size_t free_now(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f; }
 
@@ -71,6 +73,17 @@ int main(void) {
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev)) { puts("init failed"); return 1; }
     cuStreamCreate(&stream, 0);
     size_t b, d; CUdeviceptr p; CUresult rc;
+
+    /* Limits backed by device memory: the stack for every resident thread (T4: 40 SMs x 1024),
+     * the malloc heap and the printf FIFO byte for byte; put back, they give it back. */
+    const int limits[] = { 0, 2, 1 };
+    const char *limit_names[] = { "stack", "heap", "fifo" };
+    for (int i = 0; i < 3; i++) {
+        size_t was = 0;
+        cuCtxGetLimit(&was, limits[i]);
+        b = free_now(); rc = cuCtxSetLimit(limits[i], was + 1000); d = free_now(); cuCtxSetLimit(limits[i], was);
+        report(limit_names[i], rc, b, d, free_now());
+    }
 
     size_t pitch = 0;
     b = free_now(); rc = cuMemAllocPitch_v2(&p, &pitch, 1000, 3, 4); d = free_now(); cuMemFree_v2(p);
