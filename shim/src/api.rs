@@ -211,6 +211,8 @@ table! {
         Cuda fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult = context::primary_release_v1;
         Cuda fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult = context::primary_release;
         Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult = context::primary_reset;
+        Cuda fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult = context::primary_reset_v1;
+        Cuda fn cuCtxDestroy(ctx: CUcontext) -> CUresult = context::ctx_destroy_v1;
         Cuda fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult = limits::ctx_set_limit;
         Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;
         Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult = info::device_total_mem;

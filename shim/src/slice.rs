@@ -506,6 +506,36 @@ impl Slice {
         }
     }
 
+    /// Whether this process holds a context of its own (not the primary one) on `gpu`.
+    pub fn has_own_context(&self, gpu: usize) -> bool {
+        let me = self.this_process();
+        self.charges.lock().is_ok_and(|m| {
+            m.iter()
+                .any(|((k, _), c)| *k == Kind::Context && c.gpu == gpu && c.owner == me)
+        })
+    }
+
+    /// The driver freed everything this process had on `gpu` (its only context there was
+    /// destroyed): its counters there go to zero and its books forget what they held there.
+    pub fn forget_gpu(&self, gpu: usize) {
+        let me = self.this_process();
+        if let Ok(mut m) = self.charges.lock() {
+            m.retain(|_, c| c.gpu != gpu || c.owner != me);
+        }
+        if let Ok(mut r) = self.reserves.lock() {
+            r.forget(gpu);
+        }
+        if let Ok(mut g) = self.graphs.lock() {
+            g.forget(gpu);
+        }
+        if let Ok(mut v) = self.vmm.lock() {
+            v.forget(gpu);
+        }
+        if let Some(held) = self.held.get(gpu) {
+            self.refund(gpu, held.load(Ordering::SeqCst));
+        }
+    }
+
     /// Gives a freed charge back, if this process is the one that was charged.
     pub fn settle(&self, charge: Charge) {
         if charge.owner == self.this_process() {

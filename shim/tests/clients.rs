@@ -203,6 +203,17 @@ fn runtime_meets_the_wall(library: &Path) {
 }
 
 #[test]
+fn cuda_device_reset_gives_the_slice_back_whole() {
+    let slice = Slice::new(GIB, 0);
+    let client = format!("runtime:{}", runtime12().display());
+    let f = fill_in(&slice, &client, 64 * MIB, "malloc", &[("WALL_RESET", "1")]);
+    let what = format!("{:?}", f.0);
+    assert_eq!(f.num("chunks_before_reset"), 16, "{what}");
+    assert_eq!(f.num("chunks"), 16, "{what}");
+    assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{what}");
+}
+
+#[test]
 fn the_cuda_12_runtime_meets_the_wall_on_every_allocation_path() {
     runtime_meets_the_wall(&runtime12());
 }

@@ -157,6 +157,29 @@ fn a_raised_limit_goes_back_with_its_context() {
 }
 
 #[test]
+fn resetting_the_primary_context_gives_back_all_it_held() {
+    // 64 MiB: the stream-ordered quarter (15.5 MiB) takes one 32 MiB step of its pool.
+    let slice = Slice::new(66 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "reset", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!(
+            f.get("held"),
+            "CUDA_SUCCESS,CUDA_SUCCESS,CUDA_SUCCESS",
+            "{what}"
+        );
+        assert!(f.num("before_reset") < r / 4, "{what}");
+        assert_eq!(f.get("reset"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("free_at_fit"), 0, "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn freeing_twice_or_freeing_a_stranger_gives_nothing_back_twice() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let r = slice.remaining();

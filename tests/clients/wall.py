@@ -21,7 +21,8 @@ Prints key=value pairs on one line: total, free (the client's own memory query b
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
 allocating. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
-stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc.
+stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc. WALL_RESET=1: the
+runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_reset: the first).
 """
 import os
 import sys
@@ -236,17 +237,29 @@ def runtime(path, api, mode, size):
             return rt.cudaMalloc3DArray(byref(p), byref(desc), extent, c_uint(0)), p
         raise ValueError(api)
 
+    def fill():
+        held, error = [], ""
+        while True:
+            err, p = alloc()
+            if err:
+                error = rt.cudaGetErrorName(err).decode()
+                rt.cudaGetLastError()
+                break
+            held.append(p)
+            if mode == "hold":
+                break
+        return held, error
+
     settle()
-    held, error = [], ""
-    while True:
-        err, p = alloc()
+    held, error = fill()
+    if os.environ.get("WALL_RESET") == "1":
+        # cudaDeviceReset frees everything the process allocated: it fills again.
+        err = rt.cudaDeviceReset()
         if err:
-            error = rt.cudaGetErrorName(err).decode()
-            rt.cudaGetLastError()
-            break
-        held.append(p)
-        if mode == "hold":
-            break
+            raise RuntimeError(f"cudaDeviceReset: {rt.cudaGetErrorName(err).decode()}")
+        before = len(held)
+        held, error = fill()
+        print(f"chunks_before_reset={before}", end=" ")
 
     def release():
         if limit is not None:

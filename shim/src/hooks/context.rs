@@ -1,7 +1,9 @@
 //! Contexts: the driver reserves device memory for each one, out of the same card, so each
 //! context a process creates is charged the limits file's `context_bytes` for its GPU. The
 //! primary context is charged once per device while this process holds it retained. What a
-//! context's raised limits were charged ([`super::limits`]) goes back with the context.
+//! context's raised limits were charged ([`super::limits`]) goes back with the context. When
+//! the primary context is destroyed (released to zero or reset) and the process has no other
+//! context on that GPU, the driver has freed all it held there: its charges there go too.
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -54,7 +56,15 @@ pub unsafe fn ctx_create_v4(
 }
 
 pub unsafe fn ctx_destroy(ctx: CUcontext) -> CUresult {
-    let f = real_or_return!(cuCtxDestroy_v2);
+    destroy(real_or_return!(cuCtxDestroy_v2), ctx)
+}
+
+/// The unversioned `cuCtxDestroy`, as `cuGetProcAddress` gives it for CUDA versions before 4.0.
+pub unsafe fn ctx_destroy_v1(ctx: CUcontext) -> CUresult {
+    destroy(real_or_return!(cuCtxDestroy), ctx)
+}
+
+fn destroy(f: unsafe extern "C" fn(CUcontext) -> CUresult, ctx: CUcontext) -> CUresult {
     // SAFETY: the caller's argument, passed on unchanged.
     let call = || unsafe { f(ctx) };
     let Some(s) = slice::get() else {
@@ -133,8 +143,13 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
             && let Some(gpu) = s.position(dev)
         {
             s.refund(gpu, s.context_bytes(gpu));
-            // The primary context is destroyed with its last reference, its limits with it.
+            // The primary context is destroyed with its last reference, its limits with it,
+            // and with it all memory allocated in it: where it was this process's only
+            // context on the GPU, that is all this process held there.
             limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
+            if !s.has_own_context(gpu) {
+                s.forget_gpu(gpu);
+            }
         }
     }
     r
@@ -150,4 +165,10 @@ pub unsafe fn primary_release_v1(dev: CUdevice) -> CUresult {
 
 pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
     primary_drop(real_or_return!(cuDevicePrimaryCtxReset_v2), dev, true)
+}
+
+/// The unversioned reset, which the CUDA 12 runtime's `cudaDeviceReset` calls (it asks
+/// `cuGetProcAddress` for it as of CUDA 7.0).
+pub unsafe fn primary_reset_v1(dev: CUdevice) -> CUresult {
+    primary_drop(real_or_return!(cuDevicePrimaryCtxReset), dev, true)
 }

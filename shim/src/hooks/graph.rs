@@ -84,6 +84,15 @@ pub struct Books {
     pools: HashMap<usize, Pool>,
 }
 
+impl Books {
+    /// Forgets the graph memory on slice position `gpu` (the driver freed it with the
+    /// context).
+    pub fn forget(&mut self, gpu: usize) {
+        self.live.retain(|_, a| a.gpu != gpu);
+        self.pools.remove(&gpu);
+    }
+}
+
 fn books(s: &Slice) -> std::sync::MutexGuard<'_, Books> {
     s.graphs
         .lock()

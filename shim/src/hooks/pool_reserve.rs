@@ -47,6 +47,16 @@ struct Book {
     surplus: u64,
 }
 
+impl Reserves {
+    /// Forgets the pools on slice position `gpu` and their allocations (the driver freed them
+    /// with the context).
+    pub fn forget(&mut self, gpu: usize) {
+        self.pools.retain(|_, b| b.gpu != gpu);
+        let pools = &self.pools;
+        self.of.retain(|_, (pool, _)| pools.contains_key(pool));
+    }
+}
+
 /// How a stream-ordered allocation reaches the driver.
 pub struct PoolCall<'a> {
     pub pool: CUmemoryPool,

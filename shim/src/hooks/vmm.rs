@@ -19,6 +19,13 @@ pub struct Mappings {
     released: HashMap<CUmemGenericAllocationHandle, Charge>,
 }
 
+impl Mappings {
+    /// Forgets the charges of released handles on slice position `gpu`.
+    pub fn forget(&mut self, gpu: usize) {
+        self.released.retain(|_, c| c.gpu != gpu);
+    }
+}
+
 pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     let f = real_or_return!(cuMemRelease);
     // SAFETY: the caller's argument, passed on unchanged.

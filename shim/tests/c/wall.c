@@ -15,7 +15,9 @@
  * allocates again ("again"), then trims. "stack" and "heap" raise a context limit the driver
  * backs with device memory (see there); "limit_gone" raises the heap of a context it then
  * destroys, and of the primary context, which it releases to zero and retains again, printing
- * what is free after each ("after_destroy", "after_release"). With WALL_CONTEXTS=N in the environment, N more contexts
+ * what is free after each ("after_destroy", "after_release"); "reset" holds a quarter of
+ * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
+ * (as cudaDeviceReset does), retains it again and fits REMAINING. With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -82,6 +84,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuCtxSetLimit(int, size_t);
 CUresult cuCtxGetLimit(size_t *, int);
 CUresult cuDeviceGetAttribute(int *, int, CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 
 #define API(X) \
     X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
@@ -100,7 +103,8 @@ CUresult cuDeviceGetAttribute(int *, int, CUdevice);
     X(cuMemRelease, cuMemRelease) X(cuGetErrorName, cuGetErrorName) \
     X(cuModuleLoadData, cuModuleLoadData) X(cuMemPoolSetAttribute, cuMemPoolSetAttribute) \
     X(cuMemPoolTrimTo, cuMemPoolTrimTo) X(cuCtxSetLimit, cuCtxSetLimit) \
-    X(cuCtxGetLimit, cuCtxGetLimit) X(cuDeviceGetAttribute, cuDeviceGetAttribute)
+    X(cuCtxGetLimit, cuCtxGetLimit) X(cuDeviceGetAttribute, cuDeviceGetAttribute) \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -345,6 +349,21 @@ int main(int argc, char **argv) {
         A.cuDevicePrimaryCtxRetain(&ctx, dev);
         A.cuCtxSetCurrent(ctx);
         printf("after_release=%zu ", free_now());
+    } else if (!strcmp(path, "reset")) {
+        CUdeviceptr q = 0;
+        size_t heap = 0;
+        A.cuCtxGetLimit(&heap, 2);
+        printf("held=%s,%s,%s ", name(A.cuMemAlloc(&p, r / 4)), name(A.cuMemAllocAsync(&q, r / 4, 0)),
+               name(A.cuCtxSetLimit(2, heap + r / 4)));
+        printf("before_reset=%zu ", free_now());
+        printf("reset=%s ", name(A.cuDevicePrimaryCtxReset(dev)));
+        A.cuDevicePrimaryCtxRetain(&ctx, dev);
+        A.cuCtxSetCurrent(ctx);
+        fit = A.cuMemAlloc(&p, r);
+        free_at_fit = free_now();
+        if (!fit) A.cuMemFree(p);
+        over = A.cuMemAlloc(&p, r + 1);
+        if (!over) A.cuMemFree(p);
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
         fit = A.cuMemAlloc(&p, r);

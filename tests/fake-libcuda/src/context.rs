@@ -73,6 +73,11 @@ fn top() -> CUcontext {
     STACK.with(|s| s.borrow().last().copied().unwrap_or(0)) as CUcontext
 }
 
+/// The calling thread's current context handle (null for none).
+pub(crate) fn current_handle() -> CUcontext {
+    top()
+}
+
 /// The calling thread's current context.
 pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
     let ctx = top();
@@ -199,6 +204,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     let c = unsafe { Box::from_raw(ctx.cast::<Ctx>()) };
     uncharge_context(d, c.node_index);
     drop_limit_reserve(d, &c);
+    d.free_context_allocations(ctx as usize);
     // A context destroyed while current on this thread leaves the stack.
     STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));
     Ok(())
@@ -229,14 +235,42 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
             return Err(CUDA_ERROR_INVALID_CONTEXT);
         }
         if n == 1 {
-            c.active.store(false, Ordering::Release);
-            crate::export_table::context_destroyed(ctx);
-            uncharge_context(d, c.node_index);
-            drop_limit_reserve(d, c);
+            primary_destroyed(d, ctx, c);
         }
         d.lock().primary.insert(c.node_index, (ctx as usize, n - 1));
         Ok(())
     })
+}
+
+/// The primary context's last reference is gone: what it held is freed (its handle stays).
+fn primary_destroyed(d: &Driver, ctx: CUcontext, c: &Ctx) {
+    c.active.store(false, Ordering::Release);
+    crate::export_table::context_destroyed(ctx);
+    uncharge_context(d, c.node_index);
+    drop_limit_reserve(d, c);
+    d.free_context_allocations(ctx as usize);
+    let _ = crate::pool_books::context_destroyed(c.node_index);
+}
+
+/// Destroys the primary context whatever its references: its allocations are freed, its
+/// limits back to the defaults; the next retain makes it anew.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    guard(|| {
+        let d = state::get()?;
+        let (ctx, n) = primary_ctx(d, dev)?;
+        let c = live(ctx)?;
+        if n > 0 {
+            primary_destroyed(d, ctx, c);
+        }
+        d.lock().primary.insert(c.node_index, (ctx as usize, 0));
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    cuDevicePrimaryCtxReset_v2(dev)
 }
 
 #[unsafe(no_mangle)]
@@ -333,6 +367,12 @@ pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
         }
         ctx_drop(d, ctx)
     })
+}
+
+/// The CUDA 2.0 name, which `cuGetProcAddress` still gives for versions before 4.0.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxDestroy(ctx: CUcontext) -> CUresult {
+    cuCtxDestroy_v2(ctx)
 }
 
 #[unsafe(no_mangle)]

@@ -144,6 +144,29 @@ pub(crate) fn destroyed(pool: usize) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// The primary context of node GPU `index` was destroyed: the pools there give back all
+/// they reserved, and their allocations leave their books (the memory itself is freed with
+/// the context's allocations).
+pub(crate) fn context_destroyed(index: usize) -> Result<(), CUresult> {
+    let mut all = books()?;
+    let emptied: Vec<usize> = all
+        .iter()
+        .filter(|(_, b)| b.node_index == index && b.reserved > 0)
+        .map(|(&p, _)| p)
+        .collect();
+    OWNERS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .retain(|_, (pool, _)| !emptied.contains(pool));
+    for pool in emptied {
+        if let Some(b) = all.get_mut(&pool) {
+            b.used = 0;
+            b.release_to(0)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `f` on `pool`'s books, for an attribute call whose value is at `value`.
 fn with_books(
     pool: CUmemoryPool,

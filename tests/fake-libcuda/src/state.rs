@@ -30,6 +30,8 @@ pub struct Driver {
 pub struct Inner {
     /// Device pointer → (node index, bytes charged, bytes mapped).
     pub allocs: HashMap<u64, (usize, u64, usize)>,
+    /// Device pointer → the context it was allocated in (as an address).
+    pub alloc_context: HashMap<u64, usize>,
     pub used: Box<[u64; procs::MAX_GPUS]>,
     /// Kernel time launched on each node GPU (when the node simulates kernel time).
     pub busy: Box<[procs::Busy; procs::MAX_GPUS]>,
@@ -41,6 +43,7 @@ impl Default for Inner {
     fn default() -> Self {
         Self {
             allocs: HashMap::new(),
+            alloc_context: HashMap::new(),
             used: Box::new([0; procs::MAX_GPUS]),
             busy: Box::new([procs::Busy::default(); procs::MAX_GPUS]),
             primary: HashMap::new(),
@@ -268,6 +271,9 @@ impl Driver {
         }
         let addr = p as u64;
         inner.allocs.insert(addr, (index, charge, len.max(1)));
+        inner
+            .alloc_context
+            .insert(addr, crate::context::current_handle() as usize);
         Ok(addr)
     }
 
@@ -275,10 +281,25 @@ impl Driver {
     pub fn free(&self, ptr: u64) -> Result<(), CUresult> {
         let mut inner = self.lock();
         let (index, charge, len) = inner.allocs.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        inner.alloc_context.remove(&ptr);
         // SAFETY: `ptr`/`len` is a mapping this library made in `allocate` and still owns.
         unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
         self.uncharge(&mut inner, index, charge);
         Ok(())
+    }
+
+    /// Frees every allocation made in context `ctx` (the context is being destroyed).
+    pub fn free_context_allocations(&self, ctx: usize) {
+        let ptrs: Vec<u64> = self
+            .lock()
+            .alloc_context
+            .iter()
+            .filter(|&(_, &c)| c == ctx)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in ptrs {
+            let _ = self.free(p);
+        }
     }
 
     /// Free and total bytes of node GPU `index`, across all processes.

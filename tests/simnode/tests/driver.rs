@@ -300,6 +300,9 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         ("stack", 1000 * 40 * 1024),
         ("heap", 1000),
         ("fifo", 1000),
+        // The primary context (294 MiB on the T4), 1 MiB, a pool step, the heap raised from 8
+        // to 16 MiB: all freed by the reset.
+        ("reset", (294 << 20) + (1 << 20) + (32 << 20) + (8 << 20)),
     ] {
         let want = format!("path={path} rc=0 charged={bytes} restored=1");
         assert!(text.lines().any(|l| l == want), "{want:?} not in:\n{text}");
@@ -308,6 +311,7 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         "pitch=1024",
         "granularity=2097152 vmm_map=0 vmm_access=0 vmm_readback=1",
         "lookup_legacy=1 lookup_per_thread=1 launch=0 empty_grid=1",
+        "kept_freed=0",
     ] {
         assert!(text.contains(want), "{want:?} not in:\n{text}");
     }

@@ -60,6 +60,9 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
 CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuCtxSetLimit(int, size_t);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxGetLimit(size_t *, int);
 
 static size_t free_now(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f; }
@@ -140,5 +143,22 @@ int main(void) {
     int launch = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0);
     int empty_grid = cuLaunchKernel(fn, 0, 1, 1, 32, 1, 1, 0, stream, 0, 0);
     printf("lookup_legacy=%d lookup_per_thread=%d launch=%d empty_grid=%d\n", legacy, per_thread, launch, empty_grid);
+
+    /* Resetting the primary context (cudaDeviceReset) frees what was allocated in it, its
+     * pools' reservations and its raised limits; the other context's memory stays. */
+    CUdeviceptr kept;
+    cuMemAllocManaged(&kept, 4096, 1);
+    CUcontext primary;
+    b = free_now();
+    cuDevicePrimaryCtxRetain(&primary, dev);
+    cuCtxSetCurrent(primary);
+    cuMemAllocManaged(&p, 1 << 20, 1);
+    cuMemAllocAsync(&p, 4096, 0);
+    cuCtxSetLimit(2, 16 << 20);
+    d = free_now();
+    rc = cuDevicePrimaryCtxReset_v2(dev);
+    cuCtxSetCurrent(ctx);
+    report("reset", rc, b, d, free_now());
+    printf("kept_freed=%d\n", cuMemFree_v2(kept));
     return 0;
 }
