@@ -58,11 +58,14 @@ fn per_unit(dev: CUdevice, limit: c_int) -> Option<u64> {
     Some(sms.saturating_mul(threads))
 }
 
-fn current_limit(limit: c_int) -> Option<u64> {
-    let f = real::cuCtxGetLimit()?;
+fn current_limit(limit: c_int) -> Result<u64, CUresult> {
+    let f = real::cuCtxGetLimit().ok_or(CUDA_ERROR_NOT_FOUND)?;
     let mut v: usize = 0;
     // SAFETY: cuCtxGetLimit writes one size_t.
-    (unsafe { f(&raw mut v, limit) } == CUDA_SUCCESS).then_some(v as u64)
+    match unsafe { f(&raw mut v, limit) } {
+        CUDA_SUCCESS => Ok(v as u64),
+        e => Err(e),
+    }
 }
 
 fn current_context() -> Option<CUcontext> {
@@ -91,12 +94,17 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
         log!("device {dev} is not part of this container's slice");
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
-    let (Some(unit), Some(before)) = (per_unit(dev, limit), current_limit(limit)) else {
+    let Some(unit) = per_unit(dev, limit) else {
         log!("limit {limit} left unchanged: its device memory cannot be sized");
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
     let Ok(_one_at_a_time) = CHANGING.lock() else {
         return CUDA_ERROR_UNKNOWN;
+    };
+    // A limit the driver cannot report it would not set either: its own answer.
+    let before = match current_limit(limit) {
+        Ok(v) => v,
+        Err(e) => return e,
     };
     let key = key(ctx, limit);
     let charged = s
