@@ -229,6 +229,9 @@ table! {
         Cuda fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint) -> CUresult = refused::legacy_mem_alloc_pitch;
         Cuda fn cuArrayCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_create;
         Cuda fn cuArray3DCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_3d_create;
+        Cuda fn cuMemFree(dptr: c_uint) -> CUresult = refused::legacy_mem_free;
+        Cuda fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult = refused::legacy_mem_get_info;
+        Cuda fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult = refused::legacy_device_total_mem;
         Cuda fn cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult = graph::graph_instantiate_v1;
         Cuda fn cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, log: *mut c_char, log_size: usize) -> CUresult = graph::graph_instantiate_v2;
         Cuda fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult = graph::graph_instantiate_with_flags;
@@ -276,5 +279,55 @@ table! {
         Nvml fn nvmlInit_v2() -> nvmlReturn_t;
         Nvml fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut nvmlDevice_t) -> nvmlReturn_t;
         Nvml fn nvmlDeviceGetProcessUtilization(dev: nvmlDevice_t, samples: *mut nvmlProcessUtilizationSample_t, count: *mut c_uint, last_seen: u64) -> nvmlReturn_t;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::{ENTRIES, Library};
+
+    /// The driver's `cuGetProcAddress` table (`tests/reference/proc-address.tsv`): base name →
+    /// every symbol it answers with, whatever the CUDA version and stream flag asked for.
+    fn variants() -> BTreeMap<String, BTreeSet<String>> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/reference/proc-address.tsv"
+        );
+        let mut by_name: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for row in std::fs::read_to_string(path).unwrap().lines() {
+            if row.starts_with('#') || row.is_empty() {
+                continue;
+            }
+            let cols: Vec<&str> = row.split('\t').collect();
+            by_name
+                .entry(cols[0].to_string())
+                .or_default()
+                .insert(cols[3].to_string());
+        }
+        by_name
+    }
+
+    #[test]
+    fn every_variant_the_driver_hands_out_for_an_intercepted_name_is_intercepted() {
+        let intercepted: BTreeSet<String> = ENTRIES
+            .iter()
+            .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
+            .map(|(_, _, name, _)| name.to_str().unwrap().to_string())
+            .collect();
+        let missed: Vec<String> = variants()
+            .into_iter()
+            .filter(|(_, symbols)| !symbols.is_disjoint(&intercepted))
+            .flat_map(|(name, symbols)| {
+                symbols
+                    .into_iter()
+                    .filter(|s| !intercepted.contains(s))
+                    .map(move |s| format!("{name} -> {s}"))
+            })
+            .collect();
+        // A program asking cuGetProcAddress for an old CUDA version gets the old variant (the
+        // CUDA 12 runtime asks for cuDevicePrimaryCtxReset as of 7.0, the unversioned one).
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 }

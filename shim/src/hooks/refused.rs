@@ -3,7 +3,7 @@
 //!
 //! | entry point | why |
 //! |---|---|
-//! | `cuMemAlloc`, `cuMemAllocPitch`, `cuArrayCreate`, `cuArray3DCreate` (unversioned) | the 32-bit API before CUDA 3.2; `cuda.h` has mapped these names to the `_v2` functions since, so only a program looking for them on purpose calls them |
+//! | `cuMemAlloc`, `cuMemAllocPitch`, `cuArrayCreate`, `cuArray3DCreate`, `cuMemFree`, `cuMemGetInfo`, `cuDeviceTotalMem` (unversioned) | the 32-bit API before CUDA 3.2; `cuda.h` has mapped these names to the `_v2` functions since, so only a program looking for them on purpose calls them (the two queries would show the card, not the slice) |
 //! | `cuMemImportFromShareableHandle`, `cuMemPoolImportFromShareableHandle`, `cuMemPoolImportPointer` | memory another process allocated, kept alive by the import after its owner gives it back |
 //! | `cuMulticastCreate` | multicast objects span GPUs and are backed by memory bound to them outside the allocators |
 //!
@@ -43,6 +43,9 @@ refused! {
     legacy_mem_alloc_pitch => cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint);
     legacy_array_create => cuArrayCreate(array: *mut CUarray, desc: *const c_void);
     legacy_array_3d_create => cuArray3DCreate(array: *mut CUarray, desc: *const c_void);
+    legacy_mem_free => cuMemFree(dptr: c_uint);
+    legacy_mem_get_info => cuMemGetInfo(free: *mut c_uint, total: *mut c_uint);
+    legacy_device_total_mem => cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice);
     mem_import_from_shareable_handle => cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int);
     mem_pool_import_from_shareable_handle => cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64);
     mem_pool_import_pointer => cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void);

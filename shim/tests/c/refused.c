@@ -20,6 +20,9 @@ int main(void) {
     printf("cuMemAllocPitch=%d ", F("cuMemAllocPitch")(&small, &small, 1024u, 1024u, 4u));
     printf("cuArrayCreate=%d ", F("cuArrayCreate")(&out, (void *)0));
     printf("cuArray3DCreate=%d ", F("cuArray3DCreate")(&out, (void *)0));
+    printf("cuMemFree=%d ", F("cuMemFree")(small));
+    printf("cuMemGetInfo=%d ", F("cuMemGetInfo")(&small, &small));
+    printf("cuDeviceTotalMem=%d ", F("cuDeviceTotalMem")(&small, dev));
     printf("cuMemImportFromShareableHandle=%d ", F("cuMemImportFromShareableHandle")(&out, (void *)0, 1));
     printf("cuMemPoolImportFromShareableHandle=%d ", F("cuMemPoolImportFromShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolImportPointer=%d ", F("cuMemPoolImportPointer")(&out, (void *)0, (void *)0));
