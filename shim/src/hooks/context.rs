@@ -142,12 +142,13 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
         if held.count == 0
             && let Some(gpu) = s.position(dev)
         {
-            s.refund(gpu, s.context_bytes(gpu));
-            // The primary context is destroyed with its last reference, its limits with it,
-            // and with it all memory allocated in it: where it was this process's only
-            // context on the GPU, that is all this process held there.
-            limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
-            if !s.has_own_context(gpu) {
+            // The primary context is destroyed with its last reference, and with it its
+            // limits and all memory allocated in it: where it was this process's only context
+            // on the GPU, that is all this process held there.
+            if s.has_own_context(gpu) {
+                s.refund(gpu, s.context_bytes(gpu));
+                limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
+            } else {
                 s.forget_gpu(gpu);
             }
         }

@@ -133,7 +133,7 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
         // The driver may round the value: charge what it set.
         let set = current_limit(limit).unwrap_or(wanted);
         let taken = set.saturating_sub(before).saturating_mul(unit);
-        settle(s, gpu, more, taken);
+        true_up(s, gpu, more, taken);
         keep(charged.saturating_add(taken));
         r
     } else {
@@ -151,7 +151,7 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
 }
 
 /// Brings a charge of `charged` bytes to what the driver `took`.
-fn settle(s: &Slice, gpu: usize, charged: u64, took: u64) {
+fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
     if took < charged {
         s.refund(gpu, charged - took);
     } else {

@@ -20,8 +20,8 @@ fn allocation_of(d: &Driver, ptr: CUdeviceptr) -> Option<(u64, u64, usize)> {
     inner
         .allocs
         .iter()
-        .find(|(base, (_, _, len))| ptr >= **base && ptr < **base + *len as u64)
-        .map(|(base, (index, _, len))| (*base, *len as u64, *index))
+        .find(|(base, a)| ptr >= **base && ptr < **base + a.len as u64)
+        .map(|(base, a)| (*base, a.len as u64, a.index))
 }
 
 /// `[ptr, ptr + n)` lies inside one allocation of this process.

@@ -394,7 +394,7 @@ fn array_requirements(
         .lock()
         .allocs
         .get(&(array as u64))
-        .map(|a| a.1)
+        .map(|a| a.charge)
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
     out(
         req,

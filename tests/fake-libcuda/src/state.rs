@@ -27,11 +27,21 @@ pub struct Driver {
     pub inner: Mutex<Inner>,
 }
 
+/// One allocation made by [`Driver::allocate`].
+pub struct Allocation {
+    /// The node GPU it is on.
+    pub index: usize,
+    /// Bytes charged to the device.
+    pub charge: u64,
+    /// Bytes mapped.
+    pub len: usize,
+    /// The context it was allocated in (as an address), which frees it when destroyed.
+    pub context: usize,
+}
+
 pub struct Inner {
-    /// Device pointer → (node index, bytes charged, bytes mapped).
-    pub allocs: HashMap<u64, (usize, u64, usize)>,
-    /// Device pointer → the context it was allocated in (as an address).
-    pub alloc_context: HashMap<u64, usize>,
+    /// Device pointer → what was allocated there.
+    pub allocs: HashMap<u64, Allocation>,
     pub used: Box<[u64; procs::MAX_GPUS]>,
     /// Kernel time launched on each node GPU (when the node simulates kernel time).
     pub busy: Box<[procs::Busy; procs::MAX_GPUS]>,
@@ -43,7 +53,6 @@ impl Default for Inner {
     fn default() -> Self {
         Self {
             allocs: HashMap::new(),
-            alloc_context: HashMap::new(),
             used: Box::new([0; procs::MAX_GPUS]),
             busy: Box::new([procs::Busy::default(); procs::MAX_GPUS]),
             primary: HashMap::new(),
@@ -270,21 +279,23 @@ impl Driver {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let addr = p as u64;
-        inner.allocs.insert(addr, (index, charge, len.max(1)));
-        inner
-            .alloc_context
-            .insert(addr, crate::context::current_handle() as usize);
+        let allocation = Allocation {
+            index,
+            charge,
+            len: len.max(1),
+            context: crate::context::current_handle() as usize,
+        };
+        inner.allocs.insert(addr, allocation);
         Ok(addr)
     }
 
     /// Frees an allocation made by [`Driver::allocate`], giving back what it charged.
     pub fn free(&self, ptr: u64) -> Result<(), CUresult> {
         let mut inner = self.lock();
-        let (index, charge, len) = inner.allocs.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        inner.alloc_context.remove(&ptr);
+        let a = inner.allocs.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: `ptr`/`len` is a mapping this library made in `allocate` and still owns.
-        unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
-        self.uncharge(&mut inner, index, charge);
+        unsafe { libc::munmap(ptr as *mut libc::c_void, a.len) };
+        self.uncharge(&mut inner, a.index, a.charge);
         Ok(())
     }
 
@@ -292,9 +303,9 @@ impl Driver {
     pub fn free_context_allocations(&self, ctx: usize) {
         let ptrs: Vec<u64> = self
             .lock()
-            .alloc_context
+            .allocs
             .iter()
-            .filter(|&(_, &c)| c == ctx)
+            .filter(|(_, a)| a.context == ctx)
             .map(|(&p, _)| p)
             .collect();
         for p in ptrs {
