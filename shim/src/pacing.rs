@@ -3,8 +3,9 @@
 //! of that GPU near the share.
 //!
 //! Each process keeps, per paced GPU, a bucket of thread blocks. A launch takes its grid's
-//! blocks from the bucket, waiting while the bucket is empty (a kernel is delayed, never cut
-//! or refused). A thread, started at the first paced launch, refills the buckets every tick,
+//! blocks from the bucket, sleeping while the bucket is empty until the next refill wakes it (a
+//! kernel is delayed, never cut or refused). A thread, started at the first paced launch,
+//! refills the buckets every tick with the rate for the real time since the last refill,
 //! keeps how many blocks this process launched in each tick, and asks NVML for the SM
 //! utilization of the container's processes on each paced GPU
 //! (`nvmlDeviceGetProcessUtilization`, summed over the pids of the usage region's slots).
@@ -31,8 +32,12 @@
 //! ([`crate::slots`]), which holds two busy slices of one GPU to their shares where the
 //! driver's samples cannot tell them apart.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Once, OnceLock};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+    fence,
+};
+use std::sync::{Condvar, Mutex, Once, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::api::real;
@@ -50,8 +55,9 @@ const HISTORY_TICKS: usize = 256;
 const BURST_TICKS: i64 = 2;
 /// The refill before anything was measured: no pacing.
 const UNMEASURED: i64 = i64::MAX / 4;
-/// How long a launch waiting for blocks sleeps between looks at its bucket.
-const WAIT_STEP: Duration = Duration::from_micros(500);
+/// The longest a launch waiting for blocks sleeps before it looks at its bucket again, where
+/// no refill woke it.
+const WAKE_AT_LEAST: Duration = Duration::from_millis(20);
 
 /// Whether `cores` (percent of the SMs) is a share to pace to: 0 reserves none and 100 is
 /// the whole GPU, neither needs pacing.
@@ -126,11 +132,44 @@ pub fn pace(slice: &'static Slice, blocks: u64) {
     }
     WATCHER.call_once(|| start_watcher(slice));
     gate.launched.fetch_add(blocks, Relaxed);
-    while gate.tokens.load(Relaxed) <= 0 && !UNPACED.load(Relaxed) {
-        std::thread::sleep(WAIT_STEP);
+    if gate.tokens.load(Relaxed) <= 0 {
+        wait_for_refill(gate);
     }
     gate.tokens
         .fetch_sub(i64::try_from(blocks).unwrap_or(i64::MAX), Relaxed);
+}
+
+/// Launches waiting for blocks sleep here until the pacing thread's next refill.
+static PARKED: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+/// How many launches sleep in [`PARKED`]: the pacing thread wakes them only when there are.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Sleeps until `gate` has blocks to take (or pacing was given up). The bucket only grows at
+/// a refill, so a launch sleeps until the pacing thread wakes it after one, rather than
+/// looking again and again meanwhile.
+fn wait_for_refill(gate: &Gate) {
+    WAITING.fetch_add(1, SeqCst);
+    fence(SeqCst);
+    let mut parked = PARKED.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while gate.tokens.load(Relaxed) <= 0 && !UNPACED.load(Relaxed) {
+        // The timeout only bounds a wait whose wake-up was missed; refills wake it.
+        parked = PARKED
+            .1
+            .wait_timeout(parked, WAKE_AT_LEAST)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    drop(parked);
+    WAITING.fetch_sub(1, SeqCst);
+}
+
+/// Wakes the launches waiting for blocks, after a refill.
+fn wake_waiting_launches() {
+    fence(SeqCst);
+    if WAITING.load(SeqCst) > 0 {
+        let _parked = PARKED.0.lock().unwrap_or_else(PoisonError::into_inner);
+        PARKED.1.notify_all();
+    }
 }
 
 fn give_up(why: &str) {
@@ -190,9 +229,23 @@ struct Books {
     /// The container's utilization summed over each span of new samples, and the periods
     /// the span covered, newest last, over at most [`WINDOW_PERIODS`].
     window: std::collections::VecDeque<(u64, u64)>,
+    /// The part of a block the last refill owed and did not add.
+    owed: f64,
 }
 
 impl Books {
+    /// The blocks to add for `ticks` (fractional: the real time since the last refill, in
+    /// ticks) at `refill` blocks a tick, carrying the fraction of a block to the next refill.
+    fn refill_for(&mut self, refill: i64, ticks: f64) -> i64 {
+        if refill >= UNMEASURED {
+            return refill;
+        }
+        let due = refill as f64 * ticks + self.owed;
+        let whole = due.floor();
+        self.owed = due - whole;
+        whole as i64
+    }
+
     /// Blocks launched in the `period_us` ending at `end_us`.
     fn launched_in(&self, end_us: u64, period_us: u64) -> u64 {
         let start = end_us.saturating_sub(period_us);
@@ -265,10 +318,15 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
     let gates = gates(slice);
     let mut books: Vec<Books> = gates.iter().map(|_| Books::default()).collect();
     let mut tick = 0u32;
+    let mut last_tick = std::time::Instant::now();
     loop {
         std::thread::sleep(TICK);
         tick += 1;
         let now = realtime_us();
+        // A tick lasts longer than asked (the sleep's overrun, more on a busy CPU): the refill
+        // is a rate per TICK of real time, so what is added follows the time that passed.
+        let ticks = last_tick.elapsed().as_secs_f64() / TICK.as_secs_f64();
+        last_tick = std::time::Instant::now();
         for (g, b) in gates
             .iter()
             .zip(books.iter_mut())
@@ -279,15 +337,17 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
                 b.launched.pop_front();
             }
             let refill = g.refill.load(Relaxed);
+            let added = b.refill_for(refill, ticks);
             let cap = refill.saturating_mul(BURST_TICKS);
             let _ = g.tokens.fetch_update(Relaxed, Relaxed, |t| {
                 Some(if t >= cap {
                     t
                 } else {
-                    t.saturating_add(refill).min(cap)
+                    t.saturating_add(added).min(cap)
                 })
             });
         }
+        wake_waiting_launches();
         if !tick.is_multiple_of(POLL_TICKS) {
             continue;
         }
@@ -347,4 +407,31 @@ fn container_utilization(dev: nvmlDevice_t, pids: &[u32], last_seen: u64) -> Opt
         .map(|s| s.sm_util)
         .sum();
     Some((stamp, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refill_follows_the_time_that_passed_not_the_ticks_counted() {
+        // Ticks a tenth longer than asked (a busy CPU): a hundred of them add what 110 ticks
+        // of the rate stand for, not what 100 do.
+        let mut books = Books::default();
+        let added: i64 = (0..100).map(|_| books.refill_for(1_000, 1.1)).sum();
+        assert_eq!(added, 110_000);
+    }
+
+    #[test]
+    fn a_fraction_of_a_block_is_carried_to_the_next_refill() {
+        let mut books = Books::default();
+        let added: Vec<i64> = (0..4).map(|_| books.refill_for(1, 0.5)).collect();
+        assert_eq!(added, [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn nothing_measured_yet_holds_nothing_back() {
+        let mut books = Books::default();
+        assert_eq!(books.refill_for(UNMEASURED, 0.9), UNMEASURED);
+    }
 }
