@@ -17,6 +17,10 @@ pub type CUmemGenericAllocationHandle = u64;
 pub type CUgraph = *mut c_void;
 pub type CUgraphExec = *mut c_void;
 pub type CUgraphNode = *mut c_void;
+/// A green context (CUDA 12.4): a context given part of a device's SMs.
+pub type CUgreenCtx = *mut c_void;
+/// A descriptor of the resources a green context is made with.
+pub type CUdevResourceDesc = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
@@ -28,6 +32,8 @@ pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
 pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
+pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: CUresult = 914;
+pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: CUresult = 915;
 pub const CUDA_ERROR_INVALID_HANDLE: CUresult = 400;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
@@ -83,6 +89,36 @@ pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CUstreamCaptureStatus` of a stream being captured.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+
+/// `CU_DEV_RESOURCE_TYPE_SM` of `CUdevResourceType`, the only resource type there is.
+pub const CU_DEV_RESOURCE_TYPE_SM: c_int = 1;
+/// `CU_GREEN_CTX_DEFAULT_STREAM`, the flag `cuGreenCtxCreate` requires.
+pub const CU_GREEN_CTX_DEFAULT_STREAM: c_uint = 1;
+
+/// `CUdevResource` (`CUdevResource_v1`): a tagged union of 144 bytes whose SM member holds the
+/// resource's SM count in its first four bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUdevResource {
+    pub type_: c_int,
+    pub internal_padding: [u8; 92],
+    /// `sm.smCount`.
+    pub sm_count: c_uint,
+    pub oversize: [u8; 44],
+}
+
+impl CUdevResource {
+    /// A resource of no type (`CU_DEV_RESOURCE_TYPE_INVALID`).
+    #[must_use]
+    pub const fn invalid() -> Self {
+        Self {
+            type_: 0,
+            internal_padding: [0; 92],
+            sm_count: 0,
+            oversize: [0; 44],
+        }
+    }
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -214,6 +214,8 @@ table! {
         Cuda fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult = context::primary_reset_v1;
         Cuda fn cuCtxDestroy(ctx: CUcontext) -> CUresult = context::ctx_destroy_v1;
         Cuda fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult = limits::ctx_set_limit;
+        Cuda fn cuGreenCtxCreate(green: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: c_uint) -> CUresult = context::green_ctx_create;
+        Cuda fn cuGreenCtxDestroy(green: CUgreenCtx) -> CUresult = context::green_ctx_destroy;
         Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;
         Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult = info::device_total_mem;
         Cuda fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel;
@@ -256,6 +258,7 @@ table! {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
         Cuda fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
         Cuda fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult;
+        Cuda fn cuCtxFromGreenCtx(ctx: *mut CUcontext, green: CUgreenCtx) -> CUresult;
         Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult;
         Cuda fn cuCtxSynchronize() -> CUresult;
         Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
@@ -288,15 +291,16 @@ mod tests {
 
     use super::{ENTRIES, Library};
 
-    /// The driver's `cuGetProcAddress` table (`tests/reference/proc-address.tsv`): base name →
-    /// every symbol it answers with, whatever the CUDA version and stream flag asked for.
+    /// The driver's `cuGetProcAddress` table (`tests/reference/proc-address.tsv`, and the
+    /// newer entry points of `proc-address-newer.tsv`): base name → every symbol it answers
+    /// with, whatever the CUDA version and stream flag asked for.
     fn variants() -> BTreeMap<String, BTreeSet<String>> {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/reference/proc-address.tsv"
-        );
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/");
+        let table = ["proc-address.tsv", "proc-address-newer.tsv"]
+            .map(|f| std::fs::read_to_string(format!("{dir}{f}")).unwrap())
+            .concat();
         let mut by_name: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for row in std::fs::read_to_string(path).unwrap().lines() {
+        for row in table.lines() {
             if row.starts_with('#') || row.is_empty() {
                 continue;
             }

@@ -180,6 +180,32 @@ fn resetting_the_primary_context_gives_back_all_it_held() {
 }
 
 #[test]
+fn a_green_context_is_charged_as_a_context_and_so_is_the_primary_one_it_retains() {
+    // Room for five more contexts and a half: green contexts on 8 of the T4's 40 SMs.
+    let slice = Slice::new(13 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "green", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!((f.num("sms"), f.num("group")), (40, 8), "{what}");
+        assert_eq!(f.num("made"), 5, "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.num("free_at_fit"), MIB, "{what}");
+        assert_eq!(f.get("alloc_in_green"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("destroyed"), 5, "{what}");
+        assert_eq!(f.num("after_destroy"), r, "{what}");
+        // With the primary context released, a green context retains it again: both charged.
+        assert_eq!(f.get("alone"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("alone_free"), r - 2 * MIB, "{what}");
+        // The primary context ends with the green context holding it last, and with it what
+        // was allocated in it.
+        assert_eq!(f.get("left"), "CUDA_SUCCESS,CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn freeing_twice_or_freeing_a_stranger_gives_nothing_back_twice() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let r = slice.remaining();

@@ -21,7 +21,8 @@ Prints key=value pairs on one line: total, free (the client's own memory query b
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
 allocating. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
-stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc. WALL_RESET=1: the
+stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc; WALL_RAISE=green:
+it makes green contexts until refused, then allocates. WALL_RESET=1: the
 runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_reset: the first).
 """
 import os
@@ -49,6 +50,8 @@ def bindings(mode, size):
     free, total = check(cu.cuMemGetInfo())
     settle()
     raised = os.environ.get("WALL_RAISE")
+    if raised == "green":
+        return bindings_green(cu, check, dev, mode, size, total, free)
     if raised:
         return bindings_limit(cu, check, dev, raised, mode, size, total, free)
     held, error = [], ""
@@ -88,6 +91,41 @@ def bindings_limit(cu, check, dev, raised, mode, size, total, free):
         if mode == "hold":
             break
     return total, free, held, error, lambda: check(cu.cuCtxSetLimit(limit, first))
+
+
+def bindings_green(cu, check, dev, mode, size, total, free):
+    """WALL_RAISE=green: green contexts (CUDA 12.4) on the fewest SMs a split gives, made until
+    one is refused (each takes a context's memory and they are not allocation calls), then
+    SIZE bytes at a time by cuMemAlloc until refused. Prints how many green contexts it
+    made (greens)."""
+    sm = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+    resource, = check(cu.cuDeviceGetDevResource(dev, sm))
+    groups, _, _ = check(cu.cuDevSmResourceSplitByCount(1, resource, 0, 1))
+    desc, = check(cu.cuDevResourceGenerateDesc([groups[0]], 1))
+    flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+    greens, held, error = [], [], ""
+    while mode != "hold" or not greens:
+        err, green = cu.cuGreenCtxCreate(desc, dev, flags)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            error = err.name
+            break
+        greens.append(green)
+    print(f"greens={len(greens)}", end=" ")
+    while True:
+        err, ptr = cu.cuMemAlloc(size)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            error = err.name
+            break
+        held.append(ptr)
+        if mode == "hold":
+            break
+
+    def release():
+        for p in held:
+            check(cu.cuMemFree(p))
+        for g in greens:
+            check(cu.cuGreenCtxDestroy(g))
+    return total, free, held, error, release
 
 
 def numba_jit(mode, size):

@@ -6,7 +6,8 @@
 //! The real driver's export list and `cuGetProcAddress` table (`tests/reference/`, derived
 //! from NVIDIA's files by `tests/reference/generate.py`) become: a stub for every export this
 //! library does not model (it answers `CUDA_ERROR_NOT_SUPPORTED` and is counted), and the
-//! table `cuGetProcAddress` answers from.
+//! table `cuGetProcAddress` answers from, with the rows of the newer entry points it models
+//! (`proc-address-newer.tsv`).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -18,7 +19,9 @@ fn main() {
     println!("cargo:rerun-if-changed=src");
     let reference = Path::new("../reference");
     let symbols = read(&reference.join("libcuda.symbols"));
-    let table = read(&reference.join("proc-address.tsv"));
+    // The reference driver's table, and the newer entry points modelled beyond it.
+    let table = read(&reference.join("proc-address.tsv"))
+        + &read(&reference.join("proc-address-newer.tsv"));
     let modelled: BTreeMap<String, String> = modelled_functions(Path::new("src"))
         .into_iter()
         .map(|(name, stem)| match stem.as_str() {

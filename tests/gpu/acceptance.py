@@ -54,6 +54,8 @@ CLIENTS = [
     # Context limits the driver backs with device memory, raised step by step.
     ("cuda-bindings stack (cuCtxSetLimit)", "bindings", {"WALL_RAISE": "stack"}, "wall"),
     ("cuda-bindings malloc heap (cuCtxSetLimit)", "bindings", {"WALL_RAISE": "heap"}, "wall"),
+    # Green contexts (drivers from 550): contexts made with part of the SMs, then cuMemAlloc.
+    ("cuda-bindings green contexts (cuGreenCtxCreate)", "bindings", {"WALL_RAISE": "green"}, "wall"),
     # JAX's allocator takes 75% of the memory it sees unless told otherwise: with its
     # defaults it stops at its own limit, inside the slice.
     ("jax defaults", "jax", {}, "within"),

@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use super::{charged, limits, real_or_return, uncharged};
 use crate::ffi::*;
-use crate::slice::{self, Kind};
+use crate::slice::{self, Kind, Primary, Slice};
 
 fn create(ctx: *mut CUcontext, dev: CUdevice, call: impl FnOnce() -> CUresult) -> CUresult {
     let Some(s) = slice::get() else {
@@ -95,6 +95,11 @@ pub unsafe fn primary_retain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
         let r = unsafe { f(ctx, dev) };
         if r == CUDA_SUCCESS {
             held.count += 1;
+            if held.ctx == 0 && !ctx.is_null() {
+                // Retained first by a green context, whose creation does not name it.
+                // SAFETY: written by the driver, which reported success.
+                held.ctx = unsafe { ctx.read() as usize };
+            }
         }
         return r;
     }
@@ -142,18 +147,23 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
         if held.count == 0
             && let Some(gpu) = s.position(dev)
         {
-            // The primary context is destroyed with its last reference, and with it its
-            // limits and all memory allocated in it: where it was this process's only context
-            // on the GPU, that is all this process held there.
-            if s.has_own_context(gpu) {
-                s.refund(gpu, s.context_bytes(gpu));
-                limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
-            } else {
-                s.forget_gpu(gpu);
-            }
+            primary_destroyed(s, gpu, held);
         }
     }
     r
+}
+
+/// The primary context is destroyed with its last reference, and with it its limits and all
+/// memory allocated in it: where it was this process's only context on the GPU, that is all
+/// this process held there.
+fn primary_destroyed(s: &Slice, gpu: usize, held: &mut Primary) {
+    if s.has_own_context(gpu) {
+        s.refund(gpu, s.context_bytes(gpu));
+        limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
+    } else {
+        s.forget_gpu(gpu);
+    }
+    held.ctx = 0;
 }
 
 pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
@@ -172,4 +182,97 @@ pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
 /// `cuGetProcAddress` for it as of CUDA 7.0).
 pub unsafe fn primary_reset_v1(dev: CUdevice) -> CUresult {
     primary_drop(real_or_return!(cuDevicePrimaryCtxReset), dev, true)
+}
+
+/// `cuGreenCtxCreate` (CUDA 12.4): a green context is a context of its own, charged as one, and
+/// the driver retains the device's primary context for it until it is destroyed, which in
+/// this process's books is one more reference to the primary context (charged when it is
+/// the first).
+pub unsafe fn green_ctx_create(
+    green: *mut CUgreenCtx,
+    desc: CUdevResourceDesc,
+    dev: CUdevice,
+    flags: c_uint,
+) -> CUresult {
+    let f = real_or_return!(cuGreenCtxCreate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { f(green, desc, dev, flags) };
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let Some(gpu) = s.position(dev) else {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let Ok(mut retained) = s.primary.lock() else {
+        return CUDA_ERROR_UNKNOWN;
+    };
+    let held = retained.entry(dev).or_default();
+    let own = s.context_bytes(gpu);
+    let bytes = if held.count == 0 { 2 * own } else { own };
+    if !s.charge(gpu, bytes) {
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let r = call();
+    if r == CUDA_SUCCESS && !green.is_null() {
+        held.count += 1;
+        // SAFETY: written by the driver, which reported success.
+        let key = unsafe { green.read() } as u64;
+        s.record(Kind::Context, key, gpu, own);
+    } else {
+        s.refund(gpu, bytes);
+    }
+    r
+}
+
+/// `cuGreenCtxDestroy`: the green context's charge and its raised limits go back, and so does
+/// the driver's reference to the primary context.
+pub unsafe fn green_ctx_destroy(green: CUgreenCtx) -> CUresult {
+    let f = real_or_return!(cuGreenCtxDestroy);
+    // SAFETY: the caller's argument, passed on unchanged.
+    let call = || unsafe { f(green) };
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let ctx = context_of(green);
+    let raised = limits::leaving(s, ctx);
+    let Ok(mut retained) = s.primary.lock() else {
+        limits::kept(s, ctx, raised);
+        return CUDA_ERROR_UNKNOWN;
+    };
+    let charge = s.take(Kind::Context, green as u64);
+    let r = call();
+    if r != CUDA_SUCCESS {
+        if let Some(c) = charge {
+            s.put_back(Kind::Context, green as u64, c);
+        }
+        limits::kept(s, ctx, raised);
+        return r;
+    }
+    limits::gone(s, raised);
+    let Some(c) = charge else {
+        return r;
+    };
+    s.settle(c);
+    let primary = retained
+        .iter_mut()
+        .find(|(d, h)| h.count > 0 && s.position(**d) == Some(c.gpu));
+    if let Some((_, held)) = primary {
+        held.count -= 1;
+        if held.count == 0 {
+            primary_destroyed(s, c.gpu, held);
+        }
+    }
+    r
+}
+
+/// The context a green context is used through (null where the driver does not say).
+fn context_of(green: CUgreenCtx) -> CUcontext {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    if let Some(f) = crate::api::real::cuCtxFromGreenCtx() {
+        // SAFETY: one handle to write and the caller's green context.
+        if unsafe { f(&raw mut ctx, green) } != CUDA_SUCCESS {
+            ctx = std::ptr::null_mut();
+        }
+    }
+    ctx
 }

@@ -17,7 +17,8 @@
  * destroys, and of the primary context, which it releases to zero and retains again, printing
  * what is free after each ("after_destroy", "after_release"); "reset" holds a quarter of
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
- * (as cudaDeviceReset does), retains it again and fits REMAINING. With WALL_CONTEXTS=N in the environment, N more contexts
+ * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
+ * contexts (see there). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -85,6 +86,16 @@ CUresult cuCtxSetLimit(int, size_t);
 CUresult cuCtxGetLimit(size_t *, int);
 CUresult cuDeviceGetAttribute(int *, int, CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+/* Green contexts (CUDA 12.4): CUdevResource is a tagged union of 144 bytes, the SM count at
+ * byte 96. */
+typedef struct { int type; unsigned char pad[92]; unsigned smCount; unsigned char more[44]; } CUdevResource;
+typedef void *CUdevResourceDesc, *CUgreenCtx;
+CUresult cuDeviceGetDevResource(CUdevice, CUdevResource *, int);
+CUresult cuDevSmResourceSplitByCount(CUdevResource *, unsigned *, const CUdevResource *, CUdevResource *, unsigned, unsigned);
+CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *, CUdevResource *, unsigned);
+CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned);
+CUresult cuGreenCtxDestroy(CUgreenCtx);
+CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
 
 #define API(X) \
     X(cuInit, cuInit) X(cuDeviceGet, cuDeviceGet) \
@@ -104,7 +115,11 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
     X(cuModuleLoadData, cuModuleLoadData) X(cuMemPoolSetAttribute, cuMemPoolSetAttribute) \
     X(cuMemPoolTrimTo, cuMemPoolTrimTo) X(cuCtxSetLimit, cuCtxSetLimit) \
     X(cuCtxGetLimit, cuCtxGetLimit) X(cuDeviceGetAttribute, cuDeviceGetAttribute) \
-    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2)
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2) \
+    X(cuDeviceGetDevResource, cuDeviceGetDevResource) \
+    X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount) \
+    X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc) X(cuGreenCtxCreate, cuGreenCtxCreate) \
+    X(cuGreenCtxDestroy, cuGreenCtxDestroy) X(cuCtxFromGreenCtx, cuCtxFromGreenCtx)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -364,6 +379,57 @@ int main(int argc, char **argv) {
         if (!fit) A.cuMemFree(p);
         over = A.cuMemAlloc(&p, r + 1);
         if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "green")) {
+        /* Green contexts on a group of the device's SMs, made until refused ("made"; "over"
+         * the refusal), one used for an allocation; all destroyed ("after_destroy"). Then
+         * with the primary context released, one green context, which retains it again
+         * ("alone", and what is free then); destroyed, and the primary retained again, a MiB
+         * allocated in it ("left", see there). */
+        CUdevResource all, group, rest;
+        CUdevResourceDesc desc = 0;
+        unsigned groups = 1;
+        if (A.cuDeviceGetDevResource(dev, &all, 1) ||
+            A.cuDevSmResourceSplitByCount(&group, &groups, &all, &rest, 0, 8) ||
+            A.cuDevResourceGenerateDesc(&desc, &group, 1)) {
+            printf("error=resources\n");
+            return 1;
+        }
+        printf("sms=%u group=%u ", all.smCount, group.smCount);
+        CUgreenCtx green[64];
+        int made = 0;
+        while (made < 64 && !(over = A.cuGreenCtxCreate(&green[made], desc, dev, 1))) made++;
+        free_at_fit = free_now();
+        fit = made ? 0 : over;
+        CUcontext inside = 0;
+        if (made && !A.cuCtxFromGreenCtx(&inside, green[0]) && !A.cuCtxSetCurrent(inside)) {
+            printf("alloc_in_green=%s ", name(A.cuMemAlloc(&p, MiB)));
+            A.cuMemFree(p);
+            A.cuCtxSetCurrent(ctx);
+        }
+        int destroyed = 0;
+        for (int i = 0; i < made; i++) destroyed += !A.cuGreenCtxDestroy(green[i]);
+        printf("made=%d destroyed=%d after_destroy=%zu ", made, destroyed, free_now());
+        A.cuCtxSetCurrent(0);
+        A.cuDevicePrimaryCtxRelease(dev);
+        CUgreenCtx alone = 0;
+        printf("alone=%s ", name(A.cuGreenCtxCreate(&alone, desc, dev, 1)));
+        if (alone && !A.cuCtxFromGreenCtx(&inside, alone) && !A.cuCtxSetCurrent(inside)) {
+            printf("alone_free=%zu ", free_now());
+            A.cuCtxSetCurrent(0);
+            A.cuGreenCtxDestroy(alone);
+        }
+        /* A MiB left allocated in the primary context, which is then released while a green
+         * context holds it: destroying the green context destroys the primary one, and the
+         * driver frees the MiB with it. */
+        A.cuDevicePrimaryCtxRetain(&ctx, dev);
+        A.cuCtxSetCurrent(ctx);
+        CUgreenCtx last = 0;
+        printf("left=%s,%s ", name(A.cuMemAlloc(&p, MiB)), name(A.cuGreenCtxCreate(&last, desc, dev, 1)));
+        A.cuCtxSetCurrent(0);
+        A.cuDevicePrimaryCtxRelease(dev);
+        A.cuGreenCtxDestroy(last);
+        A.cuDevicePrimaryCtxRetain(&ctx, dev);
+        A.cuCtxSetCurrent(ctx);
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
         fit = A.cuMemAlloc(&p, r);

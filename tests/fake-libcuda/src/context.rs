@@ -210,6 +210,16 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     Ok(())
 }
 
+/// A context on `dev` that is not made current (a green context's: [`crate::green`]).
+pub(crate) fn new_detached(d: &Driver, dev: CUdevice) -> Result<CUcontext, CUresult> {
+    ctx_new(d, dev, 0)
+}
+
+/// Destroys a context made by [`new_detached`].
+pub(crate) fn destroy_detached(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
+    ctx_drop(d, ctx)
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     guard(|| {

@@ -17,6 +17,7 @@ mod copy;
 mod export_table;
 mod graph;
 mod graph_memory;
+mod green;
 mod image;
 mod module;
 mod paths;

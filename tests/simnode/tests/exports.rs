@@ -107,3 +107,35 @@ fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
         assert!(text.contains(fact), "{fact}: {text}");
     }
 }
+
+#[test]
+fn the_newer_entry_points_answer_at_the_versions_the_headers_give_them() {
+    // Each row of proc-address-newer.tsv names a PFN_<name>_v<version> typedef of the CUDA
+    // 12.9 headers, and the symbol is exported by the simulated driver.
+    #[path = "../../reference/prototypes.rs"]
+    mod prototypes;
+    let typedefs =
+        std::fs::read_to_string(prototypes::header_dirs()[0].join("cudaTypedefs.h")).unwrap();
+    let sim = SimNode::new(1, "A10", None);
+    let exported = run(
+        Path::new("nm"),
+        &[Path::new("-D"), &sim.lib_dir().join("libcuda.so.1")],
+    );
+    let rows = std::fs::read_to_string(reference("proc-address-newer.tsv")).unwrap();
+    let rows: Vec<&str> = rows.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(!rows.is_empty());
+    for row in rows {
+        let [name, version, stream, symbol] = row.split('\t').collect::<Vec<_>>()[..] else {
+            panic!("malformed row {row:?}");
+        };
+        assert_eq!(stream, "default", "{row}");
+        assert!(
+            typedefs.contains(&format!("PFN_{name}_v{version})")),
+            "no PFN_{name}_v{version} in the headers"
+        );
+        assert!(
+            exported.contains(&format!(" T {symbol}\n")),
+            "the simulated driver does not export {symbol}"
+        );
+    }
+}
