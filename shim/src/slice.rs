@@ -36,6 +36,8 @@ pub struct Charge {
     /// The process that was charged, by its token (a forked child frees nothing of its
     /// parent's).
     pub owner: u64,
+    /// The context the driver frees it with (as an address), or 0 where it outlives contexts.
+    pub ctx: usize,
 }
 
 /// Kinds of things charged, each with its own key space.
@@ -484,13 +486,58 @@ impl Slice {
     }
 
     pub fn record(&self, kind: Kind, key: u64, gpu: usize, bytes: u64) {
+        self.record_in(kind, key, gpu, bytes, 0);
+    }
+
+    /// Records a charge the driver frees with context `ctx` (0: none) if it is not freed first.
+    pub fn record_in(&self, kind: Kind, key: u64, gpu: usize, bytes: u64, ctx: usize) {
         let charge = Charge {
             gpu,
             bytes,
             owner: self.this_process(),
+            ctx,
         };
         if let Ok(mut m) = self.charges.lock() {
             m.insert((kind, key), charge);
+        }
+    }
+
+    /// The calling thread's current context (as an address; 0 for none).
+    pub fn current_context(&self) -> usize {
+        let Some(f) = real::cuCtxGetCurrent() else {
+            return 0;
+        };
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: cuCtxGetCurrent writes one handle.
+        if unsafe { f(&raw mut ctx) } != CUDA_SUCCESS {
+            return 0;
+        }
+        ctx as usize
+    }
+
+    /// Context `ctx` was destroyed: what this process allocated in it was freed with it, so
+    /// its charges go back.
+    pub fn forget_context(&self, ctx: usize) {
+        if ctx == 0 {
+            return;
+        }
+        let me = self.this_process();
+        let gone: Vec<Charge> = match self.charges.lock() {
+            Ok(mut m) => {
+                let mut gone = Vec::new();
+                m.retain(|_, c| {
+                    let freed = c.ctx == ctx && c.owner == me;
+                    if freed {
+                        gone.push(*c);
+                    }
+                    !freed
+                });
+                gone
+            }
+            Err(_) => return,
+        };
+        for c in gone {
+            self.refund(c.gpu, c.bytes);
         }
     }
 

@@ -180,6 +180,26 @@ fn resetting_the_primary_context_gives_back_all_it_held() {
 }
 
 #[test]
+fn memory_left_in_a_destroyed_context_goes_back_with_it() {
+    let slice = Slice::new(66 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "ctx_gone", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!(f.get("own_held"), "CUDA_SUCCESS,CUDA_SUCCESS", "{what}");
+        assert_eq!(f.get("own_destroyed"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("after_destroy"), r, "{what}");
+        // The primary context gone with its quarter: the context kept takes its place.
+        assert_eq!(f.get("primary_held"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("after_release"), r, "{what}");
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("free_at_fit"), 0, "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn a_green_context_is_charged_as_a_context_and_so_is_the_primary_one_it_retains() {
     // Room for five more contexts and a half: green contexts on 8 of the T4's 40 SMs.
     let slice = Slice::new(13 * MIB, 2 * MIB);

@@ -17,7 +17,7 @@
 
 use std::ffi::c_uint;
 
-use super::{charged, graph, pool_reserve, real_or_return, uncharged};
+use super::{charged, charged_in, graph, pool_reserve, real_or_return, uncharged};
 use crate::api::real;
 use crate::ffi::*;
 use crate::slice::{self, Kind};
@@ -47,7 +47,9 @@ pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
         Ok(d) => d,
         Err(e) => return e,
     };
-    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+    // Freed with the current context if it is not freed first.
+    let ctx = s.current_context();
+    charged_in(s, Kind::Memory, dev, bytes as u64, ctx, call, || {
         written(dptr).unwrap_or(0)
     })
 }
@@ -61,7 +63,9 @@ pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, bytes: usize, flags: c_u
         Ok(d) => d,
         Err(e) => return e,
     };
-    charged(s, Kind::Memory, dev, bytes as u64, call, || {
+    // Freed with the current context if it is not freed first.
+    let ctx = s.current_context();
+    charged_in(s, Kind::Memory, dev, bytes as u64, ctx, call, || {
         written(dptr).unwrap_or(0)
     })
 }
@@ -123,7 +127,8 @@ pub unsafe fn mem_alloc_pitch(
     if actual < least {
         s.refund(gpu, least - actual);
     }
-    s.record(Kind::Memory, written(dptr).unwrap_or(0), gpu, actual);
+    let ctx = s.current_context();
+    s.record_in(Kind::Memory, written(dptr).unwrap_or(0), gpu, actual, ctx);
     CUDA_SUCCESS
 }
 
@@ -458,7 +463,7 @@ fn create_array(
     if exact < estimate {
         s.refund(gpu, estimate - exact);
     }
-    s.record(kind, array as u64, gpu, exact);
+    s.record_in(kind, array as u64, gpu, exact, s.current_context());
     CUDA_SUCCESS
 }
 

@@ -74,6 +74,7 @@ fn destroy(f: unsafe extern "C" fn(CUcontext) -> CUresult, ctx: CUcontext) -> CU
     let r = uncharged(s, Kind::Context, ctx as u64, call);
     if r == CUDA_SUCCESS {
         limits::gone(s, raised);
+        s.forget_context(ctx as usize);
     } else {
         limits::kept(s, ctx, raised);
     }
@@ -160,6 +161,7 @@ fn primary_destroyed(s: &Slice, gpu: usize, held: &mut Primary) {
     if s.has_own_context(gpu) {
         s.refund(gpu, s.context_bytes(gpu));
         limits::gone(s, limits::leaving(s, held.ctx as CUcontext));
+        s.forget_context(held.ctx);
     } else {
         s.forget_gpu(gpu);
     }
@@ -249,6 +251,7 @@ pub unsafe fn green_ctx_destroy(green: CUgreenCtx) -> CUresult {
         return r;
     }
     limits::gone(s, raised);
+    s.forget_context(ctx as usize);
     let Some(c) = charge else {
         return r;
     };

@@ -38,6 +38,20 @@ pub fn charged(
     call: impl FnOnce() -> CUresult,
     key: impl FnOnce() -> u64,
 ) -> CUresult {
+    charged_in(s, kind, dev, bytes, 0, call, key)
+}
+
+/// As [`charged`], for what the driver frees with context `ctx` (0: none) if it is not freed
+/// first.
+pub fn charged_in(
+    s: &Slice,
+    kind: Kind,
+    dev: CUdevice,
+    bytes: u64,
+    ctx: usize,
+    call: impl FnOnce() -> CUresult,
+    key: impl FnOnce() -> u64,
+) -> CUresult {
     let Some(gpu) = s.position(dev) else {
         log!("device {dev} is not part of this container's slice");
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -47,7 +61,7 @@ pub fn charged(
     }
     let r = call();
     if r == CUDA_SUCCESS {
-        s.record(kind, key(), gpu, bytes);
+        s.record_in(kind, key(), gpu, bytes, ctx);
     } else {
         s.refund(gpu, bytes);
     }

@@ -18,7 +18,7 @@
  * what is free after each ("after_destroy", "after_release"); "reset" holds a quarter of
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
- * contexts (see there). With WALL_CONTEXTS=N in the environment, N more contexts
+ * contexts and "ctx_gone" leaves memory in contexts it destroys (see there). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -372,6 +372,33 @@ int main(int argc, char **argv) {
                name(A.cuCtxSetLimit(2, heap + r / 4)));
         printf("before_reset=%zu ", free_now());
         printf("reset=%s ", name(A.cuDevicePrimaryCtxReset(dev)));
+        A.cuDevicePrimaryCtxRetain(&ctx, dev);
+        A.cuCtxSetCurrent(ctx);
+        fit = A.cuMemAlloc(&p, r);
+        free_at_fit = free_now();
+        if (!fit) A.cuMemFree(p);
+        over = A.cuMemAlloc(&p, r + 1);
+        if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "ctx_gone")) {
+        /* Memory left allocated in a context that is destroyed: the driver frees it with the
+         * context. A context of its own, holding a quarter of REMAINING by cuMemAlloc and a
+         * quarter by cuMemAllocManaged, destroyed ("after_destroy"); then the primary context,
+         * holding a quarter, released to zero while a context of its own is kept
+         * ("after_release", seen from that context). */
+        CUcontext own = 0;
+        CUdeviceptr q = 0;
+        A.cuCtxCreate(&own, 0, dev);
+        printf("own_held=%s,%s ", name(A.cuMemAlloc(&p, r / 4)), name(A.cuMemAllocManaged(&q, r / 4, 1)));
+        printf("own_destroyed=%s ", name(A.cuCtxDestroy(own)));
+        A.cuCtxSetCurrent(ctx);
+        printf("after_destroy=%zu ", free_now());
+        A.cuCtxCreate(&own, 0, dev);
+        A.cuCtxSetCurrent(ctx);
+        printf("primary_held=%s ", name(A.cuMemAlloc(&p, r / 4)));
+        A.cuCtxSetCurrent(own);
+        A.cuDevicePrimaryCtxRelease(dev);
+        printf("after_release=%zu ", free_now());
+        A.cuCtxDestroy(own);
         A.cuDevicePrimaryCtxRetain(&ctx, dev);
         A.cuCtxSetCurrent(ctx);
         fit = A.cuMemAlloc(&p, r);
