@@ -18,7 +18,8 @@
  * what is free after each ("after_destroy", "after_release"); "reset" holds a quarter of
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
- * contexts and "ctx_gone" leaves memory in contexts it destroys (see there). With WALL_CONTEXTS=N in the environment, N more contexts
+ * contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
+ * eight threads at once (see there). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -26,6 +27,7 @@
  * to N bytes (which the driver reserves for every thread that can be resident) and prints
  * what the driver answered. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +170,20 @@ static const char *name(CUresult r) {
 }
 
 static size_t free_now(void) { size_t f = 0, t = 0; A.cuMemGetInfo(&f, &t); return f; }
+
+/* "heap_race": threads of one context setting its malloc heap at once. */
+struct racer { CUcontext ctx; size_t base, most; unsigned seed; int refused; };
+
+static void *race_heap(void *arg) {
+    struct racer *w = arg;
+    A.cuCtxSetCurrent(w->ctx);
+    for (int i = 0; i < 300; i++) {
+        w->seed = w->seed * 1103515245u + 12345u;
+        size_t to = w->base + (size_t)((w->seed >> 8) % 40) * (w->most / 32);
+        w->refused += A.cuCtxSetLimit(2, to) != 0;
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: wall MODE PATH REMAINING [hold]\n"); return 2; }
@@ -379,6 +395,26 @@ int main(int argc, char **argv) {
         if (!fit) A.cuMemFree(p);
         over = A.cuMemAlloc(&p, r + 1);
         if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "heap_race")) {
+        /* Eight threads set the malloc heap of one context at once, 300 times each, to sizes
+         * up to a quarter past REMAINING (some refused). After: what the slice shows free is
+         * what the heap's final size leaves ("free_at_fit" against "final"), and putting the
+         * heap back gives it all back ("end_free"). */
+        size_t base = 0, final = 0;
+        A.cuCtxGetLimit(&base, 2);
+        pthread_t t[8];
+        struct racer w[8];
+        for (int i = 0; i < 8; i++) {
+            w[i] = (struct racer){ctx, base, r, 7919u * (unsigned)(i + 1), 0};
+            pthread_create(&t[i], 0, race_heap, &w[i]);
+        }
+        int refused = 0;
+        for (int i = 0; i < 8; i++) { pthread_join(t[i], 0); refused += w[i].refused; }
+        A.cuCtxGetLimit(&final, 2);
+        free_at_fit = free_now();
+        printf("refused=%d raised_by=%zu ", refused, final - base);
+        fit = A.cuCtxSetLimit(2, base);
+        over = A.cuCtxSetLimit(2, base + r + 1);
     } else if (!strcmp(path, "ctx_gone")) {
         /* Memory left allocated in a context that is destroyed: the driver frees it with the
          * context. A context of its own, holding a quarter of REMAINING by cuMemAlloc and a
