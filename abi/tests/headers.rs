@@ -323,6 +323,13 @@ fn checks() -> Vec<Check> {
     constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
     constant!(CU_MEM_ALLOCATION_TYPE_PINNED);
     constant!(CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    constant!(CUDA_ERROR_INVALID_RESOURCE_TYPE, 12040);
+    constant!(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, 12040);
+    constant!(CU_DEV_RESOURCE_TYPE_SM, 12040);
+    constant!(CU_GREEN_CTX_DEFAULT_STREAM, 12040);
+    size!(CUdevResource, 12040);
+    field!(CUdevResource, type_, "type", 12040);
+    field!(CUdevResource, sm_count, "sm.smCount", 12040);
     // NVML.
     constant!(NVML_SUCCESS);
     constant!(NVML_ERROR_UNINITIALIZED);
