@@ -12,6 +12,8 @@ pub type CUmemoryPool = *mut c_void;
 pub type CUarray = *mut c_void;
 pub type CUmipmappedArray = *mut c_void;
 pub type CUmodule = *mut c_void;
+/// A library (CUDA 12.0): a module loaded into every context.
+pub type CUlibrary = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;
 pub type CUgraph = *mut c_void;
@@ -31,6 +33,7 @@ pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
 pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
 pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: CUresult = 914;
 pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: CUresult = 915;

@@ -7,4 +7,5 @@
 #![allow(non_camel_case_types)]
 
 pub mod cuda;
+pub mod image;
 pub mod nvml;

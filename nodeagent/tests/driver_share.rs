@@ -273,9 +273,42 @@ async fn a_tenant_asking_for_a_stack_larger_than_its_slice_is_refused_and_stays_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_driver_took_unseen_since_the_last_sample_is_charged_before_the_last_bytes() {
-    // The agent samples on its own only every minute: the sample that charges the module is
+    // The agent samples on its own only every minute and is told a context costs 96 MiB less
+    // than it does: the sample that charges what the process's two contexts really took is
     // the one the library asks for when the container comes near its limit.
-    let c = Container::start(&["--enforce-interval", "60s"]).await;
+    let unseen = 96 * MIB;
+    let sim = SimNode::new(1, "T4", None);
+    let told = format!("{}Mi", (sim.spec.gpus[0].context_bytes - unseen) / MIB);
+    let args = ["--enforce-interval", "60s", "--context-reservation", &told];
+    let c = Container::start_on(sim, &args, &[]).await;
+    let (filler, line) = c.run("fill", CHUNK, true, &[("WALL_CONTEXTS", "1")]);
+    assert!(line.contains("contexts=1 "), "{line}");
+    assert_eq!(
+        field(&line, "start_free"),
+        SLICE - 2 * (c.context_bytes() - unseen),
+        "{line}"
+    );
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    // Without the request it would have ended 192 MiB over.
+    assert!(c.held_by(filler.id()) >= 2 * c.context_bytes(), "{line}");
+    finish(filler);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_whose_globals_do_not_fit_the_slice_is_refused_before_the_driver_loads_it() {
+    let c = Container::start(&[]).await;
+    // A tenant's module declaring a global as large as the slice (2 GiB on a 16 GiB card).
+    let (filler, line) = c.run(
+        "fill",
+        CHUNK,
+        true,
+        &[("WALL_MODULE_BYTES", &SLICE.to_string())],
+    );
+    assert!(line.contains("module=CUDA_ERROR_OUT_OF_MEMORY "), "{line}");
+    assert_filled(&c, filler.id(), &line);
+    finish(filler);
+    // One that fits is charged from the start.
     let module = 192 * MIB;
     let (filler, line) = c.run(
         "fill",
@@ -284,13 +317,12 @@ async fn what_the_driver_took_unseen_since_the_last_sample_is_charged_before_the
         &[("WALL_MODULE_BYTES", &module.to_string())],
     );
     assert!(line.contains("module=CUDA_SUCCESS "), "{line}");
-    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
-    assert_filled(&c, filler.id(), &line);
-    // Without the request it would have ended the module's size over.
-    assert!(
-        c.held_by(filler.id()) >= module + c.context_bytes(),
+    assert_eq!(
+        field(&line, "start_free"),
+        SLICE - c.context_bytes() - module,
         "{line}"
     );
+    assert_filled(&c, filler.id(), &line);
     finish(filler);
 }
 

@@ -176,7 +176,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, graph, info, limits, proc_address, refused, vmm};
+use crate::hooks::{alloc, context, graph, info, limits, module, proc_address, refused, vmm};
 
 table! {
     intercepted {
@@ -214,6 +214,14 @@ table! {
         Cuda fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult = context::primary_reset_v1;
         Cuda fn cuCtxDestroy(ctx: CUcontext) -> CUresult = context::ctx_destroy_v1;
         Cuda fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult = limits::ctx_set_limit;
+        Cuda fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CUresult = module::module_load_data;
+        Cuda fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const c_void, count: c_uint, options: *mut c_int, values: *mut *mut c_void) -> CUresult = module::module_load_data_ex;
+        Cuda fn cuModuleLoadFatBinary(module: *mut CUmodule, image: *const c_void) -> CUresult = module::module_load_fat_binary;
+        Cuda fn cuModuleLoad(module: *mut CUmodule, path: *const c_char) -> CUresult = module::module_load;
+        Cuda fn cuModuleUnload(module: CUmodule) -> CUresult = module::module_unload;
+        Cuda fn cuLibraryLoadData(library: *mut CUlibrary, image: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_count: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_count: c_uint) -> CUresult = module::library_load_data;
+        Cuda fn cuLibraryLoadFromFile(library: *mut CUlibrary, path: *const c_char, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_count: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_count: c_uint) -> CUresult = module::library_load_from_file;
+        Cuda fn cuLibraryUnload(library: CUlibrary) -> CUresult = module::library_unload;
         Cuda fn cuGreenCtxCreate(green: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: c_uint) -> CUresult = context::green_ctx_create;
         Cuda fn cuGreenCtxDestroy(green: CUgreenCtx) -> CUresult = context::green_ctx_destroy;
         Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;

@@ -50,6 +50,10 @@ pub enum Kind {
     Context,
     /// A context's limit, keyed by context and limit ([`crate::hooks::limits`]).
     Limit,
+    /// A loaded module's global variables ([`crate::hooks::module`]).
+    Module,
+    /// A loaded library's global variables.
+    Library,
 }
 
 /// This process's references to a device's primary context.

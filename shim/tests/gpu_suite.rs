@@ -53,7 +53,8 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
     let text = suite(
         &common::python(),
         "cupy,cupy async pool,numba-cuda,cuda-bindings,cuda-bindings stack (cuCtxSetLimit),\
-         cuda-bindings malloc heap (cuCtxSetLimit),cuda-bindings green contexts (cuGreenCtxCreate)",
+         cuda-bindings malloc heap (cuCtxSetLimit),cuda-bindings green contexts (cuGreenCtxCreate),\
+         cuda-bindings module globals (cuModuleLoadData)",
     );
     assert_pass(
         &text,
@@ -65,6 +66,7 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
             "wall: cuda-bindings stack (cuCtxSetLimit)",
             "wall: cuda-bindings malloc heap (cuCtxSetLimit)",
             "wall: cuda-bindings green contexts (cuGreenCtxCreate)",
+            "wall: cuda-bindings module globals (cuModuleLoadData)",
             "view: nvidia-smi memory.total in the slice",
             "view: NVML (pynvml) memory total in the slice",
         ],

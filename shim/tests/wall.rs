@@ -180,13 +180,38 @@ fn resetting_the_primary_context_gives_back_all_it_held() {
 }
 
 #[test]
+fn a_modules_global_variables_are_charged_before_the_driver_loads_it() {
+    let slice = Slice::new(66 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "module", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("free_at_fit"), 0, "{what}");
+        assert_eq!(f.num("after_unload"), r, "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.get("ex"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("ex_free"), r - r / 2, "{what}");
+        assert_eq!(f.get("library"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("library_free"), r - r / 2, "{what}");
+        assert_eq!(f.get("in_ctx"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("after_ctx"), r, "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn threads_raising_one_limit_at_once_leave_it_charged_exactly_what_it_holds() {
     let slice = Slice::new(66 * MIB, 2 * MIB);
     let r = slice.remaining();
     for mode in ["link", "procaddr"] {
         let f = slice.wall(mode, "heap_race", r);
         let what = format!("{mode}: {:?}", f.0);
-        assert!(f.num("refused") > 0, "no size past the slice was asked: {what}");
+        assert!(
+            f.num("refused") > 0,
+            "no size past the slice was asked: {what}"
+        );
         assert!(f.num("raised_by") <= r, "{what}");
         assert_eq!(f.num("free_at_fit"), r - f.num("raised_by"), "{what}");
         assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");

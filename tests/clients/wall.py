@@ -22,7 +22,8 @@ allocating), chunks (allocations that succeeded), error (the client's error for 
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
 allocating. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
 stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc; WALL_RAISE=green:
-it makes green contexts until refused, then allocates. WALL_RESET=1: the
+it makes green contexts until refused, then allocates; WALL_RAISE=module: it loads modules
+whose global variable takes BYTES (cuModuleLoadData). WALL_RESET=1: the
 runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_reset: the first).
 """
 import os
@@ -52,6 +53,8 @@ def bindings(mode, size):
     raised = os.environ.get("WALL_RAISE")
     if raised == "green":
         return bindings_green(cu, check, dev, mode, size, total, free)
+    if raised == "module":
+        return bindings_modules(cu, check, mode, size, total, free)
     if raised:
         return bindings_limit(cu, check, dev, raised, mode, size, total, free)
     held, error = [], ""
@@ -126,6 +129,23 @@ def bindings_green(cu, check, dev, mode, size, total, free):
         for g in greens:
             check(cu.cuGreenCtxDestroy(g))
     return total, free, held, error, release
+
+
+def bindings_modules(cu, check, mode, size, total, free):
+    """WALL_RAISE=module: each allocation is a module loaded from PTX (cuModuleLoadData)
+    whose one global variable takes SIZE bytes, which the driver allocates."""
+    ptx = (".version 7.0\n.target sm_50\n.address_size 64\n"
+           f".visible .global .align 8 .b8 wall_blob[{size}];\n").encode() + b"\0"
+    held, error = [], ""
+    while True:
+        err, module = cu.cuModuleLoadData(ptx)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            error = err.name
+            break
+        held.append(module)
+        if mode == "hold":
+            break
+    return total, free, held, error, lambda: [check(cu.cuModuleUnload(m)) for m in held]
 
 
 def numba_jit(mode, size):

@@ -56,6 +56,8 @@ CLIENTS = [
     ("cuda-bindings malloc heap (cuCtxSetLimit)", "bindings", {"WALL_RAISE": "heap"}, "wall"),
     # Green contexts (drivers from 550): contexts made with part of the SMs, then cuMemAlloc.
     ("cuda-bindings green contexts (cuGreenCtxCreate)", "bindings", {"WALL_RAISE": "green"}, "wall"),
+    # Modules whose global variables the driver allocates when it loads them.
+    ("cuda-bindings module globals (cuModuleLoadData)", "bindings", {"WALL_RAISE": "module"}, "wall"),
     # JAX's allocator takes 75% of the memory it sees unless told otherwise: with its
     # defaults it stops at its own limit, inside the slice.
     ("jax defaults", "jax", {}, "within"),

@@ -55,7 +55,7 @@ fn scalar(name: &str) -> Option<Ty> {
         "u64" | "c_ulonglong" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => int(8, false),
         "CUcontext" | "CUstream" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
         | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx"
-        | "CUdevResourceDesc" | "nvmlDevice_t" => Some(Ty::Handle),
+        | "CUdevResourceDesc" | "CUmodule" | "CUlibrary" | "nvmlDevice_t" => Some(Ty::Handle),
         _ => None,
     }
 }
@@ -70,9 +70,8 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "c_int" | "c_uint" | "CUdevice" => (4, false),
         "usize" | "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => (8, false),
         "CUcontext" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "CUgraph"
-        | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx" | "CUdevResourceDesc" | "nvmlDevice_t" => {
-            (8, false)
-        }
+        | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx" | "CUdevResourceDesc" | "CUmodule"
+        | "CUlibrary" | "nvmlDevice_t" => (8, false),
         "CUdevResource" => (size_of::<CUdevResource>(), false),
         "CUuuid" => (size_of::<CUuuid>(), false),
         "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),

@@ -8,6 +8,7 @@ pub mod graph;
 pub mod info;
 pub mod launch;
 pub mod limits;
+pub mod module;
 pub mod pool_reserve;
 pub mod proc_address;
 pub mod refused;

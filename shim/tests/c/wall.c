@@ -19,7 +19,7 @@
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
  * contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
- * eight threads at once (see there). With WALL_CONTEXTS=N in the environment, N more contexts
+ * eight threads at once, "module" loads modules with global variables (see there). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -82,6 +82,10 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuGetErrorName(CUresult, const char **);
 CUresult cuModuleLoadData(void **, const void *);
+CUresult cuModuleLoadDataEx(void **, const void *, unsigned, int *, void **);
+CUresult cuModuleUnload(void *);
+CUresult cuLibraryLoadData(void **, const void *, int *, void **, unsigned, int *, void **, unsigned);
+CUresult cuLibraryUnload(void *);
 CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuCtxSetLimit(int, size_t);
@@ -121,7 +125,9 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuDeviceGetDevResource, cuDeviceGetDevResource) \
     X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount) \
     X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc) X(cuGreenCtxCreate, cuGreenCtxCreate) \
-    X(cuGreenCtxDestroy, cuGreenCtxDestroy) X(cuCtxFromGreenCtx, cuCtxFromGreenCtx)
+    X(cuGreenCtxDestroy, cuGreenCtxDestroy) X(cuCtxFromGreenCtx, cuCtxFromGreenCtx) \
+    X(cuModuleLoadDataEx, cuModuleLoadDataEx) X(cuModuleUnload, cuModuleUnload) \
+    X(cuLibraryLoadData, cuLibraryLoadData) X(cuLibraryUnload, cuLibraryUnload)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -152,8 +158,11 @@ static void load(void) {
     __typeof__(cuGetProcAddress_v2) *gpa = dlsym(h, "cuGetProcAddress_v2");
     unsigned long long flags = !strcmp(mode, "procaddr_ptds") ? 2 : 0;
     int status = 0;
+    /* CUDA 12.4's variants, but cuCtxCreate as of 3.2: this program calls it with
+     * cuCtxCreate_v2's parameters, and 12.4 would give cuCtxCreate_v3 (execution affinity). */
 #define BY_PROC_ADDRESS(base, versioned) \
-    if (gpa(#base, (void **)&A.base, 12040, flags, &status) || !A.base) { printf("error=%s\n", #base); exit(1); }
+    if (gpa(#base, (void **)&A.base, strcmp(#base, "cuCtxCreate") ? 12040 : 3020, flags, &status) || !A.base) { \
+        printf("error=%s\n", #base); exit(1); }
     API(BY_PROC_ADDRESS)
     /* Asking for cuGetProcAddress itself must give a function that keeps catching. */
     __typeof__(cuGetProcAddress_v2) *again = 0;
@@ -170,6 +179,15 @@ static const char *name(CUresult r) {
 }
 
 static size_t free_now(void) { size_t f = 0, t = 0; A.cuMemGetInfo(&f, &t); return f; }
+
+/* PTX text declaring one global variable of `bytes` bytes. */
+static const char *ptx_with_global(size_t bytes) {
+    static char ptx[256];
+    snprintf(ptx, sizeof ptx,
+             ".version 7.0\n.target sm_75\n.address_size 64\n"
+             ".visible .global .align 8 .b8 wall_blob[%zu];\n", bytes);
+    return ptx;
+}
 
 /* "heap_race": threads of one context setting its malloc heap at once. */
 struct racer { CUcontext ctx; size_t base, most; unsigned seed; int refused; };
@@ -207,12 +225,8 @@ int main(int argc, char **argv) {
     }
     const char *module_bytes = getenv("WALL_MODULE_BYTES");
     if (module_bytes) {
-        char ptx[256];
-        snprintf(ptx, sizeof ptx,
-                 ".version 7.0\n.target sm_75\n.address_size 64\n"
-                 ".visible .global .align 8 .b8 wall_blob[%s];\n", module_bytes);
         void *module = 0;
-        printf("module=%s ", name(A.cuModuleLoadData(&module, ptx)));
+        printf("module=%s ", name(A.cuModuleLoadData(&module, ptx_with_global(strtoull(module_bytes, 0, 10)))));
     }
     const char *stack = getenv("WALL_STACK");
     if (stack) printf("stack=%s ", name(A.cuCtxSetLimit(0, strtoull(stack, 0, 10))));
@@ -395,6 +409,30 @@ int main(int argc, char **argv) {
         if (!fit) A.cuMemFree(p);
         over = A.cuMemAlloc(&p, r + 1);
         if (!over) A.cuMemFree(p);
+    } else if (!strcmp(path, "module")) {
+        /* Modules whose one global variable takes REMAINING ("fit", then unloaded:
+         * "after_unload") and a byte more ("over"); half of REMAINING by cuModuleLoadDataEx
+         * and by cuLibraryLoadData ("ex_free", "library_free", each unloaded after); and half
+         * loaded into a context of its own that is then destroyed ("after_ctx"). */
+        void *m = 0, *l = 0;
+        fit = A.cuModuleLoadData(&m, ptx_with_global(r));
+        free_at_fit = free_now();
+        if (!fit) A.cuModuleUnload(m);
+        printf("after_unload=%zu ", free_now());
+        over = A.cuModuleLoadData(&m, ptx_with_global(r + 1));
+        if (!over) A.cuModuleUnload(m);
+        printf("ex=%s ", name(A.cuModuleLoadDataEx(&m, ptx_with_global(r / 2), 0, 0, 0)));
+        printf("ex_free=%zu ", free_now());
+        A.cuModuleUnload(m);
+        printf("library=%s ", name(A.cuLibraryLoadData(&l, ptx_with_global(r / 2), 0, 0, 0, 0, 0, 0)));
+        printf("library_free=%zu ", free_now());
+        A.cuLibraryUnload(l);
+        CUcontext own = 0;
+        A.cuCtxCreate(&own, 0, dev);
+        printf("in_ctx=%s ", name(A.cuModuleLoadData(&m, ptx_with_global(r / 4))));
+        A.cuCtxDestroy(own);
+        A.cuCtxSetCurrent(ctx);
+        printf("after_ctx=%zu ", free_now());
     } else if (!strcmp(path, "heap_race")) {
         /* Eight threads set the malloc heap of one context at once, 300 times each, to sizes
          * up to a quarter past REMAINING (some refused). After: what the slice shows free is

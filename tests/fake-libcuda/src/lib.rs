@@ -18,7 +18,6 @@ mod export_table;
 mod graph;
 mod graph_memory;
 mod green;
-mod image;
 mod module;
 mod paths;
 mod pool_books;

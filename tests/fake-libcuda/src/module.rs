@@ -6,6 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{LazyLock, Mutex};
 
+use gpuslice_cuda_abi::image;
+
 use crate::codes::*;
 use crate::paths::{CUfunction, CUmodule};
 use crate::{CUdeviceptr, CUresult, current_ctx, guard, out, state};
@@ -41,7 +43,7 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: an image as this call takes one.
-        let sizes = crate::image::globals(unsafe { crate::image::bytes(image.cast()) });
+        let sizes = image::globals(unsafe { image::bytes(image.cast()) });
         let d = state::get()?;
         let mut globals = HashMap::new();
         for (name, size) in sizes {
@@ -68,6 +70,44 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
             .insert(handle as usize);
         out(m, handle.cast())
     })
+}
+
+/// As `cuModuleLoadData`; the JIT options are not used (nothing is compiled here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    m: *mut CUmodule,
+    image: *const c_void,
+    _count: std::ffi::c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+) -> CUresult {
+    // SAFETY: same contract as cuModuleLoadData.
+    unsafe { cuModuleLoadData(m, image) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(m: *mut CUmodule, image: *const c_void) -> CUresult {
+    // SAFETY: a fat binary is an image as cuModuleLoadData takes one.
+    unsafe { cuModuleLoadData(m, image) }
+}
+
+/// The contents of the module file at `path`, ending in a NUL (as PTX text must).
+fn module_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = name_arg(path)?;
+    let mut data = std::fs::read(std::ffi::OsStr::from_bytes(path.as_bytes()))
+        .map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
+    data.push(0);
+    Ok(data)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoad(m: *mut CUmodule, path: *const c_char) -> CUresult {
+    match module_file(path) {
+        // SAFETY: the file's contents are an image as cuModuleLoadData takes one.
+        Ok(data) => unsafe { cuModuleLoadData(m, data.as_ptr().cast()) },
+        Err(e) => e,
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -391,6 +431,22 @@ pub unsafe extern "C" fn cuLibraryLoadData(
 ) -> crate::CUresult {
     // SAFETY: `code` is an image as cuModuleLoadData takes it.
     unsafe { cuModuleLoadData(library.cast(), code) }
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    library: *mut *mut std::ffi::c_void,
+    path: *const c_char,
+    _jit_options: *mut c_int,
+    _jit_values: *mut *mut std::ffi::c_void,
+    _jit_count: std::ffi::c_uint,
+    _library_options: *mut c_int,
+    _library_values: *mut *mut std::ffi::c_void,
+    _library_count: std::ffi::c_uint,
+) -> crate::CUresult {
+    // SAFETY: same contract as cuModuleLoad.
+    unsafe { cuModuleLoad(library.cast(), path) }
 }
 
 #[unsafe(no_mangle)]

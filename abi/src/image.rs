@@ -1,5 +1,7 @@
-//! What the simulated driver reads of a module image: its length, and the sizes of the global
-//! variables its cubins define, so that `cuModuleGetGlobal` answers as the driver does. An
+//! What a module image declares: its length, and the sizes of the global variables its cubins
+//! define, which the driver allocates in device memory when it loads the module. The
+//! simulated driver allocates them (and `cuModuleGetGlobal` answers) from this, and the
+//! interception library charges them before the driver is asked to load the module. An
 //! image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF cubin, or
 //! NUL-terminated PTX text. Fat binary entries compressed by `nvcc` (LZ4 or Zstandard) are
 //! not read: their globals are not found. The fat binary's layout is undocumented; as public
@@ -7,9 +9,14 @@
 //! size, size of the entries), then entries of a header (kind 1 PTX, 2 ELF; its own size; the
 //! payload's size; flags at byte 40) followed by the payload.
 
+// Reading an image a C caller passed by pointer is an FFI edge.
+#![allow(unsafe_code)]
+
 use std::collections::HashMap;
 
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// The wrapper the CUDA runtime registers a fat binary by (`__fatBinC_Wrapper_t`).
+const FATBIN_WRAPPER_MAGIC: u32 = 0x466_243B1;
 const ENTRY_ELF: u16 = 2;
 const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
@@ -26,7 +33,8 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// The bytes of the image at `image`, as far as its own headers say it extends.
+/// The bytes of the image at `image`, as far as its own headers say it extends (for the
+/// runtime's wrapper of a fat binary, the fat binary's).
 ///
 /// # Safety
 /// `image` points at a module image as `cuModuleLoadData` takes one.
@@ -34,6 +42,17 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
     // SAFETY: every image kind starts with at least 16 readable bytes, or is PTX text whose
     // NUL ends it; the first 4 bytes tell the kind.
     let head = unsafe { std::slice::from_raw_parts(image, 4) };
+    if u32_at(head, 0) == Some(FATBIN_WRAPPER_MAGIC) {
+        // SAFETY: the wrapper (`__fatBinC_Wrapper_t`: magic, version, the fat binary's
+        // address, a file name) is 24 bytes.
+        let w = unsafe { std::slice::from_raw_parts(image, 24) };
+        let inner = u64_at(w, 8).unwrap_or(0) as usize as *const u8;
+        if inner.is_null() {
+            return &[];
+        }
+        // SAFETY: the wrapper's fat binary.
+        return unsafe { bytes(inner) };
+    }
     let len = if u32_at(head, 0) == Some(FATBIN_MAGIC) {
         // SAFETY: a fat binary header is 16 bytes.
         let h = unsafe { std::slice::from_raw_parts(image, 16) };
