@@ -57,16 +57,21 @@ def bindings(mode, size):
         return bindings_modules(cu, check, mode, size, total, free)
     if raised:
         return bindings_limit(cu, check, dev, raised, mode, size, total, free)
-    held, error = [], ""
-    while True:
-        err, ptr = cu.cuMemAlloc(size)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            error = err.name
-            break
-        held.append(ptr)
-        if mode == "hold":
-            break
+    held, error = bindings_fill(cu, mode, lambda: cu.cuMemAlloc(size))
     return total, free, held, error, lambda: [check(cu.cuMemFree(p)) for p in held]
+
+
+def bindings_fill(cu, mode, step):
+    """Calls STEP (a cuda-bindings call answering an error and a handle) until it fails,
+    once in hold mode: the handles, and the name of the error that stopped it."""
+    held = []
+    while True:
+        err, handle = step()
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return held, err.name
+        held.append(handle)
+        if mode == "hold":
+            return held, ""
 
 
 def bindings_limit(cu, check, dev, raised, mode, size, total, free):
@@ -106,22 +111,9 @@ def bindings_green(cu, check, dev, mode, size, total, free):
     groups, _, _ = check(cu.cuDevSmResourceSplitByCount(1, resource, 0, 1))
     desc, = check(cu.cuDevResourceGenerateDesc([groups[0]], 1))
     flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
-    greens, held, error = [], [], ""
-    while mode != "hold" or not greens:
-        err, green = cu.cuGreenCtxCreate(desc, dev, flags)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            error = err.name
-            break
-        greens.append(green)
+    greens, _ = bindings_fill(cu, mode, lambda: cu.cuGreenCtxCreate(desc, dev, flags))
     print(f"greens={len(greens)}", end=" ")
-    while True:
-        err, ptr = cu.cuMemAlloc(size)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            error = err.name
-            break
-        held.append(ptr)
-        if mode == "hold":
-            break
+    held, error = bindings_fill(cu, mode, lambda: cu.cuMemAlloc(size))
 
     def release():
         for p in held:
@@ -136,15 +128,7 @@ def bindings_modules(cu, check, mode, size, total, free):
     whose one global variable takes SIZE bytes, which the driver allocates."""
     ptx = (".version 7.0\n.target sm_50\n.address_size 64\n"
            f".visible .global .align 8 .b8 wall_blob[{size}];\n").encode() + b"\0"
-    held, error = [], ""
-    while True:
-        err, module = cu.cuModuleLoadData(ptx)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            error = err.name
-            break
-        held.append(module)
-        if mode == "hold":
-            break
+    held, error = bindings_fill(cu, mode, lambda: cu.cuModuleLoadData(ptx))
     return total, free, held, error, lambda: [check(cu.cuModuleUnload(m)) for m in held]
 
 
