@@ -17,6 +17,7 @@ use std::collections::HashMap;
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// The wrapper the CUDA runtime registers a fat binary by (`__fatBinC_Wrapper_t`).
 const FATBIN_WRAPPER_MAGIC: u32 = 0x466_243B1;
+const ENTRY_PTX: u16 = 1;
 const ENTRY_ELF: u16 = 2;
 const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
@@ -75,7 +76,8 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
 }
 
 /// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
-/// declared in its PTX text (`.global` declarations).
+/// declared in its PTX text (`.global` declarations), a fat binary's PTX entries included
+/// (the same variable in several entries counts once).
 #[must_use]
 pub fn globals(image: &[u8]) -> HashMap<String, u64> {
     let mut found = HashMap::new();
@@ -96,11 +98,16 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
             let payload = at + header as usize;
             let end = payload.saturating_add(size as usize);
             let flags = u64_at(image, at + 40).unwrap_or(0);
-            if kind == ENTRY_ELF
-                && flags & ENTRY_COMPRESSED == 0
-                && let Some(elf) = image.get(payload..end)
+            if flags & ENTRY_COMPRESSED == 0
+                && let Some(entry) = image.get(payload..end)
             {
-                elf_globals(elf, &mut found);
+                if kind == ENTRY_ELF {
+                    elf_globals(entry, &mut found);
+                } else if kind == ENTRY_PTX
+                    && let Ok(text) = std::str::from_utf8(entry)
+                {
+                    ptx_globals(text.trim_end_matches('\0'), &mut found);
+                }
             }
             if header == 0 || end <= at {
                 break;
@@ -185,6 +192,41 @@ fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fat binary entry: a 64-byte header (kind, its size, the payload's size, flags at
+    /// byte 40) and the payload.
+    fn entry(kind: u16, flags: u64, payload: &[u8]) -> Vec<u8> {
+        let mut e = vec![0u8; 64];
+        e[0..2].copy_from_slice(&kind.to_le_bytes());
+        e[4..8].copy_from_slice(&64u32.to_le_bytes());
+        e[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+        e[40..48].copy_from_slice(&flags.to_le_bytes());
+        e.extend_from_slice(payload);
+        e
+    }
+
+    #[test]
+    fn a_fat_binarys_uncompressed_ptx_entries_declare_their_globals_once() {
+        let ptx = b".version 7.0\n.target sm_75\n.address_size 64\n\
+                    .visible .global .align 8 .b8 table[4096];\n\0";
+        let hidden = b".visible .global .b8 unseen[64];\n\0";
+        let entries = [
+            entry(ENTRY_PTX, 0, ptx),
+            entry(ENTRY_PTX, 0, ptx),
+            entry(ENTRY_PTX, 0x2000, hidden),
+        ]
+        .concat();
+        let mut fatbin = vec![0u8; 16];
+        fatbin[0..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
+        fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+        fatbin.extend_from_slice(&entries);
+        let found = globals(&fatbin);
+        assert_eq!(found.get("table"), Some(&4096), "{found:?}");
+        assert_eq!(found.len(), 1, "a compressed entry is not read: {found:?}");
+        // SAFETY: a whole fat binary in memory.
+        assert_eq!(unsafe { bytes(fatbin.as_ptr()) }.len(), fatbin.len());
+    }
 
     #[test]
     fn ptx_global_declarations_are_found_with_their_sizes_and_instructions_are_not() {
