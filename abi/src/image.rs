@@ -118,6 +118,14 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
     found
 }
 
+/// Bytes of all the global variables the image defines ([`globals`]).
+#[must_use]
+pub fn declared_bytes(image: &[u8]) -> u64 {
+    globals(image)
+        .values()
+        .fold(0u64, |sum, b| sum.saturating_add(*b))
+}
+
 /// The `.global` variables PTX text declares at module scope (`[.visible|.extern] .global
 /// [.align N] .TYPE name[D1][D2]...;`): the type's width times the dimensions. An
 /// initialised one (`= {...}`) counts the same.

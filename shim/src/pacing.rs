@@ -325,8 +325,9 @@ fn watch(slice: &'static Slice, handles: &[Option<usize>]) {
         let now = realtime_us();
         // A tick lasts longer than asked (the sleep's overrun, more on a busy CPU): the refill
         // is a rate per TICK of real time, so what is added follows the time that passed.
-        let ticks = last_tick.elapsed().as_secs_f64() / TICK.as_secs_f64();
-        last_tick = std::time::Instant::now();
+        let this_tick = std::time::Instant::now();
+        let ticks = (this_tick - last_tick).as_secs_f64() / TICK.as_secs_f64();
+        last_tick = this_tick;
         for (g, b) in gates
             .iter()
             .zip(books.iter_mut())

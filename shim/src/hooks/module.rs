@@ -25,9 +25,7 @@ unsafe fn declared(data: *const c_void) -> u64 {
         return 0;
     }
     // SAFETY: a module image, per the caller.
-    image::globals(unsafe { image::bytes(data.cast()) })
-        .values()
-        .fold(0u64, |sum, b| sum.saturating_add(*b))
+    image::declared_bytes(unsafe { image::bytes(data.cast()) })
 }
 
 /// Bytes of global variables the module file at `path` declares (0 where it cannot be read:
@@ -39,12 +37,8 @@ fn declared_in_file(path: *const c_char) -> u64 {
     use std::os::unix::ffi::OsStrExt;
     // SAFETY: a NUL-terminated path, per the API.
     let path = unsafe { std::ffi::CStr::from_ptr(path) };
-    let Ok(data) = std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes())) else {
-        return 0;
-    };
-    image::globals(&data)
-        .values()
-        .fold(0u64, |sum, b| sum.saturating_add(*b))
+    std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes()))
+        .map_or(0, |data| image::declared_bytes(&data))
 }
 
 /// Loads through `call` what declares `bytes` of globals into the current context, charged
