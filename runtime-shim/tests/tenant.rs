@@ -1,6 +1,7 @@
-//! A tenant attacking its slice from inside a real runc container, as an unprivileged user:
-//! the agent stays responsive, no container keeps more than its slice for longer than the
-//! backstop's interval, nothing is killed that did not cross, and the tampering is reported.
+//! A tenant attacking its slice from inside a real runc container, as an unprivileged user or
+//! as root: the agent stays responsive, no container keeps more than its slice for longer than
+//! the backstop's interval, nothing is killed that did not cross, and the tampering is
+//! reported.
 
 mod common;
 
@@ -548,4 +549,110 @@ fn root_in_the_container_cannot_rewrite_or_replace_what_the_driver_is_said_to_ho
     assert_eq!(&bytes[..8], b"GPSLHLD1", "the agent's file is intact");
     assert_eq!(bytes.len(), gpuslice_core::held::file_size(256));
     stop(&node, "share1");
+}
+
+/// The `key=value` pairs of each line a program printed, in order.
+fn lines_of_facts(t: &str) -> Vec<std::collections::HashMap<&str, &str>> {
+    t.lines()
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself() {
+    let node = Node::new();
+    let ctx = node.context_mib() * MIB;
+    // Room for four contexts and a half beside the process's own, as root (runc's default
+    // user) with the agent at its defaults: green contexts until refused, module globals of
+    // exactly the room and a byte more, memory left in contexts the process destroys, a
+    // stack raised to the room and a byte past it (`shim/tests/c/wall.c`, reached as the
+    // CUDA 12 runtime reaches the driver).
+    let room = 4 * ctx + ctx / 2;
+    let script = format!(
+        "for p in green module ctx_gone stack; do echo path=$p; /usr/bin/wall procaddr $p {room}; done"
+    );
+    let memory = format!("{}Mi", (room + ctx) / MIB);
+    let bundle = node.bundle(
+        "driver",
+        &["/bin/sh", "-c", &script],
+        &[("gpuslice.io/memory", &memory)],
+    );
+    let out = node.wrapper(&["run", "--bundle", &bundle.display().to_string(), "driver1"]);
+    let t = text(&out);
+    let lines = lines_of_facts(&t);
+    let path = |name: &str| {
+        let at = lines
+            .iter()
+            .position(|f| f.get("path") == Some(&name))
+            .unwrap_or_else(|| panic!("{name} never ran: {t}"));
+        lines
+            .get(at + 1)
+            .unwrap_or_else(|| panic!("{name} printed nothing: {t}"))
+    };
+    let num = |f: &std::collections::HashMap<&str, &str>, k: &str| -> u64 {
+        f.get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing: {t}"))
+    };
+    for name in ["green", "module", "ctx_gone", "stack"] {
+        let f = path(name);
+        assert_eq!(
+            f.get("over"),
+            Some(&"CUDA_ERROR_OUT_OF_MEMORY"),
+            "{name}: {t}"
+        );
+        assert_eq!(num(f, "end_free"), room, "{name} kept a charge: {t}");
+    }
+    let green = path("green");
+    assert_eq!(num(green, "made"), 4, "{t}");
+    assert_eq!(num(green, "after_destroy"), room, "{t}");
+    let module = path("module");
+    assert_eq!(module.get("fit"), Some(&"CUDA_SUCCESS"), "{t}");
+    assert_eq!(num(module, "free_at_fit"), 0, "{t}");
+    assert_eq!(num(module, "after_ctx"), room, "{t}");
+    let gone = path("ctx_gone");
+    assert_eq!(num(gone, "after_destroy"), room, "{t}");
+    assert_eq!(num(gone, "after_release"), room, "{t}");
+    let stack = path("stack");
+    assert_eq!(stack.get("fit"), Some(&"CUDA_SUCCESS"), "{t}");
+    assert_eq!(num(stack, "kept_after_over"), 1, "{t}");
+
+    // A process that first makes three more contexts and then fills the slice in 64 MiB
+    // chunks: the host's driver sees the container within its slice, and holding at least
+    // the slice less one context and one chunk.
+    let chunk = 64 * MIB;
+    let script = format!(
+        "sleep 600 | WALL_CONTEXTS=3 /usr/bin/wall procaddr fill {chunk} > /dev/shm/fill.out"
+    );
+    let bundle = node.bundle(
+        "contexts",
+        &["/bin/sh", "-c", &script],
+        &[("gpuslice.io/memory", &memory)],
+    );
+    start(&node, &bundle.display().to_string(), "contexts1");
+    let said = || text(&node.runc(&["exec", "contexts1", "cat", "/dev/shm/fill.out"]));
+    assert!(
+        wait_for(Duration::from_secs(20), || said().contains("fit=")),
+        "{}",
+        said()
+    );
+    let line = said();
+    assert!(line.contains("contexts=3 "), "{line}");
+    assert!(line.contains("fit=CUDA_ERROR_OUT_OF_MEMORY"), "{line}");
+    let limit = (room + ctx) / MIB;
+    let held = node.driver_held_mib("contexts1");
+    assert!(
+        held <= limit,
+        "the host sees {held} MiB held in a {limit} MiB slice: {line}"
+    );
+    assert!(
+        held * MIB + ctx + chunk >= room + ctx,
+        "the host sees only {held} MiB held in a {limit} MiB slice: {line}"
+    );
+    responsive(&node);
+    stop(&node, "contexts1");
 }
