@@ -92,7 +92,8 @@ fn fill_in(slice: &Slice, name: &str, chunk: u64, api: &str, env: &[(&str, &str)
     );
     let calls = std::fs::read_to_string(&log).unwrap_or_default();
     println!(
-        "{name}: unmodelled driver calls {:?}",
+        "{name}: {}\n{name}: unmodelled driver calls {:?}",
+        text.trim_end(),
         gpuslice_simnode::unmodelled::summarise(&calls)
     );
     Facts::parse(&text)
@@ -261,66 +262,158 @@ fn cupy_with_its_stream_ordered_pool_stops_at_the_limit() {
     assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
 }
 
-#[test]
-fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_wall() {
-    let slice = Slice::new(GIB, 0);
+/// `tests/clients/kernels.cu` compiled by nvcc 11.8 to an object in `dir`, with `defines`
+/// (`-DNAME=VALUE`).
+fn nvcc_object(dir: &Path, name: &str, defines: &[&str]) -> PathBuf {
+    let object = dir.join(format!("{name}.o"));
+    run_to_success(
+        Command::new(nvcc())
+            .args(["-arch=sm_75", "-c", "-o"])
+            .arg(&object)
+            .args(defines)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/kernels.cu")),
+    );
+    object
+}
+
+fn nvcc() -> PathBuf {
     let nvcc = reference_dir().join("bin/nvcc");
     assert!(
         nvcc.exists(),
         "{} is missing: run scripts/reference-driver (scripts/test does)",
         nvcc.display()
     );
-    let program = slice.dir.path().join("kernels");
-    let built = Command::new(&nvcc)
-        .args(["-arch=sm_75", "-cudart", "shared", "-o"])
-        .arg(&program)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/kernels.cu"))
-        .output()
-        .unwrap();
+    nvcc
+}
+
+fn run_to_success(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
     assert!(
-        built.status.success(),
-        "nvcc: {}",
-        String::from_utf8_lossy(&built.stderr)
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let runtime_dir = runtime11().parent().unwrap().to_path_buf();
-    let log = slice.dir.path().join("unmodelled-nvcc.log");
-    let mut run = slice.command(&program);
+}
+
+/// `object` linked against NVIDIA's CUDA 12 runtime, as `nvcc -cudart shared` links a program
+/// against its own.
+fn linked_with_runtime12(object: &Path) -> PathBuf {
+    let program = object.with_extension("cudart12");
+    run_to_success(
+        Command::new("g++")
+            .arg(object)
+            .arg(runtime12())
+            .arg("-o")
+            .arg(&program),
+    );
+    program
+}
+
+/// Runs an nvcc-built `program` in `slice` with the runtime in `runtime_dir`, asking for
+/// `chunk`-byte allocations; prints its unmodelled driver calls.
+fn run_nvcc_program(slice: &Slice, program: &Path, runtime_dir: &Path, chunk: u64) -> String {
+    let name = program.file_name().unwrap().to_string_lossy();
+    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
     let path = format!(
         "{}:{}",
         slice.sim.fronted_lib_dir().display(),
         runtime_dir.display()
     );
-    let out = run
+    let out = slice
+        .command(program)
         .env("LD_LIBRARY_PATH", path)
         .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .arg((64 * MIB).to_string())
+        .arg(chunk.to_string())
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{name}: {text}");
     println!(
-        "nvcc-built program: unmodelled driver calls {:?}",
+        "{name}: {}\n{name}: unmodelled driver calls {:?}",
+        text.trim_end(),
         gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
     );
-    let f = Facts::parse(&text);
-    assert_eq!(f.num("total"), GIB, "{text}");
-    for key in ["malloc", "launch", "launch2", "sync"] {
-        assert_eq!(f.get(key), "cudaSuccess", "{key}: {text}");
-    }
-    // The module's 1 KiB table and 4-byte constant, written and read through their symbols.
-    assert_eq!(
-        f.get("symbols"),
-        "cudaSuccess,cudaSuccess,cudaSuccess",
-        "{text}"
+    text
+}
+
+#[test]
+fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_wall() {
+    // One object, linked against the CUDA 11.8 runtime (by nvcc) and the CUDA 12 one: the
+    // same registered kernels and variables, loaded by either runtime.
+    let slice = Slice::new(GIB, 0);
+    let object = nvcc_object(slice.dir.path(), "kernels", &[]);
+    let with_11 = object.with_extension("cudart11");
+    run_to_success(
+        Command::new(nvcc())
+            .args(["-arch=sm_75", "-cudart", "shared", "-o"])
+            .arg(&with_11)
+            .arg(&object),
     );
-    assert_eq!(f.num("symbol_size"), 1024, "{text}");
-    assert_eq!(f.get("roundtrip"), "1", "{text}");
-    // The module's globals (1028 bytes) take device memory the library does not count: the
-    // runtime loads the modules it registered through the driver's private interface
-    // (cuGetExportTable), not the module calls the library charges (the agent's sample
-    // charges them from the driver's figure): 16 chunks still fit.
-    assert_eq!(f.num("chunks"), 16, "{text}");
-    assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{text}");
+    for (runtime, program, runtime_dir) in [
+        ("11.8", with_11, runtime11()),
+        ("12", linked_with_runtime12(&object), runtime12()),
+    ] {
+        let text = run_nvcc_program(&slice, &program, runtime_dir.parent().unwrap(), 64 * MIB);
+        let what = format!("CUDA {runtime} runtime: {text}");
+        let f = Facts::parse(&text);
+        assert_eq!(f.num("total"), GIB, "{what}");
+        for key in ["malloc", "launch", "launch2", "sync"] {
+            assert_eq!(f.get(key), "cudaSuccess", "{key}: {what}");
+        }
+        // The module's 1 KiB table and 4-byte constant, written and read through their
+        // symbols.
+        assert_eq!(
+            f.get("symbols"),
+            "cudaSuccess,cudaSuccess,cudaSuccess",
+            "{what}"
+        );
+        assert_eq!(f.num("symbol_size"), 1024, "{what}");
+        assert_eq!(f.get("roundtrip"), "1", "{what}");
+        assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{what}");
+        // The module's globals (1028 bytes) take device memory. The CUDA 12 runtime has the
+        // driver load its registered modules by `cuLibraryLoadData`, which the library
+        // charges: the last of sixteen 64 MiB chunks no longer fits. The CUDA 11 runtime
+        // loads them through the driver's private interface (`cuGetExportTable`), which the
+        // library does not interpose: they are charged from the driver's figure at the
+        // agent's next sample, and sixteen chunks still fit here (no agent runs).
+        let chunks = if runtime == "12" { 15 } else { 16 };
+        assert_eq!(f.num("chunks"), chunks, "{what}");
+    }
+}
+
+#[test]
+fn a_cuda_12_program_declaring_a_global_larger_than_its_slice_has_its_module_refused() {
+    // `__device__ char extra[512 MiB]`: the CUDA 12 runtime has the driver load the module
+    // when the first kernel is launched, and the library charges the globals first. In a
+    // 1 GiB slice the module fits and leaves room for seven 64 MiB chunks; in a 256 MiB one
+    // the load is refused (the launch fails) and the program's allocations still get the
+    // whole slice.
+    let dir = tempfile::tempdir().unwrap();
+    let object = nvcc_object(
+        dir.path(),
+        "extra",
+        &[&format!("-DEXTRA_GLOBAL_BYTES={}", 512 * MIB)],
+    );
+    let program = linked_with_runtime12(&object);
+    let runtime_dir = runtime12().parent().unwrap().to_path_buf();
+
+    let roomy = Slice::new(GIB, 0);
+    let text = run_nvcc_program(&roomy, &program, &runtime_dir, 64 * MIB);
+    let f = Facts::parse(&text);
+    assert_eq!(f.get("launch"), "cudaSuccess", "{text}");
+    assert_eq!(f.get("sync"), "cudaSuccess", "{text}");
+    assert_eq!(f.num("chunks"), 7, "{text}");
+
+    let small = Slice::new(256 * MIB, 0);
+    let text = run_nvcc_program(&small, &program, &runtime_dir, 64 * MIB);
+    let f = Facts::parse(&text);
+    assert_eq!(f.get("malloc"), "cudaSuccess", "{text}");
+    assert_ne!(
+        f.get("launch"),
+        "cudaSuccess",
+        "the driver loaded the module: {text}"
+    );
+    assert_eq!(f.num("chunks"), 4, "{text}");
 }
 
 /// The CUDA 12 runtime's array copies (`cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`) and
