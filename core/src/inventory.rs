@@ -13,7 +13,12 @@ pub struct GpuInfo {
     pub uuid: String,
     /// Product name, e.g. `NVIDIA A10`.
     pub name: String,
+    /// Device memory as NVML reports it (`total`).
     pub memory_total_bytes: u64,
+    /// Part of it the driver and firmware keep for themselves (NVML's `reserved`): no process
+    /// can be given it, so no slice is.
+    #[serde(default)]
+    pub memory_reserved_bytes: u64,
     /// Minor number of `/dev/nvidiaN`.
     pub minor: u32,
     /// PCI bus id, `DDDDDDDD:BB:DD.F`.
@@ -23,6 +28,15 @@ pub struct GpuInfo {
     /// CUDA compute capability, `major.minor` (`8.6`), when the driver tells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<String>,
+}
+
+impl GpuInfo {
+    /// What slices can be given of this GPU: its memory less the driver's reservation.
+    #[must_use]
+    pub fn memory_usable_bytes(&self) -> u64 {
+        self.memory_total_bytes
+            .saturating_sub(self.memory_reserved_bytes)
+    }
 }
 
 /// The node's GPUs and driver.

@@ -76,13 +76,14 @@ pub fn resource_slice(node: &str, inventory: &Inventory, generation: i64) -> Res
             if let Some(n) = g.numa_node {
                 attributes.insert("numaNode".into(), int(i64::from(n)));
             }
+            let usable = g.memory_usable_bytes();
             let memory = DeviceCapacity {
-                value: Quantity(g.memory_total_bytes.to_string()),
+                value: Quantity(usable.to_string()),
                 request_policy: Some(CapacityRequestPolicy {
-                    default: Some(Quantity(g.memory_total_bytes.to_string())),
+                    default: Some(Quantity(usable.to_string())),
                     valid_range: Some(CapacityRequestPolicyRange {
                         min: Quantity(MEMORY_STEP_BYTES.to_string()),
-                        max: Some(Quantity(g.memory_total_bytes.to_string())),
+                        max: Some(Quantity(usable.to_string())),
                         step: Some(Quantity(MEMORY_STEP_BYTES.to_string())),
                     }),
                     valid_values: None,
@@ -166,5 +167,35 @@ mod tests {
         assert_eq!(semver("535.104.05"), "535.104.5");
         assert_eq!(semver("550.54.15"), "550.54.15");
         assert_eq!(semver("12.4"), "12.4.0");
+    }
+
+    #[test]
+    fn a_gpus_memory_capacity_leaves_out_what_its_driver_reserves() {
+        let gpu = gpuslice_core::inventory::GpuInfo {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_total_bytes: 81_559 << 20,
+            memory_reserved_bytes: 384 << 20,
+            minor: 0,
+            pci_bus_id: "00000000:17:00.0".into(),
+            numa_node: None,
+            compute_capability: None,
+        };
+        let inventory = Inventory {
+            driver_version: "580.159.04".into(),
+            cuda_driver_version: None,
+            gpus: vec![gpu],
+            topology: None,
+        };
+        let slice = resource_slice("n", &inventory, 1);
+        let devices = slice.spec.devices.unwrap();
+        let memory = &devices[0].capacity.as_ref().unwrap()["memory"];
+        let usable = (81_559u64 - 384) << 20;
+        assert_eq!(memory.value.0, usable.to_string());
+        let policy = memory.request_policy.as_ref().unwrap();
+        assert_eq!(policy.default.as_ref().unwrap().0, usable.to_string());
+        let range = policy.valid_range.as_ref().unwrap();
+        assert_eq!(range.max.as_ref().unwrap().0, usable.to_string());
     }
 }

@@ -176,6 +176,7 @@ fn the_example_claim_asks_within_the_request_policy_by_attributes_the_plugin_pub
             uuid: "GPU-1".into(),
             name: "Tesla T4".into(),
             memory_total_bytes: 16 << 30,
+            memory_reserved_bytes: 0,
             minor: 0,
             pci_bus_id: "00000000:17:00.0".into(),
             numa_node: Some(0),

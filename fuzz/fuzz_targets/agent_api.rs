@@ -29,6 +29,7 @@ fn inventory() -> Inventory {
                 uuid: format!("GPU-{i}"),
                 name: "NVIDIA A10".into(),
                 memory_total_bytes: 24 * GIB,
+                memory_reserved_bytes: 0,
                 minor: i,
                 pci_bus_id: String::new(),
                 numa_node: None,

@@ -58,14 +58,15 @@ pub fn discover(library: &std::path::Path) -> Result<Inventory, DiscoveryError> 
         let d = nvml
             .device_by_index(index)
             .map_err(q(&format!("GPU {index}")))?;
+        let memory = d
+            .memory_info()
+            .map_err(q(&format!("the memory of GPU {index}")))?;
         gpus.push(GpuInfo {
             index,
             uuid: d.uuid().map_err(q(&format!("the UUID of GPU {index}")))?,
             name: d.name().map_err(q(&format!("the name of GPU {index}")))?,
-            memory_total_bytes: d
-                .memory_info()
-                .map_err(q(&format!("the memory of GPU {index}")))?
-                .total,
+            memory_total_bytes: memory.total,
+            memory_reserved_bytes: memory.reserved,
             minor: d
                 .minor_number()
                 .map_err(q(&format!("the minor number of GPU {index}")))?,

@@ -227,7 +227,7 @@ impl Ledger {
                     uuid: g.uuid.clone(),
                     minor: g.minor,
                     model: g.name.clone(),
-                    memory_total: g.memory_total_bytes,
+                    memory_total: g.memory_usable_bytes(),
                     memory_allocated: 0,
                     cores_allocated: 0,
                     sharers: 0,

@@ -110,7 +110,7 @@ impl Metrics {
         };
         registry.register(
             "gpuslice_gpu_memory_capacity_bytes",
-            "Device memory of the GPU",
+            "Device memory slices can be given on the GPU (its total less the driver's reservation)",
             m.gpu_memory_capacity.clone(),
         );
         registry.register(

@@ -104,3 +104,62 @@ async fn whole_gpu_claims_exclude_slices_and_multi_gpu_claims_take_distinct_gpus
     assert_eq!(name, "io.gpuslice.Agent1.Error.Refused");
     assert!(msg.contains("gpuslice.io/gpus=\"3\""), "{msg}");
 }
+
+#[tokio::test]
+async fn a_gpu_is_sliced_only_up_to_what_its_driver_does_not_keep_for_itself() {
+    // The driver reserves 384 MiB of each 15 GiB T4 (NVML's `reserved`): slices, whole GPUs
+    // and shares of a GPU are cut from the rest, so slices that fill the card never ask the
+    // driver for memory it cannot give.
+    let reserved = 384 << 20;
+    let sim = SimNode::with_reserved_bytes(1, "T4", reserved);
+    let bus = Bus::start();
+    let _agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let p = proxy(&bus.address).await;
+    let s = status(&p).await;
+    assert_eq!(s.inventory.gpus[0].memory_total_bytes, 15 * GIB);
+    assert_eq!(s.inventory.gpus[0].memory_reserved_bytes, reserved);
+    assert_eq!(s.gpus[0].memory_total, 15 * GIB - reserved);
+
+    let e = p
+        .claim("card", ann(&[("gpuslice.io/memory", "15Gi")]))
+        .await
+        .unwrap_err();
+    let (name, msg) = method_error(&e).unwrap();
+    assert_eq!(name, "io.gpuslice.Agent1.Error.Refused", "{msg}");
+    assert!(msg.contains("15Gi"), "{msg}");
+
+    let half: Claim = serde_json::from_str(
+        &p.claim("half", ann(&[("gpuslice.io/memory", "50%")]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(half.gpus[0].memory_bytes, (15 * GIB - reserved) / 2);
+    let rest = format!(
+        "{}Mi",
+        (15 * GIB - reserved - half.gpus[0].memory_bytes) >> 20
+    );
+    p.claim("rest", ann(&[("gpuslice.io/memory", &rest)]))
+        .await
+        .expect("the rest of what the driver gives");
+    let e = p
+        .claim("one-more", ann(&[("gpuslice.io/memory", "1Mi")]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        method_error(&e).unwrap().0,
+        "io.gpuslice.Agent1.Error.Refused"
+    );
+    assert_within_capacity(&status(&p).await);
+    p.release("half").await.unwrap();
+    p.release("rest").await.unwrap();
+
+    let whole: Claim = serde_json::from_str(
+        &p.claim("whole", ann(&[("gpuslice.io/gpus", "1")]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(whole.exclusive);
+    assert_eq!(whole.gpus[0].memory_bytes, 15 * GIB - reserved);
+}

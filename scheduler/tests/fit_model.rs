@@ -154,6 +154,7 @@ fn inventory(gpus: &[u64]) -> Inventory {
                 }
                 .into(),
                 memory_total_bytes: total,
+                memory_reserved_bytes: 0,
                 minor: i as u32,
                 pci_bus_id: String::new(),
                 numa_node: None,

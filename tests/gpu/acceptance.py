@@ -512,7 +512,7 @@ def main():
         node = Node(args, Path(tmp))
         try:
             if not args.sim:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.reserved",
                                       "--format=csv,noheader", "-i", "0"], capture_output=True, text=True)
                 table.add("GPU 0", out.stdout.strip(), "", None)
             parts = [("wall", wall_rows), ("sm", sm_rows), ("launch", launch_rows)]

@@ -14,6 +14,7 @@ fn inventory(n: u32) -> Inventory {
                 uuid: format!("GPU-{i}"),
                 name: "Tesla T4".into(),
                 memory_total_bytes: 15 * GIB,
+                memory_reserved_bytes: 0,
                 minor: i,
                 pci_bus_id: String::new(),
                 numa_node: None,

@@ -243,9 +243,9 @@ impl Driver {
             .filter(|p| p.writer != (self.pidns, self.pid))
             .map(|p| p.used.get(index).copied().unwrap_or(0))
             .sum();
-        let total = self.spec.gpus[index].memory_bytes;
+        let usable = self.usable(index);
         let mine = inner.used[index];
-        if others.saturating_add(mine).saturating_add(bytes) > total {
+        if others.saturating_add(mine).saturating_add(bytes) > usable {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         inner.used[index] = mine + bytes;
@@ -313,11 +313,21 @@ impl Driver {
         }
     }
 
-    /// Free and total bytes of node GPU `index`, across all processes.
+    /// Free and total bytes of node GPU `index`, across all processes: what the driver
+    /// reserves for itself is never free.
     pub fn mem_info(&self, index: usize) -> (u64, u64) {
-        let total = self.spec.gpus[index].memory_bytes;
         let used = procs::used_on(&self.spec.state_dir, index);
-        (total.saturating_sub(used), total)
+        (
+            self.usable(index).saturating_sub(used),
+            self.spec.gpus[index].memory_bytes,
+        )
+    }
+
+    /// What processes can be given of node GPU `index`: its memory less the driver's
+    /// reservation.
+    fn usable(&self, index: usize) -> u64 {
+        let g = &self.spec.gpus[index];
+        g.memory_bytes.saturating_sub(g.reserved_bytes)
     }
 }
 

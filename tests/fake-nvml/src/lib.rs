@@ -130,10 +130,13 @@ unsafe fn with_device(
     })
 }
 
-/// Total and used bytes of GPU `index`, used from every live process's record.
-fn memory_of(l: &Loaded, index: usize) -> (u64, u64) {
-    let total = l.spec.gpus[index].memory_bytes;
-    (total, procs::used_on(&l.spec.state_dir, index).min(total))
+/// Total, reserved and allocated bytes of GPU `index`, allocated from every live process's
+/// record.
+fn memory_of(l: &Loaded, index: usize) -> (u64, u64, u64) {
+    let g = &l.spec.gpus[index];
+    let reserved = g.reserved_bytes.min(g.memory_bytes);
+    let allocated = procs::used_on(&l.spec.state_dir, index).min(g.memory_bytes - reserved);
+    (g.memory_bytes, reserved, allocated)
 }
 
 #[unsafe(no_mangle)]
@@ -597,11 +600,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
             if memory.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let (total, used) = memory_of(l, i);
+            // v1: the reservation is part of what is used.
+            let (total, reserved, allocated) = memory_of(l, i);
             *memory = nvmlMemory_t {
                 total,
-                free: total - used,
-                used,
+                free: total - reserved - allocated,
+                used: reserved + allocated,
             };
             NVML_SUCCESS
         })
@@ -619,14 +623,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             if memory.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let (total, used) = memory_of(l, i);
+            let (total, reserved, allocated) = memory_of(l, i);
             let version = (*memory).version;
             *memory = nvmlMemory_v2_t {
                 version,
                 total,
-                reserved: 0,
-                free: total - used,
-                used,
+                reserved,
+                free: total - reserved - allocated,
+                used: allocated,
             };
             NVML_SUCCESS
         })
@@ -644,7 +648,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
             if u.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let (total, used) = memory_of(l, i);
+            let (total, _, used) = memory_of(l, i);
             let mem_pct = u32::try_from(used.saturating_mul(100) / total.max(1)).unwrap_or(100);
             *u = nvmlUtilization_t {
                 gpu: 0,

@@ -38,6 +38,10 @@ pub struct SimGpu {
     /// Device memory a context takes when it is created (the driver's own reservation).
     #[serde(default)]
     pub context_bytes: u64,
+    /// Device memory the driver and firmware set aside for themselves: part of NVML's total,
+    /// never given to a process (NVML's `reserved`, counted in v1's `used`).
+    #[serde(default)]
+    pub reserved_bytes: u64,
     /// Simulated execution time of one thread block of a kernel, in nanoseconds: a process's
     /// kernels run one after the other on the device, each `blocks × kernel_ns_per_block`
     /// long, launches block while the queue holds more than [`LAUNCH_QUEUE_NS`] of work, and
@@ -219,6 +223,7 @@ impl NodeSpec {
                 nvlinks: Vec::new(),
                 compute_capability: m.compute_capability,
                 context_bytes: m.context_bytes(),
+                reserved_bytes: 0,
                 kernel_ns_per_block: 0,
                 utilization_period_us: default_utilization_period_us(),
             })

@@ -178,6 +178,47 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
 }
 
 #[test]
+fn memory_the_driver_reserves_is_never_free_and_nvml_reports_it_as_the_real_one_does() {
+    const MIB: u64 = 1 << 20;
+    let reserved = 384 * MIB;
+    let sim = SimNode::with_reserved_bytes(1, "T4", reserved);
+    let ctx = sim.spec.gpus[0].context_bytes;
+    let exe = compile_client(&sim);
+    // The whole card less the reservation and the context: refused; the rest: given.
+    let over = Client::start(&exe, &sim, 0, 15 * GIB - ctx - reserved + 1, &[]);
+    assert_eq!(
+        over.get("alloc"),
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        over.facts
+    );
+    assert_eq!(over.num("total"), 15 * GIB);
+    assert_eq!(over.num("free_before"), 15 * GIB - ctx - reserved);
+    over.finish();
+    let c = Client::start(&exe, &sim, 0, 15 * GIB - ctx - reserved, &[]);
+    assert_eq!(c.get("alloc"), "CUDA_SUCCESS", "{:?}", c.facts);
+    assert_eq!(c.num("free_after"), 0);
+    // NVML's v2 query reports the reservation apart; its v1 query counts it as used.
+    let nvml = nvml(&sim);
+    let m = nvml.device_by_index(0).unwrap().memory_info().unwrap();
+    assert_eq!(
+        (m.total, m.reserved, m.used, m.free),
+        (15 * GIB, reserved, 15 * GIB - reserved, 0)
+    );
+    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
+        .args([
+            "--query-gpu=memory.total,memory.reserved,memory.used,memory.free",
+            "--format=csv,noheader,nounits",
+        ])
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&smi.stdout);
+    assert_eq!(text.lines().next(), Some("15360, 384, 14976, 0"), "{text}");
+    c.finish();
+}
+
+#[test]
 fn a_killed_process_gives_its_device_memory_back() {
     let sim = SimNode::new(1, "T4", None);
     let exe = compile_client(&sim);

@@ -31,6 +31,13 @@ impl SimNode {
         Self::build(gpus, model, memory, |g| g.context_bytes = context_bytes)
     }
 
+    /// As [`SimNode::new`], the driver of each GPU reserving `reserved_bytes` for itself
+    /// (NVML's `reserved`: part of the total no process is given).
+    #[must_use]
+    pub fn with_reserved_bytes(gpus: u32, model: &str, reserved_bytes: u64) -> Self {
+        Self::build(gpus, model, None, |g| g.reserved_bytes = reserved_bytes)
+    }
+
     /// As [`SimNode::new`], each kernel taking `ns_per_block` of simulated GPU time per
     /// thread block (and NVML reporting each process's SM utilization from that).
     #[must_use]

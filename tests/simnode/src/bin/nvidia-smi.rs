@@ -18,6 +18,7 @@ struct Row {
     name: String,
     bus: String,
     total: u64,
+    reserved: u64,
     used: u64,
     free: u64,
     util: u32,
@@ -49,6 +50,7 @@ fn rows(nvml: &Nvml) -> Result<Vec<Row>> {
             name: d.name()?,
             bus: d.pci_info()?.bus_id,
             total: mem.total,
+            reserved: mem.reserved,
             used: mem.used,
             free: mem.free,
             util: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
@@ -72,6 +74,7 @@ fn field(row: &Row, name: &str, units: bool) -> Result<String> {
         "name" | "gpu_name" => row.name.clone(),
         "pci.bus_id" | "gpu_bus_id" => row.bus.clone(),
         "memory.total" => mib(row.total),
+        "memory.reserved" => mib(row.reserved),
         "memory.used" => mib(row.used),
         "memory.free" => mib(row.free),
         "utilization.gpu" => {
