@@ -180,7 +180,9 @@ pub const MODELS: &[Model] = &[
     Model {
         short: "H100",
         product: "NVIDIA H100 80GB HBM3",
-        memory_bytes: 80 << 30,
+        // As NVML reported the real card's total (driver 580.159.04), not the 80 GiB of its
+        // name.
+        memory_bytes: 81_559 << 20,
         sm_count: 132,
         compute_capability: (9, 0),
         threads_per_sm: 2048,
