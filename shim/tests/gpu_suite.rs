@@ -2,8 +2,9 @@
 //! that the suite itself keeps working where no GPU is: the agent at its defaults on a private
 //! bus, claims made with `gpuslice claim`, each client of the clients' environment and of
 //! PyTorch's (and raising the context limits the driver backs with memory) refused within 1%
-//! below the slice as the simulated host's `nvidia-smi` sees it,
-//! and the views inside the slice; its SM share rows run (how closely pacing holds a share on
+//! below the slice as the simulated host's `nvidia-smi` sees it, an nvcc-built program whose
+//! module declares more than its slice refused at its first launch, and the views inside the
+//! slice; its SM share rows run (how closely pacing holds a share on
 //! this node is `pacing.rs`'s to test, with its own program; the launch cost is a timing, left
 //! to the real GPU).
 
@@ -54,7 +55,7 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
         &common::python(),
         "cupy,cupy async pool,numba-cuda,cuda-bindings,cuda-bindings stack (cuCtxSetLimit),\
          cuda-bindings malloc heap (cuCtxSetLimit),cuda-bindings green contexts (cuGreenCtxCreate),\
-         cuda-bindings module globals (cuModuleLoadData)",
+         cuda-bindings module globals (cuModuleLoadData),nvcc",
     );
     assert_pass(
         &text,
@@ -67,6 +68,7 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
             "wall: cuda-bindings malloc heap (cuCtxSetLimit)",
             "wall: cuda-bindings green contexts (cuGreenCtxCreate)",
             "wall: cuda-bindings module globals (cuModuleLoadData)",
+            "wall: nvcc-built program, a __device__ array larger than its slice",
             "view: nvidia-smi memory.total in the slice",
             "view: NVML (pynvml) memory total in the slice",
         ],

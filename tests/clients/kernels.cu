@@ -1,8 +1,10 @@
 // A CUDA program as nvcc builds it: kernels and global variables registered with the
 // runtime, kernels launched with the triple-chevron syntax, variables written and read back
 // through their symbols, memory from cudaMalloc until the runtime says it is out.
-// Prints key=value pairs on one line.
+// Prints key=value pairs on one line; with "hold" after the chunk size, then keeps its
+// context and modules until stdin closes.
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 __device__ int table[256];
@@ -63,5 +65,9 @@ int main(int argc, char **argv) {
            cudaGetErrorName(launch2), cudaGetErrorName(sync), cudaGetErrorName(to_symbol),
            cudaGetErrorName(to_constant), cudaGetErrorName(from_symbol), symbol_size, roundtrip, held.size(),
            cudaGetErrorName(stop));
+    if (argc > 2 && !strcmp(argv[2], "hold")) {
+        fflush(stdout);
+        while (getchar() != EOF) {}
+    }
     return 0;
 }

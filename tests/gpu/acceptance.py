@@ -446,6 +446,70 @@ def rates(py, kind, envs, sampler):
     return [float(o["per_s"]) for o in out], seen
 
 
+NVCC_SLICE_MIB = 1024
+NVCC_GLOBAL_MIB = 1536
+
+
+def nvcc_program(node, args):
+    """tests/clients/kernels.cu with a __device__ array of NVCC_GLOBAL_MIB, built as a CUDA
+    program is: on a GPU machine by its nvcc (the toolkit's runtime, linked statically); on
+    the simulated node by the reference nvcc 11.8, linked against the clients' CUDA 12
+    runtime (the 11 runtimes load a program's modules through the driver's private
+    interface, which the library does not see: docs/interception.md). None where there is
+    no nvcc."""
+    source = ROOT / "tests/clients/kernels.cu"
+    program = node.work / "kernels-extra"
+    define = f"-DEXTRA_GLOBAL_BYTES={NVCC_GLOBAL_MIB * MIB}"
+    if not args.sim:
+        nvcc = shutil.which("nvcc")
+        if not nvcc:
+            return None
+        subprocess.run([nvcc, "-arch=native", define, "-o", program, source], check=True,
+                       capture_output=True)
+        return program
+    reference = os.environ.get("GPUSLICE_REFERENCE_DIR", str(Path.home() / ".cache/gpuslice/reference"))
+    nvcc = Path(reference) / "bin/nvcc"
+    prefix = subprocess.run([args.python, "-c", "import sys; print(sys.prefix)"],
+                            capture_output=True, text=True).stdout.strip()
+    runtimes = sorted(Path(prefix).glob("lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"))
+    if not nvcc.exists() or not runtimes:
+        return None
+    obj = node.work / "kernels-extra.o"
+    subprocess.run([nvcc, "-arch=sm_90", define, "-c", "-o", obj, source], check=True,
+                   capture_output=True)
+    subprocess.run(["g++", obj, runtimes[0], f"-Wl,-rpath,{runtimes[0].parent}", "-o", program],
+                   check=True, capture_output=True)
+    return program
+
+
+def nvcc_rows(node, table, args):
+    """A program whose module declares a global larger than its slice: the driver allocates
+    it when the runtime has the module loaded, through no allocation call. The library
+    charges it before the load, so the first launch is refused and the host never sees the
+    process past its slice."""
+    check = "wall: nvcc-built program, a __device__ array larger than its slice"
+    bound = f"first launch refused; host sees ≤ {NVCC_SLICE_MIB} MiB"
+    program = nvcc_program(node, args)
+    if program is None:
+        table.add(check, "skipped: no nvcc here", bound, None if args.sim else False)
+        return
+    limits, _ = node.claim("nvcc", NVCC_SLICE_MIB)
+    try:
+        p = subprocess.Popen([program, str(CHUNK), "hold"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=node.env_in(limits))
+        line = read_line(p, 120)
+        held = node.held_by().get(p.pid, 0)
+        p.stdin.close()
+        p.wait(60)
+        f = kv(line)
+        ok = f.get("launch") not in (None, "cudaSuccess") and held <= NVCC_SLICE_MIB * MIB
+        table.add(check, f"launch {f.get('launch')}, then {f.get('chunks')} × 16 MiB; host sees "
+                  f"{mib(held)}", bound, ok)
+    finally:
+        node.release("nvcc")
+
+
 def sm_rows(node, table, args):
     """The SM share: the rate of compute-bound kernels in a slice against their rate alone
     without the library, over 5 s after a 1 s warm-up. The GPU's busy share and SM clock are
@@ -502,7 +566,7 @@ def main():
     ap.add_argument("--sim", action="store_true", help="a simulated H100 instead of GPU 0")
     ap.add_argument("--python", default=sys.executable, help="the clients' python")
     ap.add_argument("--only", type=lambda s: set(s.split(",")), default=None,
-                    help="wall rows to run (names as in the table); sm, launch for those parts")
+                    help="wall rows to run (names as in the table); nvcc, sm, launch for those parts")
     ap.add_argument("--markdown", help="also write the table here, in Markdown")
     args = ap.parse_args()
     if args.sim:
@@ -515,7 +579,8 @@ def main():
                 out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.reserved",
                                       "--format=csv,noheader", "-i", "0"], capture_output=True, text=True)
                 table.add("GPU 0", out.stdout.strip(), "", None)
-            parts = [("wall", wall_rows), ("sm", sm_rows), ("launch", launch_rows)]
+            parts = [("wall", wall_rows), ("nvcc", nvcc_rows), ("sm", sm_rows),
+                     ("launch", launch_rows)]
             for name, part in parts:
                 if args.only and name != "wall" and name not in args.only:
                     continue
