@@ -119,6 +119,14 @@ async fn a_gpu_is_sliced_only_up_to_what_its_driver_does_not_keep_for_itself() {
     assert_eq!(s.inventory.gpus[0].memory_total_bytes, 15 * GIB);
     assert_eq!(s.inventory.gpus[0].memory_reserved_bytes, reserved);
     assert_eq!(s.gpus[0].memory_total, 15 * GIB - reserved);
+    let shown = cli(&bus.address, &["status"]);
+    assert_success(&shown);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains("14.6 GiB")
+            && text.contains("GPU 0: 384.0 MiB of its 15.0 GiB kept by the driver"),
+        "{text}"
+    );
 
     let e = p
         .claim("card", ann(&[("gpuslice.io/memory", "15Gi")]))

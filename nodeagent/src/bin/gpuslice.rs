@@ -200,6 +200,19 @@ fn print_status(s: &Status, whole_ids: bool) {
             g.index, g.uuid, model, mem, g.cores_allocated, slices
         );
     }
+    for i in s
+        .inventory
+        .gpus
+        .iter()
+        .filter(|i| i.memory_reserved_bytes > 0)
+    {
+        println!(
+            "GPU {}: {} of its {} kept by the driver (NVML reserved), not sliced",
+            i.index,
+            human_bytes(i.memory_reserved_bytes),
+            human_bytes(i.memory_total_bytes)
+        );
+    }
     println!();
     print_topology(&s.inventory);
     if s.slices.is_empty() {
