@@ -90,13 +90,16 @@ fn fill_in(slice: &Slice, name: &str, chunk: u64, api: &str, env: &[(&str, &str)
         "{name}: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let calls = std::fs::read_to_string(&log).unwrap_or_default();
-    println!(
-        "{name}: {}\n{name}: unmodelled driver calls {:?}",
-        text.trim_end(),
-        gpuslice_simnode::unmodelled::summarise(&calls)
-    );
+    print_unmodelled(name, &log);
     Facts::parse(&text)
+}
+
+/// Prints the unmodelled driver calls `name` made, from its log at `log`.
+fn print_unmodelled(name: &str, log: &Path) {
+    println!(
+        "{name}: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(log).unwrap_or_default())
+    );
 }
 
 #[test]
@@ -328,11 +331,8 @@ fn run_nvcc_program(slice: &Slice, program: &Path, runtime_dir: &Path, chunk: u6
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{name}: {text}");
-    println!(
-        "{name}: {}\n{name}: unmodelled driver calls {:?}",
-        text.trim_end(),
-        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
-    );
+    println!("{name}: {}", text.trim_end());
+    print_unmodelled(&name, &log);
     text
 }
 
@@ -435,10 +435,7 @@ fn the_cuda_runtime_copies_to_and_from_arrays() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    println!(
-        "arrays: unmodelled driver calls {:?}",
-        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
-    );
+    print_unmodelled("arrays", &log);
     assert_eq!(
         text.trim(),
         "malloc_array=0 to_array=0 from_array=0 round_trip=1 part=0 part_ok=1 info=0 \
