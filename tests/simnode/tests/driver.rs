@@ -85,6 +85,17 @@ fn nvml(sim: &SimNode) -> Nvml {
         .unwrap()
 }
 
+/// The simulated node's `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits`.
+fn query_gpu(sim: &SimNode, fields: &str) -> String {
+    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
+        .arg(format!("--query-gpu={fields}"))
+        .arg("--format=csv,noheader,nounits")
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&smi.stdout).into_owned()
+}
+
 #[test]
 fn a_c_program_linked_with_lcuda_sees_the_simulated_gpus() {
     let sim = SimNode::new(2, "T4", None);
@@ -149,15 +160,7 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
             .is_empty()
     );
 
-    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
-        .args([
-            "--query-gpu=index,memory.used,memory.free",
-            "--format=csv,noheader,nounits",
-        ])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&smi.stdout);
+    let text = query_gpu(&sim, "index,memory.used,memory.free");
     assert_eq!(text.lines().next(), Some("0, 15360, 0"), "{text}");
 
     let a_pid = a.child.id();
@@ -205,15 +208,7 @@ fn memory_the_driver_reserves_is_never_free_and_nvml_reports_it_as_the_real_one_
         (m.total, m.reserved, m.used, m.free),
         (15 * GIB, reserved, 15 * GIB - reserved, 0)
     );
-    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
-        .args([
-            "--query-gpu=memory.total,memory.reserved,memory.used,memory.free",
-            "--format=csv,noheader,nounits",
-        ])
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&smi.stdout);
+    let text = query_gpu(&sim, "memory.total,memory.reserved,memory.used,memory.free");
     assert_eq!(text.lines().next(), Some("15360, 384, 14976, 0"), "{text}");
     c.finish();
 }
