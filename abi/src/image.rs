@@ -75,19 +75,16 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(image, len) }
 }
 
-/// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
-/// declared in its PTX text (`.global` declarations), a fat binary's PTX entries included
-/// (the same variable in several entries counts once).
-#[must_use]
-pub fn globals(image: &[u8]) -> HashMap<String, u64> {
-    let mut found = HashMap::new();
+/// Calls `ptx` with the text of each PTX image or uncompressed fat binary PTX entry, and
+/// `elf` with each ELF cubin, in the image's order.
+fn for_each_entry(image: &[u8], mut ptx: impl FnMut(&str), mut elf: impl FnMut(&[u8])) {
     if !image.starts_with(ELF_MAGIC)
         && u32_at(image, 0) != Some(FATBIN_MAGIC)
         && let Ok(text) = std::str::from_utf8(image)
     {
-        ptx_globals(text, &mut found);
+        ptx(text);
     } else if image.starts_with(ELF_MAGIC) {
-        elf_globals(image, &mut found);
+        elf(image);
     } else if u32_at(image, 0) == Some(FATBIN_MAGIC) {
         let mut at = usize::from(u16_at(image, 6).unwrap_or(16));
         while let (Some(kind), Some(header), Some(size)) = (
@@ -102,11 +99,11 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
                 && let Some(entry) = image.get(payload..end)
             {
                 if kind == ENTRY_ELF {
-                    elf_globals(entry, &mut found);
+                    elf(entry);
                 } else if kind == ENTRY_PTX
                     && let Ok(text) = std::str::from_utf8(entry)
                 {
-                    ptx_globals(text.trim_end_matches('\0'), &mut found);
+                    ptx(text.trim_end_matches('\0'));
                 }
             }
             if header == 0 || end <= at {
@@ -115,7 +112,42 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
             at = end;
         }
     }
-    found
+}
+
+/// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
+/// declared in its PTX text (`.global` declarations), a fat binary's PTX entries included
+/// (the same variable in several entries counts once).
+#[must_use]
+pub fn globals(image: &[u8]) -> HashMap<String, u64> {
+    let found = std::cell::RefCell::new(HashMap::new());
+    for_each_entry(
+        image,
+        |text| ptx_globals(text, &mut found.borrow_mut()),
+        |elf| elf_globals(elf, &mut found.borrow_mut()),
+    );
+    found.into_inner()
+}
+
+/// The local memory each thread of each kernel the image defines needs (name → bytes): in
+/// an ELF cubin, the stack the compiler sized for the function (`.nv.info`'s minimum stack
+/// size, or its frame size where larger); in PTX, the `.local` arrays an `.entry` declares.
+/// A kernel in several entries (one per architecture) gets its largest figure. The driver
+/// backs this for every thread that can be resident on the device, growing the context's
+/// per-thread stack at a launch that needs more.
+#[must_use]
+pub fn kernel_local_bytes(image: &[u8]) -> HashMap<String, u64> {
+    let found = std::cell::RefCell::new(HashMap::new());
+    let keep = |name: String, bytes: u64| {
+        let mut f = found.borrow_mut();
+        let e = f.entry(name).or_insert(0);
+        *e = (*e).max(bytes);
+    };
+    for_each_entry(
+        image,
+        |text| ptx_entry_locals(text, keep),
+        |elf| elf_stack_sizes(elf, keep),
+    );
+    found.into_inner()
 }
 
 /// Bytes of all the global variables the image defines ([`globals`]).
@@ -131,54 +163,134 @@ pub fn declared_bytes(image: &[u8]) -> u64 {
 /// initialised one (`= {...}`) counts the same.
 fn ptx_globals(text: &str, found: &mut HashMap<String, u64>) {
     for statement in text.split(';') {
-        // Directives without a semicolon (`.version`, `.target`) may stand on lines before.
-        let from = statement
-            .lines()
-            .position(|l| l.split_whitespace().any(|w| w == ".global"))
-            .unwrap_or(0);
-        let words: Vec<&str> = statement
-            .lines()
-            .skip(from)
-            .flat_map(str::split_whitespace)
-            .collect();
-        let Some(g) = words.iter().position(|w| *w == ".global") else {
-            continue;
-        };
-        if words[..g]
-            .iter()
-            .any(|w| !matches!(*w, ".visible" | ".weak"))
-        {
+        if let Some((name, bytes)) = ptx_declaration(statement, ".global") {
+            found.insert(name, bytes);
+        }
+    }
+}
+
+/// The variable one PTX statement declares in state `space` (`.global`, `.local`), with its
+/// bytes: `[.visible|.weak] SPACE [.align N] .TYPE name[D1][D2]...`, the type's width times
+/// the dimensions; None for any other statement (an `.extern` one included).
+fn ptx_declaration(statement: &str, space: &str) -> Option<(String, u64)> {
+    // Directives without a semicolon (`.version`, `.target`, `{`) may stand on lines before.
+    let from = statement
+        .lines()
+        .position(|l| l.split_whitespace().any(|w| w == space))?;
+    let words: Vec<&str> = statement
+        .lines()
+        .skip(from)
+        .flat_map(str::split_whitespace)
+        .collect();
+    let g = words.iter().position(|w| *w == space)?;
+    if words[..g]
+        .iter()
+        .any(|w| !matches!(*w, ".visible" | ".weak"))
+    {
+        return None;
+    }
+    let mut rest = words[g + 1..].iter().copied();
+    let mut width = None;
+    let mut declarator = None;
+    while let Some(w) = rest.next() {
+        if w == ".align" {
+            rest.next();
+        } else if let Some(t) = w.strip_prefix('.') {
+            width = t
+                .get(1..)
+                .and_then(|bits| bits.parse::<u64>().ok())
+                .map(|b| b / 8);
+        } else {
+            declarator = Some(w);
+            break;
+        }
+    }
+    let (width, declarator) = (width?, declarator?);
+    let declarator = declarator.split('=').next().unwrap_or(declarator);
+    let (name, dims) = declarator.split_once('[').unwrap_or((declarator, ""));
+    let count = dims
+        .split(['[', ']'])
+        .filter(|d| !d.is_empty())
+        .try_fold(1u64, |n, d| n.checked_mul(d.trim().parse().ok()?))?;
+    (!name.is_empty()).then(|| (name.to_string(), width.saturating_mul(count)))
+}
+
+/// The `.local` arrays each `.entry` of PTX text declares in its body (up to the next
+/// `.entry` or `.func`), summed per kernel.
+fn ptx_entry_locals(text: &str, mut keep: impl FnMut(String, u64)) {
+    let starts_word = |s: &str, word: &str| {
+        s.strip_prefix(word)
+            .is_some_and(|r| r.starts_with(char::is_whitespace))
+    };
+    let mut rest = text;
+    while let Some(at) = rest.find(".entry") {
+        let after = &rest[at..];
+        if !starts_word(after, ".entry") {
+            rest = &after[6..];
             continue;
         }
-        let mut rest = words[g + 1..].iter().copied();
-        let mut width = None;
-        let mut declarator = None;
-        while let Some(w) = rest.next() {
-            if w == ".align" {
-                rest.next();
-            } else if let Some(t) = w.strip_prefix('.') {
-                width = t
-                    .get(1..)
-                    .and_then(|bits| bits.parse::<u64>().ok())
-                    .map(|b| b / 8);
-            } else {
-                declarator = Some(w);
-                break;
-            }
+        let after = &after[6..];
+        let name = after
+            .split(|c: char| c.is_whitespace() || c == '(' || c == '{')
+            .find(|w| !w.is_empty())
+            .unwrap_or("");
+        let end = [after.find(".entry"), after.find(".func")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(after.len());
+        let bytes = after[..end]
+            .split(';')
+            .filter_map(|st| ptx_declaration(st, ".local"))
+            .fold(0u64, |sum, (_, b)| sum.saturating_add(b));
+        if !name.is_empty() {
+            keep(name.to_string(), bytes);
         }
-        let (Some(width), Some(declarator)) = (width, declarator) else {
+        rest = &after[end..];
+    }
+}
+
+/// `.nv.info` attribute records: a format byte, an attribute byte, then for the sized format
+/// a 16-bit length and that many bytes; every other format is 4 bytes in all.
+const EIFMT_SVAL: u8 = 0x04;
+const EIATTR_FRAME_SIZE: u8 = 0x11;
+const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
+
+/// The stack each function of an ELF cubin needs per thread, from its `.nv.info` section's
+/// frame and minimum stack sizes (each a symbol index and a 32-bit size), named by the
+/// symbol table.
+fn elf_stack_sizes(elf: &[u8], mut keep: impl FnMut(String, u64)) {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolIndex};
+    let Ok(file) = object::File::parse(elf) else {
+        return;
+    };
+    let Some(data) = file.section_by_name(".nv.info").and_then(|s| s.data().ok()) else {
+        return;
+    };
+    let mut sizes: HashMap<u32, u64> = HashMap::new();
+    let mut at = 0;
+    while let (Some(&format), Some(&attribute)) = (data.get(at), data.get(at + 1)) {
+        if format != EIFMT_SVAL {
+            at += 4;
             continue;
+        }
+        let Some(len) = u16_at(data, at + 2).map(usize::from) else {
+            break;
         };
-        let declarator = declarator.split('=').next().unwrap_or(declarator);
-        let (name, dims) = declarator.split_once('[').unwrap_or((declarator, ""));
-        let count = dims
-            .split(['[', ']'])
-            .filter(|d| !d.is_empty())
-            .try_fold(1u64, |n, d| n.checked_mul(d.trim().parse().ok()?));
-        if let Some(count) = count
-            && !name.is_empty()
+        if matches!(attribute, EIATTR_FRAME_SIZE | EIATTR_MIN_STACK_SIZE)
+            && len == 8
+            && let (Some(symbol), Some(bytes)) = (u32_at(data, at + 4), u32_at(data, at + 8))
         {
-            found.insert(name.to_string(), width.saturating_mul(count));
+            let e = sizes.entry(symbol).or_insert(0);
+            *e = (*e).max(u64::from(bytes));
+        }
+        at += 4 + len;
+    }
+    for (index, bytes) in sizes {
+        if let Ok(symbol) = file.symbol_by_index(SymbolIndex(index as usize))
+            && let Ok(name) = symbol.name()
+        {
+            keep(name.to_string(), bytes);
         }
     }
 }
@@ -249,5 +361,21 @@ mod tests {
         assert_eq!(found.get("counter"), Some(&4));
         assert_eq!(found.get("grid"), Some(&128));
         assert_eq!(found.len(), 3, "{found:?}");
+    }
+
+    #[test]
+    fn each_ptx_entry_needs_the_local_arrays_it_declares_and_only_those() {
+        let ptx = ".version 7.0\n.target sm_75\n.address_size 64\n\n\
+                   .visible .global .align 4 .b8 table[64];\n\
+                   .visible .entry _Z3bigPii(\n .param .u64 p\n)\n{\n\
+                   \t.local .align 16 .b8 \t__local_depot0[16384];\n\
+                   \t.reg .b64 %SP;\n st.local.u32 [%rd1], %r1;\n ret;\n}\n\
+                   .func helper()\n{\n .local .align 4 .b8 __local_depot1[512];\n ret;\n}\n\
+                   .visible .entry _Z5smallPi(\n .param .u64 p\n)\n{\n ret;\n}\n";
+        let found = kernel_local_bytes(ptx.as_bytes());
+        assert_eq!(found.get("_Z3bigPii"), Some(&16_384), "{found:?}");
+        assert_eq!(found.get("_Z5smallPi"), Some(&0), "{found:?}");
+        assert_eq!(found.len(), 2, "a .func is not a kernel: {found:?}");
+        assert_eq!(globals(ptx.as_bytes()).get("table"), Some(&64));
     }
 }

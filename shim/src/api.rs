@@ -268,6 +268,8 @@ table! {
         Cuda fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult;
         Cuda fn cuCtxFromGreenCtx(ctx: *mut CUcontext, green: CUgreenCtx) -> CUresult;
         Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult;
+        Cuda fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> CUresult;
+        Cuda fn cuKernelGetAttribute(value: *mut c_int, attribute: c_int, kernel: CUfunction, dev: CUdevice) -> CUresult;
         Cuda fn cuCtxSynchronize() -> CUresult;
         Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
         Cuda fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult;

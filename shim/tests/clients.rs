@@ -416,6 +416,49 @@ fn a_cuda_12_program_declaring_a_global_larger_than_its_slice_has_its_module_ref
     assert_eq!(f.num("chunks"), 4, "{text}");
 }
 
+#[test]
+fn a_program_whose_kernel_needs_more_local_memory_than_its_slice_holds_has_that_launch_refused() {
+    // `char a[16 KiB]` in each thread: launching that kernel makes the driver grow the stack
+    // by 15 KiB for each of the T4's 40960 resident threads, 600 MiB, through no allocation
+    // call. The library charges it before the launch, with either runtime (both launch by
+    // `cuLaunchKernel`). In a 1 GiB slice it fits and leaves room for six 64 MiB chunks; in a
+    // 512 MiB one that launch fails as the driver's would, and the program goes on to get the
+    // whole slice.
+    let dir = tempfile::tempdir().unwrap();
+    let object = nvcc_object(dir.path(), "deep", &["-DLOCAL_ARRAY_BYTES=16384"]);
+    let with_11 = object.with_extension("cudart11");
+    run_to_success(
+        Command::new(nvcc())
+            .args(["-arch=sm_75", "-cudart", "shared", "-o"])
+            .arg(&with_11)
+            .arg(&object),
+    );
+    for (runtime, program, runtime_dir) in [
+        ("11.8", with_11, runtime11()),
+        ("12", linked_with_runtime12(&object), runtime12()),
+    ] {
+        let runtime_dir = runtime_dir.parent().unwrap();
+        let roomy = Slice::new(GIB, 0);
+        let text = run_nvcc_program(&roomy, &program, runtime_dir, 64 * MIB);
+        let f = Facts::parse(&text);
+        let what = format!("CUDA {runtime} runtime, 1 GiB: {text}");
+        assert_eq!(f.get("local"), "cudaSuccess", "{what}");
+        assert_eq!(f.get("sync"), "cudaSuccess", "{what}");
+        assert_eq!(f.num("chunks"), 6, "{what}");
+
+        let small = Slice::new(512 * MIB, 0);
+        let text = run_nvcc_program(&small, &program, runtime_dir, 64 * MIB);
+        let f = Facts::parse(&text);
+        let what = format!("CUDA {runtime} runtime, 512 MiB: {text}");
+        assert_eq!(f.get("local"), "cudaErrorMemoryAllocation", "{what}");
+        assert_eq!(f.get("launch2"), "cudaSuccess", "{what}");
+        // The module's 1028 bytes of globals cost the last chunk where they are charged (the
+        // CUDA 12 runtime's loads; see above).
+        let chunks = if runtime == "12" { 7 } else { 8 };
+        assert_eq!(f.num("chunks"), chunks, "{what}");
+    }
+}
+
 /// The CUDA 12 runtime's array copies (`cudaMemcpy2DToArray`, `cudaMemcpy2DFromArray`) and
 /// `cudaArrayGetInfo` in a slice.
 #[test]

@@ -143,6 +143,47 @@ fn a_stack_raised_for_every_resident_thread_is_charged_before_the_driver_takes_i
 }
 
 #[test]
+fn a_kernel_needing_more_local_memory_than_the_stack_is_charged_its_growth_before_it_launches() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    // The T4: 40 SMs of 1024 threads; the stack a thread grows by is the most that fits.
+    let unit = 40 * 1024;
+    for mode in MODES {
+        let f = slice.wall(mode, "local", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!(f.num("unit"), unit, "{what}");
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(
+            f.num("grown_by"),
+            r / unit,
+            "the driver grew the stack: {what}"
+        );
+        assert_eq!(f.num("free_at_fit"), r % unit, "{what}");
+        assert_eq!(
+            f.get("over"),
+            "CUDA_ERROR_OUT_OF_MEMORY",
+            "a byte more a thread is refused: {what}"
+        );
+        assert_eq!(f.num("kept_after_over"), 1, "{what}");
+        assert_eq!(f.get("lowered"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("lowered_free"), r, "lowering gives it back: {what}");
+        assert_eq!(f.get("graph_fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(
+            f.num("graph_free"),
+            r % unit,
+            "a graph's kernel too: {what}"
+        );
+        assert_eq!(f.get("graph_over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(
+        slice.usage().totals(),
+        vec![0],
+        "exited processes hold nothing"
+    );
+}
+
+#[test]
 fn a_raised_limit_goes_back_with_its_context() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let r = slice.remaining();

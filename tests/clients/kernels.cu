@@ -18,6 +18,17 @@ __device__ char extra[EXTRA_GLOBAL_BYTES];
 #define TOUCH_EXTRA(i) 0
 #endif
 
+#ifdef LOCAL_ARRAY_BYTES
+// A kernel whose threads each need a LOCAL_ARRAY_BYTES array of local memory
+// (-DLOCAL_ARRAY_BYTES=N): at its launch the driver grows the context's stack to that for
+// every thread that can be resident, through no allocation call.
+__global__ void deep(int *p, int n) {
+    volatile char a[LOCAL_ARRAY_BYTES];
+    for (int i = 0; i < LOCAL_ARRAY_BYTES; i += 64) a[i] = (char)(i + n);
+    p[threadIdx.x] = a[n % LOCAL_ARRAY_BYTES];
+}
+#endif
+
 __global__ void fill(int *p, int v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     p[i] = v + table[0] * (int)factor;
@@ -38,6 +49,10 @@ int main(int argc, char **argv) {
     cudaError_t launch = cudaGetLastError();
     scale<<<(1 << 18) / 256, 256>>>((float *)ints, 2.0f, 1 << 18);
     cudaError_t launch2 = cudaGetLastError();
+#ifdef LOCAL_ARRAY_BYTES
+    deep<<<1, 32>>>(ints, 3);
+    printf("local=%s ", cudaGetErrorName(cudaGetLastError()));
+#endif
     cudaError_t sync = cudaDeviceSynchronize();
     int rows[256], back[256] = {0};
     for (int i = 0; i < 256; i++) rows[i] = i * 3;

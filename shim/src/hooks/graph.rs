@@ -24,7 +24,9 @@
 //!
 //! Where the slice has a share of the SMs, instantiate also sums the thread blocks of the
 //! graph's kernel nodes (`cuGraphKernelNodeGetParams`), and each launch takes that many from
-//! the pacing bucket, as that many separate launches would (`pacing`).
+//! the pacing bucket, as that many separate launches would (`pacing`). It also keeps the
+//! most local memory a thread of any of its kernels needs, and a launch charges the stack
+//! growth that makes the driver take first, as a launch of that kernel would (`stack`).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -52,19 +54,23 @@ struct Allocation {
     bytes: u64,
 }
 
-/// What an executable graph allocates (address → allocation) and frees, and the thread
-/// blocks of its kernels where they are paced.
+/// What an executable graph allocates (address → allocation) and frees, the thread blocks
+/// of its kernels where they are paced, and the most local memory a thread of any of its
+/// kernels needs.
 #[derive(Clone, Default)]
 struct ExecMemory {
     allocs: Vec<(CUdeviceptr, Allocation)>,
     frees: Vec<CUdeviceptr>,
     auto_free: bool,
     blocks: u64,
+    local: u64,
 }
 
 impl ExecMemory {
     fn tracked(&self) -> bool {
-        !(self.allocs.is_empty() && self.frees.is_empty()) || self.blocks > 0
+        !(self.allocs.is_empty() && self.frees.is_empty())
+            || self.blocks > 0
+            || self.local > super::stack::DEFAULT_STACK
     }
 }
 
@@ -177,8 +183,17 @@ fn read_graph(
                 }
                 into.frees.push(dptr);
             }
-            CU_GRAPH_NODE_TYPE_KERNEL if s.paced => {
-                into.blocks = into.blocks.saturating_add(kernel_blocks(node));
+            CU_GRAPH_NODE_TYPE_KERNEL => {
+                if let Some(p) = kernel_params(node) {
+                    if s.paced {
+                        let blocks = u64::from(p.grid_dim_x)
+                            * u64::from(p.grid_dim_y)
+                            * u64::from(p.grid_dim_z);
+                        into.blocks = into.blocks.saturating_add(blocks);
+                    }
+                    let f = if p.func.is_null() { p.kern } else { p.func };
+                    into.local = into.local.max(super::stack::local_bytes(f));
+                }
             }
             CU_GRAPH_NODE_TYPE_GRAPH => {
                 let f = real::cuGraphChildGraphNodeGetGraph().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
@@ -196,8 +211,8 @@ fn read_graph(
     Ok(())
 }
 
-/// The thread blocks of a kernel node's grid (0 where the driver does not say).
-fn kernel_blocks(node: CUgraphNode) -> u64 {
+/// A kernel node's parameters (None where the driver does not say).
+fn kernel_params(node: CUgraphNode) -> Option<CUDA_KERNEL_NODE_PARAMS_v2> {
     // SAFETY: all-zero bytes are a valid CUDA_KERNEL_NODE_PARAMS_v2 (null pointers, zero
     // dimensions); it is large enough for either version the driver writes.
     let mut p: CUDA_KERNEL_NODE_PARAMS_v2 = unsafe { std::mem::zeroed() };
@@ -208,12 +223,9 @@ fn kernel_blocks(node: CUgraphNode) -> u64 {
         // SAFETY: as above; the v1 structure is the head of the v2 one.
         unsafe { f(node, (&raw mut p).cast()) }
     } else {
-        return 0;
+        return None;
     };
-    if r != CUDA_SUCCESS {
-        return 0;
-    }
-    u64::from(p.grid_dim_x) * u64::from(p.grid_dim_y) * u64::from(p.grid_dim_z)
+    (r == CUDA_SUCCESS).then_some(p)
 }
 
 impl Books {
@@ -296,6 +308,14 @@ fn launch(
     if e.blocks > 0 {
         crate::pacing::pace(s, e.blocks);
     }
+    let local = e.local;
+    let call = move || {
+        if local > super::stack::DEFAULT_STACK {
+            super::stack::with_stack_of(local, || local, call)
+        } else {
+            call()
+        }
+    };
     if e.allocs.is_empty() && e.frees.is_empty() {
         return call();
     }

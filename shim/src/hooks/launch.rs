@@ -1,9 +1,11 @@
-//! Kernel launches: paced where the slice has a share of the GPU's SMs (see `pacing`), then
-//! passed to the driver unchanged.
+//! Kernel launches: paced where the slice has a share of the GPU's SMs (see `pacing`), the
+//! stack growth a kernel with more local memory makes the driver take charged first (see
+//! `stack`), then passed to the driver unchanged.
 
 use std::ffi::{c_uint, c_void};
 
 use super::real_or_return;
+use super::stack::launching;
 use crate::ffi::*;
 
 /// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks
@@ -36,7 +38,9 @@ pub unsafe fn launch_kernel(
     let real = real_or_return!(cuLaunchKernel);
     pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+    launching(f, stream, false, || unsafe {
+        real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -56,18 +60,21 @@ pub unsafe fn launch_kernel_ptsz(
     let real = real_or_return!(cuLaunchKernel_ptsz);
     pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+    launching(f, stream, true, || unsafe {
+        real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+    })
 }
 
-/// Paces the grid of a launch configuration, if there is one to read.
-fn pace_config(config: *const CUlaunchConfig, ptsz: bool) {
+/// Paces the grid of a launch configuration, if there is one to read; its stream.
+fn pace_config(config: *const CUlaunchConfig, ptsz: bool) -> CUstream {
     if config.is_null() {
-        return;
+        return std::ptr::null_mut();
     }
     // SAFETY: a non-null configuration the caller passes to the driver, readable by its
     // contract.
     let c = unsafe { &*config };
     pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z, c.stream, ptsz);
+    c.stream
 }
 
 pub unsafe fn launch_kernel_ex(
@@ -77,9 +84,11 @@ pub unsafe fn launch_kernel_ex(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
-    pace_config(config, false);
+    let stream = pace_config(config, false);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(config, f, params, extra) }
+    launching(f, stream, false, || unsafe {
+        real(config, f, params, extra)
+    })
 }
 
 pub unsafe fn launch_kernel_ex_ptsz(
@@ -89,9 +98,11 @@ pub unsafe fn launch_kernel_ex_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
-    pace_config(config, true);
+    let stream = pace_config(config, true);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(config, f, params, extra) }
+    launching(f, stream, true, || unsafe {
+        real(config, f, params, extra)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -110,7 +121,9 @@ pub unsafe fn launch_cooperative_kernel(
     let real = real_or_return!(cuLaunchCooperativeKernel);
     pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+    launching(f, stream, false, || unsafe {
+        real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -129,5 +142,7 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
     pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+    launching(f, stream, true, || unsafe {
+        real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+    })
 }

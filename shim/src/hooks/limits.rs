@@ -7,8 +7,9 @@
 //! back everything its limits were charged. What a context is made with is in its own charge.
 //!
 //! The device runtime's limits (sync depth, pending launches) reserve memory the driver does
-//! not size publicly, and the driver grows the stack itself for a kernel that needs more: the
-//! driver's share charges both from the agent's next sample ([`crate::driver_share`]).
+//! not size publicly: the driver's share charges it from the agent's next sample
+//! ([`crate::driver_share`]). The stack the driver grows itself at a launch of a kernel that
+//! needs more is charged at that launch ([`super::stack`]).
 
 use std::ffi::c_int;
 use std::sync::Mutex;
@@ -33,10 +34,10 @@ const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
 /// One change of a limit at a time in this process: its value is read, changed and charged as
 /// one step.
-static CHANGING: Mutex<()> = Mutex::new(());
+pub(super) static CHANGING: Mutex<()> = Mutex::new(());
 
 /// The key of a context's limit among the charges: contexts are heap addresses below 2^48.
-fn key(ctx: CUcontext, limit: c_int) -> u64 {
+pub(super) fn key(ctx: CUcontext, limit: c_int) -> u64 {
     (ctx as u64).wrapping_mul(4).wrapping_add(limit as u64)
 }
 
@@ -49,7 +50,7 @@ fn attribute(dev: CUdevice, attribute: c_int) -> Option<u64> {
 }
 
 /// Device memory one unit of `limit` takes on `dev`.
-fn per_unit(dev: CUdevice, limit: c_int) -> Option<u64> {
+pub(super) fn per_unit(dev: CUdevice, limit: c_int) -> Option<u64> {
     if limit != CU_LIMIT_STACK_SIZE {
         return Some(1);
     }
@@ -58,7 +59,7 @@ fn per_unit(dev: CUdevice, limit: c_int) -> Option<u64> {
     Some(sms.saturating_mul(threads))
 }
 
-fn current_limit(limit: c_int) -> Result<u64, CUresult> {
+pub(super) fn current_limit(limit: c_int) -> Result<u64, CUresult> {
     let f = real::cuCtxGetLimit().ok_or(CUDA_ERROR_NOT_FOUND)?;
     let mut v: usize = 0;
     // SAFETY: cuCtxGetLimit writes one size_t.
@@ -68,7 +69,7 @@ fn current_limit(limit: c_int) -> Result<u64, CUresult> {
     }
 }
 
-fn current_context() -> Option<CUcontext> {
+pub(super) fn current_context() -> Option<CUcontext> {
     let f = real::cuCtxGetCurrent()?;
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: cuCtxGetCurrent writes one CUcontext.
@@ -151,7 +152,7 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
 }
 
 /// Brings a charge of `charged` bytes to what the driver `took`.
-fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
+pub(super) fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
     if took < charged {
         s.refund(gpu, charged - took);
     } else {
@@ -168,8 +169,10 @@ pub fn leaving(s: &Slice, ctx: CUcontext) -> Vec<(c_int, crate::slice::Charge)> 
         .collect()
 }
 
-/// The context is gone: its limits' charges are given back.
+/// The context is gone: its limits' charges are given back (and the functions' figures
+/// forgotten, as its modules are gone).
 pub fn gone(s: &Slice, charges: Vec<(c_int, crate::slice::Charge)>) {
+    super::stack::forget_functions();
     for (_, c) in charges {
         s.settle(c);
     }

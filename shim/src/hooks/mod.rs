@@ -12,6 +12,7 @@ pub mod module;
 pub mod pool_reserve;
 pub mod proc_address;
 pub mod refused;
+pub mod stack;
 pub mod vmm;
 
 use crate::ffi::*;

@@ -113,8 +113,13 @@ pub unsafe fn module_load(module: *mut CUmodule, path: *const c_char) -> CUresul
 
 pub unsafe fn module_unload(module: CUmodule) -> CUresult {
     let f = real_or_return!(cuModuleUnload);
-    // SAFETY: the caller's argument, passed on unchanged.
-    let call = || unsafe { f(module) };
+    // Its functions' handles may be reused: their cached figures go with it.
+    let call = || {
+        // SAFETY: the caller's argument, passed on unchanged.
+        let r = unsafe { f(module) };
+        super::stack::forget_functions();
+        r
+    };
     let Some(s) = slice::get() else {
         return call();
     };
@@ -180,8 +185,13 @@ pub unsafe fn library_load_from_file(
 
 pub unsafe fn library_unload(library: CUlibrary) -> CUresult {
     let f = real_or_return!(cuLibraryUnload);
-    // SAFETY: the caller's argument, passed on unchanged.
-    let call = || unsafe { f(library) };
+    // Its functions' handles may be reused: their cached figures go with it.
+    let call = || {
+        // SAFETY: the caller's argument, passed on unchanged.
+        let r = unsafe { f(library) };
+        super::stack::forget_functions();
+        r
+    };
     let Some(s) = slice::get() else {
         return call();
     };

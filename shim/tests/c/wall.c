@@ -19,7 +19,8 @@
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
  * contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
- * eight threads at once, "module" loads modules with global variables (see there). With WALL_CONTEXTS=N in the environment, N more contexts
+ * eight threads at once, "module" loads modules with global variables, "local" launches
+ * kernels with more local memory than the stack holds (see there). With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -92,6 +93,20 @@ CUresult cuCtxSetLimit(int, size_t);
 CUresult cuCtxGetLimit(size_t *, int);
 CUresult cuDeviceGetAttribute(int *, int, CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+typedef void *CUfunction, *CUgraph, *CUgraphNode, *CUgraphExec;
+typedef struct {
+    CUfunction func; unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes; void **kernelParams, **extra; void *kern; CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+CUresult cuModuleGetFunction(CUfunction *, void *, const char *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuGraphCreate(CUgraph *, unsigned);
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS_v2 *);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuCtxSynchronize(void);
 /* Green contexts (CUDA 12.4): CUdevResource is a tagged union of 144 bytes, the SM count at
  * byte 96. */
 typedef struct { int type; unsigned char pad[92]; unsigned smCount; unsigned char more[44]; } CUdevResource;
@@ -127,7 +142,12 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc) X(cuGreenCtxCreate, cuGreenCtxCreate) \
     X(cuGreenCtxDestroy, cuGreenCtxDestroy) X(cuCtxFromGreenCtx, cuCtxFromGreenCtx) \
     X(cuModuleLoadDataEx, cuModuleLoadDataEx) X(cuModuleUnload, cuModuleUnload) \
-    X(cuLibraryLoadData, cuLibraryLoadData) X(cuLibraryUnload, cuLibraryUnload)
+    X(cuLibraryLoadData, cuLibraryLoadData) X(cuLibraryUnload, cuLibraryUnload) \
+    X(cuModuleGetFunction, cuModuleGetFunction) X(cuLaunchKernel, cuLaunchKernel) \
+    X(cuGraphCreate, cuGraphCreate) X(cuGraphAddKernelNode, cuGraphAddKernelNode_v2) \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) X(cuGraphLaunch, cuGraphLaunch) \
+    X(cuGraphExecDestroy, cuGraphExecDestroy) X(cuGraphDestroy, cuGraphDestroy) \
+    X(cuCtxSynchronize, cuCtxSynchronize)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -187,6 +207,29 @@ static const char *ptx_with_global(size_t bytes) {
              ".version 7.0\n.target sm_75\n.address_size 64\n"
              ".visible .global .align 8 .b8 wall_blob[%zu];\n", bytes);
     return ptx;
+}
+
+/* PTX text with two kernels whose threads need `fits` and `over` bytes of local memory. */
+static const char *ptx_with_locals(size_t fits, size_t over) {
+    static char ptx[512];
+    snprintf(ptx, sizeof ptx,
+             ".version 7.0\n.target sm_75\n.address_size 64\n"
+             ".visible .entry fits()\n{\n\t.local .align 16 .b8 __local_depot0[%zu];\n\tret;\n}\n"
+             ".visible .entry over()\n{\n\t.local .align 16 .b8 __local_depot1[%zu];\n\tret;\n}\n",
+             fits, over);
+    return ptx;
+}
+
+/* A graph of one kernel node launching `f` on one thread, instantiated. */
+static CUgraphExec graph_of(CUfunction f) {
+    CUgraph g = 0;
+    CUgraphNode n = 0;
+    CUgraphExec e = 0;
+    CUDA_KERNEL_NODE_PARAMS_v2 k = {f, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    if (A.cuGraphCreate(&g, 0) || A.cuGraphAddKernelNode(&n, g, 0, 0, &k) ||
+        A.cuGraphInstantiateWithFlags(&e, g, 0)) return 0;
+    A.cuGraphDestroy(g);
+    return e;
 }
 
 /* "heap_race": threads of one context setting its malloc heap at once. */
@@ -531,6 +574,42 @@ int main(int argc, char **argv) {
         A.cuGreenCtxDestroy(last);
         A.cuDevicePrimaryCtxRetain(&ctx, dev);
         A.cuCtxSetCurrent(ctx);
+    } else if (!strcmp(path, "local")) {
+        /* Kernels whose threads need more local memory than the stack holds: at their launch
+         * the driver grows the stack to it for every thread that can be resident (threads per
+         * SM x SMs), and keeps it. "fits" needs the most bytes a thread that fit REMAINING
+         * past the stack, "over" one more; launched directly ("fit", "over"), then, with the
+         * stack put back ("lowered_free"), as a graph's one kernel node ("graph_fit",
+         * "graph_free", "graph_over"). The stack is put back at the end. */
+        int sms = 0, per_sm = 0;
+        A.cuDeviceGetAttribute(&sms, 16, dev);
+        A.cuDeviceGetAttribute(&per_sm, 39, dev);
+        size_t unit = (size_t)sms * (size_t)per_sm, before = 0, at_fit = 0, after_over = 0;
+        A.cuCtxGetLimit(&before, 0);
+        void *m = 0;
+        CUfunction fits = 0, too_big = 0;
+        if (A.cuModuleLoadData(&m, ptx_with_locals(before + r / unit, before + r / unit + 1)) ||
+            A.cuModuleGetFunction(&fits, m, "fits") || A.cuModuleGetFunction(&too_big, m, "over")) {
+            printf("error=module\n"); return 1;
+        }
+        fit = A.cuLaunchKernel(fits, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        free_at_fit = free_now();
+        A.cuCtxGetLimit(&at_fit, 0);
+        over = A.cuLaunchKernel(too_big, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        A.cuCtxGetLimit(&after_over, 0);
+        printf("unit=%zu grown_by=%zu stack_at_fit=%zu kept_after_over=%d ", unit, at_fit - before,
+               at_fit, after_over == at_fit);
+        printf("lowered=%s ", name(A.cuCtxSetLimit(0, before)));
+        printf("lowered_free=%zu ", free_now());
+        CUgraphExec graph_fits = graph_of(fits), graph_over = graph_of(too_big);
+        printf("graph_fit=%s ", name(A.cuGraphLaunch(graph_fits, 0)));
+        printf("graph_free=%zu ", free_now());
+        printf("graph_over=%s ", name(A.cuGraphLaunch(graph_over, 0)));
+        A.cuCtxSynchronize();
+        A.cuGraphExecDestroy(graph_fits);
+        A.cuGraphExecDestroy(graph_over);
+        A.cuCtxSetLimit(0, before);
+        A.cuModuleUnload(m);
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
         fit = A.cuMemAlloc(&p, r);

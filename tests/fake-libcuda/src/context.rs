@@ -46,6 +46,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static PRIMARY_FLAGS: LazyLock<Mutex<HashMap<usize, c_uint>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+const CU_LIMIT_STACK_SIZE: c_int = 0;
+
 /// `CU_LIMIT_*` and the driver's defaults for them.
 const LIMIT_DEFAULTS: &[(c_int, usize)] = &[
     (0, 1024),    // CU_LIMIT_STACK_SIZE
@@ -492,27 +494,53 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUres
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
-    guard(|| {
-        let ctx = current_ctx()?;
-        let mut limits = ctx.limits.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-        let slot = limits.get_mut(&limit).ok_or(CUDA_ERROR_UNSUPPORTED_LIMIT)?;
-        if let Some(unit) = reserve_per_unit(state::get()?, ctx.node_index, limit) {
-            let d = state::get()?;
-            let (now, then) = (*slot as u64, value as u64);
-            let mut inner = d.lock();
-            if then > now {
-                let more = (then - now).saturating_mul(unit);
-                d.charge(&mut inner, ctx.node_index, more)?;
-                ctx.limit_reserve.fetch_add(more, Ordering::AcqRel);
-            } else {
-                let held = ctx.limit_reserve.load(Ordering::Acquire);
-                let less = (now - then).saturating_mul(unit).min(held);
-                d.uncharge(&mut inner, ctx.node_index, less);
-                ctx.limit_reserve.fetch_sub(less, Ordering::AcqRel);
-            }
+    guard(|| set_limit(current_ctx()?, limit, value, |_| true))
+}
+
+/// Sets `ctx`'s `limit` to `value` where `wanted(now)` says so, taking or giving back the
+/// device memory the change reserves; a growth the card has no room for fails with
+/// `CUDA_ERROR_OUT_OF_MEMORY`, the limit left as it was.
+fn set_limit(
+    ctx: &Ctx,
+    limit: c_int,
+    value: usize,
+    wanted: impl FnOnce(usize) -> bool,
+) -> Result<(), CUresult> {
+    let mut limits = ctx.limits.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let slot = limits.get_mut(&limit).ok_or(CUDA_ERROR_UNSUPPORTED_LIMIT)?;
+    if !wanted(*slot) {
+        return Ok(());
+    }
+    if let Some(unit) = reserve_per_unit(state::get()?, ctx.node_index, limit) {
+        let d = state::get()?;
+        let (now, then) = (*slot as u64, value as u64);
+        let mut inner = d.lock();
+        if then > now {
+            let more = (then - now).saturating_mul(unit);
+            d.charge(&mut inner, ctx.node_index, more)?;
+            ctx.limit_reserve.fetch_add(more, Ordering::AcqRel);
+        } else {
+            let held = ctx.limit_reserve.load(Ordering::Acquire);
+            let less = (now - then).saturating_mul(unit).min(held);
+            d.uncharge(&mut inner, ctx.node_index, less);
+            ctx.limit_reserve.fetch_sub(less, Ordering::AcqRel);
         }
-        *slot = value;
-        Ok(())
+    }
+    *slot = value;
+    Ok(())
+}
+
+/// Before a kernel whose threads need `local` bytes of local memory runs in the current
+/// context: where that is more than the context's per-thread stack, the stack grows to it
+/// for every thread that can be resident, and stays grown, as the driver does at such a
+/// launch; where the card has no room, the launch fails with `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) fn grow_stack_for_launch(local: u64) -> Result<(), CUresult> {
+    if local == 0 {
+        return Ok(());
+    }
+    let value = usize::try_from(local).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    set_limit(current_ctx()?, CU_LIMIT_STACK_SIZE, value, |now| {
+        value > now
     })
 }
 

@@ -140,7 +140,8 @@ pub(crate) fn record(g: CUgraph, op: Op) -> Result<CUgraphNode, CUresult> {
 /// Runs one operation now, as a launch or host call on an idle stream would.
 pub(crate) fn run(op: Op) -> Result<(), CUresult> {
     match op {
-        Op::Kernel { grid, .. } => {
+        Op::Kernel { func, grid, .. } => {
+            crate::context::grow_stack_for_launch(crate::module::local_bytes(func))?;
             let blocks = grid.iter().map(|&g| u64::from(g)).product();
             let wait = state::get()?.launch(current_ctx()?.node_index, blocks);
             if !wait.is_zero() {

@@ -1,6 +1,7 @@
 //! Modules and kernels as the driver describes them: how modules load, the attributes of a
-//! kernel (the simulation has no code for it: no static shared or local memory, 32 registers
-//! a thread, built for the current device) and the occupancy those give on the device.
+//! kernel (the simulation has no code for it: no static shared memory, the local memory its
+//! image declares, 32 registers a thread, built for the current device) and the occupancy
+//! those give on the device.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -13,13 +14,26 @@ use crate::paths::{CUfunction, CUmodule};
 use crate::{CUdeviceptr, CUresult, current_ctx, guard, out, state};
 
 /// A loaded module: its global variables, allocated on its context's device at load (as the
-/// driver does), and the function handles given out for it.
+/// driver does), the local memory each thread of each of its kernels needs, and the function
+/// handles given out for it.
 struct Module {
     globals: HashMap<String, (CUdeviceptr, usize)>,
+    locals: HashMap<String, u64>,
     functions: Mutex<HashMap<String, usize>>,
 }
 
 static MODULES: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// The per-thread local memory of every function handle given out, by handle.
+static FUNCTION_LOCALS: LazyLock<Mutex<HashMap<usize, u64>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The local memory each thread of function `f` needs (0 for a handle not given out here).
+pub(crate) fn local_bytes(f: usize) -> u64 {
+    FUNCTION_LOCALS
+        .lock()
+        .map_or(0, |l| l.get(&f).copied().unwrap_or(0))
+}
 
 fn module(m: CUmodule) -> Result<&'static Module, CUresult> {
     if m.is_null()
@@ -43,7 +57,8 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: an image as this call takes one.
-        let sizes = image::globals(unsafe { image::bytes(image.cast()) });
+        let bytes = unsafe { image::bytes(image.cast()) };
+        let (sizes, locals) = (image::globals(bytes), image::kernel_local_bytes(bytes));
         let d = state::get()?;
         let mut globals = HashMap::new();
         for (name, size) in sizes {
@@ -62,6 +77,7 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
         }
         let handle = Box::into_raw(Box::new(Module {
             globals,
+            locals,
             functions: Mutex::new(HashMap::new()),
         }));
         MODULES
@@ -122,7 +138,9 @@ pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
         for (p, _) in md.globals.values() {
             let _ = d.free(*p);
         }
+        let mut locals = FUNCTION_LOCALS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         for (_, f) in md.functions.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain() {
+            locals.remove(&f);
             // SAFETY: a Box<u8> made by cuModuleGetFunction, freed only here.
             drop(unsafe { Box::from_raw(f as *mut u8) });
         }
@@ -153,12 +171,17 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     guard(|| {
         let md = module(m)?;
         let name = name_arg(name)?;
+        let local = md.locals.get(&name).copied().unwrap_or(0);
         let handle = *md
             .functions
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .entry(name)
             .or_insert_with(|| Box::into_raw(Box::new(0u8)) as usize);
+        FUNCTION_LOCALS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .insert(handle, local);
         out(f, handle as CUfunction)
     })
 }
@@ -226,9 +249,9 @@ const FUNC_CARVEOUT: c_int = 9;
 /// Registers per thread the simulation reports for every kernel.
 const REGISTERS_PER_THREAD: c_int = 32;
 
-/// The attributes of a kernel the simulation has no code for: it uses no static shared,
-/// constant or local memory and 32 registers a thread, and was built for the current
-/// device's architecture.
+/// The attributes of a kernel the simulation has no code for: it uses no static shared or
+/// constant memory, the local memory its image declares and 32 registers a thread, and was
+/// built for the current device's architecture.
 fn function_attribute(
     f: crate::paths::CUfunction,
     attribute: c_int,
@@ -249,7 +272,8 @@ fn function_attribute(
     };
     Ok(match attribute {
         0 => 1024,  // MAX_THREADS_PER_BLOCK
-        1..=3 => 0, // SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES
+        1 | 2 => 0, // SHARED_SIZE_BYTES, CONST_SIZE_BYTES
+        3 => c_int::try_from(local_bytes(f as usize)).unwrap_or(c_int::MAX), // LOCAL_SIZE_BYTES
         4 => REGISTERS_PER_THREAD,
         5 | 6 => cc, // PTX_VERSION, BINARY_VERSION
         7 => 0,      // CACHE_MODE_CA

@@ -334,6 +334,7 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         ("mipmapped", mipmapped),
         ("vmm", 4 << 20),
         ("stack", 1000 * 40 * 1024),
+        ("launch_local", (3000 - 1024) * 40 * 1024),
         ("heap", 1000),
         ("fifo", 1000),
         // The primary context (294 MiB on the T4), 1 MiB, a pool step, the heap raised from 8
@@ -348,6 +349,7 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         "granularity=2097152 vmm_map=0 vmm_access=0 vmm_readback=1",
         "lookup_legacy=1 lookup_per_thread=1 launch=0 empty_grid=1",
         "kept_freed=0",
+        "local_size=3000 stack_grown_to=3000 again=0 again_charged=0 huge=2 stack_after_huge=3000",
     ] {
         assert!(text.contains(want), "{want:?} not in:\n{text}");
     }

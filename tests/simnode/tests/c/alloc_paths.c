@@ -64,6 +64,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxGetLimit(size_t *, int);
+CUresult cuFuncGetAttribute(int *, int, CUfunction);
 
 static size_t free_now(void) { size_t f = 0, t = 0; cuMemGetInfo_v2(&f, &t); return f; }
 
@@ -143,6 +144,32 @@ int main(void) {
     int launch = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0);
     int empty_grid = cuLaunchKernel(fn, 0, 1, 1, 32, 1, 1, 0, stream, 0, 0);
     printf("lookup_legacy=%d lookup_per_thread=%d launch=%d empty_grid=%d\n", legacy, per_thread, launch, empty_grid);
+
+    /* A kernel whose threads need 3000 bytes of local memory: its launch grows the stack from
+     * 1 KiB to that for every resident thread, and it stays grown until put back. One needing
+     * 512 KiB a thread (20 GiB on the T4) is refused, the stack left as it was. */
+    const char *deep_ptx =
+        ".version 7.0\n.target sm_75\n.address_size 64\n"
+        ".visible .entry deep()\n{\n\t.local .align 8 .b8 __local_depot0[3000];\n\tret;\n}\n"
+        ".visible .entry huge()\n{\n\t.local .align 8 .b8 __local_depot1[524288];\n\tret;\n}\n";
+    CUfunction deep, huge;
+    cuModuleLoadData(&mod, deep_ptx);
+    cuModuleGetFunction(&deep, mod, "deep");
+    cuModuleGetFunction(&huge, mod, "huge");
+    int local = 0;
+    cuFuncGetAttribute(&local, 3, deep);
+    size_t was = 0, grown = 0, after_huge = 0;
+    cuCtxGetLimit(&was, 0);
+    b = free_now(); rc = cuLaunchKernel(deep, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0); d = free_now();
+    cuCtxGetLimit(&grown, 0);
+    int again = cuLaunchKernel(deep, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+    size_t after_again = free_now();
+    int refused = cuLaunchKernel(huge, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0);
+    cuCtxGetLimit(&after_huge, 0);
+    cuCtxSetLimit(0, was);
+    report("launch_local", rc, b, d, free_now());
+    printf("local_size=%d stack_grown_to=%zu again=%d again_charged=%zu huge=%d stack_after_huge=%zu\n",
+           local, grown, again, d - after_again, refused, after_huge);
 
     /* Resetting the primary context (cudaDeviceReset) frees what was allocated in it, its
      * pools' reservations and its raised limits; the other context's memory stays. */

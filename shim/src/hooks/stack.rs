@@ -1,0 +1,197 @@
+//! Local memory at a launch. The driver keeps one local-memory reservation per context: its
+//! per-thread stack (`CU_LIMIT_STACK_SIZE`) for every thread that can be resident on the
+//! device. At the launch of a kernel whose threads need more local memory than the stack
+//! holds (`CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`: large local arrays, spilled registers, deep
+//! call chains) it grows the stack to that, for good, and fails the launch with
+//! `CUDA_ERROR_OUT_OF_MEMORY` where the card has no room. No allocation call shows it: one
+//! kernel with a 16 KiB local array takes 4.1 GiB of an H100 at its first launch.
+//!
+//! The library charges that growth before such a launch, refuses the launch with the
+//! driver's error where the slice has no room, and after it charges what the driver reports
+//! the stack to be (`cuCtxGetLimit`), in the same books as a stack raised by `cuCtxSetLimit`
+//! ([`super::limits`]): lowering the limit or ending the context gives it back. A launch
+//! captured into a graph runs nothing; graphs are checked at their own launch
+//! ([`super::graph`]).
+//!
+//! Each function's figure is asked of the driver once and kept in a lock-free cache, so a
+//! launch of a kernel that needs no more than the driver's default stack (1 KiB a thread,
+//! part of every context's own charge), nearly every kernel, costs one look-up; one that
+//! needs more also reads the context's stack.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::limits;
+use crate::api::real;
+use crate::ffi::*;
+use crate::log::log;
+use crate::slice::{self, Kind};
+
+/// The per-thread stack every context starts with, as the driver sets it.
+pub const DEFAULT_STACK: u64 = 1024;
+
+const CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: c_int = 3;
+const CU_LIMIT_STACK_SIZE: c_int = 0;
+
+/// Cached figures: a function handle (below 2^48, as every user-space address is) in the
+/// high 48 bits, its local memory in 16-byte units, rounded up, in the low 16 (at most
+/// 1 MiB; the hardware's limit is 512 KiB). 0: empty.
+const SLOTS: usize = 1024;
+static CACHE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+const UNIT: u64 = 16;
+
+fn slot(f: u64) -> &'static AtomicU64 {
+    &CACHE[((f >> 4) ^ (f >> 14)) as usize % SLOTS]
+}
+
+/// Empties the cache: handles may be reused once modules, libraries or contexts are gone.
+pub fn forget_functions() {
+    for s in &CACHE {
+        s.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The local memory a thread of `f` needs, as the driver reports it (0 where it does not
+/// say). A handle from `cuLibraryGetKernel` is asked for on the current device.
+fn asked(f: CUfunction) -> u64 {
+    let mut v: c_int = 0;
+    if let Some(get) = real::cuFuncGetAttribute() {
+        // SAFETY: cuFuncGetAttribute writes one int for a function the caller is launching.
+        if unsafe { get(&raw mut v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f) } == CUDA_SUCCESS {
+            return u64::try_from(v).unwrap_or(0);
+        }
+    }
+    let (Some(get), Some(device)) = (real::cuKernelGetAttribute(), real::cuCtxGetDevice()) else {
+        return 0;
+    };
+    let mut dev: CUdevice = 0;
+    // SAFETY: cuCtxGetDevice writes one CUdevice; cuKernelGetAttribute one int.
+    unsafe {
+        if device(&raw mut dev) != CUDA_SUCCESS
+            || get(&raw mut v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f, dev) != CUDA_SUCCESS
+        {
+            return 0;
+        }
+    }
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The local memory a thread of `f` (a function or a library's kernel) needs, as the driver
+/// reports it.
+pub fn local_bytes(f: CUfunction) -> u64 {
+    if f.is_null() { 0 } else { asked(f) }
+}
+
+/// An upper bound of what `f` needs, within 16 bytes: from the cache, else asked and kept.
+#[inline]
+fn bound(f: CUfunction) -> u64 {
+    let key = f as u64;
+    let cacheable = key != 0 && key < 1 << 48;
+    if cacheable {
+        let e = slot(key).load(Ordering::Relaxed);
+        if e >> 16 == key {
+            return (e & 0xFFFF) * UNIT;
+        }
+    }
+    let bytes = asked(f);
+    if cacheable {
+        slot(key).store(
+            key << 16 | bytes.div_ceil(UNIT).min(0xFFFF),
+            Ordering::Relaxed,
+        );
+    }
+    bytes
+}
+
+/// Makes the launch `call` of `f` (on `stream`; `ptsz`: the per-thread default stream's
+/// variant), charging first the stack growth it makes the driver take.
+#[inline]
+pub fn launching(
+    f: CUfunction,
+    stream: CUstream,
+    ptsz: bool,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let needs = bound(f);
+    if needs <= DEFAULT_STACK || super::alloc::capturing(stream, ptsz) {
+        return call();
+    }
+    with_stack_of(needs, || asked(f), call)
+}
+
+/// Makes `call`, which runs kernels whose threads need up to `bound` bytes of local memory
+/// each (`exact` the figure itself), with the stack growth it makes the driver take charged
+/// first.
+pub fn with_stack_of(
+    bound: u64,
+    exact: impl FnOnce() -> u64,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    if limits::current_limit(CU_LIMIT_STACK_SIZE).is_ok_and(|now| bound <= now) {
+        return call();
+    }
+    let (Some(ctx), Ok(dev)) = (limits::current_context(), s.current_device()) else {
+        return call();
+    };
+    let Some(gpu) = s.position(dev) else {
+        log!("device {dev} is not part of this container's slice");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    let Some(unit) = limits::per_unit(dev, CU_LIMIT_STACK_SIZE) else {
+        return call();
+    };
+    let Ok(_one_at_a_time) = limits::CHANGING.lock() else {
+        return CUDA_ERROR_UNKNOWN;
+    };
+    let Ok(before) = limits::current_limit(CU_LIMIT_STACK_SIZE) else {
+        return call();
+    };
+    let needs = exact();
+    if needs <= before {
+        return call();
+    }
+    let more = (needs - before).saturating_mul(unit);
+    if !s.charge(gpu, more) {
+        log!(
+            "refused a launch: its kernel needs {needs} bytes of local memory a thread, \
+             {more} bytes more for the stack"
+        );
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    let r = call();
+    if r != CUDA_SUCCESS {
+        s.refund(gpu, more);
+        return r;
+    }
+    // What the driver grew the stack to, as it reports it.
+    let after = limits::current_limit(CU_LIMIT_STACK_SIZE).unwrap_or(needs);
+    let taken = after.saturating_sub(before).saturating_mul(unit);
+    limits::true_up(s, gpu, more, taken);
+    let key = limits::key(ctx, CU_LIMIT_STACK_SIZE);
+    let charged = s
+        .take(Kind::Limit, key)
+        .filter(|c| c.owner == s.this_process())
+        .map_or(0, |c| c.bytes);
+    if charged + taken > 0 {
+        s.record(Kind::Limit, key, gpu, charged + taken);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_figure_is_found_again_and_bounds_the_true_one() {
+        let f = 0x5555_1234_5670usize as CUfunction;
+        slot(f as u64).store((f as u64) << 16 | 1025u64.div_ceil(UNIT), Ordering::Relaxed);
+        let got = bound(f);
+        assert!((1025..1025 + UNIT).contains(&got), "{got}");
+        forget_functions();
+        assert_eq!(slot(f as u64).load(Ordering::Relaxed), 0);
+    }
+}
