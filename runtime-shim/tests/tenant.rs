@@ -569,11 +569,12 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
     // Room for four contexts and a half beside the process's own, as root (runc's default
     // user) with the agent at its defaults: green contexts until refused, module globals of
     // exactly the room and a byte more, memory left in contexts the process destroys, a
-    // stack raised to the room and a byte past it (`shim/tests/c/wall.c`, reached as the
+    // stack raised to the room and a byte past it, kernels whose local memory grows the stack
+    // at their launch to the room and a byte past it (`shim/tests/c/wall.c`, reached as the
     // CUDA 12 runtime reaches the driver).
     let room = 4 * ctx + ctx / 2;
     let script = format!(
-        "for p in green module ctx_gone stack; do echo path=$p; /usr/bin/wall procaddr $p {room}; done"
+        "for p in green module ctx_gone stack local; do echo path=$p; /usr/bin/wall procaddr $p {room}; done"
     );
     let memory = format!("{}Mi", (room + ctx) / MIB);
     let bundle = node.bundle(
@@ -598,7 +599,7 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{k} missing: {t}"))
     };
-    for name in ["green", "module", "ctx_gone", "stack"] {
+    for name in ["green", "module", "ctx_gone", "stack", "local"] {
         let f = path(name);
         assert_eq!(
             f.get("over"),
@@ -620,6 +621,15 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
     let stack = path("stack");
     assert_eq!(stack.get("fit"), Some(&"CUDA_SUCCESS"), "{t}");
     assert_eq!(num(stack, "kept_after_over"), 1, "{t}");
+    let local = path("local");
+    assert_eq!(local.get("fit"), Some(&"CUDA_SUCCESS"), "{t}");
+    assert_eq!(num(local, "kept_after_over"), 1, "{t}");
+    assert_eq!(local.get("graph_fit"), Some(&"CUDA_SUCCESS"), "{t}");
+    assert_eq!(
+        local.get("graph_over"),
+        Some(&"CUDA_ERROR_OUT_OF_MEMORY"),
+        "{t}"
+    );
 
     // A process that first makes three more contexts and then fills the slice in 64 MiB
     // chunks: the host's driver sees the container within its slice, and holding at least

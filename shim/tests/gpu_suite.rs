@@ -3,7 +3,8 @@
 //! bus, claims made with `gpuslice claim`, each client of the clients' environment and of
 //! PyTorch's (and raising the context limits the driver backs with memory) refused within 1%
 //! below the slice as the simulated host's `nvidia-smi` sees it, an nvcc-built program whose
-//! module declares more than its slice refused at its first launch, and the views inside the
+//! module declares more than its slice, and one whose kernel needs more local memory than it,
+//! each refused at that launch, and the views inside the
 //! slice; its SM share rows run (how closely pacing holds a share on
 //! this node is `pacing.rs`'s to test, with its own program; the launch cost is a timing, left
 //! to the real GPU).
@@ -69,6 +70,7 @@ fn the_gpu_suite_passes_on_the_simulated_node_with_the_clients() {
             "wall: cuda-bindings green contexts (cuGreenCtxCreate)",
             "wall: cuda-bindings module globals (cuModuleLoadData)",
             "wall: nvcc-built program, a __device__ array larger than its slice",
+            "wall: nvcc-built program, a kernel's local memory larger than its slice",
             "view: nvidia-smi memory.total in the slice",
             "view: NVML (pynvml) memory total in the slice",
         ],

@@ -448,18 +448,19 @@ def rates(py, kind, envs, sampler):
 
 NVCC_SLICE_MIB = 1024
 NVCC_GLOBAL_MIB = 1536
+# Local memory a thread of one kernel: at its launch the driver grows the stack to it for every
+# thread that can be resident (4.1 GiB on an H100, 132 SMs of 2048 threads).
+NVCC_LOCAL_BYTES = 16384
 
 
-def nvcc_program(node, args):
-    """tests/clients/kernels.cu with a __device__ array of NVCC_GLOBAL_MIB, built as a CUDA
-    program is: on a GPU machine by its nvcc (the toolkit's runtime, linked statically); on
-    the simulated node by the reference nvcc 11.8, linked against the clients' CUDA 12
-    runtime (the 11 runtimes load a program's modules through the driver's private
-    interface, which the library does not see: docs/interception.md). None where there is
-    no nvcc."""
+def nvcc_program(node, args, name, define):
+    """tests/clients/kernels.cu built with `define`, as a CUDA program is: on a GPU machine by
+    its nvcc (the toolkit's runtime, linked statically); on the simulated node by the
+    reference nvcc 11.8, linked against the clients' CUDA 12 runtime (the 11 runtimes load a
+    program's modules through the driver's private interface, which the library does not
+    see: docs/interception.md). None where there is no nvcc."""
     source = ROOT / "tests/clients/kernels.cu"
-    program = node.work / "kernels-extra"
-    define = f"-DEXTRA_GLOBAL_BYTES={NVCC_GLOBAL_MIB * MIB}"
+    program = node.work / name
     if not args.sim:
         nvcc = shutil.which("nvcc")
         if not nvcc:
@@ -474,7 +475,7 @@ def nvcc_program(node, args):
     runtimes = sorted(Path(prefix).glob("lib/python3*/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"))
     if not nvcc.exists() or not runtimes:
         return None
-    obj = node.work / "kernels-extra.o"
+    obj = node.work / f"{name}.o"
     subprocess.run([nvcc, "-arch=sm_90", define, "-c", "-o", obj, source], check=True,
                    capture_output=True)
     subprocess.run(["g++", obj, runtimes[0], f"-Wl,-rpath,{runtimes[0].parent}", "-o", program],
@@ -483,31 +484,37 @@ def nvcc_program(node, args):
 
 
 def nvcc_rows(node, table, args):
-    """A program whose module declares a global larger than its slice: the driver allocates
-    it when the runtime has the module loaded, through no allocation call. The library
-    charges it before the load, so the first launch is refused and the host never sees the
-    process past its slice."""
-    check = "wall: nvcc-built program, a __device__ array larger than its slice"
-    bound = f"first launch refused; host sees ≤ {NVCC_SLICE_MIB} MiB"
-    program = nvcc_program(node, args)
-    if program is None:
-        table.add(check, "skipped: no nvcc here", bound, None if args.sim else False)
-        return
-    limits, _ = node.claim("nvcc", NVCC_SLICE_MIB)
-    try:
-        p = subprocess.Popen([program, str(CHUNK), "hold"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=node.env_in(limits))
-        line = read_line(p, 120)
-        held = node.held_by().get(p.pid, 0)
-        p.stdin.close()
-        p.wait(60)
-        f = kv(line)
-        ok = f.get("launch") not in (None, "cudaSuccess") and held <= NVCC_SLICE_MIB * MIB
-        table.add(check, f"launch {f.get('launch')}, then {f.get('chunks')} × 16 MiB; host sees "
-                  f"{mib(held)}", bound, ok)
-    finally:
-        node.release("nvcc")
+    """Programs that make the driver take memory through no allocation call, each in a slice
+    it does not fit: a module declaring a global larger than the slice (the driver allocates
+    it when the runtime has the module loaded) and a kernel whose threads need more local
+    memory than the slice holds (the driver grows the context's stack at its launch). The
+    library charges each before the driver is asked, so the launch is refused and the host
+    never sees the process past its slice."""
+    for check, name, define, key in (
+            ("wall: nvcc-built program, a __device__ array larger than its slice",
+             "kernels-extra", f"-DEXTRA_GLOBAL_BYTES={NVCC_GLOBAL_MIB * MIB}", "launch"),
+            ("wall: nvcc-built program, a kernel's local memory larger than its slice",
+             "kernels-local", f"-DLOCAL_ARRAY_BYTES={NVCC_LOCAL_BYTES}", "local")):
+        bound = f"that launch refused; host sees ≤ {NVCC_SLICE_MIB} MiB"
+        program = nvcc_program(node, args, name, define)
+        if program is None:
+            table.add(check, "skipped: no nvcc here", bound, None if args.sim else False)
+            continue
+        limits, _ = node.claim("nvcc", NVCC_SLICE_MIB)
+        try:
+            p = subprocess.Popen([program, str(CHUNK), "hold"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=node.env_in(limits))
+            line = read_line(p, 120)
+            held = node.held_by().get(p.pid, 0)
+            p.stdin.close()
+            p.wait(60)
+            f = kv(line)
+            ok = f.get(key) not in (None, "cudaSuccess") and held <= NVCC_SLICE_MIB * MIB
+            table.add(check, f"{key} {f.get(key)}, then {f.get('chunks')} × 16 MiB; host sees "
+                      f"{mib(held)}", bound, ok)
+        finally:
+            node.release("nvcc")
 
 
 def sm_rows(node, table, args):

@@ -113,10 +113,18 @@ pub fn launching(
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let needs = bound(f);
-    if needs <= DEFAULT_STACK || super::alloc::capturing(stream, ptsz) {
+    if needs <= DEFAULT_STACK {
         return call();
     }
-    with_stack_of(needs, || asked(f), call)
+    // A launch captured into a graph runs nothing now: it needs nothing more.
+    let exact = || {
+        if super::alloc::capturing(stream, ptsz) {
+            0
+        } else {
+            asked(f)
+        }
+    };
+    with_stack_of(needs, exact, call)
 }
 
 /// Makes `call`, which runs kernels whose threads need up to `bound` bytes of local memory
