@@ -298,6 +298,18 @@ fn run_to_success(cmd: &mut Command) {
     );
 }
 
+/// `object` linked by nvcc against its own runtime, CUDA 11.8's, as a shared library.
+fn linked_with_runtime11(object: &Path) -> PathBuf {
+    let program = object.with_extension("cudart11");
+    run_to_success(
+        Command::new(nvcc())
+            .args(["-arch=sm_75", "-cudart", "shared", "-o"])
+            .arg(&program)
+            .arg(object),
+    );
+    program
+}
+
 /// `object` linked against NVIDIA's CUDA 12 runtime, as `nvcc -cudart shared` links a program
 /// against its own.
 fn linked_with_runtime12(object: &Path) -> PathBuf {
@@ -342,13 +354,7 @@ fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_w
     // same registered kernels and variables, loaded by either runtime.
     let slice = Slice::new(GIB, 0);
     let object = nvcc_object(slice.dir.path(), "kernels", &[]);
-    let with_11 = object.with_extension("cudart11");
-    run_to_success(
-        Command::new(nvcc())
-            .args(["-arch=sm_75", "-cudart", "shared", "-o"])
-            .arg(&with_11)
-            .arg(&object),
-    );
+    let with_11 = linked_with_runtime11(&object);
     for (runtime, program, runtime_dir) in [
         ("11.8", with_11, runtime11()),
         ("12", linked_with_runtime12(&object), runtime12()),
@@ -426,13 +432,7 @@ fn a_program_whose_kernel_needs_more_local_memory_than_its_slice_holds_has_that_
     // whole slice.
     let dir = tempfile::tempdir().unwrap();
     let object = nvcc_object(dir.path(), "deep", &["-DLOCAL_ARRAY_BYTES=16384"]);
-    let with_11 = object.with_extension("cudart11");
-    run_to_success(
-        Command::new(nvcc())
-            .args(["-arch=sm_75", "-cudart", "shared", "-o"])
-            .arg(&with_11)
-            .arg(&object),
-    );
+    let with_11 = linked_with_runtime11(&object);
     for (runtime, program, runtime_dir) in [
         ("11.8", with_11, runtime11()),
         ("12", linked_with_runtime12(&object), runtime12()),
