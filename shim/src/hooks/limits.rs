@@ -133,6 +133,9 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
         }
         // The driver may round the value: charge what it set.
         let set = current_limit(limit).unwrap_or(wanted);
+        if limit == CU_LIMIT_STACK_SIZE {
+            super::stack::grant(ctx, set);
+        }
         let taken = set.saturating_sub(before).saturating_mul(unit);
         true_up(s, gpu, more, taken);
         keep(charged.saturating_add(taken));
@@ -144,6 +147,9 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
             return r;
         }
         let set = current_limit(limit).unwrap_or(wanted);
+        if limit == CU_LIMIT_STACK_SIZE {
+            super::stack::grant(ctx, set);
+        }
         let given = before.saturating_sub(set).saturating_mul(unit).min(charged);
         s.refund(gpu, given);
         keep(charged - given);
@@ -163,6 +169,7 @@ pub(super) fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
 /// Takes what the limits of `ctx` were charged out of the books, before the context is
 /// destroyed; [`gone`] or [`kept`] after.
 pub fn leaving(s: &Slice, ctx: CUcontext) -> Vec<(c_int, crate::slice::Charge)> {
+    super::stack::forget_context(ctx);
     BACKED
         .iter()
         .filter_map(|&l| s.take(Kind::Limit, key(ctx, l)).map(|c| (l, c)))

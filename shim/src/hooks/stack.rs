@@ -19,6 +19,7 @@
 //! needs more also reads the context's stack.
 
 use std::ffi::c_int;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::limits;
@@ -103,6 +104,36 @@ fn bound(f: CUfunction) -> u64 {
     bytes
 }
 
+/// The stack each context has run a kernel needing, by context: where a driver did not
+/// report a launch's growth in its limit, the launches after it do not charge it again
+/// (what it took is then charged from the driver's own figure at the agent's next sample).
+/// Changed under [`limits::CHANGING`].
+static GRANTED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+fn granted(ctx: CUcontext) -> u64 {
+    GRANTED.lock().map_or(0, |g| {
+        g.iter()
+            .find(|(c, _)| *c == ctx as usize)
+            .map_or(0, |(_, b)| *b)
+    })
+}
+
+/// Records that `ctx` ran a kernel needing `bytes` a thread (after a launch), or had its
+/// stack limit set to `bytes` (`cuCtxSetLimit`, which sizes the stack anew).
+pub fn grant(ctx: CUcontext, bytes: u64) {
+    if let Ok(mut g) = GRANTED.lock() {
+        g.retain(|(c, _)| *c != ctx as usize);
+        g.push((ctx as usize, bytes));
+    }
+}
+
+/// Forgets `ctx` (it is being destroyed).
+pub fn forget_context(ctx: CUcontext) {
+    if let Ok(mut g) = GRANTED.lock() {
+        g.retain(|(c, _)| *c != ctx as usize);
+    }
+}
+
 /// Makes the launch `call` of `f` (on `stream`; `ptsz`: the per-thread default stream's
 /// variant), charging first the stack growth it makes the driver take.
 #[inline]
@@ -154,9 +185,10 @@ pub fn with_stack_of(
     let Ok(_one_at_a_time) = limits::CHANGING.lock() else {
         return CUDA_ERROR_UNKNOWN;
     };
-    let Ok(before) = limits::current_limit(CU_LIMIT_STACK_SIZE) else {
+    let Ok(reported) = limits::current_limit(CU_LIMIT_STACK_SIZE) else {
         return call();
     };
+    let before = reported.max(granted(ctx));
     let needs = exact();
     if needs <= before {
         return call();
@@ -176,6 +208,7 @@ pub fn with_stack_of(
     }
     // What the driver grew the stack to, as it reports it.
     let after = limits::current_limit(CU_LIMIT_STACK_SIZE).unwrap_or(needs);
+    grant(ctx, after.max(needs));
     let taken = after.saturating_sub(before).saturating_mul(unit);
     limits::true_up(s, gpu, more, taken);
     let key = limits::key(ctx, CU_LIMIT_STACK_SIZE);
