@@ -5,7 +5,7 @@
 use std::ffi::{c_uint, c_void};
 
 use super::real_or_return;
-use super::stack::launching;
+use super::stack::{beyond_default, launching};
 use crate::ffi::*;
 
 /// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks
@@ -37,10 +37,14 @@ pub unsafe fn launch_kernel(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
     pace(gx, gy, gz, stream, false);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, false, || unsafe {
-        real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, false, || unsafe {
+            real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -59,10 +63,14 @@ pub unsafe fn launch_kernel_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
     pace(gx, gy, gz, stream, true);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, true, || unsafe {
-        real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, true, || unsafe {
+            real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
 
 /// Paces the grid of a launch configuration, if there is one to read; its stream.
@@ -85,10 +93,14 @@ pub unsafe fn launch_kernel_ex(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
     let stream = pace_config(config, false);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, false, || unsafe {
-        real(config, f, params, extra)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, false, || unsafe {
+            real(config, f, params, extra)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(config, f, params, extra) }
 }
 
 pub unsafe fn launch_kernel_ex_ptsz(
@@ -99,10 +111,14 @@ pub unsafe fn launch_kernel_ex_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
     let stream = pace_config(config, true);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, true, || unsafe {
-        real(config, f, params, extra)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, true, || unsafe {
+            real(config, f, params, extra)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(config, f, params, extra) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -120,10 +136,14 @@ pub unsafe fn launch_cooperative_kernel(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel);
     pace(gx, gy, gz, stream, false);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, false, || unsafe {
-        real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, false, || unsafe {
+            real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -141,8 +161,12 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
     pace(gx, gy, gz, stream, true);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    launching(f, stream, true, || unsafe {
-        real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-    })
+    if let Some(bound) = beyond_default(f) {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return launching(bound, f, stream, true, || unsafe {
+            real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
+        });
+    }
+    // SAFETY: as above.
+    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
 }

@@ -36,13 +36,14 @@ const CU_LIMIT_STACK_SIZE: c_int = 0;
 
 /// Cached figures: a function handle (below 2^48, as every user-space address is) in the
 /// high 48 bits, its local memory in 16-byte units, rounded up, in the low 16 (at most
-/// 1 MiB; the hardware's limit is 512 KiB). 0: empty.
+/// 1 MiB; the hardware's limit is 512 KiB). 0: empty. Indexed by the handle's bits above
+/// the 16-byte alignment of the driver's objects.
 const SLOTS: usize = 1024;
 static CACHE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 const UNIT: u64 = 16;
 
 fn slot(f: u64) -> &'static AtomicU64 {
-    &CACHE[((f >> 4) ^ (f >> 14)) as usize % SLOTS]
+    &CACHE[(f >> 4) as usize % SLOTS]
 }
 
 /// Empties the cache: handles may be reused once modules, libraries or contexts are gone.
@@ -84,23 +85,18 @@ pub fn local_bytes(f: CUfunction) -> u64 {
 }
 
 /// An upper bound of what `f` needs, within 16 bytes: from the cache, else asked and kept.
+/// A handle of 2^48 or more (no user-space address is) is kept under its low 48 bits; the
+/// null handle, which the driver refuses, is found in any empty slot as needing nothing.
 #[inline]
 fn bound(f: CUfunction) -> u64 {
     let key = f as u64;
-    let cacheable = key != 0 && key < 1 << 48;
-    if cacheable {
-        let e = slot(key).load(Ordering::Relaxed);
-        if e >> 16 == key {
-            return (e & 0xFFFF) * UNIT;
-        }
+    let tag = key << 16;
+    let e = slot(key).load(Ordering::Relaxed);
+    if e ^ tag < 1 << 16 {
+        return (e & 0xFFFF) * UNIT;
     }
     let bytes = asked(f);
-    if cacheable {
-        slot(key).store(
-            key << 16 | bytes.div_ceil(UNIT).min(0xFFFF),
-            Ordering::Relaxed,
-        );
-    }
+    slot(key).store(tag | bytes.div_ceil(UNIT).min(0xFFFF), Ordering::Relaxed);
     bytes
 }
 
@@ -134,19 +130,26 @@ pub fn forget_context(ctx: CUcontext) {
     }
 }
 
-/// Makes the launch `call` of `f` (on `stream`; `ptsz`: the per-thread default stream's
-/// variant), charging first the stack growth it makes the driver take.
+/// What a thread of `f` may need beyond the driver's default stack (an upper bound within
+/// 16 bytes), or None where it needs no more: the launch's whole cost in the library for
+/// nearly every kernel.
 #[inline]
+pub fn beyond_default(f: CUfunction) -> Option<u64> {
+    let needs = bound(f);
+    (needs > DEFAULT_STACK).then_some(needs)
+}
+
+/// Makes the launch `call` of `f` (on `stream`; `ptsz`: the per-thread default stream's
+/// variant), whose threads need up to `bound` bytes ([`beyond_default`]), charging first the
+/// stack growth it makes the driver take.
+#[cold]
 pub fn launching(
+    bound: u64,
     f: CUfunction,
     stream: CUstream,
     ptsz: bool,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let needs = bound(f);
-    if needs <= DEFAULT_STACK {
-        return call();
-    }
     // A launch captured into a graph runs nothing now: it needs nothing more.
     let exact = || {
         if super::alloc::capturing(stream, ptsz) {
@@ -155,7 +158,7 @@ pub fn launching(
             asked(f)
         }
     };
-    with_stack_of(needs, exact, call)
+    with_stack_of(bound, exact, call)
 }
 
 /// Makes `call`, which runs kernels whose threads need up to `bound` bytes of local memory

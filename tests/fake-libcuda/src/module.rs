@@ -28,8 +28,15 @@ static MODULES: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(Ha
 static FUNCTION_LOCALS: LazyLock<Mutex<HashMap<usize, u64>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// Whether any function handle given out needs local memory (until then launches skip the
+/// look-up).
+static ANY_LOCAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The local memory each thread of function `f` needs (0 for a handle not given out here).
 pub(crate) fn local_bytes(f: usize) -> u64 {
+    if !ANY_LOCAL.load(std::sync::atomic::Ordering::Acquire) {
+        return 0;
+    }
     FUNCTION_LOCALS
         .lock()
         .map_or(0, |l| l.get(&f).copied().unwrap_or(0))
@@ -178,6 +185,9 @@ pub unsafe extern "C" fn cuModuleGetFunction(
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .entry(name)
             .or_insert_with(|| Box::into_raw(Box::new(0u8)) as usize);
+        if local > 0 {
+            ANY_LOCAL.store(true, std::sync::atomic::Ordering::Release);
+        }
         FUNCTION_LOCALS
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
