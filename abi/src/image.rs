@@ -59,12 +59,11 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
         let h = unsafe { std::slice::from_raw_parts(image, 16) };
         usize::from(u16_at(h, 6).unwrap_or(16)) + u64_at(h, 8).unwrap_or(0) as usize
     } else if head == ELF_MAGIC {
-        // SAFETY: an ELF64 header is 64 bytes; the section headers end the file.
+        // SAFETY: an ELF64 header is 64 bytes.
         let h = unsafe { std::slice::from_raw_parts(image, 64) };
-        let shoff = u64_at(h, 0x28).unwrap_or(0) as usize;
-        let shentsize = usize::from(u16_at(h, 0x3a).unwrap_or(0));
-        let shnum = usize::from(u16_at(h, 0x3c).unwrap_or(0));
-        shoff + shentsize * shnum
+        let tables = elf_header_tables_end(h);
+        // SAFETY: the header's tables (section and program headers) lie within the file.
+        elf_extent(unsafe { std::slice::from_raw_parts(image, tables) })
     } else {
         // SAFETY: PTX text is NUL-terminated.
         unsafe { std::ffi::CStr::from_ptr(image.cast()) }
@@ -112,6 +111,44 @@ fn for_each_entry(image: &[u8], mut ptx: impl FnMut(&str), mut elf: impl FnMut(&
             at = end;
         }
     }
+}
+
+/// Where an ELF64 file's section and program header tables end, by its header `h`. nvcc
+/// puts the section headers last; nvJitLink (CUDA 12) puts the program headers after them.
+fn elf_header_tables_end(h: &[u8]) -> usize {
+    let table = |off: usize, entsize: usize, num: usize| {
+        let off = u64_at(h, off).unwrap_or(0) as usize;
+        let size = usize::from(u16_at(h, entsize).unwrap_or(0))
+            .saturating_mul(usize::from(u16_at(h, num).unwrap_or(0)));
+        off.saturating_add(size)
+    };
+    table(0x28, 0x3a, 0x3c).max(table(0x20, 0x36, 0x38)).max(64)
+}
+
+/// The length of the ELF64 file whose header and header tables are `elf`: the furthest end of
+/// those tables, of every section's data and of every segment's file image.
+fn elf_extent(elf: &[u8]) -> usize {
+    const SHT_NOBITS: u32 = 8;
+    let mut end = elf.len();
+    let shoff = u64_at(elf, 0x28).unwrap_or(0) as usize;
+    let shentsize = usize::from(u16_at(elf, 0x3a).unwrap_or(0));
+    for i in 0..usize::from(u16_at(elf, 0x3c).unwrap_or(0)) {
+        let at = shoff.saturating_add(i.saturating_mul(shentsize));
+        if u32_at(elf, at + 4).is_some_and(|t| t != SHT_NOBITS)
+            && let (Some(off), Some(size)) = (u64_at(elf, at + 0x18), u64_at(elf, at + 0x20))
+        {
+            end = end.max(off.saturating_add(size) as usize);
+        }
+    }
+    let phoff = u64_at(elf, 0x20).unwrap_or(0) as usize;
+    let phentsize = usize::from(u16_at(elf, 0x36).unwrap_or(0));
+    for i in 0..usize::from(u16_at(elf, 0x38).unwrap_or(0)) {
+        let at = phoff.saturating_add(i.saturating_mul(phentsize));
+        if let (Some(off), Some(size)) = (u64_at(elf, at + 8), u64_at(elf, at + 0x20)) {
+            end = end.max(off.saturating_add(size) as usize);
+        }
+    }
+    end
 }
 
 /// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
@@ -377,5 +414,25 @@ mod tests {
         assert_eq!(found.get("_Z5smallPi"), Some(&0), "{found:?}");
         assert_eq!(found.len(), 2, "a .func is not a kernel: {found:?}");
         assert_eq!(globals(ptx.as_bytes()).get("table"), Some(&64));
+    }
+
+    #[test]
+    fn an_elf_image_extends_to_its_program_headers_where_they_follow_the_section_headers() {
+        // As nvJitLink lays a cubin out: the section headers (one, at 64), then the program
+        // headers (one, at 128), then a section's data the headers point past (at 184).
+        let mut elf = vec![0u8; 184 + 40];
+        elf[..4].copy_from_slice(ELF_MAGIC);
+        elf[0x20..0x28].copy_from_slice(&128u64.to_le_bytes()); // phoff
+        elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes()); // shoff
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // phentsize
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // phnum
+        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes()); // shentsize
+        elf[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes()); // shnum
+        elf[64 + 4..64 + 8].copy_from_slice(&1u32.to_le_bytes()); // PROGBITS
+        elf[64 + 0x18..64 + 0x20].copy_from_slice(&184u64.to_le_bytes());
+        elf[64 + 0x20..64 + 0x28].copy_from_slice(&40u64.to_le_bytes());
+        elf[128 + 0x20..128 + 0x28].copy_from_slice(&184u64.to_le_bytes()); // filesz
+        // SAFETY: a whole ELF image in memory.
+        assert_eq!(unsafe { bytes(elf.as_ptr()) }.len(), 224);
     }
 }

@@ -129,6 +129,29 @@ fn numba_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
 }
 
 #[test]
+fn a_numba_kernel_whose_local_array_does_not_fit_its_slice_is_refused_at_its_launch() {
+    // `cuda.local.array(4096, int32)`: 16 KiB a thread, compiled by NVVM and linked by
+    // nvJitLink into a real cubin; its launch makes the driver grow the stack by about 600 MiB
+    // for the T4's 40960 resident threads. It runs in a 1 GiB slice, leaving room for fewer
+    // 100 MiB chunks than without it (4, not 10); in a 512 MiB slice the launch fails with the
+    // driver's out-of-memory error and the allocations after still get the whole slice.
+    let local = [("WALL_LOCAL_INTS", "4096")];
+    let roomy = Slice::new(GIB, 0);
+    let f = fill_in(&roomy, "numba-jit", 100 * MIB, "malloc", &local);
+    assert_eq!(f.get("local"), "ok", "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 4, "{:?}", f.0);
+    let small = Slice::new(512 * MIB, 0);
+    let f = fill_in(&small, "numba-jit", 100 * MIB, "malloc", &local);
+    assert_eq!(
+        f.get("local"),
+        "CUDAError:CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        f.0
+    );
+    assert_eq!(f.num("chunks"), 5, "{:?}", f.0);
+}
+
+#[test]
 fn numba_compiles_loads_and_launches_a_kernel_behind_the_wall() {
     let slice = Slice::new(GIB, 0);
     let f = fill(&slice, "numba-jit", 100 * MIB);

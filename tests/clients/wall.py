@@ -20,7 +20,8 @@ Usage: wall.py CLIENT MODE BYTES [API]
 Prints key=value pairs on one line: total, free (the client's own memory query before
 allocating), chunks (allocations that succeeded), error (the client's error for the next).
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
-allocating. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
+allocating. WALL_LOCAL_INTS=N: numba-jit also launches a kernel whose threads each need a
+local array of N 32-bit integers, and prints local=ok or its error. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
 stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc; WALL_RAISE=green:
 it makes green contexts until refused, then allocates; WALL_RAISE=module: it loads modules
 whose global variable takes BYTES (cuModuleLoadData). WALL_RESET=1: the
@@ -148,7 +149,37 @@ def numba_jit(mode, size):
     # The kernel was compiled (NVVM), linked (nvJitLink), loaded and launched.
     print("launched=1", end=" ")
     del a
+    local_ints = int(os.environ.get("WALL_LOCAL_INTS", "0"))
+    if local_ints:
+        print(f"local={numba_local_array(local_ints)}", end=" ")
     return numba(mode, size)
+
+
+def numba_local_array(ints):
+    """Launches a kernel whose threads each fill a local array of `ints` 32-bit integers
+    (cuda.local.array): the driver grows the context's stack to hold it for every thread that
+    can be resident. Returns "ok" or the error the launch raised (numba launches through
+    cuda.core, whose CUDAError names the driver's error first)."""
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def deep(out, k):
+        scratch = cuda.local.array(ints, np.int32)
+        for j in range(ints):
+            scratch[j] = j * k
+        out[cuda.threadIdx.x] = scratch[(k * 7 + cuda.threadIdx.x) % ints]
+
+    out = cuda.device_array(32, dtype=np.int32)
+    try:
+        deep[1, 32](out, 3)
+        cuda.synchronize()
+        return "ok"
+    except Exception as e:  # the launcher's own error type, whichever it is
+        code = getattr(getattr(e, "code", None), "name", None) or str(e).split(":")[0]
+        return f"{type(e).__name__}:{code}"
+    finally:
+        del out
 
 
 def numba(mode, size):
