@@ -1,8 +1,10 @@
-//! What a module image declares: its length, and the sizes of the global variables its cubins
-//! define, which the driver allocates in device memory when it loads the module. The
-//! simulated driver allocates them (and `cuModuleGetGlobal` answers) from this, and the
-//! interception library charges them before the driver is asked to load the module. An
-//! image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF cubin, or
+//! What a module image declares: its length, the sizes of the global variables its cubins
+//! define, which the driver allocates in device memory when it loads the module, and the
+//! local memory each thread of each of its kernels needs. The simulated driver allocates the
+//! globals (and `cuModuleGetGlobal` answers) and reports the kernels' local memory from this,
+//! and the interception library charges the globals before the driver is asked to load the
+//! module. An image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF
+//! cubin (as long as the furthest of its header tables, sections and segments), or
 //! NUL-terminated PTX text. Fat binary entries compressed by `nvcc` (LZ4 or Zstandard) are
 //! not read: their globals are not found. The fat binary's layout is undocumented; as public
 //! reimplementations of the driver describe it: a 16-byte header (magic, version, header
