@@ -37,8 +37,9 @@ const CU_LIMIT_STACK_SIZE: c_int = 0;
 /// Cached figures: a function handle (below 2^48, as every user-space address is) in the
 /// high 48 bits, its local memory in 16-byte units, rounded up, in the low 16 (at most
 /// 1 MiB; the hardware's limit is 512 KiB). 0: empty. Indexed by the handle's bits above
-/// the 16-byte alignment of the driver's objects.
-const SLOTS: usize = 1024;
+/// the 16-byte alignment of the driver's objects; 4096 of them (32 KiB), so that a program
+/// launching hundreds of kernels in turn rarely has two share a slot and ask again.
+const SLOTS: usize = 4096;
 static CACHE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 const UNIT: u64 = 16;
 
