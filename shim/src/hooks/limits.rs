@@ -37,7 +37,7 @@ const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 pub(super) static CHANGING: Mutex<()> = Mutex::new(());
 
 /// The key of a context's limit among the charges: contexts are heap addresses below 2^48.
-pub(super) fn key(ctx: CUcontext, limit: c_int) -> u64 {
+fn key(ctx: CUcontext, limit: c_int) -> u64 {
     (ctx as u64).wrapping_mul(4).wrapping_add(limit as u64)
 }
 
@@ -107,58 +107,88 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
         Ok(v) => v,
         Err(e) => return e,
     };
-    let key = key(ctx, limit);
-    let charged = s
-        .take(Kind::Limit, key)
-        .filter(|c| c.owner == s.this_process())
-        .map_or(0, |c| c.bytes);
-    let keep = |bytes: u64| {
-        if bytes > 0 {
-            s.record(Kind::Limit, key, gpu, bytes);
-        }
-    };
     let wanted = value as u64;
     if wanted > before {
-        let more = (wanted - before).saturating_mul(unit);
-        if !s.charge(gpu, more) {
-            keep(charged);
-            log!("refused limit {limit} = {value}: it would take {more} bytes more");
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        let r = call();
-        if r != CUDA_SUCCESS {
-            s.refund(gpu, more);
-            keep(charged);
-            return r;
-        }
-        // The driver may round the value: charge what it set.
-        let set = current_limit(limit).unwrap_or(wanted);
-        if limit == CU_LIMIT_STACK_SIZE {
+        let (r, set) = raise(s, ctx, limit, gpu, unit, before, wanted, call);
+        if r == CUDA_SUCCESS && limit == CU_LIMIT_STACK_SIZE {
             super::stack::grant(ctx, set);
         }
-        let taken = set.saturating_sub(before).saturating_mul(unit);
-        true_up(s, gpu, more, taken);
-        keep(charged.saturating_add(taken));
-        r
-    } else {
-        let r = call();
-        if r != CUDA_SUCCESS {
-            keep(charged);
-            return r;
-        }
-        let set = current_limit(limit).unwrap_or(wanted);
-        if limit == CU_LIMIT_STACK_SIZE {
-            super::stack::grant(ctx, set);
-        }
-        let given = before.saturating_sub(set).saturating_mul(unit).min(charged);
-        s.refund(gpu, given);
-        keep(charged - given);
-        r
+        return r;
+    }
+    let key = key(ctx, limit);
+    let charged = take_own(s, key);
+    let r = call();
+    if r != CUDA_SUCCESS {
+        keep(s, key, gpu, charged);
+        return r;
+    }
+    let set = current_limit(limit).unwrap_or(wanted);
+    if limit == CU_LIMIT_STACK_SIZE {
+        super::stack::grant(ctx, set);
+    }
+    let given = before.saturating_sub(set).saturating_mul(unit).min(charged);
+    s.refund(gpu, given);
+    keep(s, key, gpu, charged - given);
+    r
+}
+
+/// What this process was charged for a context's limit under `key`, out of the books.
+fn take_own(s: &Slice, key: u64) -> u64 {
+    s.take(Kind::Limit, key)
+        .filter(|c| c.owner == s.this_process())
+        .map_or(0, |c| c.bytes)
+}
+
+/// Puts `bytes` back in the books for a context's limit under `key`.
+fn keep(s: &Slice, key: u64, gpu: usize, bytes: u64) {
+    if bytes > 0 {
+        s.record(Kind::Limit, key, gpu, bytes);
     }
 }
 
+/// Raises `ctx`'s `limit` on slice position `gpu` from `before` to `to` (`unit` bytes of
+/// device memory a unit) through `call`: `cuCtxSetLimit` itself, or a launch that makes the
+/// driver grow the stack. The growth is charged first (the call refused with
+/// `CUDA_ERROR_OUT_OF_MEMORY` where the slice has no room) and given back if the call fails;
+/// otherwise the context's books keep what the driver reports the limit grown to. Returns the
+/// call's result and that limit. Called under [`CHANGING`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn raise(
+    s: &Slice,
+    ctx: CUcontext,
+    limit: c_int,
+    gpu: usize,
+    unit: u64,
+    before: u64,
+    to: u64,
+    call: impl FnOnce() -> CUresult,
+) -> (CUresult, u64) {
+    let key = key(ctx, limit);
+    let charged = take_own(s, key);
+    let more = to.saturating_sub(before).saturating_mul(unit);
+    if !s.charge(gpu, more) {
+        keep(s, key, gpu, charged);
+        log!(
+            "refused raising limit {limit} from {before} to {to}: it would take {more} bytes more"
+        );
+        return (CUDA_ERROR_OUT_OF_MEMORY, before);
+    }
+    let r = call();
+    if r != CUDA_SUCCESS {
+        s.refund(gpu, more);
+        keep(s, key, gpu, charged);
+        return (r, before);
+    }
+    // The driver may round the value: charge what it set.
+    let set = current_limit(limit).unwrap_or(to);
+    let taken = set.saturating_sub(before).saturating_mul(unit);
+    true_up(s, gpu, more, taken);
+    keep(s, key, gpu, charged.saturating_add(taken));
+    (r, set)
+}
+
 /// Brings a charge of `charged` bytes to what the driver `took`.
-pub(super) fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
+fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
     if took < charged {
         s.refund(gpu, charged - took);
     } else {

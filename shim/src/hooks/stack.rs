@@ -26,7 +26,7 @@ use super::limits;
 use crate::api::real;
 use crate::ffi::*;
 use crate::log::log;
-use crate::slice::{self, Kind};
+use crate::slice;
 
 /// The per-thread stack every context starts with, as the driver sets it.
 pub const DEFAULT_STACK: u64 = 1024;
@@ -197,31 +197,9 @@ pub fn with_stack_of(
     if needs <= before {
         return call();
     }
-    let more = (needs - before).saturating_mul(unit);
-    if !s.charge(gpu, more) {
-        log!(
-            "refused a launch: its kernel needs {needs} bytes of local memory a thread, \
-             {more} bytes more for the stack"
-        );
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    let r = call();
-    if r != CUDA_SUCCESS {
-        s.refund(gpu, more);
-        return r;
-    }
-    // What the driver grew the stack to, as it reports it.
-    let after = limits::current_limit(CU_LIMIT_STACK_SIZE).unwrap_or(needs);
-    grant(ctx, after.max(needs));
-    let taken = after.saturating_sub(before).saturating_mul(unit);
-    limits::true_up(s, gpu, more, taken);
-    let key = limits::key(ctx, CU_LIMIT_STACK_SIZE);
-    let charged = s
-        .take(Kind::Limit, key)
-        .filter(|c| c.owner == s.this_process())
-        .map_or(0, |c| c.bytes);
-    if charged + taken > 0 {
-        s.record(Kind::Limit, key, gpu, charged + taken);
+    let (r, after) = limits::raise(s, ctx, CU_LIMIT_STACK_SIZE, gpu, unit, before, needs, call);
+    if r == CUDA_SUCCESS {
+        grant(ctx, after.max(needs));
     }
     r
 }

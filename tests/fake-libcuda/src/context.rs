@@ -50,7 +50,7 @@ const CU_LIMIT_STACK_SIZE: c_int = 0;
 
 /// `CU_LIMIT_*` and the driver's defaults for them.
 const LIMIT_DEFAULTS: &[(c_int, usize)] = &[
-    (0, 1024),    // CU_LIMIT_STACK_SIZE
+    (CU_LIMIT_STACK_SIZE, 1024),
     (1, 1 << 20), // CU_LIMIT_PRINTF_FIFO_SIZE
     (2, 8 << 20), // CU_LIMIT_MALLOC_HEAP_SIZE
     (3, 2),       // CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH
