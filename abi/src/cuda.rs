@@ -92,6 +92,10 @@ pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CUstreamCaptureStatus` of a stream being captured.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+/// `CUevent_flags`: a thread waiting for the event sleeps rather than spins.
+pub const CU_EVENT_BLOCKING_SYNC: std::ffi::c_uint = 0x1;
+/// `CUevent_flags`: the event records no time.
+pub const CU_EVENT_DISABLE_TIMING: std::ffi::c_uint = 0x2;
 
 /// `CU_DEV_RESOURCE_TYPE_SM` of `CUdevResourceType`, the only resource type there is.
 pub const CU_DEV_RESOURCE_TYPE_SM: c_int = 1;

@@ -283,6 +283,12 @@ table! {
         Cuda fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult;
         Cuda fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) -> CUresult;
         Cuda fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult;
+        Cuda fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
+        Cuda fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;
+        Cuda fn cuEventRecord_ptsz(event: CUevent, stream: CUstream) -> CUresult;
+        Cuda fn cuEventQuery(event: CUevent) -> CUresult;
+        Cuda fn cuEventSynchronize(event: CUevent) -> CUresult;
+        Cuda fn cuEventDestroy_v2(event: CUevent) -> CUresult;
         Cuda fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
         Cuda fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;

@@ -24,6 +24,7 @@ mod hooks;
 mod log;
 mod pacing;
 mod process;
+mod queued;
 mod region;
 mod sigbus;
 mod slice;

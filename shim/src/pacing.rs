@@ -78,6 +78,8 @@ struct Gate {
     refill: AtomicI64,
     /// Blocks launched in the current window.
     launched: AtomicU64,
+    /// This process's launches there not yet finished, kept few.
+    queue: crate::queued::Queue,
 }
 
 impl Gate {
@@ -92,6 +94,7 @@ impl Gate {
             tokens: AtomicI64::new(UNMEASURED),
             refill: AtomicI64::new(UNMEASURED),
             launched: AtomicU64::new(0),
+            queue: crate::queued::Queue::default(),
         }
     }
 
@@ -113,22 +116,39 @@ fn gates(slice: &Slice) -> &'static [Gate] {
     GATES.get_or_init(|| slice.gpus.iter().map(Gate::new).collect())
 }
 
-/// Waits, if the GPU of the calling thread's context is paced, until `blocks` thread blocks
-/// may be launched there, and counts them.
-pub fn pace(slice: &'static Slice, blocks: u64) {
-    if !slice.paced || UNPACED.load(Relaxed) {
-        return;
+/// A launch let through on a paced GPU.
+#[must_use]
+pub struct Paced(&'static crate::queued::Queue);
+
+impl Paced {
+    /// The driver answered `r` to the launch on `stream` (`ptsz`: the per-thread default
+    /// stream's variant): one it took is recorded behind its process's queued work.
+    pub fn launched(self, r: CUresult, stream: CUstream, ptsz: bool) {
+        if r == CUDA_SUCCESS {
+            self.0.record(stream, ptsz);
+        }
     }
-    let Some(gpu) = slice.current_device().ok().and_then(|d| slice.position(d)) else {
-        return;
-    };
+}
+
+/// Waits, if the GPU of the calling thread's context is paced, until this process has few
+/// enough launches unfinished there ([`crate::queued`]) and `blocks` thread blocks may be
+/// launched, and counts them; then the launch is [`Paced::launched`].
+pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
+    if !slice.paced || UNPACED.load(Relaxed) {
+        return None;
+    }
+    let gpu = slice
+        .current_device()
+        .ok()
+        .and_then(|d| slice.position(d))?;
     let gate = &gates(slice)[gpu];
     if !gate.paced() {
-        return;
+        return None;
     }
+    gate.queue.wait_for_room();
     if let Some(slot) = &gate.slot {
         slot.wait();
-        return;
+        return Some(Paced(&gate.queue));
     }
     WATCHER.call_once(|| start_watcher(slice));
     gate.launched.fetch_add(blocks, Relaxed);
@@ -137,6 +157,14 @@ pub fn pace(slice: &'static Slice, blocks: u64) {
     }
     gate.tokens
         .fetch_sub(i64::try_from(blocks).unwrap_or(i64::MAX), Relaxed);
+    Some(Paced(&gate.queue))
+}
+
+/// `ctx` is about to go: the events recorded in it go with it.
+pub fn forget_context(ctx: CUcontext) {
+    for g in GATES.get().into_iter().flatten() {
+        g.queue.forget_context(ctx);
+    }
 }
 
 /// Launches waiting for blocks sleep here until the pacing thread's next refill.

@@ -53,7 +53,7 @@ fn scalar(name: &str) -> Option<Ty> {
         "CUdevice" => int(4, true),
         "usize" => int(8, false),
         "u64" | "c_ulonglong" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => int(8, false),
-        "CUcontext" | "CUstream" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
+        "CUcontext" | "CUstream" | "CUevent" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
         | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx"
         | "CUdevResourceDesc" | "CUmodule" | "CUlibrary" | "nvmlDevice_t" => Some(Ty::Handle),
         _ => None,
@@ -69,7 +69,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "c_char" => (1, false),
         "c_int" | "c_uint" | "CUdevice" => (4, false),
         "usize" | "u64" | "CUdeviceptr" | "CUmemGenericAllocationHandle" => (8, false),
-        "CUcontext" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "CUgraph"
+        "CUcontext" | "CUevent" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray" | "CUgraph"
         | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx" | "CUdevResourceDesc" | "CUmodule"
         | "CUlibrary" | "nvmlDevice_t" => (8, false),
         "CUdevResource" => (size_of::<CUdevResource>(), false),

@@ -305,9 +305,18 @@ fn launch(
     if super::alloc::capturing(stream, ptsz) {
         return call();
     }
-    if e.blocks > 0 {
-        crate::pacing::pace(s, e.blocks);
-    }
+    let paced = if e.blocks > 0 {
+        crate::pacing::pace(s, e.blocks)
+    } else {
+        None
+    };
+    let call = move || {
+        let r = call();
+        if let Some(p) = paced {
+            p.launched(r, stream, ptsz);
+        }
+        r
+    };
     let local = e.local;
     let call = move || {
         if local > super::stack::DEFAULT_STACK {

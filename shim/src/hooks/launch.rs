@@ -7,18 +7,31 @@ use std::ffi::{c_uint, c_void};
 use super::real_or_return;
 use super::stack::{beyond_default, launching};
 use crate::ffi::*;
+use crate::pacing::Paced;
 
 /// Waits for the slice's SM share, if it has one, to allow a grid of gx × gy × gz blocks
-/// launched on `stream` (`ptsz`: the per-thread default stream's variant). A launch captured
-/// into a graph runs nothing now: it is paced when the graph is launched.
+/// launched on `stream` (`ptsz`: the per-thread default stream's variant); what to do once
+/// the driver has it ([`launched`]). A launch captured into a graph runs nothing now: it is
+/// paced when the graph is launched.
 #[inline]
-fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) {
+fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) -> Option<Paced> {
     if let Some(s) = crate::slice::get()
         && s.paced
         && !super::alloc::capturing(stream, ptsz)
     {
-        crate::pacing::pace(s, u64::from(gx) * u64::from(gy) * u64::from(gz));
+        return crate::pacing::pace(s, u64::from(gx) * u64::from(gy) * u64::from(gz));
     }
+    None
+}
+
+/// The driver's answer `r` to a launch on `stream`, once a paced one is recorded behind the
+/// work its process has queued.
+#[inline]
+fn launched(paced: Option<Paced>, r: CUresult, stream: CUstream, ptsz: bool) -> CUresult {
+    if let Some(p) = paced {
+        p.launched(r, stream, ptsz);
+    }
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -36,15 +49,17 @@ pub unsafe fn launch_kernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
-    pace(gx, gy, gz, stream, false);
-    if let Some(bound) = beyond_default(f) {
+    let paced = pace(gx, gy, gz, stream, false);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, false, || unsafe {
+        launching(bound, f, stream, false, || unsafe {
             real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+    };
+    launched(paced, r, stream, false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -62,27 +77,29 @@ pub unsafe fn launch_kernel_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
-    pace(gx, gy, gz, stream, true);
-    if let Some(bound) = beyond_default(f) {
+    let paced = pace(gx, gy, gz, stream, true);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, true, || unsafe {
+        launching(bound, f, stream, true, || unsafe {
             real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
+    };
+    launched(paced, r, stream, true)
 }
 
 /// Paces the grid of a launch configuration, if there is one to read; its stream.
-fn pace_config(config: *const CUlaunchConfig, ptsz: bool) -> CUstream {
+fn pace_config(config: *const CUlaunchConfig, ptsz: bool) -> (CUstream, Option<Paced>) {
     if config.is_null() {
-        return std::ptr::null_mut();
+        return (std::ptr::null_mut(), None);
     }
     // SAFETY: a non-null configuration the caller passes to the driver, readable by its
     // contract.
     let c = unsafe { &*config };
-    pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z, c.stream, ptsz);
-    c.stream
+    let paced = pace(c.grid_dim_x, c.grid_dim_y, c.grid_dim_z, c.stream, ptsz);
+    (c.stream, paced)
 }
 
 pub unsafe fn launch_kernel_ex(
@@ -92,15 +109,17 @@ pub unsafe fn launch_kernel_ex(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
-    let stream = pace_config(config, false);
-    if let Some(bound) = beyond_default(f) {
+    let (stream, paced) = pace_config(config, false);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, false, || unsafe {
+        launching(bound, f, stream, false, || unsafe {
             real(config, f, params, extra)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(config, f, params, extra) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(config, f, params, extra) }
+    };
+    launched(paced, r, stream, false)
 }
 
 pub unsafe fn launch_kernel_ex_ptsz(
@@ -110,15 +129,17 @@ pub unsafe fn launch_kernel_ex_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
-    let stream = pace_config(config, true);
-    if let Some(bound) = beyond_default(f) {
+    let (stream, paced) = pace_config(config, true);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, true, || unsafe {
+        launching(bound, f, stream, true, || unsafe {
             real(config, f, params, extra)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(config, f, params, extra) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(config, f, params, extra) }
+    };
+    launched(paced, r, stream, true)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -135,15 +156,17 @@ pub unsafe fn launch_cooperative_kernel(
     params: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel);
-    pace(gx, gy, gz, stream, false);
-    if let Some(bound) = beyond_default(f) {
+    let paced = pace(gx, gy, gz, stream, false);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, false, || unsafe {
+        launching(bound, f, stream, false, || unsafe {
             real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+    };
+    launched(paced, r, stream, false)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -160,13 +183,15 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     params: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
-    pace(gx, gy, gz, stream, true);
-    if let Some(bound) = beyond_default(f) {
+    let paced = pace(gx, gy, gz, stream, true);
+    let r = if let Some(bound) = beyond_default(f) {
         // SAFETY: the caller's arguments, passed on unchanged.
-        return launching(bound, f, stream, true, || unsafe {
+        launching(bound, f, stream, true, || unsafe {
             real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-        });
-    }
-    // SAFETY: as above.
-    unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+        })
+    } else {
+        // SAFETY: as above.
+        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+    };
+    launched(paced, r, stream, true)
 }

@@ -200,6 +200,7 @@ fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
 /// destroyed; [`gone`] or [`kept`] after.
 pub fn leaving(s: &Slice, ctx: CUcontext) -> Vec<(c_int, crate::slice::Charge)> {
     super::stack::forget_context(ctx);
+    crate::pacing::forget_context(ctx);
     BACKED
         .iter()
         .filter_map(|&l| s.take(Kind::Limit, key(ctx, l)).map(|c| (l, c)))
