@@ -171,6 +171,42 @@ fn assert_each_level_kept(setups: &[Setup], how: &str) {
     }
 }
 
+/// The window a control slice gets: all of the cycle but 1%, so that it is held to windows
+/// like the others (100 is not a share).
+const CONTROL_WINDOW: u32 = 99;
+
+/// A slice in a window of [`CONTROL_WINDOW`]% of each cycle, on a GPU of its own.
+fn control() -> Setup {
+    let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
+    setup_windowed(std::sync::Arc::new(sim), CONTROL_WINDOW, 0)
+}
+
+/// How much of its windows a program held to windows could use, from the control's busy
+/// figure: a window is open time, and a program the machine does not run (a loaded CI
+/// machine stalls its processes for milliseconds at a time) leaves the GPU idle in it; a
+/// window does not make up for that, and pacing is not what is measured then.
+fn usable(control_busy: f64) -> f64 {
+    let usable = control_busy / f64::from(CONTROL_WINDOW);
+    assert!(
+        usable >= 0.5,
+        "a program in a {CONTROL_WINDOW}% window kept its GPU only {control_busy:.1}% busy: \
+         this machine is too loaded to measure windows on"
+    );
+    usable.min(1.0)
+}
+
+/// Checks that a slice whose window is `share`% of the cycle kept its GPU `busy`% busy: never
+/// more than 5 points above its share, and no less than 5 points below its share of what a
+/// program in windows could use beside it ([`usable`]).
+fn assert_window_kept(share: f64, busy: f64, usable: f64, what: &str) {
+    assert!(
+        busy <= share + 5.0 && busy >= share * usable - 5.0,
+        "a {share}% window, {what}, kept the GPU {busy:.1}% busy ({:.1}% of its windows \
+         usable beside it)",
+        usable * 100.0
+    );
+}
+
 #[test]
 fn each_share_is_kept_within_five_points_after_a_second() {
     let setups: Vec<Setup> = LEVELS.iter().map(|&c| setup(c)).collect();
@@ -189,14 +225,20 @@ fn thirty_beside_seventy() -> Vec<f64> {
 
 #[test]
 fn each_share_in_its_window_is_kept_within_five_points() {
-    let setups: Vec<Setup> = LEVELS
+    let mut setups: Vec<Setup> = LEVELS
         .iter()
         .map(|&c| {
             let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
             setup_windowed(std::sync::Arc::new(sim), c, 0)
         })
         .collect();
-    assert_each_level_kept(&setups, "in its window");
+    setups.push(control());
+    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
+    eprintln!("shares {LEVELS:?} and {CONTROL_WINDOW}, in windows: busy {busy:.1?}");
+    let usable = usable(busy[LEVELS.len()]);
+    for (share, b) in LEVELS.iter().zip(&busy) {
+        assert_window_kept(f64::from(*share), *b, usable, "alone");
+    }
 }
 
 #[test]
@@ -206,13 +248,12 @@ fn two_slices_on_one_gpu_each_keep_their_share() {
     let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
     let small = setup_windowed(std::sync::Arc::clone(&sim), 30, 0);
     let large = setup_windowed(sim, 70, 30);
-    let busy = measured_together(&[&small, &large], WARMUP_MS + MEASURED_MS);
-    eprintln!("30% and 70% at once, in windows: busy {busy:.1?}");
-    for (share, busy) in [30.0, 70.0].iter().zip(&busy) {
-        assert!(
-            (busy - share).abs() <= 5.0,
-            "a {share}% share beside another kept the GPU {busy:.1}% busy"
-        );
+    let control = control();
+    let busy = measured_together(&[&small, &large, &control], WARMUP_MS + MEASURED_MS);
+    eprintln!("30% and 70% at once, in windows, and a {CONTROL_WINDOW}% window: busy {busy:.1?}");
+    let usable = usable(busy[2]);
+    for (share, b) in [30.0, 70.0].iter().zip(&busy) {
+        assert_window_kept(*share, *b, usable, "beside another");
     }
 }
 
@@ -227,8 +268,10 @@ fn two_slices_on_one_gpu_share_it_without_either_starving() {
             "a {share}% share beside another kept the GPU only {own:.1}% busy (both: {busy:.1?})"
         );
     }
+    // Each program measures from the end of its own warm-up (once what it queued has run),
+    // so the two intervals differ by a few milliseconds: a point over all of the time.
     assert!(
-        busy.iter().sum::<f64>() <= 100.0,
+        busy.iter().sum::<f64>() <= 101.0,
         "two slices kept the GPU busy more than all the time: {busy:.1?}"
     );
 }

@@ -8,8 +8,11 @@
  * cuLaunchCooperativeKernel, or cuGraphLaunch of a graph captured around two launches of
  * BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
  * when a line arrives on stdin, so that several programs run over the same interval.
- * With SPIN_WARMUP_MS=W in the environment it also prints the blocks launched after the
- * first W milliseconds and how long that part took (warm_blocks, warm_elapsed_ns).
+ * With SPIN_WARMUP_MS=W in the environment, after the first W milliseconds it waits for what
+ * it queued (a real GPU queues about a thousand launches, which would otherwise run in the
+ * part measured), then launches for the remaining MS - W milliseconds and also prints the
+ * blocks launched in that part and how long it took until they had run (warm_blocks,
+ * warm_elapsed_ns): the GPU time its kernels took of that interval.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,9 +106,19 @@ int main(int argc, char **argv) {
     long long start = now_ns(), end = start + ms * 1000000LL;
     long long warm = start + (warmup ? atoll(warmup) : 0) * 1000000LL;
     unsigned long long launched = 0, warm_launched = 0;
+    int measuring = !warmup;
     long long t;
     while ((t = now_ns()) < end) {
         CUresult r;
+        if (!measuring && t >= warm) {
+            /* The end of the warm-up: what was queued runs, then the part measured starts
+             * and keeps its length. */
+            cuCtxSynchronize();
+            t = now_ns();
+            end += t - warm;
+            warm = t;
+            measuring = 1;
+        }
         if (strcmp(how, "ex") == 0) {
             CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0};
             r = cuLaunchKernelEx(&config, kernel, 0, 0);
@@ -121,7 +134,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         launched += blocks;
-        if (t >= warm) warm_launched += blocks;
+        if (measuring) warm_launched += blocks;
     }
     cuCtxSynchronize();
     long long done = now_ns();

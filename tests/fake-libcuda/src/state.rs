@@ -47,6 +47,9 @@ pub struct Inner {
     pub busy: Box<[procs::Busy; procs::MAX_GPUS]>,
     /// Primary context per node index, with its retain count.
     pub primary: HashMap<usize, (usize, u32)>,
+    /// When each of this process's kernels still queued on each node GPU ends, in launch
+    /// order: a launch waits while [`gpuslice_simnode::node::LAUNCH_QUEUE_LAUNCHES`] are.
+    pub queued: Box<[std::collections::VecDeque<u64>; procs::MAX_GPUS]>,
 }
 
 impl Default for Inner {
@@ -56,6 +59,7 @@ impl Default for Inner {
             used: Box::new([0; procs::MAX_GPUS]),
             busy: Box::new([procs::Busy::default(); procs::MAX_GPUS]),
             primary: HashMap::new(),
+            queued: Box::new(std::array::from_fn(|_| std::collections::VecDeque::new())),
         }
     }
 }
@@ -198,12 +202,20 @@ impl Driver {
         if let Some(f) = &self.record {
             let _ = f.write_all_at(&bytes, offset as u64);
         }
+        let queued = &mut inner.queued[index];
+        while queued.front().is_some_and(|&end| end <= now) {
+            queued.pop_front();
+        }
+        queued.push_back(until);
+        // The launch returns once no more than the queue's depth of launches are pending:
+        // when the one that many launches back has ended.
+        let full = queued
+            .len()
+            .checked_sub(gpuslice_simnode::node::LAUNCH_QUEUE_LAUNCHES + 1)
+            .and_then(|i| queued.get(i).copied())
+            .unwrap_or(0);
         drop(inner);
-        std::time::Duration::from_nanos(
-            until
-                .saturating_sub(now)
-                .saturating_sub(gpuslice_simnode::node::LAUNCH_QUEUE_NS),
-        )
+        std::time::Duration::from_nanos(full.saturating_sub(now))
     }
 
     /// Queues a kernel on node GPU `index` behind every kernel any process of the node has

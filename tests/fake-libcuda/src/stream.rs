@@ -32,8 +32,7 @@ const CAPTURE_MODE_GLOBAL: c_int = 0;
 /// unsafe while capturing (a synchronization among them).
 static GLOBAL_CAPTURES: AtomicUsize = AtomicUsize::new(0);
 
-/// `CU_EVENT_DISABLE_TIMING`.
-const EVENT_DISABLE_TIMING: c_uint = 0x2;
+use gpuslice_cuda_abi::cuda::CU_EVENT_DISABLE_TIMING as EVENT_DISABLE_TIMING;
 
 pub struct Stream {
     ctx: usize,

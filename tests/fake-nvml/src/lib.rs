@@ -799,10 +799,8 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             let busy: Vec<(u32, u64)> = procs::nvml_view(&l.spec.state_dir)
                 .into_iter()
                 .filter_map(|p| {
-                    let b = p.busy.get(i)?;
-                    let done = b.done_at_boundary(end)?;
-                    let before = b.done_at_boundary(end.saturating_sub(period))?;
-                    Some((p.pid, done.saturating_sub(before)))
+                    let ended = (end / period).checked_sub(1)?;
+                    Some((p.pid, p.busy.get(i)?.in_period(ended)))
                 })
                 .filter(|(_, ns)| *ns > 0)
                 .collect();

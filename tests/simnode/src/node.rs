@@ -44,7 +44,7 @@ pub struct SimGpu {
     pub reserved_bytes: u64,
     /// Simulated execution time of one thread block of a kernel, in nanoseconds: a process's
     /// kernels run one after the other on the device, each `blocks × kernel_ns_per_block`
-    /// long, launches block while the queue holds more than [`LAUNCH_QUEUE_NS`] of work, and
+    /// long, launches block while [`LAUNCH_QUEUE_LAUNCHES`] are pending, and
     /// NVML reports each process's SM utilization from it. 0: kernels take no time.
     #[serde(default)]
     pub kernel_ns_per_block: u64,
@@ -61,9 +61,10 @@ pub fn default_utilization_period_us() -> u64 {
     166_667
 }
 
-/// Work a process may have queued on a simulated device before its launches block, as a
-/// real launch blocks once the device's queue is full.
-pub const LAUNCH_QUEUE_NS: u64 = 5_000_000;
+/// Launches a process may have pending on a simulated device before its launches block, as
+/// a real launch blocks once its stream's queue is full (about a thousand launches, seen on
+/// real GPUs).
+pub const LAUNCH_QUEUE_LAUNCHES: usize = 1024;
 
 /// The PCI bus id of NVSwitch `k` of a simulated NVSwitch system.
 #[must_use]

@@ -5,10 +5,10 @@
 //!
 //! Record layout (little-endian): magic `GSIMPRC3` (8), pid (u64) in the writer's PID
 //! namespace, start time in clock ticks (u64), the inode of that PID namespace (u64), bytes
-//! held on each GPU index (64 × u64), then for each GPU index the kernel time launched so far,
-//! the instant the last launched kernel ends, and the kernel time done by the last two
-//! boundaries of the driver's utilization sampling period before the last launch (each a
-//! boundary instant and the time done by then): 64 × 6 × u64, nanoseconds of CLOCK_MONOTONIC.
+//! held on each GPU index (64 × u64), then for each GPU index the instant the last launched
+//! kernel ends and, for each of the last [`BUSY_PERIODS`] periods of the driver's utilization
+//! sampling (a ring by period index), the index and the kernel time that falls in it:
+//! 64 × (1 + 2 × 32) × u64, nanoseconds of CLOCK_MONOTONIC.
 //! Records are named `<namespace inode>-<pid>`.
 //!
 //! The real driver knows every process by its kernel identity; a process in a container knows
@@ -24,35 +24,39 @@
 
 use std::path::{Path, PathBuf};
 
-pub const MAGIC: &[u8; 8] = b"GSIMPRC4";
+pub const MAGIC: &[u8; 8] = b"GSIMPRC5";
 pub const MAX_GPUS: usize = 64;
 const NS_AT: usize = 24;
 const USED_AT: usize = 32;
 const BUSY_AT: usize = USED_AT + MAX_GPUS * 8;
-const BUSY_SIZE: usize = 48;
+/// Sampling periods of kernel time kept per GPU: more than a full queue of launches spans.
+pub const BUSY_PERIODS: usize = 32;
+const BUSY_SIZE: usize = 8 + BUSY_PERIODS * 16;
 pub const RECORD_SIZE: usize = BUSY_AT + MAX_GPUS * BUSY_SIZE;
 
-/// A process's kernel time on one GPU: launched so far, when the last kernel ends, and the
-/// time done by the last two sampling-period boundaries at or before the last launch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A process's kernel time on one GPU: when its last queued kernel ends, and how much of its
+/// kernels' time falls in each sampling period (by period index, in a ring), as the device
+/// runs them: a kernel queued behind other processes' kernels starts when they end, so its
+/// time is put in the periods it will run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Busy {
-    pub launched_ns: u64,
     pub until_ns: u64,
-    /// (boundary instant, kernel time done by then), the latest first.
-    pub marks: [(u64, u64); 2],
+    /// (period index, kernel time in it), at index `period % BUSY_PERIODS`.
+    pub periods: [(u64, u64); BUSY_PERIODS],
+}
+
+impl Default for Busy {
+    fn default() -> Self {
+        Self {
+            until_ns: 0,
+            periods: [(0, 0); BUSY_PERIODS],
+        }
+    }
 }
 
 impl Busy {
-    /// Kernel time done by `now`: the kernels run back to back up to `until_ns`.
-    #[must_use]
-    pub fn done_by(&self, now_ns: u64) -> u64 {
-        self.launched_ns
-            .saturating_sub(self.until_ns.saturating_sub(now_ns))
-    }
-
     /// Queues a kernel of `ns` at `now_ns`: it starts when the previous one ends. With a
-    /// sampling `period_ns`, first notes the time done by the period boundaries since the
-    /// last launch, while it can still be told exactly.
+    /// sampling `period_ns`, its time is put in the periods it runs in.
     pub fn launch(&mut self, now_ns: u64, ns: u64, period_ns: u64) {
         self.launch_after(now_ns, 0, ns, period_ns);
     }
@@ -60,34 +64,35 @@ impl Busy {
     /// As [`Busy::launch`], the kernel starting no earlier than `not_before_ns` (when the
     /// device is done with the kernels other processes queued before it).
     pub fn launch_after(&mut self, now_ns: u64, not_before_ns: u64, ns: u64, period_ns: u64) {
-        if let Some(periods) = now_ns.checked_div(period_ns) {
-            let b = periods * period_ns;
-            if self.marks[0].0 < b {
-                let before = b.saturating_sub(period_ns);
-                let prev = if self.marks[0].0 == before {
-                    self.marks[0]
-                } else {
-                    (before, self.done_by(before))
-                };
-                self.marks = [(b, self.done_by(b)), prev];
+        let start = self.until_ns.max(now_ns).max(not_before_ns);
+        let end = start.saturating_add(ns);
+        self.until_ns = end;
+        let Some(first) = start.checked_div(period_ns) else {
+            return;
+        };
+        // Periods further ahead than the ring holds get what is left in the last one.
+        let last = (end.saturating_sub(1) / period_ns).min(first + BUSY_PERIODS as u64 - 1);
+        for p in first..=last {
+            let from = start.max(p * period_ns);
+            let to = if p == last {
+                end
+            } else {
+                end.min((p + 1) * period_ns)
+            };
+            let slot = &mut self.periods[(p % BUSY_PERIODS as u64) as usize];
+            if slot.0 != p {
+                *slot = (p, 0);
             }
+            slot.1 = slot.1.saturating_add(to.saturating_sub(from));
         }
-        self.until_ns = self
-            .until_ns
-            .max(now_ns)
-            .max(not_before_ns)
-            .saturating_add(ns);
-        self.launched_ns = self.launched_ns.saturating_add(ns);
     }
 
-    /// Kernel time done by the period boundary `b` (≤ now), where it can be told: exactly for
-    /// a boundary after the last launch, from the marks for the two before it.
+    /// Kernel time in period `p` (`p × period ≤ t < (p + 1) × period`), 0 where the ring no
+    /// longer holds it.
     #[must_use]
-    pub fn done_at_boundary(&self, b: u64) -> Option<u64> {
-        if b > self.marks[0].0 {
-            return Some(self.done_by(b));
-        }
-        self.marks.iter().find(|m| m.0 == b).map(|m| m.1)
+    pub fn in_period(&self, p: u64) -> u64 {
+        let slot = self.periods[(p % BUSY_PERIODS as u64) as usize];
+        if slot.0 == p { slot.1 } else { 0 }
     }
 }
 
@@ -149,15 +154,8 @@ pub fn encode(
 #[must_use]
 pub fn encode_busy(index: usize, busy: &Busy) -> (usize, [u8; BUSY_SIZE]) {
     let mut b = [0u8; BUSY_SIZE];
-    let words = [
-        busy.launched_ns,
-        busy.until_ns,
-        busy.marks[0].0,
-        busy.marks[0].1,
-        busy.marks[1].0,
-        busy.marks[1].1,
-    ];
-    for (k, w) in words.iter().enumerate() {
+    let words = std::iter::once(busy.until_ns).chain(busy.periods.iter().flat_map(|p| [p.0, p.1]));
+    for (k, w) in words.enumerate() {
         b[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
     }
     (BUSY_AT + BUSY_SIZE * index, b)
@@ -182,9 +180,8 @@ fn decode(buf: &[u8]) -> Option<ProcUsage> {
             .map(|i| {
                 let at = |k: usize| word(BUSY_AT + BUSY_SIZE * i + 8 * k);
                 Busy {
-                    launched_ns: at(0),
-                    until_ns: at(1),
-                    marks: [(at(2), at(3)), (at(4), at(5))],
+                    until_ns: at(0),
+                    periods: std::array::from_fn(|p| (at(1 + 2 * p), at(2 + 2 * p))),
                 }
             })
             .collect(),
@@ -438,15 +435,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kernels_run_back_to_back_and_count_as_done_once_their_time_has_passed() {
+    fn kernels_run_back_to_back_and_their_time_falls_in_the_periods_they_run_in() {
+        // Period 1000: [0, 1000), [1000, 2000)...
         let mut b = Busy::default();
-        b.launch(1_000, 500, 0); // runs 1000..1500
-        b.launch(1_200, 300, 0); // queued: 1500..1800
-        b.launch(5_000, 100, 0); // idle in between: 5000..5100
+        b.launch(1_500, 800, 1_000); // runs 1500..2300
+        b.launch(2_100, 400, 1_000); // queued: 2300..2700
+        b.launch(5_000, 100, 1_000); // idle in between: 5000..5100
         assert_eq!(b.until_ns, 5_100);
-        assert_eq!(b.launched_ns, 900);
-        assert_eq!(b.done_by(5_050), 850);
-        assert_eq!(b.done_by(9_000), 900);
+        assert_eq!(
+            (0..6).map(|p| b.in_period(p)).collect::<Vec<_>>(),
+            [0, 500, 700, 0, 0, 100]
+        );
         let record = encode((4_026_532_000, 7), 11, &[0; MAX_GPUS], &{
             let mut all = [Busy::default(); MAX_GPUS];
             all[3] = b;
@@ -460,27 +459,30 @@ mod tests {
     }
 
     #[test]
-    fn the_time_done_by_each_sampling_boundary_is_kept_where_it_can_no_longer_be_told() {
-        // Period 1000: boundaries at 1000, 2000, 3000...
+    fn a_kernel_queued_behind_another_process_runs_when_the_device_is_free() {
         let mut b = Busy::default();
-        b.launch(1_500, 800, 1_000); // runs 1500..2300
-        b.launch(2_100, 400, 1_000); // queued: 2300..2700
-        // 2000 is before the last launch: only the marks know what was done by then.
-        assert_eq!(b.done_at_boundary(2_000), Some(500));
-        assert_eq!(b.done_at_boundary(1_000), Some(0));
-        // After the last launch, the queue tells exactly.
-        assert_eq!(b.done_at_boundary(3_000), Some(1_200));
-        b.launch(3_500, 100, 1_000);
-        assert_eq!(b.done_at_boundary(3_000), Some(1_200));
+        // Launched at 100, the device busy with others' kernels until 1800.
+        b.launch_after(100, 1_800, 400, 1_000);
         assert_eq!(
-            b.done_at_boundary(2_000),
-            Some(500),
-            "kept as the boundary before"
+            (b.in_period(0), b.in_period(1), b.in_period(2)),
+            (0, 200, 200)
         );
-        b.launch(7_200, 100, 1_000);
-        assert_eq!(b.done_at_boundary(6_000), Some(1_300));
-        assert_eq!(b.done_at_boundary(7_000), Some(1_300));
-        assert_eq!(b.done_at_boundary(2_000), None, "too old to tell");
+        assert_eq!(b.until_ns, 2_200);
+    }
+
+    #[test]
+    fn the_ring_forgets_periods_long_past_and_folds_those_too_far_ahead() {
+        let mut b = Busy::default();
+        b.launch(0, 500, 1_000);
+        let far = BUSY_PERIODS as u64 * 1_000;
+        b.launch(far, 100, 1_000);
+        assert_eq!(b.in_period(0), 0, "overwritten by period {BUSY_PERIODS}");
+        assert_eq!(b.in_period(BUSY_PERIODS as u64), 100);
+        // A kernel longer than the ring: the rest lands in its last period.
+        let mut long = Busy::default();
+        long.launch(0, (BUSY_PERIODS as u64 + 10) * 1_000, 1_000);
+        assert_eq!(long.in_period(0), 1_000);
+        assert_eq!(long.in_period(BUSY_PERIODS as u64 - 1), 11_000);
     }
 
     #[test]
