@@ -50,16 +50,18 @@ pub unsafe fn launch_kernel(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel);
     let paced = pace(gx, gy, gz, stream, false);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, false, || unsafe {
-            real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
-    };
-    launched(paced, r, stream, false)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => launched(
+            paced,
+            launching(bound, f, stream, false, call),
+            stream,
+            false,
+        ),
+        (paced, None) => launched(paced, call(), stream, false),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -78,16 +80,15 @@ pub unsafe fn launch_kernel_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernel_ptsz);
     let paced = pace(gx, gy, gz, stream, true);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, true, || unsafe {
-            real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
-    };
-    launched(paced, r, stream, true)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => {
+            launched(paced, launching(bound, f, stream, true, call), stream, true)
+        }
+        (paced, None) => launched(paced, call(), stream, true),
+    }
 }
 
 /// Paces the grid of a launch configuration, if there is one to read; its stream.
@@ -110,16 +111,18 @@ pub unsafe fn launch_kernel_ex(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
     let (stream, paced) = pace_config(config, false);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, false, || unsafe {
-            real(config, f, params, extra)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(config, f, params, extra) }
-    };
-    launched(paced, r, stream, false)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(config, f, params, extra) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => launched(
+            paced,
+            launching(bound, f, stream, false, call),
+            stream,
+            false,
+        ),
+        (paced, None) => launched(paced, call(), stream, false),
+    }
 }
 
 pub unsafe fn launch_kernel_ex_ptsz(
@@ -130,16 +133,15 @@ pub unsafe fn launch_kernel_ex_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
     let (stream, paced) = pace_config(config, true);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, true, || unsafe {
-            real(config, f, params, extra)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(config, f, params, extra) }
-    };
-    launched(paced, r, stream, true)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(config, f, params, extra) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => {
+            launched(paced, launching(bound, f, stream, true, call), stream, true)
+        }
+        (paced, None) => launched(paced, call(), stream, true),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -157,16 +159,18 @@ pub unsafe fn launch_cooperative_kernel(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel);
     let paced = pace(gx, gy, gz, stream, false);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, false, || unsafe {
-            real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
-    };
-    launched(paced, r, stream, false)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => launched(
+            paced,
+            launching(bound, f, stream, false, call),
+            stream,
+            false,
+        ),
+        (paced, None) => launched(paced, call(), stream, false),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -184,14 +188,13 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernel_ptsz);
     let paced = pace(gx, gy, gz, stream, true);
-    let r = if let Some(bound) = beyond_default(f) {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        launching(bound, f, stream, true, || unsafe {
-            real(f, gx, gy, gz, bx, by, bz, shared, stream, params)
-        })
-    } else {
-        // SAFETY: as above.
-        unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
-    };
-    launched(paced, r, stream, true)
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => {
+            launched(paced, launching(bound, f, stream, true, call), stream, true)
+        }
+        (paced, None) => launched(paced, call(), stream, true),
+    }
 }
