@@ -12,6 +12,15 @@
 //! reservation) is charged before the last [`NEAR`] bytes are granted, not an interval later.
 //! An agent that does not answer within [`WAIT`] is not asked again for [`BACK_OFF`]; the
 //! allocation goes on with the sample it has.
+//!
+//! A sample taken while one of this process's allocations was in flight (charged in the
+//! region, the driver not done with it) finds it in the counters but not in the driver's
+//! figure, and publishes a share short by that allocation; granting on it would let the
+//! container past its limit by as much. So every charge notes whether a sample began since
+//! the last charge or was under way at it ([`DriverShare::checking`]): such samples are not
+//! fresh, however recent, and the next allocation near the limit asks for one that begins
+//! after it (the allocation before it has returned by then). Allocations in flight in other
+//! threads or processes of the container at that moment are not covered.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -42,6 +51,13 @@ pub struct DriverShare {
     ask_after: AtomicU64,
     /// Whether the last request was answered (false while backing off).
     answered: AtomicBool,
+    /// The count of samples begun at this process's last charge, and whether one was under
+    /// way then.
+    begun_at_charge: AtomicU64,
+    under_way_at_charge: AtomicBool,
+    /// The newest sample that may have overlapped an allocation in flight: shares count as
+    /// fresh only once a later one is published.
+    suspect: AtomicU64,
 }
 
 /// Milliseconds of CLOCK_MONOTONIC (read through the vDSO: no system call).
@@ -103,6 +119,9 @@ impl DriverShare {
             requests,
             ask_after: AtomicU64::new(0),
             answered: AtomicBool::new(false),
+            begun_at_charge: AtomicU64::new(0),
+            under_way_at_charge: AtomicBool::new(false),
+            suspect: AtomicU64::new(0),
         })
     }
 
@@ -111,7 +130,10 @@ impl DriverShare {
     /// where the agent could not be asked or did not answer, and while backing off after that.
     pub fn fresh_sample(&self) -> bool {
         let now = monotonic_ms();
-        if now < self.ask_after.load(SeqCst) {
+        if now < self.ask_after.load(SeqCst)
+            && (!self.answered.load(SeqCst)
+                || self.word(held::HEADER_SAMPLES) > self.suspect.load(SeqCst))
+        {
             return self.answered.load(SeqCst);
         }
         let begun = self.word(held::HEADER_BEGUN);
@@ -143,6 +165,24 @@ impl DriverShare {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         }
+    }
+
+    /// Before an allocation is checked: the one charged last has returned from the driver,
+    /// so a sample that began since its charge, or was under way at it, may have seen it
+    /// charged and not yet held, and is suspect (see the module's comment).
+    pub fn checking(&self) {
+        let begun = self.word(held::HEADER_BEGUN);
+        if begun > self.begun_at_charge.load(SeqCst) || self.under_way_at_charge.load(SeqCst) {
+            self.suspect.fetch_max(begun, SeqCst);
+        }
+    }
+
+    /// Right before a charge: notes which samples had begun and whether one was under way.
+    pub fn charging(&self) {
+        let begun = self.word(held::HEADER_BEGUN);
+        let under_way = begun > self.word(held::HEADER_SAMPLES);
+        self.begun_at_charge.store(begun, SeqCst);
+        self.under_way_at_charge.store(under_way, SeqCst);
     }
 
     /// Sends the agent one datagram, without waiting where its queue is full (it has been
@@ -277,6 +317,59 @@ mod tests {
         let t = Instant::now();
         assert!(share.fresh_sample());
         assert!(t.elapsed() < Duration::from_millis(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_sample_begun_while_an_allocation_was_in_flight_is_not_fresh_however_recent() {
+        let (dir, share) = directory(5);
+        let socket =
+            std::os::unix::net::UnixDatagram::bind(dir.path().join(held::REQUEST_SOCKET)).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let path = dir.path().join(held::FILE_NAME);
+        let answer = |socket: std::os::unix::net::UnixDatagram, path: PathBuf, number: u64| {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 16];
+                socket.recv(&mut buf).unwrap();
+                put(&path, held::HEADER_BEGUN, number);
+                put(&path, held::HEADER_SAMPLES, number);
+                socket
+            })
+        };
+        // Near the limit: asked, answered by sample 6.
+        let agent = answer(socket, path.clone(), 6);
+        share.checking();
+        assert!(share.fresh_sample());
+        let socket = agent.join().unwrap();
+        // That allocation is charged and in flight; the agent's own sample 7 runs meanwhile.
+        share.charging();
+        put(&path, held::HEADER_BEGUN, 7);
+        put(&path, held::HEADER_SAMPLES, 7);
+        // The next allocation, within FRESH of the answer: sample 7 may be short by the one
+        // in flight, so a sample begun now is asked for.
+        let agent = answer(socket, path.clone(), 8);
+        share.checking();
+        assert!(share.fresh_sample());
+        let socket = agent.join().unwrap();
+        share.charging();
+        assert_eq!(
+            u64::from_le_bytes(
+                std::fs::read(&path).unwrap()[held::HEADER_SAMPLES..][..8]
+                    .try_into()
+                    .unwrap()
+            ),
+            8,
+            "answered by a sample begun after the allocation before returned"
+        );
+        // With no sample since, the next allocation is granted on sample 8 without asking.
+        share.checking();
+        let mut buf = [0u8; 16];
+        let t = Instant::now();
+        assert!(share.fresh_sample());
+        assert!(t.elapsed() < Duration::from_millis(5), "{:?}", t.elapsed());
+        socket.set_nonblocking(true).unwrap();
+        assert!(socket.recv(&mut buf).is_err(), "asked again");
     }
 
     #[test]

@@ -409,14 +409,17 @@ impl Slice {
         };
         // Near the limit, what the driver took since the agent's last sample must be in the
         // total first.
-        if let Some(share) = region.driver_share()
-            && region
+        if let Some(share) = region.driver_share() {
+            share.checking();
+            if region
                 .total(gpu)
                 .saturating_add(bytes)
                 .saturating_add(crate::driver_share::NEAR)
                 > limit.memory_bytes
-        {
-            share.fresh_sample();
+            {
+                share.fresh_sample();
+            }
+            share.charging();
         }
         if region.charge(slot, gpu, bytes, limit.memory_bytes, locks) {
             self.held[gpu].fetch_add(bytes, Ordering::SeqCst);

@@ -120,7 +120,7 @@ fn load(library_dir: Option<&Path>) -> Result<Driver, CUresult> {
         timeline,
         inner: Mutex::new(Inner::default()),
     };
-    driver.publish(&driver.lock());
+    driver.publish_whole(&driver.lock());
     Ok(driver)
 }
 
@@ -167,8 +167,8 @@ impl Driver {
             .ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
-    /// Writes this process's usage record for the other processes (and NVML) to read.
-    pub fn publish(&self, inner: &Inner) {
+    /// Writes this process's usage record whole for the other processes (and NVML) to read.
+    fn publish_whole(&self, inner: &Inner) {
         if let Some(f) = &self.record {
             let record = procs::encode(
                 (self.pidns, self.pid),
@@ -177,6 +177,14 @@ impl Driver {
                 &inner.busy,
             );
             let _ = f.write_all_at(&record, 0);
+        }
+    }
+
+    /// Writes what this process holds on each GPU into its record.
+    pub fn publish(&self, inner: &Inner) {
+        if let Some(f) = &self.record {
+            let (offset, bytes) = procs::encode_used(&inner.used);
+            let _ = f.write_all_at(&bytes, offset as u64);
         }
     }
 

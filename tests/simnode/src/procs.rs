@@ -140,14 +140,24 @@ pub fn encode(
     buf[8..16].copy_from_slice(&u64::from(pid).to_le_bytes());
     buf[16..24].copy_from_slice(&start_time.to_le_bytes());
     buf[NS_AT..NS_AT + 8].copy_from_slice(&pidns.to_le_bytes());
-    for (i, u) in used.iter().enumerate() {
-        buf[USED_AT + 8 * i..USED_AT + 8 * i + 8].copy_from_slice(&u.to_le_bytes());
-    }
+    let (offset, bytes) = encode_used(used);
+    buf[offset..offset + bytes.len()].copy_from_slice(&bytes);
     for (i, b) in busy.iter().enumerate() {
         let (offset, bytes) = encode_busy(i, b);
         buf[offset..offset + BUSY_SIZE].copy_from_slice(&bytes);
     }
     buf
+}
+
+/// Where the bytes held on each GPU sit in a record, and theirs (to write them alone: a
+/// record is written whole once, then in parts, so that an allocation rewrites 512 bytes).
+#[must_use]
+pub fn encode_used(used: &[u64; MAX_GPUS]) -> (usize, [u8; MAX_GPUS * 8]) {
+    let mut b = [0u8; MAX_GPUS * 8];
+    for (i, u) in used.iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&u.to_le_bytes());
+    }
+    (USED_AT, b)
 }
 
 /// Where GPU `index`'s kernel time sits in a record, and its bytes (to write it alone).
