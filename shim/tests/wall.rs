@@ -262,6 +262,32 @@ fn threads_raising_one_limit_at_once_leave_it_charged_exactly_what_it_holds() {
 }
 
 #[test]
+fn threads_launching_kernels_that_grow_the_stack_at_once_leave_it_charged_exactly_what_it_holds() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in ["link", "procaddr"] {
+        let f = slice.wall(mode, "local_race", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert_eq!(f.num("failed"), 0, "every kernel that fits ran: {what}");
+        assert!(f.num("tried_over") > 0, "{what}");
+        assert_eq!(
+            f.num("refused"),
+            f.num("tried_over"),
+            "a byte a thread over is refused every time: {what}"
+        );
+        assert!(f.num("raised_by") > 0 && f.num("raised_by") <= r, "{what}");
+        assert_eq!(
+            f.num("free_at_fit"),
+            r - f.num("raised_by"),
+            "charged once, what the driver grew: {what}"
+        );
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn memory_left_in_a_destroyed_context_goes_back_with_it() {
     let slice = Slice::new(66 * MIB, 2 * MIB);
     let r = slice.remaining();

@@ -20,7 +20,8 @@
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
  * contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
  * eight threads at once, "module" loads modules with global variables, "local" launches
- * kernels with more local memory than the stack holds (see there). With WALL_CONTEXTS=N in the environment, N more contexts
+ * kernels with more local memory than the stack holds (see there), "local_race" does that
+ * from eight threads at once. With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
  * WALL_MODULE_BYTES=N a module whose global variable takes N bytes is loaded then (memory the
  * driver takes that no allocation call shows, as a framework's start-up does); WALL_SETTLE_MS=M
@@ -220,6 +221,21 @@ static const char *ptx_with_locals(size_t fits, size_t over) {
     return ptx;
 }
 
+/* PTX text with kernels k0..k7 whose threads need `base` + (i + 1) x `step` bytes of local
+ * memory, and "over", whose threads need `over`. */
+static const char *ptx_with_local_ladder(size_t base, size_t step, size_t over) {
+    static char ptx[2048];
+    int n = snprintf(ptx, sizeof ptx, ".version 7.0\n.target sm_75\n.address_size 64\n");
+    for (int i = 0; i < 8; i++)
+        n += snprintf(ptx + n, sizeof ptx - n,
+                      ".visible .entry k%d()\n{\n\t.local .align 16 .b8 __local_depot%d[%zu];\n"
+                      "\tret;\n}\n", i, i, base + (size_t)(i + 1) * step);
+    snprintf(ptx + n, sizeof ptx - n,
+             ".visible .entry over()\n{\n\t.local .align 16 .b8 __local_depot8[%zu];\n\tret;\n}\n",
+             over);
+    return ptx;
+}
+
 /* A graph of one kernel node launching `f` on one thread, instantiated. */
 static CUgraphExec graph_of(CUfunction f) {
     CUgraph g = 0;
@@ -242,6 +258,22 @@ static void *race_heap(void *arg) {
         w->seed = w->seed * 1103515245u + 12345u;
         size_t to = w->base + (size_t)((w->seed >> 8) % 40) * (w->most / 32);
         w->refused += A.cuCtxSetLimit(2, to) != 0;
+    }
+    return 0;
+}
+
+/* "local_race": threads of one context launching kernels that grow its stack at once. */
+struct launcher { CUcontext ctx; CUfunction k[9]; unsigned seed; int tried_over, refused, failed; };
+
+static void *race_local(void *arg) {
+    struct launcher *w = arg;
+    A.cuCtxSetCurrent(w->ctx);
+    for (int i = 0; i < 200; i++) {
+        w->seed = w->seed * 1103515245u + 12345u;
+        int k = (int)((w->seed >> 8) % 9);
+        CUresult r = A.cuLaunchKernel(w->k[k], 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        if (k == 8) { w->tried_over++; w->refused += r == 2; } /* CUDA_ERROR_OUT_OF_MEMORY */
+        else w->failed += r != 0;
     }
     return 0;
 }
@@ -609,6 +641,48 @@ int main(int argc, char **argv) {
         A.cuGraphExecDestroy(graph_fits);
         A.cuGraphExecDestroy(graph_over);
         A.cuCtxSetLimit(0, before);
+        A.cuModuleUnload(m);
+    } else if (!strcmp(path, "local_race")) {
+        /* Eight threads launch, 200 times each in a random order, kernels of eight sizes of
+         * local memory up to the most that fits REMAINING past the stack, and one a byte a
+         * thread over ("over", refused each time). After: the stack the driver grew
+         * ("raised_by" threads' bytes) is what the slice shows taken ("free_at_fit"), however
+         * the launches interleaved; putting the stack back gives it all back. */
+        int sms = 0, per_sm = 0;
+        A.cuDeviceGetAttribute(&sms, 16, dev);
+        A.cuDeviceGetAttribute(&per_sm, 39, dev);
+        size_t unit = (size_t)sms * (size_t)per_sm, before = 0, final = 0;
+        A.cuCtxGetLimit(&before, 0);
+        size_t most = r / unit, step = most / 8;
+        void *m = 0;
+        struct launcher w[8];
+        w[0].ctx = ctx;
+        if (A.cuModuleLoadData(&m, ptx_with_local_ladder(before + most - 8 * step, step, before + most + 1))) {
+            printf("error=module\n"); return 1;
+        }
+        for (int k = 0; k < 9; k++) {
+            char kname[8];
+            snprintf(kname, sizeof kname, k < 8 ? "k%d" : "over", k);
+            if (A.cuModuleGetFunction(&w[0].k[k], m, kname)) { printf("error=function\n"); return 1; }
+        }
+        pthread_t t[8];
+        for (int i = 0; i < 8; i++) {
+            w[i] = w[0];
+            w[i].seed = 104729u * (unsigned)(i + 1);
+            w[i].tried_over = w[i].refused = w[i].failed = 0;
+            pthread_create(&t[i], 0, race_local, &w[i]);
+        }
+        int tried_over = 0, refused = 0, failed = 0;
+        for (int i = 0; i < 8; i++) {
+            pthread_join(t[i], 0);
+            tried_over += w[i].tried_over; refused += w[i].refused; failed += w[i].failed;
+        }
+        A.cuCtxSynchronize();
+        A.cuCtxGetLimit(&final, 0);
+        free_at_fit = free_now();
+        printf("unit=%zu tried_over=%d refused=%d failed=%d raised_by=%zu ", unit, tried_over,
+               refused, failed, (final - before) * unit);
+        fit = A.cuCtxSetLimit(0, before);
         A.cuModuleUnload(m);
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
