@@ -116,16 +116,19 @@ fn gates(slice: &Slice) -> &'static [Gate] {
     GATES.get_or_init(|| slice.gpus.iter().map(Gate::new).collect())
 }
 
-/// A launch let through on a paced GPU.
+/// A launch let through on a paced GPU, holding its place in the process's queue there.
 #[must_use]
-pub struct Paced(&'static crate::queued::Queue);
+pub struct Paced(Option<crate::queued::Place>);
 
 impl Paced {
     /// The driver answered `r` to the launch on `stream` (`ptsz`: the per-thread default
-    /// stream's variant): one it took is recorded behind its process's queued work.
+    /// stream's variant): one it took is recorded behind its process's queued work, and the
+    /// place of one it refused is given up.
     pub fn launched(self, r: CUresult, stream: CUstream, ptsz: bool) {
-        if r == CUDA_SUCCESS {
-            self.0.record(stream, ptsz);
+        if let Some(place) = self.0
+            && r == CUDA_SUCCESS
+        {
+            place.record(stream, ptsz);
         }
     }
 }
@@ -145,10 +148,10 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
     if !gate.paced() {
         return None;
     }
-    gate.queue.wait_for_room();
+    let place = gate.queue.take_place();
     if let Some(slot) = &gate.slot {
         slot.wait();
-        return Some(Paced(&gate.queue));
+        return Some(Paced(place));
     }
     WATCHER.call_once(|| start_watcher(slice));
     gate.launched.fetch_add(blocks, Relaxed);
@@ -157,7 +160,7 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
     }
     gate.tokens
         .fetch_sub(i64::try_from(blocks).unwrap_or(i64::MAX), Relaxed);
-    Some(Paced(&gate.queue))
+    Some(Paced(place))
 }
 
 /// `ctx` is about to go: the events recorded in it go with it.

@@ -3,8 +3,13 @@
 //! millisecond could queue a second of work in one window of its share, or in one sampling
 //! period: launches let through at the pace of the share would run long after, whatever the
 //! pacing. On a paced GPU the library records an event behind each launch it lets through,
-//! and a launch waits while [`DEPTH`] of this process's recorded launches there have not
-//! finished: what was let through runs within a few kernels of when it was.
+//! and a launch waits while [`DEPTH`] of this process's launches there have not finished:
+//! what was let through runs within a few kernels of when it was.
+//!
+//! A launch takes its place in the queue before it is paced and holds it until its event is
+//! recorded (or it failed), so threads launching at once, each on a stream of its own, are
+//! counted before any of them reaches the driver: however many a process runs, no more than
+//! [`DEPTH`] of its launches are let through ahead of the driver's finishing them.
 //!
 //! Events are the driver's own (`cuEventCreate` with `CU_EVENT_BLOCKING_SYNC`, so a waiting
 //! launch sleeps; `CU_EVENT_DISABLE_TIMING`), recorded on the launch's stream, kept for reuse
@@ -12,7 +17,8 @@
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::api::real;
 use crate::ffi::*;
@@ -21,6 +27,10 @@ use crate::ffi::*;
 pub const DEPTH: usize = 8;
 
 const EVENT_FLAGS: c_uint = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
+
+/// The longest a launch waiting for a place others hold (and have not launched yet) sleeps
+/// before it looks again, where no launch woke it.
+const WAKE_AT_LEAST: Duration = Duration::from_millis(10);
 
 /// An event of this library's and the context it belongs to (as addresses).
 #[derive(Clone, Copy)]
@@ -35,12 +45,44 @@ struct Inner {
     pending: VecDeque<Recorded>,
     /// Finished, to record again.
     free: Vec<Recorded>,
+    /// Places taken by launches not yet recorded ([`Place`]).
+    taken: usize,
+    /// Launches asleep in [`Queue::placed`].
+    waiting: usize,
 }
 
 /// One paced GPU's launches in this process.
 #[derive(Default)]
 pub struct Queue {
     inner: Mutex<Inner>,
+    /// Launches waiting for a place taken by others; woken when one is given up or recorded.
+    placed: Condvar,
+}
+
+/// A launch's place in its process's queue on a paced GPU, from before it is paced until
+/// its event is recorded ([`Place::record`]) or the driver refused it; given up when
+/// dropped.
+#[must_use]
+pub struct Place {
+    queue: &'static Queue,
+}
+
+impl Place {
+    /// After the launch went to the driver on `stream` (`ptsz`: the per-thread default
+    /// stream's variant): records an event behind it in the place.
+    pub fn record(self, stream: CUstream, ptsz: bool) {
+        self.queue.record(stream, ptsz);
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut q = self.queue.lock();
+        q.taken -= 1;
+        if q.waiting > 0 {
+            self.queue.placed.notify_all();
+        }
+    }
 }
 
 impl Queue {
@@ -48,11 +90,12 @@ impl Queue {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Returns once fewer than [`DEPTH`] of the launches recorded here are unfinished,
-    /// sleeping in the driver until the oldest finishes while they are not.
-    pub fn wait_for_room(&self) {
+    /// Takes a place once fewer than [`DEPTH`] of the launches here are unfinished or about
+    /// to be launched, sleeping in the driver until the oldest finishes while they are not.
+    /// None where the driver has no events (nothing is recorded then).
+    pub fn take_place(&'static self) -> Option<Place> {
         let (Some(query), Some(sync)) = (real::cuEventQuery(), real::cuEventSynchronize()) else {
-            return;
+            return None;
         };
         loop {
             let oldest = {
@@ -72,10 +115,21 @@ impl Queue {
                         }
                     }
                 }
-                if q.pending.len() < DEPTH {
-                    return;
+                if q.pending.len() + q.taken < DEPTH {
+                    q.taken += 1;
+                    return Some(Place { queue: self });
                 }
-                q.pending[0].event
+                let Some(oldest) = q.pending.front() else {
+                    // Every place is held by a launch on its way to the driver.
+                    q.waiting += 1;
+                    let (mut q, _) = self
+                        .placed
+                        .wait_timeout(q, WAKE_AT_LEAST)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    q.waiting -= 1;
+                    continue;
+                };
+                oldest.event
             };
             // SAFETY: as above; a wait on an event recorded again meanwhile waits for that
             // later record, which bounds the wait all the same.

@@ -29,6 +29,8 @@ struct Setup {
     sim: std::sync::Arc<SimNode>,
     dir: tempfile::TempDir,
     spin: PathBuf,
+    /// Threads the program launches from, each on a stream of its own.
+    threads: u32,
 }
 
 fn setup(cores: u32) -> Setup {
@@ -62,7 +64,12 @@ fn setup_in(sim: std::sync::Arc<SimNode>, cores: u32, window: Option<SmWindow>) 
     };
     common::write_slice(dir.path(), &limits);
     let spin = common::compile(&sim, "spin");
-    Setup { sim, dir, spin }
+    Setup {
+        sim,
+        dir,
+        spin,
+        threads: 1,
+    }
 }
 
 impl Setup {
@@ -87,6 +94,7 @@ impl Setup {
         let mut c = Command::new(&self.spin);
         c.args([BLOCKS, &run_ms.to_string(), how])
             .env("SPIN_WARMUP_MS", WARMUP_MS.to_string())
+            .env("SPIN_THREADS", self.threads.to_string())
             .env("LD_LIBRARY_PATH", libs)
             .env("GPUSLICE_LIMITS", self.dir.path().join("limits"));
         c
@@ -239,6 +247,35 @@ fn each_share_in_its_window_is_kept_within_five_points() {
     for (share, b) in LEVELS.iter().zip(&busy) {
         assert_window_kept(f64::from(*share), *b, usable, "alone");
     }
+}
+
+#[test]
+fn many_threads_launching_at_once_on_streams_of_their_own_are_held_to_the_share() {
+    // A tenant queueing more than its share: 32 threads, each on a stream of its own, launch
+    // at the same moment (a window's opening, a refill), each past the check of how much the
+    // process has queued before any of them is counted there.
+    let swarm = |window: bool| {
+        let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+        let mut s = if window {
+            setup_windowed(sim, 30, 0)
+        } else {
+            setup_on(sim, 30)
+        };
+        s.threads = 32;
+        s
+    };
+    let (windowed, sampled, control) = (swarm(true), swarm(false), control());
+    let busy = measured_together(&[&windowed, &sampled, &control], WARMUP_MS + MEASURED_MS);
+    eprintln!(
+        "30% from 32 threads, in a window and from samples, and a {CONTROL_WINDOW}% window: \
+         busy {busy:.1?}"
+    );
+    assert_window_kept(30.0, busy[0], usable(busy[2]), "launched from 32 threads");
+    assert!(
+        (busy[1] - 30.0).abs() <= 5.0,
+        "a 30% share paced from samples, launched from 32 threads, kept the GPU {:.1}% busy",
+        busy[1]
+    );
 }
 
 #[test]

@@ -13,7 +13,10 @@
  * part measured), then launches for the remaining MS - W milliseconds and also prints the
  * blocks launched in that part and how long it took until they had run (warm_blocks,
  * warm_elapsed_ns): the GPU time its kernels took of that interval.
+ * With SPIN_THREADS=N, N threads launch at once, each on a stream of its own (a tenant
+ * trying to queue more than its share by launching from many threads).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,7 @@ CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, CUstream, void **, void **);
 CUresult cuCtxSynchronize(void);
+CUresult cuCtxSetCurrent(CUcontext);
 typedef void *CUgraph, *CUgraphExec;
 CUresult cuStreamCreate(CUstream *, unsigned);
 CUresult cuStreamBeginCapture_v2(CUstream, int);
@@ -60,19 +64,83 @@ static long long now_ns(void) {
     return t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* What every launching thread shares. */
+static const char *how;
+static unsigned blocks;
+static CUcontext ctx;
+static CUfunction kernel;
+static CUgraphExec exec;
+static CUstream capture_stream;
+static int threads = 1;
+static long long ms, warmup_ms, start, warm, end;
+static pthread_barrier_t barrier;
+
+typedef struct {
+    unsigned long long launched, warm_launched;
+    CUresult error;
+} Tally;
+
+static CUresult launch(CUstream stream) {
+    if (strcmp(how, "ex") == 0) {
+        CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, stream, 0, 0};
+        return cuLaunchKernelEx(&config, kernel, 0, 0);
+    }
+    if (exec) return cuGraphLaunch(exec, stream);
+    if (strcmp(how, "coop") == 0)
+        return cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0);
+    return cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0, 0);
+}
+
+/* Launches until `until` (read again after each launch: the warm-up's end moves it),
+ * counting the blocks; 0 or the error a launch returned. */
+static CUresult launch_until(CUstream stream, const long long *until,
+                             unsigned long long *count) {
+    while (now_ns() < *until) {
+        CUresult r = launch(stream);
+        if (r) return r;
+        *count += blocks;
+    }
+    return 0;
+}
+
+static void *run(void *arg) {
+    Tally *t = arg;
+    CUstream stream = capture_stream;
+    if (threads > 1 && (cuCtxSetCurrent(ctx) || cuStreamCreate(&stream, 1 /* non-blocking */)))
+        t->error = -1;
+    if (!t->error) t->error = launch_until(stream, &warm, &t->launched);
+    /* The end of the warm-up: what was queued runs, then the part measured starts and
+     * keeps its length. */
+    if (pthread_barrier_wait(&barrier) == PTHREAD_BARRIER_SERIAL_THREAD) {
+        cuCtxSynchronize();
+        warm = now_ns();
+        end = warm + (ms - warmup_ms) * 1000000LL;
+    }
+    pthread_barrier_wait(&barrier);
+    if (!t->error) t->error = launch_until(stream, &end, &t->warm_launched);
+    t->launched += t->warm_launched;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop|graph [wait]]\n");
         return 2;
     }
-    const char *how = argc >= 4 ? argv[3] : "kernel";
+    how = argc >= 4 ? argv[3] : "kernel";
     int wait = argc == 5 && strcmp(argv[4], "wait") == 0;
-    unsigned blocks = (unsigned)atoi(argv[1]);
-    long long ms = atoll(argv[2]);
+    blocks = (unsigned)atoi(argv[1]);
+    ms = atoll(argv[2]);
+    const char *warmup = getenv("SPIN_WARMUP_MS");
+    const char *nthreads = getenv("SPIN_THREADS");
+    warmup_ms = warmup ? atoll(warmup) : 0;
+    if (nthreads) threads = atoi(nthreads);
+    if (threads < 1 || threads > 1024) {
+        fprintf(stderr, "spin: SPIN_THREADS=%s is not 1 to 1024\n", nthreads);
+        return 2;
+    }
     CUdevice dev;
-    CUcontext ctx;
     CUmodule module;
-    CUfunction kernel;
     unsigned long long buffer;
     static const char image[] = "spin";
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev) ||
@@ -81,17 +149,17 @@ int main(int argc, char **argv) {
         printf("error=setup\n");
         return 1;
     }
-    CUstream stream = 0;
     CUgraph graph;
-    CUgraphExec exec = 0;
     if (strcmp(how, "graph") == 0) {
-        if (cuStreamCreate(&stream, 0) || cuStreamBeginCapture_v2(stream, 0) ||
-            cuLaunchKernel(kernel, blocks / 2, 1, 1, 128, 1, 1, 0, stream, 0, 0) ||
-            cuLaunchKernel(kernel, blocks - blocks / 2, 1, 1, 128, 1, 1, 0, stream, 0, 0) ||
-            cuStreamEndCapture(stream, &graph) || cuGraphInstantiateWithFlags(&exec, graph, 0)) {
+        CUstream s;
+        if (cuStreamCreate(&s, 0) || cuStreamBeginCapture_v2(s, 0) ||
+            cuLaunchKernel(kernel, blocks / 2, 1, 1, 128, 1, 1, 0, s, 0, 0) ||
+            cuLaunchKernel(kernel, blocks - blocks / 2, 1, 1, 128, 1, 1, 0, s, 0, 0) ||
+            cuStreamEndCapture(s, &graph) || cuGraphInstantiateWithFlags(&exec, graph, 0)) {
             printf("error=graph\n");
             return 1;
         }
+        capture_stream = s;
     }
     if (wait) {
         char line[16];
@@ -102,39 +170,23 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    const char *warmup = getenv("SPIN_WARMUP_MS");
-    long long start = now_ns(), end = start + ms * 1000000LL;
-    long long warm = start + (warmup ? atoll(warmup) : 0) * 1000000LL;
+    start = now_ns();
+    warm = start + warmup_ms * 1000000LL;
+    end = start + ms * 1000000LL;
+    pthread_barrier_init(&barrier, 0, (unsigned)threads);
+    Tally *tallies = calloc((size_t)threads, sizeof *tallies);
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    for (int i = 1; i < threads; i++) pthread_create(&ids[i], 0, run, &tallies[i]);
+    run(&tallies[0]);
     unsigned long long launched = 0, warm_launched = 0;
-    int measuring = !warmup;
-    long long t;
-    while ((t = now_ns()) < end) {
-        CUresult r;
-        if (!measuring && t >= warm) {
-            /* The end of the warm-up: what was queued runs, then the part measured starts
-             * and keeps its length. */
-            cuCtxSynchronize();
-            t = now_ns();
-            end += t - warm;
-            warm = t;
-            measuring = 1;
-        }
-        if (strcmp(how, "ex") == 0) {
-            CUlaunchConfig config = {blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0};
-            r = cuLaunchKernelEx(&config, kernel, 0, 0);
-        } else if (exec) {
-            r = cuGraphLaunch(exec, stream);
-        } else if (strcmp(how, "coop") == 0) {
-            r = cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0);
-        } else {
-            r = cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, 0, 0, 0);
-        }
-        if (r) {
-            printf("error=launch %d\n", r);
+    for (int i = 0; i < threads; i++) {
+        if (i > 0) pthread_join(ids[i], 0);
+        if (tallies[i].error) {
+            printf("error=launch %d\n", tallies[i].error);
             return 1;
         }
-        launched += blocks;
-        if (measuring) warm_launched += blocks;
+        launched += tallies[i].launched;
+        warm_launched += tallies[i].warm_launched;
     }
     cuCtxSynchronize();
     long long done = now_ns();
