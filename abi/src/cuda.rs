@@ -92,6 +92,9 @@ pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
 /// `CUstreamCaptureStatus` of a stream being captured.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
+/// `CUstreamCaptureMode`: a thread in this mode may make calls that are unsafe during a
+/// capture without invalidating any.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_int = 2;
 /// `CUevent_flags`: a thread waiting for the event sleeps rather than spins.
 pub const CU_EVENT_BLOCKING_SYNC: std::ffi::c_uint = 0x1;
 /// `CUevent_flags`: the event records no time.

@@ -323,6 +323,7 @@ fn checks() -> Vec<Check> {
     constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
     constant!(CU_MEM_ALLOCATION_TYPE_PINNED);
     constant!(CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    constant!(CU_STREAM_CAPTURE_MODE_RELAXED);
     constant!(CU_EVENT_BLOCKING_SYNC);
     constant!(CU_EVENT_DISABLE_TIMING);
     constant!(CUDA_ERROR_FILE_NOT_FOUND);

@@ -19,7 +19,10 @@
 //! Slot: `pid: u32` at 0 (0 free; top bit set: being reaped by the process whose pid is in the
 //! low 31 bits, so that a reaper killed half-way is itself recognised as dead), `reserved: u32` at 4,
 //! `start_time: u64` at 8 (clock ticks since boot of the owner, to tell a reused pid apart),
-//! `used: [u64; 16]` at 16 (bytes held on each of the container's GPUs), zero padding to 192.
+//! `used: [u64; 16]` at 16 (bytes held on each of the container's GPUs), `queued: [u16; 16]` at
+//! 144 (kernel launches the owner has let through on each paced GPU and not seen finish:
+//! the container's together are kept few, see the interception library's `queued`), zero
+//! padding to 192. A region written before `queued` had its padding zero there: none queued.
 //! A process claims a free slot by compare-and-swap of `pid` from 0, and updates only its own
 //! `used` counters with atomic adds; readers sum the slots whose `pid` is neither 0 nor being
 //! reaped. A process that dies (even by SIGKILL mid-update) leaves only its own slot behind,
@@ -39,6 +42,12 @@ pub const SLOT_PID: usize = 0;
 pub const SLOT_START_TIME: usize = 8;
 /// Offset of `used[0]` in a slot.
 pub const SLOT_USED: usize = 16;
+/// Offset of `queued[0]` in a slot.
+pub const SLOT_QUEUED: usize = 144;
+const _: () = assert!(
+    SLOT_USED + 8 * MAX_GPUS <= SLOT_QUEUED && SLOT_QUEUED + 2 * MAX_GPUS <= SLOT_SIZE,
+    "a slot's fields overlap or overflow it"
+);
 /// Offset of the high-water mark in the header.
 pub const HEADER_HIGH_WATER: usize = 24;
 /// Set in `pid` while a slot is being reaped; the low 31 bits name the reaper.

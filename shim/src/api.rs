@@ -289,6 +289,7 @@ table! {
         Cuda fn cuEventQuery(event: CUevent) -> CUresult;
         Cuda fn cuEventSynchronize(event: CUevent) -> CUresult;
         Cuda fn cuEventDestroy_v2(event: CUevent) -> CUresult;
+        Cuda fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> CUresult;
         Cuda fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;
         Cuda fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult;

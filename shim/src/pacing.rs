@@ -78,12 +78,12 @@ struct Gate {
     refill: AtomicI64,
     /// Blocks launched in the current window.
     launched: AtomicU64,
-    /// This process's launches there not yet finished, kept few.
+    /// The container's launches there not yet finished, kept few.
     queue: crate::queued::Queue,
 }
 
 impl Gate {
-    fn new(gpu: &gpuslice_core::limits::GpuLimit) -> Self {
+    fn new(slice: &'static Slice, position: usize, gpu: &gpuslice_core::limits::GpuLimit) -> Self {
         let cores = gpu.cores;
         Self {
             share: cores,
@@ -94,7 +94,7 @@ impl Gate {
             tokens: AtomicI64::new(UNMEASURED),
             refill: AtomicI64::new(UNMEASURED),
             launched: AtomicU64::new(0),
-            queue: crate::queued::Queue::default(),
+            queue: crate::queued::Queue::new(slice, position),
         }
     }
 
@@ -112,8 +112,15 @@ static GATES: OnceLock<Vec<Gate>> = OnceLock::new();
 static WATCHER: Once = Once::new();
 static UNPACED: AtomicBool = AtomicBool::new(false);
 
-fn gates(slice: &Slice) -> &'static [Gate] {
-    GATES.get_or_init(|| slice.gpus.iter().map(Gate::new).collect())
+fn gates(slice: &'static Slice) -> &'static [Gate] {
+    GATES.get_or_init(|| {
+        slice
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| Gate::new(slice, i, g))
+            .collect()
+    })
 }
 
 /// A launch let through on a paced GPU, holding its place in the process's queue there.
@@ -133,7 +140,7 @@ impl Paced {
     }
 }
 
-/// Waits, if the GPU of the calling thread's context is paced, until this process has few
+/// Waits, if the GPU of the calling thread's context is paced, until its container has few
 /// enough launches unfinished there ([`crate::queued`]) and `blocks` thread blocks may be
 /// launched, and counts them; then the launch is [`Paced::launched`].
 pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
@@ -148,11 +155,18 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
     if !gate.paced() {
         return None;
     }
-    let place = gate.queue.take_place();
     if let Some(slot) = &gate.slot {
-        slot.wait();
-        return Some(Paced(place));
+        // A place is taken in the window, so that the container's places count only what
+        // was launched there, and what is about to be.
+        loop {
+            slot.wait(|until| gate.queue.wait_until_drained(until));
+            let place = gate.queue.take_place();
+            if slot.open() {
+                return Some(Paced(place));
+            }
+        }
     }
+    let place = gate.queue.take_place();
     WATCHER.call_once(|| start_watcher(slice));
     gate.launched.fetch_add(blocks, Relaxed);
     if gate.tokens.load(Relaxed) <= 0 {

@@ -1,35 +1,49 @@
-//! The work a paced process has queued on a GPU, kept short. A real GPU's stream holds about
-//! a thousand launches before a launch blocks, so a process launching kernels of a
+//! The work a paced container has queued on a GPU, kept short. A real GPU's stream holds
+//! about a thousand launches before a launch blocks, so a process launching kernels of a
 //! millisecond could queue a second of work in one window of its share, or in one sampling
 //! period: launches let through at the pace of the share would run long after, whatever the
 //! pacing. On a paced GPU the library records an event behind each launch it lets through,
-//! and a launch waits while [`DEPTH`] of this process's launches there have not finished:
+//! and a launch waits while [`DEPTH`] of the container's launches there have not finished:
 //! what was let through runs within a few kernels of when it was.
 //!
-//! A launch takes its place in the queue before it is paced and holds it until its event is
-//! recorded (or it failed), so threads launching at once, each on a stream of its own, are
-//! counted before any of them reaches the driver: however many a process runs, no more than
-//! [`DEPTH`] of its launches are let through ahead of the driver's finishing them.
+//! The count is the container's, not the process's: each process counts its own unfinished
+//! launches in its slot of the usage region (`queued`, added to and summed as the wall adds
+//! and sums bytes, so the places kept never exceed [`DEPTH`] together), or else sixteen
+//! processes each holding their own eight would queue 128 kernels at a window's opening. A
+//! launch takes its place before it is paced (before it waits for its window or its bucket)
+//! and holds it until its event has finished, so threads launching at once, each on a stream
+//! of its own, are counted before any of them reaches the driver. A thread of the process
+//! (started at its first paced launch there) sleeps on the oldest event and gives each place
+//! back as its launch finishes, whether or not the process launches again; a dead process's
+//! places go with its slot when it is reaped.
 //!
 //! Events are the driver's own (`cuEventCreate` with `CU_EVENT_BLOCKING_SYNC`, so a waiting
-//! launch sleeps; `CU_EVENT_DISABLE_TIMING`), recorded on the launch's stream, kept for reuse
+//! thread sleeps; `CU_EVENT_DISABLE_TIMING`), recorded on the launch's stream, kept for reuse
 //! per context, and forgotten, never destroyed, with their context (the driver frees them).
+//! Waiting on an event needs no current context (PyTorch waits on events of other devices).
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::api::real;
 use crate::ffi::*;
+use crate::slice::Slice;
 
-/// Launches a process may have unfinished on a paced GPU before its next launch waits.
+/// Launches a container may have unfinished on a paced GPU before its next launch waits.
 pub const DEPTH: usize = 8;
 
 const EVENT_FLAGS: c_uint = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
 
-/// The longest a launch waiting for a place others hold (and have not launched yet) sleeps
-/// before it looks again, where no launch woke it.
+/// How long a launch waiting for a place the container's other processes hold sleeps before
+/// it looks again (their launches finishing wake nothing here). The places are held by
+/// queued launches, so the GPU has their work meanwhile.
+const CONTAINER_POLL: Duration = Duration::from_micros(500);
+/// How often the container's unfinished launches are counted while waiting for them to run.
+const DRAIN_POLL: Duration = Duration::from_micros(100);
+/// The longest a launch waiting for one of this process's places sleeps before it looks
+/// again, where no launch finishing woke it.
 const WAKE_AT_LEAST: Duration = Duration::from_millis(10);
 
 /// An event of this library's and the context it belongs to (as addresses).
@@ -41,37 +55,47 @@ struct Recorded {
 
 #[derive(Default)]
 struct Inner {
-    /// Recorded behind launches, oldest first.
+    /// Recorded behind launches, oldest first; each holds a place.
     pending: VecDeque<Recorded>,
     /// Finished, to record again.
     free: Vec<Recorded>,
     /// Places taken by launches not yet recorded ([`Place`]).
     taken: usize,
-    /// Launches asleep in [`Queue::placed`].
+    /// Launches asleep in [`Queue::room`].
     waiting: usize,
+    /// Whether the thread giving places back runs.
+    watched: bool,
+    /// The context of the event that thread waits on outside the lock (0: none).
+    watching: usize,
 }
 
 /// One paced GPU's launches in this process.
-#[derive(Default)]
 pub struct Queue {
+    slice: &'static Slice,
+    /// The GPU's position in the slice.
+    gpu: usize,
     inner: Mutex<Inner>,
-    /// Launches waiting for a place taken by others; woken when one is given up or recorded.
-    placed: Condvar,
+    /// Launches waiting for a place; woken when one is given back.
+    room: Condvar,
+    /// The watching thread, waiting for a launch to be recorded.
+    recorded: Condvar,
+    /// A context's leaving, waiting for the watching thread's wait on one of its events.
+    watched_wait_over: Condvar,
 }
 
-/// A launch's place in its process's queue on a paced GPU, from before it is paced until
-/// its event is recorded ([`Place::record`]) or the driver refused it; given up when
-/// dropped.
+/// A launch's place in its container's queue on a paced GPU, from before it is paced until
+/// its launch finished ([`Place::record`]) or the driver refused it (dropped unrecorded).
 #[must_use]
 pub struct Place {
     queue: &'static Queue,
+    recorded: bool,
 }
 
 impl Place {
     /// After the launch went to the driver on `stream` (`ptsz`: the per-thread default
-    /// stream's variant): records an event behind it in the place.
-    pub fn record(self, stream: CUstream, ptsz: bool) {
-        self.queue.record(stream, ptsz);
+    /// stream's variant): records an event behind it, which holds the place until it finishes.
+    pub fn record(mut self, stream: CUstream, ptsz: bool) {
+        self.recorded = self.queue.record(stream, ptsz);
     }
 }
 
@@ -79,107 +103,202 @@ impl Drop for Place {
     fn drop(&mut self) {
         let mut q = self.queue.lock();
         q.taken -= 1;
-        if q.waiting > 0 {
-            self.queue.placed.notify_all();
+        if !self.recorded {
+            self.queue.slice.give_queued(self.queue.gpu);
+            self.queue.wake(&q);
         }
     }
 }
 
 impl Queue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Takes a place once fewer than [`DEPTH`] of the launches here are unfinished or about
-    /// to be launched, sleeping in the driver until the oldest finishes while they are not.
-    /// None where the driver has no events (nothing is recorded then).
-    pub fn take_place(&'static self) -> Option<Place> {
-        let (Some(query), Some(sync)) = (real::cuEventQuery(), real::cuEventSynchronize()) else {
-            return None;
-        };
-        loop {
-            let oldest = {
-                let mut q = self.lock();
-                while let Some(&r) = q.pending.front() {
-                    // SAFETY: an event this library created in a context not yet gone.
-                    match unsafe { query(r.event as CUevent) } {
-                        CUDA_ERROR_NOT_READY => break,
-                        CUDA_SUCCESS => {
-                            q.pending.pop_front();
-                            q.free.push(r);
-                        }
-                        // Not an event any more (its context went unseen): dropped, not
-                        // destroyed.
-                        _ => {
-                            q.pending.pop_front();
-                        }
-                    }
-                }
-                if q.pending.len() + q.taken < DEPTH {
-                    q.taken += 1;
-                    return Some(Place { queue: self });
-                }
-                let Some(oldest) = q.pending.front() else {
-                    // Every place is held by a launch on its way to the driver.
-                    q.waiting += 1;
-                    let (mut q, _) = self
-                        .placed
-                        .wait_timeout(q, WAKE_AT_LEAST)
-                        .unwrap_or_else(PoisonError::into_inner);
-                    q.waiting -= 1;
-                    continue;
-                };
-                oldest.event
-            };
-            // SAFETY: as above; a wait on an event recorded again meanwhile waits for that
-            // later record, which bounds the wait all the same.
-            if unsafe { sync(oldest as CUevent) } != CUDA_SUCCESS {
-                // Checked and dropped at the next look.
-                continue;
-            }
+    pub fn new(slice: &'static Slice, gpu: usize) -> Self {
+        Self {
+            slice,
+            gpu,
+            inner: Mutex::default(),
+            room: Condvar::new(),
+            recorded: Condvar::new(),
+            watched_wait_over: Condvar::new(),
         }
     }
 
-    /// After a launch let through went to the driver on `stream` (`ptsz`: the per-thread
-    /// default stream's variant): records an event behind it.
-    pub fn record(&self, stream: CUstream, ptsz: bool) {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self, q: &Inner) {
+        if q.waiting > 0 {
+            self.room.notify_all();
+        }
+    }
+
+    /// Sleeps in [`Queue::room`] for at most `most`.
+    fn sleep<'a>(&'a self, mut q: MutexGuard<'a, Inner>, most: Duration) {
+        q.waiting += 1;
+        let (mut q, _) = self
+            .room
+            .wait_timeout(q, most)
+            .unwrap_or_else(PoisonError::into_inner);
+        q.waiting -= 1;
+    }
+
+    /// Gives back the places of the oldest launches that have finished.
+    fn give_back_finished(&self, q: &mut Inner, query: CuEventQuery) {
+        let mut gave = false;
+        while let Some(&r) = q.pending.front() {
+            // SAFETY: an event this library created in a context not yet gone.
+            match unsafe { query(r.event as CUevent) } {
+                CUDA_ERROR_NOT_READY => break,
+                CUDA_SUCCESS => q.free.push(r),
+                // Not an event any more (its context went unseen): dropped, not destroyed.
+                _ => {}
+            }
+            q.pending.pop_front();
+            self.slice.give_queued(self.gpu);
+            gave = true;
+        }
+        if gave {
+            self.wake(q);
+        }
+    }
+
+    /// Takes a place once fewer than [`DEPTH`] of the container's launches here are
+    /// unfinished or about to be launched. None where the driver has no events (nothing is
+    /// recorded then).
+    pub fn take_place(&'static self) -> Option<Place> {
+        let query = real::cuEventQuery()?;
+        real::cuEventSynchronize()?;
+        let mut q = self.lock();
+        loop {
+            self.give_back_finished(&mut q, query);
+            if q.pending.len() + q.taken >= DEPTH {
+                // This process holds every place: the next of its launches to finish wakes it.
+                self.sleep(q, WAKE_AT_LEAST);
+            } else if self.slice.take_queued(self.gpu, DEPTH as u64) {
+                q.taken += 1;
+                return Some(Place {
+                    queue: self,
+                    recorded: false,
+                });
+            } else {
+                // The container's other processes hold the rest.
+                self.sleep(q, CONTAINER_POLL);
+            }
+            q = self.lock();
+        }
+    }
+
+    /// Returns once none of the container's launches here is unfinished or about to be
+    /// launched, or at `until_us` (CLOCK_REALTIME), whichever is first.
+    pub fn wait_until_drained(&self, until_us: u64) {
+        while self.slice.queued_total(self.gpu) > 0 {
+            let now = crate::pacing::realtime_us();
+            if now >= until_us {
+                return;
+            }
+            std::thread::sleep(DRAIN_POLL.min(Duration::from_micros(until_us - now)));
+        }
+    }
+
+    /// Records an event behind the launch that went to the driver on `stream`; whether it
+    /// did (the place is then the event's until it finishes).
+    fn record(&'static self, stream: CUstream, ptsz: bool) -> bool {
         let record = if ptsz {
             real::cuEventRecord_ptsz().or_else(real::cuEventRecord)
         } else {
             real::cuEventRecord()
         };
         let (Some(record), Some(current)) = (record, real::cuCtxGetCurrent()) else {
-            return;
+            return false;
         };
         let mut ctx: CUcontext = std::ptr::null_mut();
         // SAFETY: cuCtxGetCurrent writes one context handle.
         if unsafe { current(&raw mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
-            return;
+            return false;
         }
         let ctx = ctx as usize;
         let mut q = self.lock();
         let Some(mut r) = take_free(&mut q.free, ctx).or_else(|| create(ctx)) else {
-            return;
+            return false;
         };
         // SAFETY: an event of the calling thread's current context and the stream the launch
         // just went to.
-        if unsafe { record(r.event as CUevent, stream) } == CUDA_SUCCESS {
-            r.ctx = ctx;
-            q.pending.push_back(r);
-        } else if let Some(destroy) = real::cuEventDestroy_v2() {
-            // SAFETY: an event this library created in the current context.
-            unsafe { destroy(r.event as CUevent) };
+        if unsafe { record(r.event as CUevent, stream) } != CUDA_SUCCESS {
+            if let Some(destroy) = real::cuEventDestroy_v2() {
+                // SAFETY: an event this library created in the current context.
+                unsafe { destroy(r.event as CUevent) };
+            }
+            return false;
+        }
+        r.ctx = ctx;
+        q.pending.push_back(r);
+        if !q.watched {
+            q.watched = std::thread::Builder::new()
+                .name("gpuslice-queue".into())
+                .spawn(move || self.watch())
+                .is_ok();
+        }
+        self.recorded.notify_one();
+        true
+    }
+
+    /// Gives each place back as its launch finishes, for the life of the process.
+    fn watch(&self) {
+        let (Some(query), Some(sync)) = (real::cuEventQuery(), real::cuEventSynchronize()) else {
+            return;
+        };
+        if let Some(exchange) = real::cuThreadExchangeStreamCaptureMode() {
+            let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            // SAFETY: one mode to swap in, for this thread only. Relaxed: its waits never
+            // touch a capture another thread of the process makes in the global mode.
+            unsafe { exchange(&raw mut mode) };
+        }
+        let mut q = self.lock();
+        loop {
+            self.give_back_finished(&mut q, query);
+            let Some(&oldest) = q.pending.front() else {
+                q = self
+                    .recorded
+                    .wait(q)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
+            q.watching = oldest.ctx;
+            drop(q);
+            // SAFETY: an event this library created, in a context that cannot go while this
+            // waits (`forget_context` waits for the wait to end); one recorded again meanwhile
+            // is waited for to that later record, which bounds the wait all the same. An
+            // error is looked at under the lock.
+            unsafe { sync(oldest.event as CUevent) };
+            q = self.lock();
+            q.watching = 0;
+            self.watched_wait_over.notify_all();
         }
     }
 
-    /// `ctx` is about to go: its events go with it.
+    /// `ctx` is about to go: its events go with it, and their places. Returns once the
+    /// watching thread waits on none of them (the driver must not be waiting on an event of
+    /// a context while it is destroyed; the wait ends when the launch has run).
     pub fn forget_context(&self, ctx: CUcontext) {
         let ctx = ctx as usize;
         let mut q = self.lock();
+        while ctx != 0 && q.watching == ctx {
+            q = self
+                .watched_wait_over
+                .wait(q)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        let before = q.pending.len();
         q.pending.retain(|r| r.ctx != ctx);
+        for _ in q.pending.len()..before {
+            self.slice.give_queued(self.gpu);
+        }
         q.free.retain(|r| r.ctx != ctx);
+        self.wake(&q);
     }
 }
+
+type CuEventQuery = unsafe extern "C" fn(CUevent) -> CUresult;
 
 fn take_free(free: &mut Vec<Recorded>, ctx: usize) -> Option<Recorded> {
     let i = free.iter().position(|r| r.ctx == ctx)?;

@@ -16,12 +16,12 @@
 //! or execs). Pids are recorded for reporting only: liveness never depends on a pid, so a
 //! process in a nested PID namespace, a reused pid or a zombie cannot keep or lose a slot.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use crate::driver_share::DriverShare;
 use gpuslice_core::usage::{
-    HEADER_HIGH_WATER, HEADER_SIZE, MAGIC, PID_REAPING, SLOT_PID, SLOT_SIZE, SLOT_START_TIME,
-    SLOT_USED, VERSION, pid_is_owner,
+    HEADER_HIGH_WATER, HEADER_SIZE, MAGIC, PID_REAPING, SLOT_PID, SLOT_QUEUED, SLOT_SIZE,
+    SLOT_START_TIME, SLOT_USED, VERSION, pid_is_owner,
 };
 
 /// Attempts before an allocation that keeps meeting other processes' reservations gives up.
@@ -118,6 +118,12 @@ impl Region {
         unsafe { AtomicU32::from_ptr(self.base.add(at).cast()) }
     }
 
+    fn u16_at(&self, at: usize) -> &AtomicU16 {
+        debug_assert!(at + 2 <= self.len && at.is_multiple_of(2));
+        // SAFETY: as in u32_at, with 2-byte alignment.
+        unsafe { AtomicU16::from_ptr(self.base.add(at).cast()) }
+    }
+
     fn u64_at(&self, at: usize) -> &AtomicU64 {
         debug_assert!(at + 8 <= self.len && at.is_multiple_of(8));
         // SAFETY: as in u32_at, with 8-byte alignment.
@@ -138,6 +144,10 @@ impl Region {
 
     fn used(&self, i: usize, gpu: usize) -> &AtomicU64 {
         self.u64_at(self.slot(i) + SLOT_USED + 8 * gpu)
+    }
+
+    fn queued(&self, i: usize, gpu: usize) -> &AtomicU16 {
+        self.u16_at(self.slot(i) + SLOT_QUEUED + 2 * gpu)
     }
 
     fn high_water(&self) -> usize {
@@ -238,6 +248,43 @@ impl Region {
             .fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(bytes)));
     }
 
+    /// Launches on `gpu` let through and not seen finished, by all live slots.
+    pub fn queued_total(&self, gpu: usize) -> u64 {
+        (0..self.high_water())
+            .filter(|&i| pid_is_owner(self.pid(i).load(SeqCst)))
+            .map(|i| u64::from(self.queued(i, gpu).load(SeqCst)))
+            .sum()
+    }
+
+    /// Counts one more launch queued on `gpu` in slot `mine` if the container's stay at most
+    /// `most`; as with [`Region::charge`], of two processes adding at once at least one sees
+    /// the other's, so the places kept never exceed `most` together.
+    pub fn take_queued(&self, mine: usize, gpu: usize, most: u64) -> bool {
+        if gpu >= self.gpus {
+            return true;
+        }
+        let counter = self.queued(mine, gpu);
+        if counter.fetch_add(1, SeqCst) == u16::MAX {
+            // Wrapped (a tenant wrote its own slot): as full as it can be.
+            counter.store(u16::MAX, SeqCst);
+            return false;
+        }
+        if self.queued_total(gpu) <= most {
+            return true;
+        }
+        self.give_queued(mine, gpu);
+        false
+    }
+
+    /// One launch of slot `mine` on `gpu` finished (or never went), never below zero.
+    pub fn give_queued(&self, mine: usize, gpu: usize) {
+        if gpu < self.gpus {
+            let _ = self
+                .queued(mine, gpu)
+                .fetch_update(SeqCst, SeqCst, |v| Some(v.saturating_sub(1)));
+        }
+    }
+
     /// Gives slot `mine` back (the process is exiting).
     pub fn release(&self, mine: usize, locks: &impl SlotLocks) {
         self.wipe(mine);
@@ -248,6 +295,7 @@ impl Region {
     fn wipe(&self, i: usize) {
         for g in 0..self.gpus {
             self.used(i, g).store(0, SeqCst);
+            self.queued(i, g).store(0, SeqCst);
         }
         self.start(i).store(0, SeqCst);
         self.pid(i).store(0, SeqCst);
@@ -460,5 +508,59 @@ mod tests {
             limit - kept.load(SeqCst) < 997,
             "the limit is filled, not left half empty"
         );
+    }
+
+    #[test]
+    fn processes_taking_queue_places_at_once_never_hold_more_than_the_container_may() {
+        let (_m, r) = region(2, 16);
+        let t = Table::default();
+        let held = std::sync::atomic::AtomicU64::new(0);
+        let most_seen = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for p in 1..=8u32 {
+                let (r, t, held, most_seen) = (&r, &t, &held, &most_seen);
+                s.spawn(move || {
+                    let locks = t.process(p);
+                    let mine = r.claim(p, u64::from(p), &locks).unwrap();
+                    for _ in 0..20_000 {
+                        if r.take_queued(mine, 1, 3) {
+                            most_seen.fetch_max(held.fetch_add(1, SeqCst) + 1, SeqCst);
+                            // Held a while, as a launch holds one until it has run.
+                            for _ in 0..20 {
+                                std::thread::yield_now();
+                            }
+                            held.fetch_sub(1, SeqCst);
+                            r.give_queued(mine, 1);
+                        }
+                    }
+                });
+            }
+        });
+        let most = most_seen.load(SeqCst);
+        assert!(most <= 3, "{most} places held at once");
+        assert_eq!(r.queued_total(1), 0, "every place was given back");
+        assert_eq!(r.queued_total(0), 0, "the other GPU's places are its own");
+    }
+
+    #[test]
+    fn a_dead_process_queue_places_go_with_its_slot_and_a_count_never_goes_below_zero() {
+        let (_m, r) = region(1, 2);
+        let t = Table::default();
+        let (pa, pb) = (t.process(10), t.process(11));
+        let a = r.claim(10, 1, &pa).unwrap();
+        let b = r.claim(11, 2, &pb).unwrap();
+        for _ in 0..3 {
+            assert!(r.take_queued(a, 0, 3));
+        }
+        assert!(
+            !r.take_queued(b, 0, 3),
+            "the container's places are all held"
+        );
+        r.give_queued(b, 0);
+        assert_eq!(r.queued_total(0), 3, "a place not taken is not given back");
+        t.exit(10);
+        assert_eq!(r.reap(Some(b), &pb), 1);
+        assert!(r.take_queued(b, 0, 3));
+        assert_eq!(r.queued_total(0), 1);
     }
 }

@@ -465,22 +465,69 @@ impl Slice {
     pub fn used(&self, gpu: usize) -> u64 {
         match &self.region {
             Some(r) => {
-                let now = coarse_seconds();
-                let last = self.last_reap.load(Ordering::Relaxed);
-                if (last == 0 || now > last)
-                    && self
-                        .last_reap
-                        .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                    && let Some(locks) = &self.locks
-                {
-                    self.this_process();
-                    let slot = self.slot.load(Ordering::SeqCst);
-                    r.reap((slot != NO_SLOT).then_some(slot), locks);
-                }
+                self.reap_now_and_then(r);
                 r.total(gpu)
             }
             None => 0,
+        }
+    }
+
+    /// Reaps dead processes' slots, at most once a second.
+    fn reap_now_and_then(&self, r: &Region) {
+        let now = coarse_seconds();
+        let last = self.last_reap.load(Ordering::Relaxed);
+        if (last == 0 || now > last)
+            && self
+                .last_reap
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            && let Some(locks) = &self.locks
+        {
+            self.this_process();
+            let slot = self.slot.load(Ordering::SeqCst);
+            r.reap((slot != NO_SLOT).then_some(slot), locks);
+        }
+    }
+
+    /// Takes one of the container's `most` places for launches queued on slice position
+    /// `gpu` ([`crate::queued`]): false while its processes hold them all (a dead process's
+    /// are reaped, at most once a second). True where there is no region to count in: the
+    /// process's own bound still holds.
+    pub fn take_queued(&self, gpu: usize, most: u64) -> bool {
+        self.this_process();
+        let (Some(region), Some(locks)) = (&self.region, &self.locks) else {
+            return true;
+        };
+        if crate::sigbus::region_lost() {
+            return true;
+        }
+        let Some(slot) = self.my_slot(region, locks) else {
+            return true;
+        };
+        if region.take_queued(slot, gpu, most) {
+            return true;
+        }
+        self.reap_now_and_then(region);
+        false
+    }
+
+    /// The container's places for launches queued on slice position `gpu` that are taken (0
+    /// where there is no region to count in).
+    pub fn queued_total(&self, gpu: usize) -> u64 {
+        match &self.region {
+            Some(r) if !crate::sigbus::region_lost() => r.queued_total(gpu),
+            _ => 0,
+        }
+    }
+
+    /// Gives back a place [`Slice::take_queued`] took: its launch finished, or never went.
+    pub fn give_queued(&self, gpu: usize) {
+        self.this_process();
+        let slot = self.slot.load(Ordering::SeqCst);
+        if let (Some(region), true) = (&self.region, slot != NO_SLOT)
+            && !crate::sigbus::region_lost()
+        {
+            region.give_queued(slot, gpu);
         }
     }
 

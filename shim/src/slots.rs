@@ -6,9 +6,12 @@
 //! whole GPU's figure, which cannot tell two busy slices apart.
 //!
 //! Work launched in the window keeps running after it ends (it is queued): once per cycle,
-//! the first launch after the window waits for the context's work and measures how far it
-//! ran past the window's end; launching stops that much (halfway corrected each cycle) before
-//! the end from then on, so the work ends with the window rather than in the next slice's.
+//! the first launch after the window waits for the context's work, then for the rest of what
+//! the container launched in the window ([`crate::queued`] counts it), and measures how far
+//! it ran past the window's end; launching stops that much (halfway corrected each cycle)
+//! before the end from then on, so the work ends with the window rather than in the next
+//! slice's. Every process of the container measures the same end, so they settle on the
+//! same margin.
 //! Clocks are CLOCK_REALTIME, the same in every container (time namespaces offset only the
 //! monotonic clocks).
 
@@ -50,18 +53,33 @@ impl Slot {
         (self.end_us - self.start_us).saturating_sub(margin).max(1)
     }
 
+    /// Where now falls: the cycle (counted from the window's start) and whether launches may
+    /// go in it now.
+    fn now(&self) -> (u64, u64, bool) {
+        // Time counted from the window's start, so that a window ending with the cycle is
+        // measured like any other.
+        let since = realtime_us().saturating_sub(self.start_us);
+        let (cycle, t) = (since / CYCLE_US, since % CYCLE_US);
+        (cycle, t, t < self.open_us())
+    }
+
+    /// Whether a launch may go to the GPU now.
+    pub fn open(&self) -> bool {
+        self.now().2
+    }
+
     /// Returns once a launch may go to the GPU: inside this process's part of the window.
-    pub fn wait(&self) {
+    /// Once a cycle, after the window, `drained` is called with the time the next window
+    /// opens: it returns once the work the container launched in the window has run, or that
+    /// time has come ([`Slot::measure_overrun`]).
+    pub fn wait(&self, drained: impl Fn(u64)) {
         loop {
-            // Time counted from the window's start, so that a window ending with the cycle
-            // is measured like any other.
-            let since = realtime_us().saturating_sub(self.start_us);
-            let (cycle, t) = (since / CYCLE_US, since % CYCLE_US);
-            if t < self.open_us() {
+            let (cycle, t, open) = self.now();
+            if open {
                 return;
             }
             if self.measured_cycle.swap(cycle, Relaxed) != cycle {
-                self.measure_overrun(cycle);
+                self.measure_overrun(cycle, &drained);
                 continue;
             }
             std::thread::sleep(Duration::from_micros(CYCLE_US - t));
@@ -69,15 +87,16 @@ impl Slot {
     }
 
     /// Waits for the work launched in the window that opened in cycle `cycle` (counted from
-    /// the window's start) and moves the margin by half of how far it ran past the window's
-    /// end (or ended before it).
-    fn measure_overrun(&self, cycle: u64) {
+    /// the window's start): this process's, then the container's (`drained`), and moves the
+    /// margin by half of how far it ran past the window's end (or ended before it).
+    fn measure_overrun(&self, cycle: u64, drained: &impl Fn(u64)) {
         let Some(sync) = real::cuCtxSynchronize() else {
             return;
         };
         // SAFETY: cuCtxSynchronize takes no arguments; it waits for the calling thread's
         // current context.
         unsafe { sync() };
+        drained(self.start_us + (cycle + 1) * CYCLE_US);
         let done = i64::try_from(realtime_us()).unwrap_or(i64::MAX);
         let end = i64::try_from(cycle * CYCLE_US + self.end_us).unwrap_or(i64::MAX);
         let most = i64::try_from((self.end_us - self.start_us) * 3 / 4).unwrap_or(0);
@@ -107,7 +126,7 @@ mod tests {
     fn a_launch_waits_for_its_window_and_goes_at_once_inside_it() {
         let s = Slot::new(SmWindow { start: 0, len: 20 });
         for _ in 0..3 {
-            s.wait();
+            s.wait(|_| {});
             let t = realtime_us() % CYCLE_US;
             assert!(t < 20_000 + 2_000, "launched at {t} µs into the cycle");
         }

@@ -279,6 +279,54 @@ fn many_threads_launching_at_once_on_streams_of_their_own_are_held_to_the_share(
 }
 
 #[test]
+fn sixteen_processes_of_one_container_launching_at_once_are_held_to_its_window_together() {
+    // Each process may queue only what is left of the container's few places, so sixteen
+    // do not queue sixteen times as much at the window's opening; and each measures how far
+    // the container's work, not only its own, ran past the window's end.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+    let windowed = setup_windowed(sim, 30, 0);
+    let control = control();
+    let mut setups = vec![&windowed; 16];
+    setups.push(&control);
+    let busy = measured_together(&setups, WARMUP_MS + MEASURED_MS);
+    let together: f64 = busy[..16].iter().sum();
+    eprintln!(
+        "16 processes in a 30% window: {together:.1}% busy ({:.1?}); a {CONTROL_WINDOW}% \
+         window: {:.1}",
+        &busy[..16],
+        busy[16]
+    );
+    assert_window_kept(
+        30.0,
+        together,
+        usable(busy[16]),
+        "sixteen processes together",
+    );
+}
+
+#[test]
+fn contexts_destroyed_while_their_paced_kernels_run_are_not_waited_on_by_the_library() {
+    // The library waits on its events in a thread of its own; no context may go while the
+    // driver waits on one of its events (the simulated driver stops a process that does).
+    // Forty contexts, of their own and primary, each destroyed with 16 ms of kernels queued.
+    let s = control();
+    let churn = common::compile(&s.sim, "churn");
+    let out = Command::new(&churn)
+        .args(["40", "8", "2000"])
+        .env("LD_LIBRARY_PATH", s.sim.fronted_lib_dir())
+        .env("GPUSLICE_LIMITS", s.dir.path().join("limits"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("rounds=40"),
+        "{:?}: {text} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn two_slices_on_one_gpu_each_keep_their_share() {
     // Two containers' slices, 30% and 70%, on the same GPU at once, in the windows the agent
     // gives them: 0–30% and 30–100% of each cycle.

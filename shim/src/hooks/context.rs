@@ -138,6 +138,14 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
     let Ok(mut retained) = s.primary.lock() else {
         return CUDA_ERROR_UNKNOWN;
     };
+    if let Some(held) = retained.get(&dev)
+        && held.ctx != 0
+        && (drop_all || held.count == 1)
+    {
+        // The context may go with this call: nothing of this library's may be waiting on
+        // its events meanwhile.
+        crate::pacing::forget_context(held.ctx as CUcontext);
+    }
     // SAFETY: the caller's argument, passed on unchanged.
     let r = unsafe { f(dev) };
     if r == CUDA_SUCCESS

@@ -202,6 +202,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     crate::export_table::context_destroyed(ctx);
+    crate::stream::context_destroyed(ctx);
     // SAFETY: the pointer was in LIVE, so it is a Box from ctx_alloc, dropped only here.
     let c = unsafe { Box::from_raw(ctx.cast::<Ctx>()) };
     uncharge_context(d, c.node_index);
@@ -258,6 +259,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
 fn primary_destroyed(d: &Driver, ctx: CUcontext, c: &Ctx) {
     c.active.store(false, Ordering::Release);
     crate::export_table::context_destroyed(ctx);
+    crate::stream::context_destroyed(ctx);
     uncharge_context(d, c.node_index);
     drop_limit_reserve(d, c);
     d.free_context_allocations(ctx as usize);

@@ -9,7 +9,7 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::ffi::{c_float, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use crate::codes::*;
@@ -49,8 +49,12 @@ pub struct Stream {
 
 pub struct Event {
     flags: c_uint,
+    /// The context it was made in (its handle), which takes it along when destroyed.
+    ctx: usize,
     /// Monotonic nanoseconds of the last record, 0 before any.
     recorded_ns: AtomicU64,
+    /// Threads waiting for it in `cuEventSynchronize`.
+    waiters: AtomicU32,
 }
 
 static STREAMS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
@@ -387,10 +391,12 @@ pub unsafe extern "C" fn cuStreamAddCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
     guard(|| {
-        current_ctx()?;
+        let ctx = current_ctx()?;
         let ev = Box::into_raw(Box::new(Event {
             flags,
+            ctx: std::ptr::from_ref(ctx) as usize,
             recorded_ns: AtomicU64::new(0),
+            waiters: AtomicU32::new(0),
         }));
         EVENTS
             .lock()
@@ -454,13 +460,42 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     guard(|| {
-        let at = event(e)?.recorded_ns.load(Ordering::Acquire);
+        let ev = event(e)?;
+        ev.waiters.fetch_add(1, Ordering::AcqRel);
+        let at = ev.recorded_ns.load(Ordering::Acquire);
         let now = gpuslice_simnode::procs::monotonic_ns();
         if at > now {
             std::thread::sleep(std::time::Duration::from_nanos(at - now));
         }
+        ev.waiters.fetch_sub(1, Ordering::AcqRel);
         Ok(())
     })
+}
+
+/// Context `ctx` is destroyed: its events go with it (their handles answer
+/// `CUDA_ERROR_INVALID_HANDLE` from now on). A thread still waiting on one of them is the
+/// caller's error (`cuCtxDestroy`: no API call may use the context meanwhile), which the
+/// real driver need not survive: the process is stopped, so that no test passes over it.
+pub(crate) fn context_destroyed(ctx: CUcontext) {
+    let Ok(mut events) = EVENTS.lock() else {
+        return;
+    };
+    events.retain(|&e| {
+        // SAFETY: registered in EVENTS: a Box leaked by cuEventCreate and not yet dropped
+        // (those of destroyed contexts are left leaked: another thread may still read one).
+        let ev = unsafe { &*(e as *const Event) };
+        if ev.ctx != ctx as usize {
+            return true;
+        }
+        if ev.waiters.load(Ordering::Acquire) > 0 {
+            eprintln!(
+                "simulated driver: context {ctx:p} destroyed while a thread waits on its event \
+                 {e:#x} in cuEventSynchronize"
+            );
+            std::process::abort();
+        }
+        false
+    });
 }
 
 #[unsafe(no_mangle)]
