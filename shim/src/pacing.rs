@@ -160,13 +160,13 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
         // was launched there, and what is about to be.
         loop {
             slot.wait(|until| gate.queue.wait_until_drained(until));
-            let place = gate.queue.take_place();
+            let place = gate.queue.take_place(slot.depth());
             if slot.open() {
                 return Some(Paced(place));
             }
         }
     }
-    let place = gate.queue.take_place();
+    let place = gate.queue.take_place(crate::queued::DEPTH);
     WATCHER.call_once(|| start_watcher(slice));
     gate.launched.fetch_add(blocks, Relaxed);
     if gate.tokens.load(Relaxed) <= 0 {

@@ -162,19 +162,20 @@ impl Queue {
         }
     }
 
-    /// Takes a place once fewer than [`DEPTH`] of the container's launches here are
-    /// unfinished or about to be launched. None where the driver has no events (nothing is
-    /// recorded then).
-    pub fn take_place(&'static self) -> Option<Place> {
+    /// Takes a place once fewer than `depth` (at most [`DEPTH`]) of the container's launches
+    /// here are unfinished or about to be launched. None where the driver has no events
+    /// (nothing is recorded then).
+    pub fn take_place(&'static self, depth: usize) -> Option<Place> {
+        let depth = depth.clamp(1, DEPTH);
         let query = real::cuEventQuery()?;
         real::cuEventSynchronize()?;
         let mut q = self.lock();
         loop {
             self.give_back_finished(&mut q, query);
-            if q.pending.len() + q.taken >= DEPTH {
+            if q.pending.len() + q.taken >= depth {
                 // This process holds every place: the next of its launches to finish wakes it.
                 self.sleep(q, WAKE_AT_LEAST);
-            } else if self.slice.take_queued(self.gpu, DEPTH as u64) {
+            } else if self.slice.take_queued(self.gpu, depth as u64) {
                 q.taken += 1;
                 return Some(Place {
                     queue: self,

@@ -11,17 +11,21 @@
 //! it ran past the window's end; launching stops that much (halfway corrected each cycle)
 //! before the end from then on, so the work ends with the window rather than in the next
 //! slice's. Every process of the container measures the same end, so they settle on the
-//! same margin.
+//! same margin. Where the margin is as long as it may be (three quarters of the window) and
+//! the work still runs past the end, the launches let through at the window's opening alone
+//! outlast it (long kernels): the number the container may have unfinished is halved, down
+//! to one, and grows back by one a cycle once the work ends in time.
 //! Clocks are CLOCK_REALTIME, the same in every container (time namespaces offset only the
 //! monotonic clocks).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use gpuslice_core::limits::{SM_CYCLE_MS, SmWindow};
 
 use crate::api::real;
 use crate::pacing::realtime_us;
+use crate::queued::DEPTH;
 
 const CYCLE_US: u64 = SM_CYCLE_MS * 1000;
 
@@ -33,6 +37,10 @@ pub struct Slot {
     margin_us: AtomicI64,
     /// The last cycle whose overrun was measured.
     measured_cycle: AtomicU64,
+    /// How many launches the container may have unfinished ([`crate::queued`]), at most
+    /// [`crate::queued::DEPTH`]: fewer where kernels are so long that that many run past the
+    /// window's end whatever the margin.
+    depth: AtomicUsize,
 }
 
 impl Slot {
@@ -44,7 +52,13 @@ impl Slot {
             end_us: at(w.start + w.len),
             margin_us: AtomicI64::new(0),
             measured_cycle: AtomicU64::new(u64::MAX),
+            depth: AtomicUsize::new(DEPTH),
         }
+    }
+
+    /// How many launches the container may have unfinished on the GPU.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Relaxed)
     }
 
     /// How long after the window's start launching stops (at least a microsecond).
@@ -99,10 +113,28 @@ impl Slot {
         drained(self.start_us + (cycle + 1) * CYCLE_US);
         let done = i64::try_from(realtime_us()).unwrap_or(i64::MAX);
         let end = i64::try_from(cycle * CYCLE_US + self.end_us).unwrap_or(i64::MAX);
+        self.follow_overrun(done - end);
+    }
+
+    /// Moves the margin by half of `overrun_us` (how far the work launched in a window ran
+    /// past its end; below zero where it ended before). Where the margin is already as long
+    /// as it may be and the work still ran past the end, the kernels launched at the
+    /// window's opening alone outlast it: the depth is halved. It grows back by one a cycle
+    /// while the margin is under half its longest and the work ends in time.
+    fn follow_overrun(&self, overrun_us: i64) {
         let most = i64::try_from((self.end_us - self.start_us) * 3 / 4).unwrap_or(0);
-        let _ = self.margin_us.fetch_update(Relaxed, Relaxed, |m| {
-            Some((m + (done - end) / 2).clamp(0, most))
-        });
+        let before = self.margin_us.load(Relaxed);
+        let margin = (before + overrun_us / 2).clamp(0, most);
+        self.margin_us.store(margin, Relaxed);
+        let depth = self.depth.load(Relaxed);
+        let depth = if overrun_us > 0 && before >= most {
+            (depth / 2).max(1)
+        } else if overrun_us <= 0 && margin < most / 2 {
+            (depth + 1).min(DEPTH)
+        } else {
+            depth
+        };
+        self.depth.store(depth, Relaxed);
     }
 }
 
@@ -120,6 +152,38 @@ mod tests {
         // A margin never closes the window entirely.
         s.margin_us.store(i64::MAX, Relaxed);
         assert_eq!(s.open_us(), 1);
+    }
+
+    #[test]
+    fn an_overrun_the_margin_can_still_take_back_leaves_the_depth_alone() {
+        let s = Slot::new(SmWindow { start: 0, len: 10 });
+        s.follow_overrun(4_000);
+        assert_eq!((s.margin_us.load(Relaxed), s.depth()), (2_000, DEPTH));
+    }
+
+    #[test]
+    fn kernels_outlasting_the_window_whatever_the_margin_halve_the_depth_until_it_grows_back() {
+        // A 10 ms window, whose margin is at most 7.5 ms: the work keeps ending 30 ms late.
+        let s = Slot::new(SmWindow { start: 0, len: 10 });
+        let depths: Vec<usize> = (0..8)
+            .map(|_| {
+                s.follow_overrun(30_000);
+                s.depth()
+            })
+            .collect();
+        assert_eq!(s.margin_us.load(Relaxed), 7_500);
+        // The margin reaches its longest first (15 ms asked, 7.5 ms kept), then the depth
+        // halves each cycle, never below one launch.
+        assert_eq!(depths, [DEPTH, DEPTH / 2, DEPTH / 4, DEPTH / 8, 1, 1, 1, 1]);
+        // The work ends 20 ms early: the margin goes, and the depth grows one a cycle.
+        let depths: Vec<usize> = (0..DEPTH)
+            .map(|_| {
+                s.follow_overrun(-20_000);
+                s.depth()
+            })
+            .collect();
+        assert_eq!(s.margin_us.load(Relaxed), 0);
+        assert_eq!(depths, (2..=DEPTH).chain([DEPTH]).collect::<Vec<_>>());
     }
 
     #[test]

@@ -18,7 +18,8 @@ use gpuslice_testsupport::sim::SimNode;
 
 /// Simulated GPU time per thread block; a kernel of 1,000 blocks takes 1 ms.
 const NS_PER_BLOCK: u64 = 1_000;
-const BLOCKS: &str = "1000";
+/// Thread blocks of each kernel the programs launch, unless a test says otherwise.
+const BLOCKS: u32 = 1_000;
 /// Every run: a warm-up (the first utilization samples arrive after a sixth and a third of a
 /// second), then the part measured; 5 s for the share levels, 2 s for the rest.
 const WARMUP_MS: u64 = 1_000;
@@ -31,6 +32,8 @@ struct Setup {
     spin: PathBuf,
     /// Threads the program launches from, each on a stream of its own.
     threads: u32,
+    /// Thread blocks of each kernel it launches.
+    blocks: u32,
 }
 
 fn setup(cores: u32) -> Setup {
@@ -69,6 +72,7 @@ fn setup_in(sim: std::sync::Arc<SimNode>, cores: u32, window: Option<SmWindow>) 
         dir,
         spin,
         threads: 1,
+        blocks: BLOCKS,
     }
 }
 
@@ -92,7 +96,7 @@ impl Setup {
             self.sim.lib_dir()
         };
         let mut c = Command::new(&self.spin);
-        c.args([BLOCKS, &run_ms.to_string(), how])
+        c.args([&self.blocks.to_string(), &run_ms.to_string(), how])
             .env("SPIN_WARMUP_MS", WARMUP_MS.to_string())
             .env("SPIN_THREADS", self.threads.to_string())
             .env("LD_LIBRARY_PATH", libs)
@@ -297,6 +301,28 @@ fn eight_processes_of_one_container_launching_at_once_are_held_to_its_window_tog
         busy[8]
     );
     assert_window_kept(30.0, together, usable(busy[8]), "eight processes together");
+}
+
+#[test]
+fn kernels_so_long_that_a_few_outlast_the_window_are_held_to_it() {
+    // Eight kernels of 5 ms launched at a 10 ms window's opening run 40 ms, and eight of
+    // 10 ms in a 30 ms window 80: no margin before the window's end can take that back, so
+    // fewer may be left unfinished.
+    let windowed = |cores: u32, blocks: u32| {
+        let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+        let mut s = setup_windowed(sim, cores, 0);
+        s.blocks = blocks;
+        s
+    };
+    let (ten, thirty, control) = (windowed(10, 5_000), windowed(30, 10_000), control());
+    let busy = measured_together(&[&ten, &thirty, &control], WARMUP_MS + MEASURED_MS);
+    eprintln!(
+        "5 ms kernels in a 10% window, 10 ms kernels in a 30% window, and a {CONTROL_WINDOW}% \
+         window: busy {busy:.1?}"
+    );
+    let usable = usable(busy[2]);
+    assert_window_kept(10.0, busy[0], usable, "with kernels of 5 ms");
+    assert_window_kept(30.0, busy[1], usable, "with kernels of 10 ms");
 }
 
 #[test]
