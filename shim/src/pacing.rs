@@ -159,7 +159,7 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
         // A place is taken in the window, so that the container's places count only what
         // was launched there, and what is about to be.
         loop {
-            slot.wait(|until| gate.queue.wait_until_drained(until));
+            slot.wait(&gate.queue);
             let place = gate.queue.take_place(slot.depth());
             if slot.open() {
                 return Some(Paced(place));

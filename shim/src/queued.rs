@@ -189,18 +189,6 @@ impl Queue {
         }
     }
 
-    /// Returns once none of the container's launches here is unfinished or about to be
-    /// launched, or at `until_us` (CLOCK_REALTIME), whichever is first.
-    pub fn wait_until_drained(&self, until_us: u64) {
-        while self.slice.queued_total(self.gpu) > 0 {
-            let now = crate::pacing::realtime_us();
-            if now >= until_us {
-                return;
-            }
-            std::thread::sleep(DRAIN_POLL.min(Duration::from_micros(until_us - now)));
-        }
-    }
-
     /// Records an event behind the launch that went to the driver on `stream`; whether it
     /// did (the place is then the event's until it finishes).
     fn record(&'static self, stream: CUstream, ptsz: bool) -> bool {
@@ -317,4 +305,22 @@ fn create(ctx: usize) -> Option<Recorded> {
         event: event as usize,
         ctx,
     })
+}
+
+impl crate::slots::Container for Queue {
+    /// Counts the container's launches here, unfinished or about to be launched, until there
+    /// are none.
+    fn wait_until_drained(&self, until_us: u64) {
+        while self.unfinished() {
+            let now = crate::pacing::realtime_us();
+            if now >= until_us {
+                return;
+            }
+            std::thread::sleep(DRAIN_POLL.min(Duration::from_micros(until_us - now)));
+        }
+    }
+
+    fn unfinished(&self) -> bool {
+        self.slice.queued_total(self.gpu) > 0
+    }
 }

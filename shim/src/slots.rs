@@ -14,7 +14,12 @@
 //! same margin. Where the margin is as long as it may be (three quarters of the window) and
 //! the work still runs past the end, the launches let through at the window's opening alone
 //! outlast it (long kernels): the number the container may have unfinished is halved, down
-//! to one, and grows back by one a cycle once the work ends in time.
+//! to one, and grows back by one a cycle once the work ends in time. Half of every overrun is
+//! also owed and paid back: later windows open that much late (a window owed in full is
+//! skipped), so that work that cannot end in time (a kernel longer than the window, a
+//! framework's step that does not fit it) is held to the share on average; the other half is
+//! the margin's to take back. A cycle with no launch after its window to measure it is
+//! measured at the next window's first launch while the container's work still runs.
 //! Clocks are CLOCK_REALTIME, the same in every container (time namespaces offset only the
 //! monotonic clocks).
 
@@ -29,6 +34,15 @@ use crate::queued::DEPTH;
 
 const CYCLE_US: u64 = SM_CYCLE_MS * 1000;
 
+/// The container's launches on the window's GPU, as a window's measurement sees them.
+pub trait Container {
+    /// Returns once none of the container's launches there is unfinished, or at `until_us`
+    /// (CLOCK_REALTIME).
+    fn wait_until_drained(&self, until_us: u64);
+    /// Whether any of them is unfinished.
+    fn unfinished(&self) -> bool;
+}
+
 /// One GPU's window in this process.
 pub struct Slot {
     start_us: u64,
@@ -41,7 +55,18 @@ pub struct Slot {
     /// [`crate::queued::DEPTH`]: fewer where kernels are so long that that many run past the
     /// window's end whatever the margin.
     depth: AtomicUsize,
+    /// Window time owed: half of how far work ran past the windows' ends, not yet paid back.
+    debt_us: AtomicU64,
+    /// How late the window of one cycle opens, paying debt: `cycle << LATE_BITS | late_us`.
+    late: AtomicU64,
+    /// The last cycle a launch went in (0: none yet; cycles count from 1970).
+    launched_cycle: AtomicU64,
 }
+
+/// Bits of [`Slot::late`] that hold the delay (a window is at most a cycle, 100,000 µs).
+const LATE_BITS: u32 = 20;
+/// The most debt kept, in windows: a kernel of a minute does not shut a slice out for hours.
+const DEBT_WINDOWS: u64 = 10;
 
 impl Slot {
     #[must_use]
@@ -53,6 +78,37 @@ impl Slot {
             margin_us: AtomicI64::new(0),
             measured_cycle: AtomicU64::new(u64::MAX),
             depth: AtomicUsize::new(DEPTH),
+            debt_us: AtomicU64::new(0),
+            late: AtomicU64::new(u64::MAX),
+            launched_cycle: AtomicU64::new(0),
+        }
+    }
+
+    fn len_us(&self) -> u64 {
+        self.end_us - self.start_us
+    }
+
+    /// How late the window opens in `cycle`: the debt, up to the window's length, taken once
+    /// per cycle, whoever asks first.
+    fn late_in(&self, cycle: u64) -> u64 {
+        let mask = (1u64 << LATE_BITS) - 1;
+        loop {
+            let seen = self.late.load(Relaxed);
+            if seen != u64::MAX && seen >> LATE_BITS == cycle {
+                return seen & mask;
+            }
+            let debt = self.debt_us.load(Relaxed);
+            let take = debt.min(self.len_us()).min(mask);
+            if self
+                .late
+                .compare_exchange(seen, cycle << LATE_BITS | take, Relaxed, Relaxed)
+                .is_ok()
+            {
+                let _ = self
+                    .debt_us
+                    .fetch_update(Relaxed, Relaxed, |d| Some(d.saturating_sub(take)));
+                return take;
+            }
         }
     }
 
@@ -67,62 +123,92 @@ impl Slot {
         (self.end_us - self.start_us).saturating_sub(margin).max(1)
     }
 
-    /// Where now falls: the cycle (counted from the window's start) and whether launches may
-    /// go in it now.
-    fn now(&self) -> (u64, u64, bool) {
+    /// Where now falls: the cycle (counted from the window's start), the time into it, and
+    /// how late the window opens in it.
+    fn now(&self) -> (u64, u64, u64) {
         // Time counted from the window's start, so that a window ending with the cycle is
         // measured like any other.
         let since = realtime_us().saturating_sub(self.start_us);
         let (cycle, t) = (since / CYCLE_US, since % CYCLE_US);
-        (cycle, t, t < self.open_us())
+        (cycle, t, self.late_in(cycle))
     }
 
     /// Whether a launch may go to the GPU now.
     pub fn open(&self) -> bool {
-        self.now().2
+        let (_, t, late) = self.now();
+        late <= t && t < self.open_us()
     }
 
     /// Returns once a launch may go to the GPU: inside this process's part of the window.
-    /// Once a cycle, after the window, `drained` is called with the time the next window
-    /// opens: it returns once the work the container launched in the window has run, or that
-    /// time has come ([`Slot::measure_overrun`]).
-    pub fn wait(&self, drained: impl Fn(u64)) {
+    /// Once a cycle, the first launch after the window measures how far the work launched in
+    /// it ran past its end ([`Slot::measure_overrun`]); where none came and the container's
+    /// work still runs when the next window opens, its first launch measures it.
+    pub fn wait(&self, container: &impl Container) {
         loop {
-            let (cycle, t, open) = self.now();
-            if open {
+            let (cycle, t, late) = self.now();
+            if t < late {
+                // Paying debt: the window opens late.
+                std::thread::sleep(Duration::from_micros(late - t));
+                continue;
+            }
+            let last = self.launched_cycle.load(Relaxed);
+            if t < self.open_us() {
+                if last < cycle && container.unfinished() && self.claim_measurement(last) {
+                    self.measure_overrun(last, container);
+                    continue;
+                }
+                self.launched_cycle.fetch_max(cycle, Relaxed);
                 return;
             }
-            if self.measured_cycle.swap(cycle, Relaxed) != cycle {
-                self.measure_overrun(cycle, &drained);
+            if last == cycle && self.claim_measurement(cycle) {
+                self.measure_overrun(cycle, container);
                 continue;
             }
             std::thread::sleep(Duration::from_micros(CYCLE_US - t));
         }
     }
 
+    /// Whether the calling thread is the one to measure `cycle` (never one measured, nor
+    /// one before a cycle measured).
+    fn claim_measurement(&self, cycle: u64) -> bool {
+        let m = self.measured_cycle.load(Relaxed);
+        (m == u64::MAX || m < cycle)
+            && self
+                .measured_cycle
+                .compare_exchange(m, cycle, Relaxed, Relaxed)
+                .is_ok()
+    }
+
     /// Waits for the work launched in the window that opened in cycle `cycle` (counted from
     /// the window's start): this process's, then the container's (`drained`), and moves the
     /// margin by half of how far it ran past the window's end (or ended before it).
-    fn measure_overrun(&self, cycle: u64, drained: &impl Fn(u64)) {
+    fn measure_overrun(&self, cycle: u64, container: &impl Container) {
         let Some(sync) = real::cuCtxSynchronize() else {
             return;
         };
         // SAFETY: cuCtxSynchronize takes no arguments; it waits for the calling thread's
         // current context.
         unsafe { sync() };
-        drained(self.start_us + (cycle + 1) * CYCLE_US);
+        container.wait_until_drained(self.start_us + (cycle + 1) * CYCLE_US);
         let done = i64::try_from(realtime_us()).unwrap_or(i64::MAX);
         let end = i64::try_from(cycle * CYCLE_US + self.end_us).unwrap_or(i64::MAX);
         self.follow_overrun(done - end);
     }
 
     /// Moves the margin by half of `overrun_us` (how far the work launched in a window ran
-    /// past its end; below zero where it ended before). Where the margin is already as long
-    /// as it may be and the work still ran past the end, the kernels launched at the
-    /// window's opening alone outlast it: the depth is halved. It grows back by one a cycle
-    /// while the margin is under half its longest and the work ends in time.
+    /// past its end; below zero where it ended before), and owes the other half of one past
+    /// the end. Where the margin is already as long as it may be and the work still ran past
+    /// the end, the kernels launched at the window's opening alone outlast it: the depth is
+    /// halved. It grows back by one a cycle while the margin is under half its longest and
+    /// the work ends in time.
     fn follow_overrun(&self, overrun_us: i64) {
-        let most = i64::try_from((self.end_us - self.start_us) * 3 / 4).unwrap_or(0);
+        if let Ok(over) = u64::try_from(overrun_us) {
+            let most = self.len_us() * DEBT_WINDOWS;
+            let _ = self
+                .debt_us
+                .fetch_update(Relaxed, Relaxed, |d| Some((d + over / 2).min(most)));
+        }
+        let most = i64::try_from(self.len_us() * 3 / 4).unwrap_or(0);
         let before = self.margin_us.load(Relaxed);
         let margin = (before + overrun_us / 2).clamp(0, most);
         self.margin_us.store(margin, Relaxed);
@@ -135,12 +221,26 @@ impl Slot {
             depth
         };
         self.depth.store(depth, Relaxed);
+        crate::log::log!(
+            "SM window: the work ran {overrun_us} µs past its end; margin {before} -> {margin} µs, \
+             {depth} launches unfinished at most"
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A container with nothing unfinished.
+    struct Idle;
+
+    impl Container for Idle {
+        fn wait_until_drained(&self, _until_us: u64) {}
+        fn unfinished(&self) -> bool {
+            false
+        }
+    }
 
     #[test]
     fn a_window_is_placed_in_the_cycle_by_its_percentages() {
@@ -187,10 +287,25 @@ mod tests {
     }
 
     #[test]
+    fn work_run_past_the_window_is_paid_back_by_later_windows_opening_late() {
+        // A 10 ms window whose work ran 50 ms past its end owes 25 ms: the next two windows
+        // are lost whole and the third opens 5 ms late; each cycle's delay is taken once.
+        let s = Slot::new(SmWindow { start: 0, len: 10 });
+        s.follow_overrun(50_000);
+        let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c)).collect();
+        assert_eq!(late, [10_000, 10_000, 10_000, 5_000, 0]);
+        // Ending early owes nothing, and a debt never exceeds ten windows.
+        s.follow_overrun(-5_000);
+        assert_eq!(s.late_in(11), 0);
+        s.follow_overrun(10_000_000);
+        assert_eq!(s.debt_us.load(Relaxed), 10 * 10_000);
+    }
+
+    #[test]
     fn a_launch_waits_for_its_window_and_goes_at_once_inside_it() {
         let s = Slot::new(SmWindow { start: 0, len: 20 });
         for _ in 0..3 {
-            s.wait(|_| {});
+            s.wait(&Idle);
             let t = realtime_us() % CYCLE_US;
             assert!(t < 20_000 + 2_000, "launched at {t} µs into the cycle");
         }

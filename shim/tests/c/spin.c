@@ -14,7 +14,9 @@
  * blocks launched in that part and how long it took until they had run (warm_blocks,
  * warm_elapsed_ns): the GPU time its kernels took of that interval.
  * With SPIN_THREADS=N, N threads launch at once, each on a stream of its own (a tenant
- * trying to queue more than its share by launching from many threads).
+ * trying to queue more than its share by launching from many threads). With SPIN_BATCH=N,
+ * each thread waits for the context's work after every N launches, as a framework's loop
+ * that synchronizes after each step does.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +74,7 @@ static CUfunction kernel;
 static CUgraphExec exec;
 static CUstream capture_stream;
 static int threads = 1;
+static unsigned long long batch;
 static long long ms, warmup_ms, start, warm, end;
 static pthread_barrier_t barrier;
 
@@ -95,10 +98,12 @@ static CUresult launch(CUstream stream) {
  * counting the blocks; 0 or the error a launch returned. */
 static CUresult launch_until(CUstream stream, const long long *until,
                              unsigned long long *count) {
+    unsigned long long n = 0;
     while (now_ns() < *until) {
         CUresult r = launch(stream);
         if (r) return r;
         *count += blocks;
+        if (batch && ++n % batch == 0) cuCtxSynchronize();
     }
     return 0;
 }
@@ -135,6 +140,8 @@ int main(int argc, char **argv) {
     const char *nthreads = getenv("SPIN_THREADS");
     warmup_ms = warmup ? atoll(warmup) : 0;
     if (nthreads) threads = atoi(nthreads);
+    const char *nbatch = getenv("SPIN_BATCH");
+    if (nbatch) batch = strtoull(nbatch, 0, 10);
     if (threads < 1 || threads > 1024) {
         fprintf(stderr, "spin: SPIN_THREADS=%s is not 1 to 1024\n", nthreads);
         return 2;
