@@ -153,7 +153,11 @@ impl Slot {
             }
             let last = self.launched_cycle.load(Relaxed);
             if t < self.open_us() {
-                if last < cycle && container.unfinished() && self.claim_measurement(last) {
+                if last != 0
+                    && last < cycle
+                    && container.unfinished()
+                    && self.claim_measurement(last)
+                {
                     self.measure_overrun(last, container);
                     continue;
                 }
