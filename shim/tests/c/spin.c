@@ -24,41 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef void *CUmodule;
-typedef void *CUfunction;
-typedef void *CUstream;
-
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
-CUresult cuMemAlloc_v2(unsigned long long *, size_t);
-CUresult cuModuleLoadData(CUmodule *, const void *);
-CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned, CUstream, void **, void **);
-CUresult cuCtxSynchronize(void);
-CUresult cuCtxSetCurrent(CUcontext);
-typedef void *CUgraph, *CUgraphExec;
-CUresult cuStreamCreate(CUstream *, unsigned);
-CUresult cuStreamBeginCapture_v2(CUstream, int);
-CUresult cuStreamEndCapture(CUstream, CUgraph *);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
-
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ;
-    unsigned blockDimX, blockDimY, blockDimZ;
-    unsigned sharedMemBytes;
-    CUstream hStream;
-    void *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
-CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
-CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                   unsigned, unsigned, CUstream, void **);
+#include "driver.h"
 
 static long long now_ns(void) {
     struct timespec t;
