@@ -265,6 +265,7 @@ table! {
     helpers {
         Cuda fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult;
         Cuda fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult;
+        Cuda fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult;
         Cuda fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult;
         Cuda fn cuCtxFromGreenCtx(ctx: *mut CUcontext, green: CUgreenCtx) -> CUresult;
         Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult;

@@ -161,7 +161,7 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
         loop {
             slot.wait(&gate.queue);
             let place = gate.queue.take_place(slot.depth());
-            if slot.open() {
+            if slot.launching() {
                 return Some(Paced(place));
             }
         }

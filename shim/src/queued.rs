@@ -168,23 +168,39 @@ impl Queue {
     pub fn take_place(&'static self, depth: usize) -> Option<Place> {
         let depth = depth.clamp(1, DEPTH);
         let query = real::cuEventQuery()?;
+        // The watching thread waits with it.
         real::cuEventSynchronize()?;
         let mut q = self.lock();
+        // The watching thread gives places back as launches finish; the events are looked at
+        // here only once a place cannot be had at once (where that thread could not start,
+        // this is what gives them back), so a launch with room costs no query.
+        let mut looked = false;
         loop {
-            self.give_back_finished(&mut q, query);
-            if q.pending.len() + q.taken >= depth {
-                // This process holds every place: the next of its launches to finish wakes it.
-                self.sleep(q, WAKE_AT_LEAST);
-            } else if self.slice.take_queued(self.gpu, depth as u64) {
+            let own_full = q.pending.len() + q.taken >= depth;
+            if !own_full && self.slice.take_queued(self.gpu, depth as u64) {
                 q.taken += 1;
                 return Some(Place {
                     queue: self,
                     recorded: false,
                 });
-            } else {
-                // The container's other processes hold the rest.
-                self.sleep(q, CONTAINER_POLL);
             }
+            if !looked {
+                looked = true;
+                self.give_back_finished(&mut q, query);
+                continue;
+            }
+            looked = false;
+            // This process holds every place: the next of its launches to finish wakes it.
+            // Or the container's other processes hold the rest (their finishing wakes nothing
+            // here).
+            self.sleep(
+                q,
+                if own_full {
+                    WAKE_AT_LEAST
+                } else {
+                    CONTAINER_POLL
+                },
+            );
             q = self.lock();
         }
     }
@@ -254,11 +270,20 @@ impl Queue {
             };
             q.watching = oldest.ctx;
             drop(q);
+            let current = set_current(oldest.ctx as CUcontext);
             // SAFETY: an event this library created, in a context that cannot go while this
             // waits (`forget_context` waits for the wait to end); one recorded again meanwhile
-            // is waited for to that later record, which bounds the wait all the same. An
-            // error is looked at under the lock.
-            unsafe { sync(oldest.event as CUevent) };
+            // is waited for to that later record, which bounds the wait all the same.
+            let r = unsafe { sync(oldest.event as CUevent) };
+            if current {
+                // No context stays current here once this wait is over: it may go.
+                set_current(std::ptr::null_mut());
+            }
+            if r != CUDA_SUCCESS {
+                // The event is looked at under the lock (a failed query drops it); the wait
+                // is not retried at once, so a driver refusing it costs no busy loop.
+                std::thread::sleep(DRAIN_POLL);
+            }
             q = self.lock();
             q.watching = 0;
             self.watched_wait_over.notify_all();
@@ -285,6 +310,14 @@ impl Queue {
         q.free.retain(|r| r.ctx != ctx);
         self.wake(&q);
     }
+}
+
+/// Makes `ctx` the calling thread's current context, so that a driver that looks for one
+/// in an event's wait finds the event's own (the waits need none on the drivers tested);
+/// whether it was made current.
+fn set_current(ctx: CUcontext) -> bool {
+    // SAFETY: a context this library recorded an event in, not yet gone, or null (none).
+    real::cuCtxSetCurrent().is_some_and(|set| unsafe { set(ctx) } == CUDA_SUCCESS)
 }
 
 type CuEventQuery = unsafe extern "C" fn(CUevent) -> CUresult;

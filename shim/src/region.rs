@@ -563,4 +563,42 @@ mod tests {
         assert!(r.take_queued(b, 0, 3));
         assert_eq!(r.queued_total(0), 1);
     }
+
+    #[test]
+    fn a_queue_count_a_tenant_rewrote_to_its_highest_never_wraps_and_goes_with_its_slot() {
+        let (_m, r) = region(1, 2);
+        let t = Table::default();
+        let (pa, pb) = (t.process(10), t.process(11));
+        let a = r.claim(10, 1, &pa).unwrap();
+        let b = r.claim(11, 2, &pb).unwrap();
+        // A process of the container writes its own slot's count (the region is the
+        // container's to write): its highest, then one below it.
+        r.queued(a, 0).store(u16::MAX, SeqCst);
+        assert!(!r.take_queued(a, 0, 8), "a full count takes no place");
+        assert_eq!(
+            r.queued(a, 0).load(SeqCst),
+            u16::MAX,
+            "and does not wrap to 0"
+        );
+        r.queued(a, 0).store(u16::MAX - 1, SeqCst);
+        assert!(!r.take_queued(a, 0, 8));
+        assert!(!r.take_queued(a, 0, 8));
+        assert_eq!(
+            r.queued(a, 0).load(SeqCst),
+            u16::MAX - 1,
+            "refused places are given back"
+        );
+        // The container's other processes wait (only the container that wrote it), until the
+        // writer exits and its slot is reaped.
+        assert!(!r.take_queued(b, 0, 8));
+        assert_eq!(
+            r.queued(b, 0).load(SeqCst),
+            0,
+            "a refused place is given back"
+        );
+        t.exit(10);
+        assert_eq!(r.reap(Some(b), &pb), 1);
+        assert!(r.take_queued(b, 0, 8));
+        assert_eq!(r.queued_total(0), 1);
+    }
 }

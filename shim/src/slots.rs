@@ -133,13 +133,19 @@ impl Slot {
         (cycle, t, self.late_in(cycle))
     }
 
-    /// Whether a launch may go to the GPU now.
-    pub fn open(&self) -> bool {
-        let (_, t, late) = self.now();
-        late <= t && t < self.open_us()
+    /// Whether a launch may go to the GPU now; if so, it counts as the cycle's (whose work
+    /// a later launch measures).
+    pub fn launching(&self) -> bool {
+        let (cycle, t, late) = self.now();
+        let open = late <= t && t < self.open_us();
+        if open {
+            self.launched_cycle.fetch_max(cycle, Relaxed);
+        }
+        open
     }
 
-    /// Returns once a launch may go to the GPU: inside this process's part of the window.
+    /// Returns once a launch may go to the GPU: inside this process's part of the window
+    /// (then [`Slot::launching`] tells whether it still is, once the launch has its place).
     /// Once a cycle, the first launch after the window measures how far the work launched in
     /// it ran past its end ([`Slot::measure_overrun`]); where none came and the container's
     /// work still runs when the next window opens, its first launch measures it.
@@ -161,7 +167,6 @@ impl Slot {
                     self.measure_overrun(last, container);
                     continue;
                 }
-                self.launched_cycle.fetch_max(cycle, Relaxed);
                 return;
             }
             if last == cycle && self.claim_measurement(cycle) {
@@ -303,6 +308,21 @@ mod tests {
         assert_eq!(s.late_in(11), 0);
         s.follow_overrun(10_000_000);
         assert_eq!(s.debt_us.load(Relaxed), 10 * 10_000);
+    }
+
+    #[test]
+    fn a_cycle_counts_as_launched_in_only_once_a_launch_goes() {
+        // A window as long as the cycle is always open.
+        let s = Slot::new(SmWindow { start: 0, len: 100 });
+        s.wait(&Idle);
+        assert_eq!(
+            s.launched_cycle.load(Relaxed),
+            0,
+            "waiting launched nothing"
+        );
+        assert!(s.launching());
+        let cycle = realtime_us() / CYCLE_US;
+        assert!((cycle - 1..=cycle).contains(&s.launched_cycle.load(Relaxed)));
     }
 
     #[test]
