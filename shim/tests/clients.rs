@@ -347,6 +347,20 @@ fn linked_with_runtime12(object: &Path) -> PathBuf {
     program
 }
 
+/// `object` linked against NVIDIA's static CUDA 12 runtime, as nvcc links a program by
+/// default (`-cudart static`): the runtime inside the program finds the driver by `dlopen`.
+fn linked_with_static_runtime12(object: &Path) -> PathBuf {
+    let program = object.with_extension("cudart12-static");
+    run_to_success(
+        Command::new("g++")
+            .arg(object)
+            .arg(runtime12().with_file_name("libcudart_static.a"))
+            .args(["-ldl", "-lpthread", "-lrt", "-o"])
+            .arg(&program),
+    );
+    program
+}
+
 /// Runs an nvcc-built `program` in `slice` with the runtime in `runtime_dir`, asking for
 /// `chunk`-byte allocations; prints its unmodelled driver calls.
 fn run_nvcc_program(slice: &Slice, program: &Path, runtime_dir: &Path, chunk: u64) -> String {
@@ -373,16 +387,24 @@ fn run_nvcc_program(slice: &Slice, program: &Path, runtime_dir: &Path, chunk: u6
 
 #[test]
 fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_wall() {
-    // One object, linked against the CUDA 11.8 runtime (by nvcc) and the CUDA 12 one: the
-    // same registered kernels and variables, loaded by either runtime.
+    // One object, linked against the CUDA 11.8 runtime (by nvcc) and the CUDA 12 one, shared
+    // and static: the same registered kernels and variables, loaded by each runtime.
     let slice = Slice::new(GIB, 0);
     let object = nvcc_object(slice.dir.path(), "kernels", &[]);
     let with_11 = linked_with_runtime11(&object);
+    let dir_of = |lib: PathBuf| lib.parent().unwrap().to_path_buf();
     for (runtime, program, runtime_dir) in [
-        ("11.8", with_11, runtime11()),
-        ("12", linked_with_runtime12(&object), runtime12()),
+        ("11.8", with_11, dir_of(runtime11())),
+        ("12", linked_with_runtime12(&object), dir_of(runtime12())),
+        // The program's own copy of the runtime, as nvcc links one by default: no libcudart
+        // on the library path.
+        (
+            "12",
+            linked_with_static_runtime12(&object),
+            slice.dir.path().to_path_buf(),
+        ),
     ] {
-        let text = run_nvcc_program(&slice, &program, runtime_dir.parent().unwrap(), 64 * MIB);
+        let text = run_nvcc_program(&slice, &program, &runtime_dir, 64 * MIB);
         let what = format!("CUDA {runtime} runtime: {text}");
         let f = Facts::parse(&text);
         assert_eq!(f.num("total"), GIB, "{what}");
