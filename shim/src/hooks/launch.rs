@@ -34,6 +34,26 @@ fn launched(paced: Option<Paced>, r: CUresult, stream: CUstream, ptsz: bool) -> 
     r
 }
 
+/// Passes the launch of `f` on `stream` to the driver (`call`): the stack growth its kernel
+/// makes the driver take charged first, and a paced one recorded behind the work its process
+/// has queued.
+#[inline(always)]
+fn go(
+    f: CUfunction,
+    stream: CUstream,
+    ptsz: bool,
+    paced: Option<Paced>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    match (paced, beyond_default(f)) {
+        (None, None) => call(),
+        (paced, Some(bound)) => {
+            launched(paced, launching(bound, f, stream, ptsz, call), stream, ptsz)
+        }
+        (paced, None) => launched(paced, call(), stream, ptsz),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_kernel(
     f: CUfunction,
@@ -52,16 +72,7 @@ pub unsafe fn launch_kernel(
     let paced = pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => launched(
-            paced,
-            launching(bound, f, stream, false, call),
-            stream,
-            false,
-        ),
-        (paced, None) => launched(paced, call(), stream, false),
-    }
+    go(f, stream, false, paced, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -82,13 +93,7 @@ pub unsafe fn launch_kernel_ptsz(
     let paced = pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => {
-            launched(paced, launching(bound, f, stream, true, call), stream, true)
-        }
-        (paced, None) => launched(paced, call(), stream, true),
-    }
+    go(f, stream, true, paced, call)
 }
 
 /// Paces the grid of a launch configuration, if there is one to read; its stream.
@@ -113,16 +118,7 @@ pub unsafe fn launch_kernel_ex(
     let (stream, paced) = pace_config(config, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(config, f, params, extra) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => launched(
-            paced,
-            launching(bound, f, stream, false, call),
-            stream,
-            false,
-        ),
-        (paced, None) => launched(paced, call(), stream, false),
-    }
+    go(f, stream, false, paced, call)
 }
 
 pub unsafe fn launch_kernel_ex_ptsz(
@@ -135,13 +131,7 @@ pub unsafe fn launch_kernel_ex_ptsz(
     let (stream, paced) = pace_config(config, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(config, f, params, extra) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => {
-            launched(paced, launching(bound, f, stream, true, call), stream, true)
-        }
-        (paced, None) => launched(paced, call(), stream, true),
-    }
+    go(f, stream, true, paced, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -161,16 +151,7 @@ pub unsafe fn launch_cooperative_kernel(
     let paced = pace(gx, gy, gz, stream, false);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => launched(
-            paced,
-            launching(bound, f, stream, false, call),
-            stream,
-            false,
-        ),
-        (paced, None) => launched(paced, call(), stream, false),
-    }
+    go(f, stream, false, paced, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -190,11 +171,5 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     let paced = pace(gx, gy, gz, stream, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
-    match (paced, beyond_default(f)) {
-        (None, None) => call(),
-        (paced, Some(bound)) => {
-            launched(paced, launching(bound, f, stream, true, call), stream, true)
-        }
-        (paced, None) => launched(paced, call(), stream, true),
-    }
+    go(f, stream, true, paced, call)
 }
