@@ -113,17 +113,22 @@ pub unsafe fn module_load(module: *mut CUmodule, path: *const c_char) -> CUresul
 
 pub unsafe fn module_unload(module: CUmodule) -> CUresult {
     let f = real_or_return!(cuModuleUnload);
-    // Its functions' handles may be reused: their cached figures go with it.
+    // SAFETY: the caller's argument, passed on unchanged.
+    unload(Kind::Module, module as u64, || unsafe { f(module) })
+}
+
+/// The unload `call` of a module or library (`handle`): what it was charged is given back
+/// once it went, and its functions' cached figures go with it (their handles may be reused).
+fn unload(kind: Kind, handle: u64, call: impl FnOnce() -> CUresult) -> CUresult {
     let call = || {
-        // SAFETY: the caller's argument, passed on unchanged.
-        let r = unsafe { f(module) };
+        let r = call();
         super::stack::forget_functions();
         r
     };
     let Some(s) = slice::get() else {
         return call();
     };
-    uncharged(s, Kind::Module, module as u64, call)
+    uncharged(s, kind, handle, call)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -185,15 +190,6 @@ pub unsafe fn library_load_from_file(
 
 pub unsafe fn library_unload(library: CUlibrary) -> CUresult {
     let f = real_or_return!(cuLibraryUnload);
-    // Its functions' handles may be reused: their cached figures go with it.
-    let call = || {
-        // SAFETY: the caller's argument, passed on unchanged.
-        let r = unsafe { f(library) };
-        super::stack::forget_functions();
-        r
-    };
-    let Some(s) = slice::get() else {
-        return call();
-    };
-    uncharged(s, Kind::Library, library as u64, call)
+    // SAFETY: the caller's argument, passed on unchanged.
+    unload(Kind::Library, library as u64, || unsafe { f(library) })
 }
