@@ -59,8 +59,8 @@ struct SimulateArgs {
     nodes: PathBuf,
     /// Pod lists: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…]; several
     /// (comma-separated or the option repeated) are replayed one after the other on the same
-    /// nodes, and compared in one table (with the FGD paper's published figures for the openb
-    /// traces given with gpuslice, recognized by their file names)
+    /// nodes, and compared in one table (with the FGD paper's published figures for the 17
+    /// openb pod lists it ran, recognized by their file names)
     #[arg(long, required = true, value_delimiter = ',')]
     pods: Vec<PathBuf>,
     /// Policies, comma-separated: the FGD paper's baselines as its simulator runs them
