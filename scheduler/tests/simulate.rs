@@ -9,10 +9,14 @@ fn traces() -> PathBuf {
 }
 
 fn simulate(args: &[&str], out: &Path) -> std::process::Output {
+    simulate_on(&traces().join("openb_node_list_gpu_node.csv"), args, out)
+}
+
+fn simulate_on(nodes: &Path, args: &[&str], out: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
         .arg("simulate")
         .arg("--nodes")
-        .arg(traces().join("openb_node_list_gpu_node.csv"))
+        .arg(nodes)
         .arg("--csv")
         .arg(out.join("sim.csv"))
         .arg("--plot")
@@ -215,6 +219,54 @@ fn bad_input_is_refused_naming_the_file_the_row_and_the_value() {
         !o.status.success() && err.contains("--seeds \"9..3\""),
         "{err}"
     );
+}
+
+/// `pods=N` of each run's log line: the pods that arrived until 130% of the GPUs' capacity.
+fn arrived_pods(stderr: &str) -> Vec<u64> {
+    stderr
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("pods="))
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_node_list_with_cpu_only_nodes_is_replayed_and_those_nodes_add_no_gpu_capacity() {
+    // As the openb release's full node list has them: no GPU, no model.
+    let out = tempfile::tempdir().unwrap();
+    let gpu_nodes = std::fs::read_to_string(traces().join("openb_node_list_gpu_node.csv")).unwrap();
+    let kept: Vec<&str> = gpu_nodes.lines().take(61).collect();
+    let only_gpu = out.path().join("gpu.csv");
+    std::fs::write(&only_gpu, kept.join("\n") + "\n").unwrap();
+    let cpu: String = (0..30)
+        .map(|i| format!("cpu-node-{i},32000,262144,0,\n"))
+        .collect();
+    let mixed = out.path().join("mixed.csv");
+    std::fs::write(&mixed, kept.join("\n") + "\n" + &cpu).unwrap();
+
+    let pods = traces().join("openb_pod_list_default.csv");
+    let args = [
+        "--pods",
+        pods.to_str().unwrap(),
+        "--seeds",
+        "42",
+        "--policy",
+        "frag-aware",
+    ];
+    let (a, b) = (
+        simulate_on(&only_gpu, &args, out.path()),
+        simulate_on(&mixed, &args, out.path()),
+    );
+    for o in [&a, &b] {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(summary(&String::from_utf8_lossy(&o.stdout)).len(), 1);
+    }
+    let (a, b) = (
+        arrived_pods(&String::from_utf8_lossy(&a.stderr)),
+        arrived_pods(&String::from_utf8_lossy(&b.stderr)),
+    );
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "the same GPU capacity takes the same pods");
 }
 
 /// The closeness line of a run with `--layout`: (multi-GPU pods placed, NVLink %, across
