@@ -262,6 +262,22 @@ pub struct CUlaunchConfig {
     pub num_attrs: c_uint,
 }
 
+/// One device's launch of `cuLaunchCooperativeKernelMultiDevice` (`CUDA_LAUNCH_PARAMS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_LAUNCH_PARAMS {
+    pub function: CUfunction,
+    pub grid_dim_x: c_uint,
+    pub grid_dim_y: c_uint,
+    pub grid_dim_z: c_uint,
+    pub block_dim_x: c_uint,
+    pub block_dim_y: c_uint,
+    pub block_dim_z: c_uint,
+    pub shared_mem_bytes: c_uint,
+    pub stream: CUstream,
+    pub kernel_params: *mut *mut c_void,
+}
+
 /// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union this
 /// crate does not read.
 #[repr(C)]

@@ -274,6 +274,15 @@ fn checks() -> Vec<Check> {
     field!(CUlaunchConfig, stream, "hStream", 12000);
     field!(CUlaunchConfig, attrs, "attrs", 12000);
     field!(CUlaunchConfig, num_attrs, "numAttrs", 12000);
+    size!(CUDA_LAUNCH_PARAMS);
+    field!(CUDA_LAUNCH_PARAMS, function, "function");
+    field!(CUDA_LAUNCH_PARAMS, grid_dim_x, "gridDimX");
+    field!(CUDA_LAUNCH_PARAMS, grid_dim_z, "gridDimZ");
+    field!(CUDA_LAUNCH_PARAMS, block_dim_x, "blockDimX");
+    field!(CUDA_LAUNCH_PARAMS, block_dim_z, "blockDimZ");
+    field!(CUDA_LAUNCH_PARAMS, shared_mem_bytes, "sharedMemBytes");
+    field!(CUDA_LAUNCH_PARAMS, stream, "hStream");
+    field!(CUDA_LAUNCH_PARAMS, kernel_params, "kernelParams");
     constant!(CUDA_SUCCESS);
     constant!(CUDA_ERROR_INVALID_VALUE);
     constant!(CUDA_ERROR_OUT_OF_MEMORY);

@@ -232,6 +232,10 @@ table! {
         Cuda fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel_ex_ptsz;
         Cuda fn cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_cooperative_kernel;
         Cuda fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_cooperative_kernel_ptsz;
+        Cuda fn cuLaunch(f: CUfunction) -> CUresult = crate::hooks::launch::launch_legacy;
+        Cuda fn cuLaunchGrid(f: CUfunction, w: c_int, h: c_int) -> CUresult = crate::hooks::launch::launch_grid;
+        Cuda fn cuLaunchGridAsync(f: CUfunction, w: c_int, h: c_int, stream: CUstream) -> CUresult = crate::hooks::launch::launch_grid_async;
+        Cuda fn cuLaunchCooperativeKernelMultiDevice(list: *mut CUDA_LAUNCH_PARAMS, count: c_uint, flags: c_uint) -> CUresult = crate::hooks::launch::launch_cooperative_multi_device;
         Cuda fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult = proc_address::get_proc_address;
         Cuda fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CUresult = proc_address::get_proc_address_v2;
         Cuda fn cuCtxCreate(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
@@ -350,6 +354,35 @@ mod tests {
             .collect();
         // A program asking cuGetProcAddress for an old CUDA version gets the old variant (the
         // CUDA 12 runtime asks for cuDevicePrimaryCtxReset as of 7.0, the unversioned one).
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
+    }
+
+    #[test]
+    fn every_call_the_driver_exports_to_launch_a_kernel_is_intercepted() {
+        // A launch the library does not see runs unpaced, and its kernel's stack uncharged.
+        let intercepted: BTreeSet<&str> = ENTRIES
+            .iter()
+            .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
+            .map(|(_, _, name, _)| name.to_str().unwrap())
+            .collect();
+        let exports = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/reference/libcuda.symbols"
+        ))
+        .unwrap();
+        // Host functions run on the CPU.
+        let launches: Vec<&str> = exports
+            .lines()
+            .filter(|s| {
+                (s.starts_with("cuLaunch") && !s.starts_with("cuLaunchHostFunc"))
+                    || s.starts_with("cuGraphLaunch")
+            })
+            .collect();
+        assert!(launches.len() >= 10, "{launches:?}");
+        let missed: Vec<&&str> = launches
+            .iter()
+            .filter(|s| !intercepted.contains(**s))
+            .collect();
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 }

@@ -511,6 +511,36 @@ fn a_slice_without_a_share_is_not_paced() {
 }
 
 #[test]
+fn launches_through_the_deprecated_grid_and_multi_device_calls_are_paced_too() {
+    // CUDA 2.0's cuLaunchGridAsync and a one-device cuLaunchCooperativeKernelMultiDevice,
+    // still exported by the driver: a tenant launching through them is held to the share.
+    let (grid, multi) = (setup(30), setup(30));
+    let (grid, multi) = (
+        grid.command_via(true, "grid").output().unwrap(),
+        multi.command_via(true, "multi").output().unwrap(),
+    );
+    let (grid, multi) = (busy_percent(&grid), busy_percent(&multi));
+    eprintln!("cuLaunchGridAsync: {grid:.1}% busy, one-device multi-device launch: {multi:.1}%");
+    assert!(
+        (25.0..=35.0).contains(&grid),
+        "cuLaunchGridAsync: {grid:.1}% busy"
+    );
+    assert!(
+        (25.0..=35.0).contains(&multi),
+        "cuLaunchCooperativeKernelMultiDevice: {multi:.1}% busy"
+    );
+    // A list of several devices is not paced per device: it is refused on a paced slice
+    // (CUDA_ERROR_NOT_SUPPORTED), and runs where nothing intercepts it.
+    let s = setup(30);
+    let refused = s.command_via(true, "multi2").output().unwrap();
+    let text = String::from_utf8_lossy(&refused.stdout);
+    assert!(text.contains("error=launch 801"), "{text}");
+    let bare = s.command_via(false, "multi2").output().unwrap();
+    let text = String::from_utf8_lossy(&bare.stdout);
+    assert!(bare.status.success() && text.contains("blocks="), "{text}");
+}
+
+#[test]
 fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too() {
     let (ex, coop) = (setup(30), setup(30));
     let (ex, coop) = (

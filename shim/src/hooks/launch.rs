@@ -1,8 +1,14 @@
 //! Kernel launches: paced where the slice has a share of the GPU's SMs (see `pacing`), the
 //! stack growth a kernel with more local memory makes the driver take charged first (see
-//! `stack`), then passed to the driver unchanged.
+//! `stack`), then passed to the driver unchanged. Every launch call the driver exports is
+//! here: the CUDA 2.0 calls (`cuLaunch`, `cuLaunchGrid`, `cuLaunchGridAsync`, deprecated and
+//! still exported) too, or a tenant would launch through them unpaced. A multi-device
+//! cooperative launch (`cuLaunchCooperativeKernelMultiDevice`, deprecated since CUDA 11.3) of
+//! one device is paced as a cooperative launch; one of several devices is refused
+//! (`CUDA_ERROR_NOT_SUPPORTED`) where the slice is paced or a kernel needs more stack than
+//! the default: each device would be paced and charged on its own, which is not done.
 
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use super::real_or_return;
 use super::stack::{beyond_default, launching};
@@ -172,4 +178,83 @@ pub unsafe fn launch_cooperative_kernel_ptsz(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(f, gx, gy, gz, bx, by, bz, shared, stream, params) };
     go(f, stream, true, paced, call)
+}
+
+/// `cuLaunch`: a grid of one block, on the default stream.
+pub unsafe fn launch_legacy(f: CUfunction) -> CUresult {
+    let real = real_or_return!(cuLaunch);
+    let stream = std::ptr::null_mut();
+    let paced = pace(1, 1, 1, stream, false);
+    // SAFETY: the caller's argument, passed on unchanged.
+    go(f, stream, false, paced, || unsafe { real(f) })
+}
+
+/// The blocks of a `w` × `h` grid of a CUDA 2.0 launch (the driver refuses a negative one).
+fn grid(w: c_int, h: c_int) -> (c_uint, c_uint) {
+    (
+        c_uint::try_from(w).unwrap_or(0),
+        c_uint::try_from(h).unwrap_or(0),
+    )
+}
+
+/// `cuLaunchGrid`: a `w` × `h` grid on the default stream.
+pub unsafe fn launch_grid(f: CUfunction, w: c_int, h: c_int) -> CUresult {
+    let real = real_or_return!(cuLaunchGrid);
+    let stream = std::ptr::null_mut();
+    let (gx, gy) = grid(w, h);
+    let paced = pace(gx, gy, 1, stream, false);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    go(f, stream, false, paced, || unsafe { real(f, w, h) })
+}
+
+/// `cuLaunchGridAsync`: a `w` × `h` grid on `stream`.
+pub unsafe fn launch_grid_async(f: CUfunction, w: c_int, h: c_int, stream: CUstream) -> CUresult {
+    let real = real_or_return!(cuLaunchGridAsync);
+    let (gx, gy) = grid(w, h);
+    let paced = pace(gx, gy, 1, stream, false);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    go(f, stream, false, paced, || unsafe { real(f, w, h, stream) })
+}
+
+/// `cuLaunchCooperativeKernelMultiDevice`: `count` launches at `list`, one per device.
+pub unsafe fn launch_cooperative_multi_device(
+    list: *mut CUDA_LAUNCH_PARAMS,
+    count: c_uint,
+    flags: c_uint,
+) -> CUresult {
+    let real = real_or_return!(cuLaunchCooperativeKernelMultiDevice);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let call = || unsafe { real(list, count, flags) };
+    let Some(s) = crate::slice::get() else {
+        return call();
+    };
+    let entries: &[CUDA_LAUNCH_PARAMS] = if list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the caller passes `count` entries at a non-null `list`, which the driver
+        // reads as well.
+        unsafe { std::slice::from_raw_parts(list, count as usize) }
+    };
+    match entries {
+        [] => call(),
+        [one] => {
+            let paced = pace(
+                one.grid_dim_x,
+                one.grid_dim_y,
+                one.grid_dim_z,
+                one.stream,
+                false,
+            );
+            go(one.function, one.stream, false, paced, call)
+        }
+        many if s.paced || many.iter().any(|p| beyond_default(p.function).is_some()) => {
+            crate::log::log!(
+                "refused: a cooperative launch on {} devices at once \
+                 (cuLaunchCooperativeKernelMultiDevice) is not paced or charged per device",
+                many.len()
+            );
+            CUDA_ERROR_NOT_SUPPORTED
+        }
+        _ => call(),
+    }
 }

@@ -19,6 +19,15 @@ typedef struct {
     unsigned numAttrs;
 } CUlaunchConfig;
 
+typedef struct {
+    CUfunction function;
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
 CUresult cuInit(unsigned);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
@@ -35,6 +44,9 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
 CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
 CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, unsigned, CUstream, void **);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *, unsigned, unsigned);
+CUresult cuFuncSetBlockShape(CUfunction, int, int, int);
+CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
 CUresult cuStreamCreate(CUstream *, unsigned);
 CUresult cuStreamBeginCapture_v2(CUstream, int);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);

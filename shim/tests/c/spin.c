@@ -2,11 +2,13 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop|graph [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph [wait]]
  *
  * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
- * cuLaunchCooperativeKernel, or cuGraphLaunch of a graph captured around two launches of
- * BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
+ * cuLaunchCooperativeKernel, CUDA 2.0's cuLaunchGridAsync (the block shape set once by
+ * cuFuncSetBlockShape), cuLaunchCooperativeKernelMultiDevice of one device (multi2: a list
+ * of two, both on this device: the simulated driver launches each), or cuGraphLaunch
+ * of a graph captured around two launches of BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
  * when a line arrives on stdin, so that several programs run over the same interval.
  * With SPIN_WARMUP_MS=W in the environment, after the first W milliseconds it waits for what
  * it queued (a real GPU queues about a thousand launches, which would otherwise run in the
@@ -57,6 +59,12 @@ static CUresult launch(CUstream stream) {
     if (exec) return cuGraphLaunch(exec, stream);
     if (strcmp(how, "coop") == 0)
         return cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0);
+    if (strcmp(how, "grid") == 0) return cuLaunchGridAsync(kernel, (int)blocks, 1, stream);
+    if (strncmp(how, "multi", 5) == 0) {
+        CUDA_LAUNCH_PARAMS each = {kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0};
+        CUDA_LAUNCH_PARAMS list[2] = {each, each};
+        return cuLaunchCooperativeKernelMultiDevice(list, strcmp(how, "multi2") == 0 ? 2 : 1, 0);
+    }
     return cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0, 0);
 }
 
@@ -95,7 +103,7 @@ static void *run(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
-        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop|graph [wait]]\n");
+        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph [wait]]\n");
         return 2;
     }
     how = argc >= 4 ? argv[3] : "kernel";
@@ -120,6 +128,10 @@ int main(int argc, char **argv) {
         cuMemAlloc_v2(&buffer, 1 << 20) || cuModuleLoadData(&module, image) ||
         cuModuleGetFunction(&kernel, module, "spin")) {
         printf("error=setup\n");
+        return 1;
+    }
+    if (strcmp(how, "grid") == 0 && cuFuncSetBlockShape(kernel, 128, 1, 1)) {
+        printf("error=shape\n");
         return 1;
     }
     CUgraph graph;

@@ -18,6 +18,7 @@ mod export_table;
 mod graph;
 mod graph_memory;
 mod green;
+mod legacy_launch;
 mod module;
 mod paths;
 mod pool_books;
