@@ -279,12 +279,17 @@ pub struct CUDA_LAUNCH_PARAMS {
 }
 
 /// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union this
-/// crate does not read.
+/// crate does not read but for a kernel node's parameters, at
+/// [`CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CUgraphNodeParamsHead {
     pub typ: c_int,
 }
+
+/// Where a kernel node's `CUDA_KERNEL_NODE_PARAMS_v3` (laid out as v2) stands in
+/// `CUgraphNodeParams`.
+pub const CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET: usize = 16;
 
 /// `CUmemorytype` values.
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;

@@ -216,6 +216,16 @@ fn checks() -> Vec<Check> {
         offset_of!(CUgraphNodeParamsHead, typ) as i128,
         12020,
     );
+    add(
+        "offsetof(CUgraphNodeParams, kernel)",
+        CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET as i128,
+        12020,
+    );
+    add(
+        "sizeof(CUDA_KERNEL_NODE_PARAMS_v3)",
+        size_of::<CUDA_KERNEL_NODE_PARAMS_v2>() as i128,
+        12020,
+    );
     constant!(CU_MEMORYTYPE_HOST);
     constant!(CU_MEMORYTYPE_DEVICE);
     constant!(CU_MEMORYTYPE_ARRAY);

@@ -254,6 +254,9 @@ table! {
         Cuda fn cuGraphExecUpdate(exec: CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, result: *mut c_int) -> CUresult = graph::graph_exec_update_v1;
         Cuda fn cuGraphExecUpdate_v2(exec: CUgraphExec, graph: CUgraph, info: *mut c_void) -> CUresult = graph::graph_exec_update_v2;
         Cuda fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult = graph::graph_exec_destroy;
+        Cuda fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) -> CUresult = graph::graph_exec_kernel_node_set_params;
+        Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;
+        Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph::graph_exec_node_set_params;
         Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch;
         Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch_ptsz;
         Cuda fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload;

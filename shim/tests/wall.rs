@@ -174,6 +174,14 @@ fn a_kernel_needing_more_local_memory_than_the_stack_is_charged_its_growth_befor
             "a graph's kernel too: {what}"
         );
         assert_eq!(f.get("graph_over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        // A graph instantiated with the kernel that fits, its node then given the one that
+        // does not (cuGraphExecKernelNodeSetParams): refused as that kernel's launch is.
+        assert_eq!(f.get("swap"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(
+            f.get("graph_swapped"),
+            "CUDA_ERROR_OUT_OF_MEMORY",
+            "{what}"
+        );
         assert_eq!(f.num("end_free"), r, "{what}");
     }
     assert_eq!(

@@ -26,7 +26,10 @@
 //! graph's kernel nodes (`cuGraphKernelNodeGetParams`), and each launch takes that many from
 //! the pacing bucket, as that many separate launches would (`pacing`). It also keeps the
 //! most local memory a thread of any of its kernels needs, and a launch charges the stack
-//! growth that makes the driver take first, as a launch of that kernel would (`stack`).
+//! growth that makes the driver take first, as a launch of that kernel would (`stack`). A
+//! kernel node given new parameters in the executable graph alone
+//! (`cuGraphExecKernelNodeSetParams{,_v2}`, `cuGraphExecNodeSetParams`) moves both: a tenant
+//! cannot instantiate a small kernel and launch a large one in its place.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -64,6 +67,10 @@ struct ExecMemory {
     auto_free: bool,
     blocks: u64,
     local: u64,
+    /// The blocks of each kernel node of the graph itself (not of its child graphs), where
+    /// paced: what a later change of one node's parameters takes back. Moved into
+    /// [`Books::node_blocks`] when the executable graph is remembered.
+    node_blocks: HashMap<usize, u64>,
 }
 
 impl ExecMemory {
@@ -84,6 +91,9 @@ struct Pool {
 #[derive(Default)]
 pub struct Books {
     execs: HashMap<usize, ExecMemory>,
+    /// Per executable graph, [`ExecMemory::node_blocks`] (kept apart: a launch copies its
+    /// graph's [`ExecMemory`]).
+    node_blocks: HashMap<usize, HashMap<usize, u64>>,
     /// Graph allocations a launch made and nothing freed yet.
     live: HashMap<CUdeviceptr, Allocation>,
     /// By slice position.
@@ -186,10 +196,11 @@ fn read_graph(
             CU_GRAPH_NODE_TYPE_KERNEL => {
                 if let Some(p) = kernel_params(node) {
                     if s.paced {
-                        let blocks = u64::from(p.grid_dim_x)
-                            * u64::from(p.grid_dim_y)
-                            * u64::from(p.grid_dim_z);
+                        let blocks = grid_blocks(&p);
                         into.blocks = into.blocks.saturating_add(blocks);
+                        if depth == 0 {
+                            into.node_blocks.insert(node as usize, blocks);
+                        }
                     }
                     let f = if p.func.is_null() { p.kern } else { p.func };
                     into.local = into.local.max(super::stack::local_bytes(f));
@@ -209,6 +220,10 @@ fn read_graph(
         }
     }
     Ok(())
+}
+
+fn grid_blocks(p: &CUDA_KERNEL_NODE_PARAMS_v2) -> u64 {
+    u64::from(p.grid_dim_x) * u64::from(p.grid_dim_y) * u64::from(p.grid_dim_z)
 }
 
 /// A kernel node's parameters (None where the driver does not say).
@@ -473,16 +488,151 @@ fn instantiate(
     r
 }
 
-fn remember(s: &Slice, exec: CUgraphExec, memory: ExecMemory) {
-    if books(s).execs.insert(exec as usize, memory).is_none() {
+fn remember(s: &Slice, exec: CUgraphExec, mut memory: ExecMemory) {
+    let mut books = books(s);
+    let nodes = std::mem::take(&mut memory.node_blocks);
+    if !nodes.is_empty() {
+        books.node_blocks.insert(exec as usize, nodes);
+    }
+    if books.execs.insert(exec as usize, memory).is_none() {
         TRACKED_EXECS.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 fn forget(s: &Slice, exec: CUgraphExec) {
-    if books(s).execs.remove(&(exec as usize)).is_some() {
+    let mut books = books(s);
+    books.node_blocks.remove(&(exec as usize));
+    if books.execs.remove(&(exec as usize)).is_some() {
         TRACKED_EXECS.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// A kernel node of `exec` given the parameters `p` by `call` (which changes the executable
+/// graph alone): once the driver took them, the books follow. The graph's blocks, where
+/// paced, trade the node's old grid for the new one; the most local memory a thread of its
+/// kernels needs never goes down (the old kernel may stand in another node too), so a launch
+/// charges the stack the new kernel makes the driver grow, as a launch of it would.
+fn set_kernel(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    p: Option<CUDA_KERNEL_NODE_PARAMS_v2>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let (Some(s), Some(p)) = (slice::get(), p) else {
+        return call();
+    };
+    let r = call();
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let f = if p.func.is_null() { p.kern } else { p.func };
+    let local = super::stack::local_bytes(f);
+    let mut books = books(s);
+    let key = exec as usize;
+    let known = books.execs.contains_key(&key);
+    if s.paced {
+        let blocks = grid_blocks(&p);
+        let old = books
+            .node_blocks
+            .entry(key)
+            .or_default()
+            .insert(node as usize, blocks)
+            .unwrap_or(0);
+        let e = books.execs.entry(key).or_default();
+        e.blocks = e.blocks.saturating_sub(old).saturating_add(blocks);
+    }
+    let e = books.execs.entry(key).or_default();
+    e.local = e.local.max(local);
+    if !known {
+        if e.tracked() {
+            TRACKED_EXECS.fetch_add(1, Ordering::AcqRel);
+        } else {
+            books.execs.remove(&key);
+        }
+    }
+    r
+}
+
+/// Reads a kernel node's parameters the caller passes (v1 is the head of v2).
+fn caller_kernel_params(
+    p: *const CUDA_KERNEL_NODE_PARAMS_v2,
+) -> Option<CUDA_KERNEL_NODE_PARAMS_v2> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's structure, read field by field up to `extra` (what v1 has): no
+    // reference to a whole v2 structure is made.
+    let head = unsafe {
+        CUDA_KERNEL_NODE_PARAMS_v2 {
+            func: (*p).func,
+            grid_dim_x: (*p).grid_dim_x,
+            grid_dim_y: (*p).grid_dim_y,
+            grid_dim_z: (*p).grid_dim_z,
+            block_dim_x: (*p).block_dim_x,
+            block_dim_y: (*p).block_dim_y,
+            block_dim_z: (*p).block_dim_z,
+            shared_mem_bytes: (*p).shared_mem_bytes,
+            kernel_params: (*p).kernel_params,
+            extra: (*p).extra,
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        }
+    };
+    Some(head)
+}
+
+pub unsafe fn graph_exec_kernel_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const c_void,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecKernelNodeSetParams);
+    let p = caller_kernel_params(params.cast());
+    // SAFETY: the caller's arguments, passed on unchanged.
+    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
+}
+
+pub unsafe fn graph_exec_kernel_node_set_params_v2(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecKernelNodeSetParams_v2);
+    let p = caller_kernel_params(params).map(|mut p| {
+        // SAFETY: a v2 structure: its `kern` follows `extra`.
+        p.kern = unsafe { (*params).kern };
+        p
+    });
+    // SAFETY: the caller's arguments, passed on unchanged.
+    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
+}
+
+/// CUDA 12.2's generic form: followed for a kernel node; other nodes' parameters change no
+/// books here (an executable graph's memory nodes cannot be changed).
+pub unsafe fn graph_exec_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParamsHead,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecNodeSetParams);
+    // SAFETY: the caller's CUgraphNodeParams, whose type comes first; a kernel node's
+    // parameters stand at their offset in it.
+    let p = (!params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_KERNEL)
+        .then(|| unsafe {
+            params
+                .cast::<u8>()
+                .add(CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET)
+                .cast::<CUDA_KERNEL_NODE_PARAMS_v2>()
+        })
+        .and_then(|k| {
+            caller_kernel_params(k).map(|mut p| {
+                // SAFETY: as above, a v3 (v2-shaped) structure.
+                p.kern = unsafe { (*k).kern };
+                p
+            })
+        });
+    // SAFETY: the caller's arguments, passed on unchanged.
+    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
 }
 
 type WithLog = unsafe extern "C" fn(

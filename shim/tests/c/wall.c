@@ -105,6 +105,7 @@ CUresult cuGraphCreate(CUgraph *, unsigned);
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuGraphDestroy(CUgraph);
 CUresult cuCtxSynchronize(void);
@@ -148,6 +149,7 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuGraphCreate, cuGraphCreate) X(cuGraphAddKernelNode, cuGraphAddKernelNode_v2) \
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) X(cuGraphLaunch, cuGraphLaunch) \
     X(cuGraphExecDestroy, cuGraphExecDestroy) X(cuGraphDestroy, cuGraphDestroy) \
+    X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2) \
     X(cuCtxSynchronize, cuCtxSynchronize)
 
 static struct {
@@ -612,7 +614,8 @@ int main(int argc, char **argv) {
          * SM x SMs), and keeps it. "fits" needs the most bytes a thread that fit REMAINING
          * past the stack, "over" one more; launched directly ("fit", "over"), then, with the
          * stack put back ("lowered_free"), as a graph's one kernel node ("graph_fit",
-         * "graph_free", "graph_over"). The stack is put back at the end. */
+         * "graph_free", "graph_over", and "graph_swapped" below). The stack is put back at
+         * the end. */
         int sms = 0, per_sm = 0;
         A.cuDeviceGetAttribute(&sms, 16, dev);
         A.cuDeviceGetAttribute(&per_sm, 39, dev);
@@ -637,6 +640,23 @@ int main(int argc, char **argv) {
         printf("graph_fit=%s ", name(A.cuGraphLaunch(graph_fits, 0)));
         printf("graph_free=%zu ", free_now());
         printf("graph_over=%s ", name(A.cuGraphLaunch(graph_over, 0)));
+        /* A graph instantiated with "fits" whose node is then given "over" in the executable
+         * graph alone: its launch makes the driver grow the stack as a launch of "over"
+         * would ("graph_swapped"). */
+        CUgraph g = 0;
+        CUgraphNode n = 0;
+        CUgraphExec swapped = 0;
+        CUDA_KERNEL_NODE_PARAMS_v2 k = {fits, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+        if (A.cuGraphCreate(&g, 0) || A.cuGraphAddKernelNode(&n, g, 0, 0, &k) ||
+            A.cuGraphInstantiateWithFlags(&swapped, g, 0)) {
+            printf("error=graph\n"); return 1;
+        }
+        k.func = too_big;
+        printf("swap=%s ", name(A.cuGraphExecKernelNodeSetParams(swapped, n, &k)));
+        printf("graph_swapped=%s ", name(A.cuGraphLaunch(swapped, 0)));
+        A.cuCtxSynchronize();
+        A.cuGraphExecDestroy(swapped);
+        A.cuGraphDestroy(g);
         A.cuCtxSynchronize();
         A.cuGraphExecDestroy(graph_fits);
         A.cuGraphExecDestroy(graph_over);

@@ -18,12 +18,12 @@ use std::sync::{LazyLock, Mutex};
 
 use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
-    CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_HOST,
-    CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
+    CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET, CU_GRAPH_NODE_TYPE_EMPTY,
+    CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
     CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphExecUpdateResultInfo,
-    CUmemLocation, CUmemPoolProps, CUmemPropHead,
+    CUgraphNodeParamsHead, CUmemLocation, CUmemPoolProps, CUmemPropHead,
 };
 pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
 
@@ -700,5 +700,72 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
             out(error_node, std::ptr::null_mut())?;
         }
         outcome.map_err(|_| CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
+    })
+}
+
+/// Gives the kernel node `node` of the graph `e` was instantiated from new parameters in `e`
+/// alone (the graph keeps its own), as the driver does: a kernel node stays a kernel node.
+fn set_exec_kernel(e: CUgraphExec, node: CUgraphNode, op: Op) -> Result<(), CUresult> {
+    let (_, index) = NODES
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(&(node as usize))
+        .copied()
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut ops = exec_of(e)?.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    match ops.get_mut(index) {
+        Some(slot @ Op::Kernel { .. }) => {
+            *slot = op;
+            Ok(())
+        }
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+) -> CUresult {
+    guard(|| set_exec_kernel(e, node, kernel_op(params)?))
+}
+
+/// Takes a `CUDA_KERNEL_NODE_PARAMS` v1, the head of the v2 structure (only that is read).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    params: *const c_void,
+) -> CUresult {
+    // SAFETY: the same contract; the v1 parameters are the head of the v2 ones.
+    unsafe { cuGraphExecKernelNodeSetParams_v2(e, node, params.cast()) }
+}
+
+/// CUDA 12.2's generic form, for a kernel node (other types are not modelled here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecNodeSetParams(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParamsHead,
+) -> CUresult {
+    guard(|| {
+        if params.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: the caller's CUgraphNodeParams, whose type comes first.
+        if unsafe { (*params).typ } != CU_GRAPH_NODE_TYPE_KERNEL {
+            return Err(crate::unmodelled(
+                "cuGraphExecNodeSetParams (not a kernel node)",
+            ));
+        }
+        // SAFETY: a kernel node's parameters stand at that offset of the caller's structure.
+        let kernel = unsafe {
+            params
+                .cast::<u8>()
+                .add(CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET)
+                .cast::<CUDA_KERNEL_NODE_PARAMS_v2>()
+        };
+        set_exec_kernel(e, node, kernel_op(kernel)?)
     })
 }
