@@ -253,6 +253,7 @@ table! {
         Cuda fn cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult = graph::graph_instantiate_with_params_ptsz;
         Cuda fn cuGraphExecUpdate(exec: CUgraphExec, graph: CUgraph, error_node: *mut CUgraphNode, result: *mut c_int) -> CUresult = graph::graph_exec_update_v1;
         Cuda fn cuGraphExecUpdate_v2(exec: CUgraphExec, graph: CUgraph, info: *mut c_void) -> CUresult = graph::graph_exec_update_v2;
+        Cuda fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> CUresult = vmm::mem_retain_allocation_handle;
         Cuda fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult = graph::graph_exec_destroy;
         Cuda fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) -> CUresult = graph::graph_exec_kernel_node_set_params;
         Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;

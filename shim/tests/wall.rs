@@ -177,11 +177,7 @@ fn a_kernel_needing_more_local_memory_than_the_stack_is_charged_its_growth_befor
         // A graph instantiated with the kernel that fits, its node then given the one that
         // does not (cuGraphExecKernelNodeSetParams): refused as that kernel's launch is.
         assert_eq!(f.get("swap"), "CUDA_SUCCESS", "{what}");
-        assert_eq!(
-            f.get("graph_swapped"),
-            "CUDA_ERROR_OUT_OF_MEMORY",
-            "{what}"
-        );
+        assert_eq!(f.get("graph_swapped"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
         assert_eq!(f.num("end_free"), r, "{what}");
     }
     assert_eq!(
@@ -470,6 +466,24 @@ fn a_released_handle_stays_charged_until_its_last_unmap() {
 }
 
 #[test]
+fn a_retained_handle_keeps_its_allocation_charged_until_its_last_release() {
+    // A tenant retains each mapped allocation, releases the handle it created and unmaps it:
+    // the memory stays, held by the retained handle.
+    let slice = Slice::new(64 * MIB, 0);
+    let vmm = common::compile(&slice.sim, "vmm");
+    let out = slice
+        .command(&vmm)
+        .args([(32 * MIB).to_string(), "6".into(), "retain".into()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f = common::Facts::parse(&line);
+    assert_eq!(f.get("held"), "2", "{line}");
+    assert_eq!(f.get("after_release"), "0", "{line}");
+    assert_eq!(slice.usage().totals(), vec![0], "{line}");
+}
+
+#[test]
 fn the_simulated_driver_frees_a_released_handle_at_its_last_unmap() {
     let slice = Slice::new(64 * MIB, 0);
     let vmm = common::compile(&slice.sim, "vmm");
@@ -485,4 +499,14 @@ fn the_simulated_driver_frees_a_released_handle_at_its_last_unmap() {
     let f = common::Facts::parse(&line);
     assert_eq!(f.get("mapped"), "4", "{line}");
     assert_eq!(f.get("after_unmap"), "0", "{line}");
+    // A retained handle is one more reference: the memory stays until it is released too.
+    let out = std::process::Command::new(&vmm)
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args([chunk.to_string(), "6".into(), "retain".into()])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let f = common::Facts::parse(&line);
+    assert_eq!(f.get("held"), "4", "{line}");
+    assert_eq!(f.get("after_release"), "0", "{line}");
 }

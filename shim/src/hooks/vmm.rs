@@ -1,6 +1,9 @@
 //! The virtual-memory API after `cuMemCreate` (charged in `alloc`): the driver frees a physical
-//! allocation at the later of its `cuMemRelease` and its last `cuMemUnmap`, so a handle released
-//! while still mapped keeps its charge until then.
+//! allocation at the later of its last `cuMemRelease` and its last `cuMemUnmap`, so a handle
+//! released while still mapped keeps its charge until then. Each `cuMemRetainAllocationHandle`
+//! is one more reference to release: the charge stays until the last of them, or a tenant
+//! would retain a mapped allocation, release and unmap it (its charge given back), and map the
+//! retained handle again, holding memory no counter shows.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,6 +20,8 @@ pub struct Mappings {
     count: HashMap<CUmemGenericAllocationHandle, u32>,
     /// Released handles still mapped, with the charge they keep.
     released: HashMap<CUmemGenericAllocationHandle, Charge>,
+    /// Handle → references `cuMemRetainAllocationHandle` added and no release took yet.
+    retained: HashMap<CUmemGenericAllocationHandle, u32>,
 }
 
 impl Mappings {
@@ -26,6 +31,30 @@ impl Mappings {
     }
 }
 
+fn mappings(s: &slice::Slice) -> std::sync::MutexGuard<'_, Mappings> {
+    s.vmm
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub unsafe fn mem_retain_allocation_handle(
+    handle: *mut CUmemGenericAllocationHandle,
+    addr: *mut std::ffi::c_void,
+) -> CUresult {
+    let f = real_or_return!(cuMemRetainAllocationHandle);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(handle, addr) };
+    if r == CUDA_SUCCESS
+        && !handle.is_null()
+        && let Some(s) = slice::get()
+    {
+        // SAFETY: the driver wrote the handle on success.
+        let h = unsafe { handle.read() };
+        *mappings(s).retained.entry(h).or_insert(0) += 1;
+    }
+    r
+}
+
 pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     let f = real_or_return!(cuMemRelease);
     // SAFETY: the caller's argument, passed on unchanged.
@@ -33,6 +62,20 @@ pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     let Some(s) = slice::get() else {
         return call();
     };
+    if mappings(s).retained.get(&handle).is_some_and(|n| *n > 0) {
+        // Not the last reference: the allocation stays, and its charge.
+        let r = call();
+        if r == CUDA_SUCCESS {
+            let mut vmm = mappings(s);
+            if let Some(n) = vmm.retained.get_mut(&handle) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    vmm.retained.remove(&handle);
+                }
+            }
+        }
+        return r;
+    }
     let charge = s.take(Kind::Physical, handle);
     let r = call();
     match charge {

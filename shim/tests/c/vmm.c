@@ -1,7 +1,13 @@
 /* The virtual-memory API's release-while-mapped: each round creates CHUNK bytes, maps them,
  * and releases the handle while the mapping stays (the driver frees the memory only at the
  * last unmap). Prints how many rounds got memory ("mapped="), then unmaps everything and
- * prints whether CHUNK can be created again ("after_unmap="). Usage: vmm CHUNK ROUNDS */
+ * prints whether CHUNK can be created again ("after_unmap="). Usage: vmm CHUNK ROUNDS [retain]
+ *
+ * With "retain", each round instead takes one more reference to the mapped allocation
+ * (cuMemRetainAllocationHandle), releases the handle it created and unmaps it: the memory
+ * stays, held by the retained handle alone. Prints how many rounds got memory ("held="), then
+ * releases the retained handles and prints whether CHUNK can be created ("after_release="). */
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,6 +32,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigne
 CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 CUresult cuMemUnmap(CUdeviceptr, size_t);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *, void *);
 
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: vmm CHUNK ROUNDS\n"); return 2; }
@@ -43,6 +50,24 @@ int main(int argc, char **argv) {
     prop.location.id = dev;
     CUmemAccessDesc access = {{1, dev}, 3};
     CUdeviceptr va[64];
+    if (argc > 3 && strcmp(argv[3], "retain") == 0) {
+        CUmemGenericAllocationHandle kept[64];
+        int held = 0;
+        for (int i = 0; i < rounds && i < 64; i++) {
+            CUmemGenericAllocationHandle h;
+            if (cuMemCreate(&h, chunk, &prop, 0)) break;
+            if (cuMemAddressReserve(&va[i], chunk, 0, 0, 0) || cuMemMap(va[i], chunk, 0, h, 0)
+                || cuMemSetAccess(va[i], chunk, &access, 1)
+                || cuMemRetainAllocationHandle(&kept[i], (void *)va[i]) || cuMemRelease(h)
+                || cuMemUnmap(va[i], chunk)) { printf("error=retain\n"); return 1; }
+            held++;
+        }
+        printf("held=%d ", held);
+        for (int i = 0; i < held; i++) cuMemRelease(kept[i]);
+        CUmemGenericAllocationHandle again;
+        printf("after_release=%d\n", cuMemCreate(&again, chunk, &prop, 0));
+        return 0;
+    }
     for (int i = 0; i < rounds && i < 64; i++) {
         CUmemGenericAllocationHandle h;
         if (cuMemCreate(&h, chunk, &prop, 0)) break;

@@ -10,7 +10,7 @@
 //! | `cuMemAllocAsync`, `cuMemAllocFromPoolAsync` | bytes, at once; freed at once (release threshold 0) |
 //! | `cuArrayCreate`, `cuArray3DCreate` | width × max(height,1) × max(depth,1) × channels × element size |
 //! | `cuMipmappedArrayCreate` | the sum of that over the levels, each halving every extent (at least 1) |
-//! | `cuMemCreate` | size (a multiple of the 2 MiB granularity), until `cuMemRelease` or, if it is still mapped then, its last `cuMemUnmap` (as the real driver frees it) |
+//! | `cuMemCreate` | size (a multiple of the 2 MiB granularity), until its last `cuMemRelease` (one per `cuMemCreate` and per `cuMemRetainAllocationHandle`) or, if it is still mapped then, its last `cuMemUnmap` (as the real driver frees it) |
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
@@ -464,14 +464,18 @@ pub extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
 struct Physical {
     index: usize,
     size: usize,
-    /// The memfd backing it; -1 once released (mappings keep their own reference).
+    /// The memfd backing it, closed when the memory is freed.
     fd: c_int,
+    /// References to the handle: one from `cuMemCreate`, one more per
+    /// `cuMemRetainAllocationHandle`, one fewer per `cuMemRelease`.
+    refs: u32,
     /// How many mappings of it exist.
     maps: u32,
 }
 
-/// Physical allocations of the virtual-memory API by handle, kept after their release while
-/// still mapped: the driver frees the memory at the later of the release and the last unmap.
+/// Physical allocations of the virtual-memory API by handle, kept after their last release
+/// while still mapped: the driver frees the memory at the later of the last release and the
+/// last unmap.
 static HANDLES: LazyLock<Mutex<HashMap<u64, Physical>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 /// Mappings by start address: (handle, size).
@@ -483,8 +487,10 @@ static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 fn free_if_done(handles: &mut HashMap<u64, Physical>, handle: u64) -> Result<(), CUresult> {
     let done = handles
         .get(&handle)
-        .is_some_and(|p| p.fd < 0 && p.maps == 0);
+        .is_some_and(|p| p.refs == 0 && p.maps == 0);
     if done && let Some(p) = handles.remove(&handle) {
+        // SAFETY: the memfd this allocation owned; no mapping or handle uses it any more.
+        unsafe { libc::close(p.fd) };
         let d = state::get()?;
         let mut inner = d.lock();
         d.uncharge(&mut inner, p.index, p.size as u64);
@@ -539,6 +545,7 @@ pub unsafe extern "C" fn cuMemCreate(
                 index,
                 size,
                 fd,
+                refs: 1,
                 maps: 0,
             },
         );
@@ -552,12 +559,34 @@ pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult
         let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let p = handles
             .get_mut(&handle)
-            .filter(|p| p.fd >= 0)
+            .filter(|p| p.refs > 0)
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        // SAFETY: closing the memfd this handle owned; mappings keep their own reference.
-        unsafe { libc::close(p.fd) };
-        p.fd = -1;
+        p.refs -= 1;
         free_if_done(&mut handles, handle)
+    })
+}
+
+/// The handle of the allocation mapped at `addr`, one more reference to it (the driver's
+/// answer: the same handle, to be released once more).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(
+    handle: *mut CUmemGenericAllocationHandle,
+    addr: *mut c_void,
+) -> CUresult {
+    guard(|| {
+        let addr = addr as u64;
+        let h = MAPPINGS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .range(..=addr)
+            .next_back()
+            .filter(|(start, (_, size))| addr < start.saturating_add(*size as u64))
+            .map(|(_, (h, _))| *h)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let p = handles.get_mut(&h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        p.refs += 1;
+        out(handle, h)
     })
 }
 
@@ -615,7 +644,7 @@ pub extern "C" fn cuMemMap(
         let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let physical = handles
             .get_mut(&handle)
-            .filter(|p| p.fd >= 0)
+            .filter(|p| p.refs > 0)
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
         let (hsize, fd) = (physical.size, physical.fd);
         if offset.checked_add(size).is_none_or(|end| end > hsize) {
