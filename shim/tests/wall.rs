@@ -164,6 +164,11 @@ fn a_kernel_needing_more_local_memory_than_the_stack_is_charged_its_growth_befor
             "CUDA_ERROR_OUT_OF_MEMORY",
             "a byte more a thread is refused: {what}"
         );
+        assert_eq!(
+            f.get("grid_over"),
+            "CUDA_ERROR_OUT_OF_MEMORY",
+            "through cuLaunchGrid too: {what}"
+        );
         assert_eq!(f.num("kept_after_over"), 1, "{what}");
         assert_eq!(f.get("lowered"), "CUDA_SUCCESS", "{what}");
         assert_eq!(f.num("lowered_free"), r, "lowering gives it back: {what}");

@@ -106,6 +106,8 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, si
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
+CUresult cuFuncSetBlockShape(CUfunction, int, int, int);
+CUresult cuLaunchGrid(CUfunction, int, int);
 CUresult cuGraphExecDestroy(CUgraphExec);
 CUresult cuGraphDestroy(CUgraph);
 CUresult cuCtxSynchronize(void);
@@ -150,6 +152,7 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags) X(cuGraphLaunch, cuGraphLaunch) \
     X(cuGraphExecDestroy, cuGraphExecDestroy) X(cuGraphDestroy, cuGraphDestroy) \
     X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2) \
+    X(cuFuncSetBlockShape, cuFuncSetBlockShape) X(cuLaunchGrid, cuLaunchGrid) \
     X(cuCtxSynchronize, cuCtxSynchronize)
 
 static struct {
@@ -631,6 +634,9 @@ int main(int argc, char **argv) {
         free_at_fit = free_now();
         A.cuCtxGetLimit(&at_fit, 0);
         over = A.cuLaunchKernel(too_big, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+        /* The same kernel through CUDA 2.0's launch call ("grid_over"). */
+        A.cuFuncSetBlockShape(too_big, 1, 1, 1);
+        printf("grid_over=%s ", name(A.cuLaunchGrid(too_big, 1, 1)));
         A.cuCtxGetLimit(&after_over, 0);
         printf("unit=%zu grown_by=%zu stack_at_fit=%zu kept_after_over=%d ", unit, at_fit - before,
                at_fit, after_over == at_fit);
