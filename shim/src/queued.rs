@@ -168,7 +168,7 @@ impl Queue {
     pub fn take_place(&'static self, depth: usize) -> Option<Place> {
         let depth = depth.clamp(1, DEPTH);
         let query = real::cuEventQuery()?;
-        // The watching thread waits with it.
+        // The watching thread waits with it (only its presence is needed here).
         real::cuEventSynchronize()?;
         let mut q = self.lock();
         // The watching thread gives places back as launches finish; the events are looked at

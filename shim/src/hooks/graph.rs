@@ -528,41 +528,45 @@ fn set_kernel(
     let f = if p.func.is_null() { p.kern } else { p.func };
     let local = super::stack::local_bytes(f);
     let mut books = books(s);
+    let Books {
+        execs, node_blocks, ..
+    } = &mut *books;
     let key = exec as usize;
-    let known = books.execs.contains_key(&key);
+    let known = execs.contains_key(&key);
+    let e = execs.entry(key).or_default();
     if s.paced {
         let blocks = grid_blocks(&p);
-        let old = books
-            .node_blocks
+        let old = node_blocks
             .entry(key)
             .or_default()
             .insert(node as usize, blocks)
             .unwrap_or(0);
-        let e = books.execs.entry(key).or_default();
         e.blocks = e.blocks.saturating_sub(old).saturating_add(blocks);
     }
-    let e = books.execs.entry(key).or_default();
     e.local = e.local.max(local);
     if !known {
         if e.tracked() {
             TRACKED_EXECS.fetch_add(1, Ordering::AcqRel);
         } else {
-            books.execs.remove(&key);
+            execs.remove(&key);
+            node_blocks.remove(&key);
         }
     }
     r
 }
 
-/// Reads a kernel node's parameters the caller passes (v1 is the head of v2).
+/// Reads a kernel node's parameters the caller passes: v1 (`v2` false) is the head of v2,
+/// up to `extra`.
 fn caller_kernel_params(
     p: *const CUDA_KERNEL_NODE_PARAMS_v2,
+    v2: bool,
 ) -> Option<CUDA_KERNEL_NODE_PARAMS_v2> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: the caller's structure, read field by field up to `extra` (what v1 has): no
-    // reference to a whole v2 structure is made.
-    let head = unsafe {
+    // SAFETY: the caller's structure, read field by field (no reference to a whole v2
+    // structure is made), `kern` only where it is a v2 one.
+    Some(unsafe {
         CUDA_KERNEL_NODE_PARAMS_v2 {
             func: (*p).func,
             grid_dim_x: (*p).grid_dim_x,
@@ -574,11 +578,10 @@ fn caller_kernel_params(
             shared_mem_bytes: (*p).shared_mem_bytes,
             kernel_params: (*p).kernel_params,
             extra: (*p).extra,
-            kern: std::ptr::null_mut(),
+            kern: if v2 { (*p).kern } else { std::ptr::null_mut() },
             ctx: std::ptr::null_mut(),
         }
-    };
-    Some(head)
+    })
 }
 
 pub unsafe fn graph_exec_kernel_node_set_params(
@@ -587,7 +590,7 @@ pub unsafe fn graph_exec_kernel_node_set_params(
     params: *const c_void,
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecKernelNodeSetParams);
-    let p = caller_kernel_params(params.cast());
+    let p = caller_kernel_params(params.cast(), false);
     // SAFETY: the caller's arguments, passed on unchanged.
     set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
 }
@@ -598,11 +601,7 @@ pub unsafe fn graph_exec_kernel_node_set_params_v2(
     params: *const CUDA_KERNEL_NODE_PARAMS_v2,
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecKernelNodeSetParams_v2);
-    let p = caller_kernel_params(params).map(|mut p| {
-        // SAFETY: a v2 structure: its `kern` follows `extra`.
-        p.kern = unsafe { (*params).kern };
-        p
-    });
+    let p = caller_kernel_params(params, true);
     // SAFETY: the caller's arguments, passed on unchanged.
     set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
 }
@@ -624,13 +623,7 @@ pub unsafe fn graph_exec_node_set_params(
                 .add(CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET)
                 .cast::<CUDA_KERNEL_NODE_PARAMS_v2>()
         })
-        .and_then(|k| {
-            caller_kernel_params(k).map(|mut p| {
-                // SAFETY: as above, a v3 (v2-shaped) structure.
-                p.kern = unsafe { (*k).kern };
-                p
-            })
-        });
+        .and_then(|k| caller_kernel_params(k, true));
     // SAFETY: the caller's arguments, passed on unchanged.
     set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
 }

@@ -80,10 +80,7 @@ pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     let r = call();
     match charge {
         Some(c) if r == CUDA_SUCCESS => {
-            let mut vmm = s
-                .vmm
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut vmm = mappings(s);
             if vmm.count.get(&handle).is_some_and(|n| *n > 0) {
                 vmm.released.insert(handle, c);
             } else {
@@ -110,10 +107,7 @@ pub unsafe fn mem_map(
     if r == CUDA_SUCCESS
         && let Some(s) = slice::get()
     {
-        let mut vmm = s
-            .vmm
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut vmm = mappings(s);
         vmm.at.insert(ptr, (handle, size));
         *vmm.count.entry(handle).or_insert(0) += 1;
     }
@@ -133,10 +127,7 @@ pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let end = ptr.saturating_add(size as u64);
     let mut freed = Vec::new();
     {
-        let mut vmm = s
-            .vmm
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut vmm = mappings(s);
         let starts: Vec<CUdeviceptr> = vmm.at.range(ptr..end).map(|(k, _)| *k).collect();
         for start in starts {
             let Some((handle, _)) = vmm.at.remove(&start) else {

@@ -25,6 +25,12 @@ struct Shape {
     shared: c_uint,
 }
 
+/// A function's shape before `cuFuncSetBlockShape`.
+const UNSET: Shape = Shape {
+    block: [1, 1, 1],
+    shared: 0,
+};
+
 static SHAPES: LazyLock<Mutex<HashMap<usize, Shape>>> = LazyLock::new(Mutex::default);
 
 fn shape_of(f: CUfunction) -> Shape {
@@ -33,10 +39,7 @@ fn shape_of(f: CUfunction) -> Shape {
         .unwrap_or_else(PoisonError::into_inner)
         .get(&(f as usize))
         .copied()
-        .unwrap_or(Shape {
-            block: [1, 1, 1],
-            shared: 0,
-        })
+        .unwrap_or(UNSET)
 }
 
 fn set(f: CUfunction, change: impl FnOnce(&mut Shape)) -> CUresult {
@@ -44,10 +47,7 @@ fn set(f: CUfunction, change: impl FnOnce(&mut Shape)) -> CUresult {
         return CUDA_ERROR_INVALID_HANDLE;
     }
     let mut shapes = SHAPES.lock().unwrap_or_else(PoisonError::into_inner);
-    let shape = shapes.entry(f as usize).or_insert(Shape {
-        block: [1, 1, 1],
-        shared: 0,
-    });
+    let shape = shapes.entry(f as usize).or_insert(UNSET);
     change(shape);
     CUDA_SUCCESS
 }
