@@ -75,6 +75,14 @@ pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 pub const CU_GRAPH_NODE_TYPE_EMPTY: c_int = 5;
 pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 pub const CU_GRAPH_NODE_TYPE_MEM_FREE: c_int = 11;
+/// CUDA 12.3: a node that runs one of its body graphs, or one repeatedly, as a value the
+/// graph's kernels may set decides.
+pub const CU_GRAPH_NODE_TYPE_CONDITIONAL: c_int = 13;
+/// `CUgraphConditionalNodeType` values: run the body once if the value is non-zero (or a
+/// second body if it is zero), as long as it is non-zero, or the body it numbers.
+pub const CU_GRAPH_COND_TYPE_IF: c_int = 0;
+pub const CU_GRAPH_COND_TYPE_WHILE: c_int = 1;
+pub const CU_GRAPH_COND_TYPE_SWITCH: c_int = 2;
 /// `CUgraphInstantiate_flags`.
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH: u64 = 1;
 pub const CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: u64 = 2;
@@ -278,18 +286,40 @@ pub struct CUDA_LAUNCH_PARAMS {
     pub kernel_params: *mut *mut c_void,
 }
 
-/// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union this
-/// crate does not read but for a kernel node's parameters, at
-/// [`CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET`].
+/// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union of each
+/// type's parameters, at [`CU_GRAPH_NODE_PARAMS_UNION_OFFSET`], of which this crate reads a
+/// kernel node's (`CUDA_KERNEL_NODE_PARAMS_v3`, laid out as v2), a child graph node's
+/// ([`CUDA_CHILD_GRAPH_NODE_PARAMS`]) and a conditional node's
+/// ([`CUDA_CONDITIONAL_NODE_PARAMS`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CUgraphNodeParamsHead {
     pub typ: c_int,
 }
 
-/// Where a kernel node's `CUDA_KERNEL_NODE_PARAMS_v3` (laid out as v2) stands in
-/// `CUgraphNodeParams`.
-pub const CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET: usize = 16;
+/// Where a node's own parameters stand in `CUgraphNodeParams`.
+pub const CU_GRAPH_NODE_PARAMS_UNION_OFFSET: usize = 16;
+
+/// `CUDA_CHILD_GRAPH_NODE_PARAMS`: the graph a child graph node runs (CUDA 12.9 adds the
+/// ownership after it, not read here).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_CHILD_GRAPH_NODE_PARAMS {
+    pub graph: CUgraph,
+}
+
+/// `CUDA_CONDITIONAL_NODE_PARAMS` (CUDA 12.3): the handle whose value decides, the kind
+/// (`CU_GRAPH_COND_TYPE_*`), how many body graphs, and the driver's array of them, written
+/// when the node is made and valid while it lives.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUDA_CONDITIONAL_NODE_PARAMS {
+    pub handle: u64,
+    pub typ: c_int,
+    pub size: c_uint,
+    pub graphs: *mut CUgraph,
+    pub ctx: CUcontext,
+}
 
 /// `CUmemorytype` values.
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;

@@ -216,10 +216,24 @@ fn checks() -> Vec<Check> {
         offset_of!(CUgraphNodeParamsHead, typ) as i128,
         12020,
     );
+    for (member, since) in [("kernel", 12020), ("graph", 12020), ("conditional", 12030)] {
+        add(
+            &format!("offsetof(CUgraphNodeParams, {member})"),
+            CU_GRAPH_NODE_PARAMS_UNION_OFFSET as i128,
+            since,
+        );
+    }
+    field!(CUDA_CHILD_GRAPH_NODE_PARAMS, graph, "graph", 12020);
+    size!(CUDA_CONDITIONAL_NODE_PARAMS, 12030);
+    field!(CUDA_CONDITIONAL_NODE_PARAMS, handle, "handle", 12030);
+    field!(CUDA_CONDITIONAL_NODE_PARAMS, typ, "type", 12030);
+    field!(CUDA_CONDITIONAL_NODE_PARAMS, size, "size", 12030);
+    field!(CUDA_CONDITIONAL_NODE_PARAMS, graphs, "phGraph_out", 12030);
+    field!(CUDA_CONDITIONAL_NODE_PARAMS, ctx, "ctx", 12030);
     add(
-        "offsetof(CUgraphNodeParams, kernel)",
-        CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET as i128,
-        12020,
+        "sizeof(CUgraphConditionalHandle)",
+        size_of::<u64>() as i128,
+        12030,
     );
     add(
         "sizeof(CUDA_KERNEL_NODE_PARAMS_v3)",
@@ -333,6 +347,10 @@ fn checks() -> Vec<Check> {
     constant!(CU_GRAPH_NODE_TYPE_EMPTY);
     constant!(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
     constant!(CU_GRAPH_NODE_TYPE_MEM_FREE);
+    constant!(CU_GRAPH_NODE_TYPE_CONDITIONAL, 12030);
+    constant!(CU_GRAPH_COND_TYPE_IF, 12030);
+    constant!(CU_GRAPH_COND_TYPE_WHILE, 12030);
+    constant!(CU_GRAPH_COND_TYPE_SWITCH, 12080);
     constant!(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
     constant!(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, 12000);
     constant!(CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH, 12000);

@@ -176,7 +176,9 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
         .map(|(e, ..)| *e)
 }
 
-use crate::hooks::{alloc, context, graph, info, limits, module, proc_address, refused, vmm};
+use crate::hooks::{
+    alloc, context, graph, graph_bodies, info, limits, module, proc_address, refused, vmm,
+};
 
 table! {
     intercepted {
@@ -258,6 +260,9 @@ table! {
         Cuda fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) -> CUresult = graph::graph_exec_kernel_node_set_params;
         Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;
         Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph::graph_exec_node_set_params;
+        Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph::graph_exec_child_graph_node_set_params;
+        Cuda fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node;
+        Cuda fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node_v2;
         Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch;
         Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch_ptsz;
         Cuda fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload;
@@ -384,6 +389,43 @@ mod tests {
             .collect();
         assert!(launches.len() >= 10, "{launches:?}");
         let missed: Vec<&&str> = launches
+            .iter()
+            .filter(|s| !intercepted.contains(**s))
+            .collect();
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
+    }
+
+    #[test]
+    fn every_call_that_gives_an_executable_graph_its_kernels_is_intercepted() {
+        // What an executable graph runs is read when it is made or changed: a call the
+        // library does not see could hand it kernels that run unpaced, their stack uncharged.
+        let intercepted: BTreeSet<&str> = ENTRIES
+            .iter()
+            .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
+            .map(|(_, _, name, _)| name.to_str().unwrap())
+            .collect();
+        let exports = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/reference/libcuda.symbols"
+        ))
+        .unwrap();
+        let changers: Vec<&str> = exports
+            .lines()
+            .filter(|s| {
+                [
+                    "cuGraphInstantiate",
+                    "cuGraphExecUpdate",
+                    "cuGraphExecKernelNodeSetParams",
+                    "cuGraphExecChildGraphNodeSetParams",
+                    "cuGraphExecNodeSetParams",
+                    "cuGraphAddNode",
+                ]
+                .iter()
+                .any(|p| s.starts_with(p))
+            })
+            .collect();
+        assert!(changers.len() >= 10, "{changers:?}");
+        let missed: Vec<&&str> = changers
             .iter()
             .filter(|s| !intercepted.contains(**s))
             .collect();

@@ -183,6 +183,26 @@ fn a_kernel_needing_more_local_memory_than_the_stack_is_charged_its_growth_befor
         // does not (cuGraphExecKernelNodeSetParams): refused as that kernel's launch is.
         assert_eq!(f.get("swap"), "CUDA_SUCCESS", "{what}");
         assert_eq!(f.get("graph_swapped"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        // Kernels standing in other graphs: a child graph, the body of a conditional `if`
+        // node, and a node given another child graph or kernel in the executable graph alone
+        // (cuGraphExecChildGraphNodeSetParams, cuGraphExecNodeSetParams).
+        assert_eq!(f.get("child_fit"), "CUDA_SUCCESS", "{what}");
+        for key in [
+            "child_over",
+            "if_over",
+            "child_swapped",
+            "child_swapped_generic",
+            "kernel_swapped_generic",
+        ] {
+            assert_eq!(f.get(key), "CUDA_ERROR_OUT_OF_MEMORY", "{key}: {what}");
+        }
+        for key in [
+            "child_swapped_change",
+            "child_swapped_generic_change",
+            "kernel_swapped_generic_change",
+        ] {
+            assert_eq!(f.get(key), "CUDA_SUCCESS", "{key}: {what}");
+        }
         assert_eq!(f.num("end_free"), r, "{what}");
     }
     assert_eq!(

@@ -28,8 +28,17 @@
 //! most local memory a thread of any of its kernels needs, and a launch charges the stack
 //! growth that makes the driver take first, as a launch of that kernel would (`stack`). A
 //! kernel node given new parameters in the executable graph alone
-//! (`cuGraphExecKernelNodeSetParams{,_v2}`, `cuGraphExecNodeSetParams`) moves both: a tenant
-//! cannot instantiate a small kernel and launch a large one in its place.
+//! (`cuGraphExecKernelNodeSetParams{,_v2}`, `cuGraphExecNodeSetParams`), or a child graph
+//! node given another graph (`cuGraphExecChildGraphNodeSetParams`, `cuGraphExecNodeSetParams`),
+//! moves both: a tenant cannot instantiate a small kernel and launch a large one in its place.
+//!
+//! Kernels count wherever they stand: in child graphs, and in the bodies of conditional nodes
+//! (CUDA 12.3; `graph_bodies` keeps the bodies, which the driver tells only when the node is
+//! made). Every body of an `if` or `switch` node is counted, though a launch runs one at
+//! most. A `while` node runs its body as many times as the graph's own kernels decide, which
+//! no launch can know: on a paced slice a graph holding one is not instantiated
+//! (`CUDA_ERROR_NOT_SUPPORTED`, logged), as neither is a graph with a conditional node made
+//! where the library did not see it.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -214,7 +223,29 @@ fn read_graph(
                 if r != CUDA_SUCCESS {
                     return Err(r);
                 }
+                let before = into.blocks;
                 read_graph(s, child, depth + 1, into)?;
+                if depth == 0 && s.paced {
+                    into.node_blocks.insert(node as usize, into.blocks - before);
+                }
+            }
+            CU_GRAPH_NODE_TYPE_CONDITIONAL => {
+                let Some(c) = super::graph_bodies::conditional(node) else {
+                    log!(
+                        "a graph has a conditional node made where this library did not see it; not supported in a slice"
+                    );
+                    return Err(CUDA_ERROR_NOT_SUPPORTED);
+                };
+                if c.kind == CU_GRAPH_COND_TYPE_WHILE && s.paced {
+                    log!(
+                        "a graph loops (a conditional while node) on a slice with a share of the SMs: its kernels could run any number of times a launch, unpaced; not supported"
+                    );
+                    return Err(CUDA_ERROR_NOT_SUPPORTED);
+                }
+                // Every body is counted, though an `if` or `switch` runs one at most.
+                for body in c.bodies {
+                    read_graph(s, body as CUgraph, depth + 1, into)?;
+                }
             }
             _ => {}
         }
@@ -507,26 +538,32 @@ fn forget(s: &Slice, exec: CUgraphExec) {
     }
 }
 
-/// A kernel node of `exec` given the parameters `p` by `call` (which changes the executable
-/// graph alone): once the driver took them, the books follow. The graph's blocks, where
-/// paced, trade the node's old grid for the new one; the most local memory a thread of its
-/// kernels needs never goes down (the old kernel may stand in another node too), so a launch
-/// charges the stack the new kernel makes the driver grow, as a launch of it would.
-fn set_kernel(
+/// What a node of an executable graph runs at each launch: its thread blocks (where the
+/// slice is paced) and the most local memory a thread of its kernels needs.
+#[derive(Clone, Copy, Default)]
+struct Work {
+    blocks: u64,
+    local: u64,
+}
+
+/// A node of `exec` given new work by `call` (which changes the executable graph alone):
+/// once the driver took it, the books follow. The graph's blocks, where paced, trade the
+/// node's old blocks for the new ones (a node not read at instantiate, as one inside a
+/// conditional's body, had none counted on its own: its new blocks come on top); the most
+/// local memory a thread of its kernels needs never goes down (the old kernel may stand in
+/// another node too), so a launch charges the stack the new kernel makes the driver grow, as
+/// a launch of it would.
+fn set_node(
+    s: &Slice,
     exec: CUgraphExec,
     node: CUgraphNode,
-    p: Option<CUDA_KERNEL_NODE_PARAMS_v2>,
+    work: Work,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let (Some(s), Some(p)) = (slice::get(), p) else {
-        return call();
-    };
     let r = call();
     if r != CUDA_SUCCESS {
         return r;
     }
-    let f = if p.func.is_null() { p.kern } else { p.func };
-    let local = super::stack::local_bytes(f);
     let mut books = books(s);
     let Books {
         execs, node_blocks, ..
@@ -535,15 +572,14 @@ fn set_kernel(
     let known = execs.contains_key(&key);
     let e = execs.entry(key).or_default();
     if s.paced {
-        let blocks = grid_blocks(&p);
         let old = node_blocks
             .entry(key)
             .or_default()
-            .insert(node as usize, blocks)
+            .insert(node as usize, work.blocks)
             .unwrap_or(0);
-        e.blocks = e.blocks.saturating_sub(old).saturating_add(blocks);
+        e.blocks = e.blocks.saturating_sub(old).saturating_add(work.blocks);
     }
-    e.local = e.local.max(local);
+    e.local = e.local.max(work.local);
     if !known {
         if e.tracked() {
             TRACKED_EXECS.fetch_add(1, Ordering::AcqRel);
@@ -553,6 +589,48 @@ fn set_kernel(
         }
     }
     r
+}
+
+/// A kernel node of `exec` given the parameters `p` (see [`set_node`]).
+fn set_kernel(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    p: Option<CUDA_KERNEL_NODE_PARAMS_v2>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let (Some(s), Some(p)) = (slice::get(), p) else {
+        return call();
+    };
+    let f = if p.func.is_null() { p.kern } else { p.func };
+    let work = Work {
+        blocks: if s.paced { grid_blocks(&p) } else { 0 },
+        local: super::stack::local_bytes(f),
+    };
+    set_node(s, exec, node, work, call)
+}
+
+/// A child graph node of `exec` given the nodes of `child` (see [`set_node`]); a graph that
+/// cannot be read is refused. Its memory nodes, if any, are not read: the driver takes no
+/// change to an executable graph's memory nodes.
+fn set_child(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    child: CUgraph,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let Some(s) = slice::get() else {
+        return call();
+    };
+    let mut read = ExecMemory::default();
+    if let Err(e) = read_graph(s, child, 1, &mut read) {
+        log!("a child graph could not be read (error {e}); the change is refused");
+        return e;
+    }
+    let work = Work {
+        blocks: read.blocks,
+        local: read.local,
+    };
+    set_node(s, exec, node, work, call)
 }
 
 /// Reads a kernel node's parameters the caller passes: v1 (`v2` false) is the head of v2,
@@ -606,26 +684,57 @@ pub unsafe fn graph_exec_kernel_node_set_params_v2(
     set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
 }
 
-/// CUDA 12.2's generic form: followed for a kernel node; other nodes' parameters change no
-/// books here (an executable graph's memory nodes cannot be changed).
+pub unsafe fn graph_exec_child_graph_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    child: CUgraph,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecChildGraphNodeSetParams);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    set_child(exec, node, child, || unsafe { f(exec, node, child) })
+}
+
+/// CUDA 12.2's generic form: followed for a kernel node and a child graph node; a
+/// conditional node's new parameters are refused in a slice (what its bodies would then run
+/// is not known here); other nodes' parameters change no books (an executable graph's
+/// memory nodes cannot be changed).
 pub unsafe fn graph_exec_node_set_params(
     exec: CUgraphExec,
     node: CUgraphNode,
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecNodeSetParams);
-    // SAFETY: the caller's CUgraphNodeParams, whose type comes first; a kernel node's
-    // parameters stand at their offset in it.
-    let p = (!params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_KERNEL)
-        .then(|| unsafe {
-            params
-                .cast::<u8>()
-                .add(CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET)
-                .cast::<CUDA_KERNEL_NODE_PARAMS_v2>()
-        })
-        .and_then(|k| caller_kernel_params(k, true));
     // SAFETY: the caller's arguments, passed on unchanged.
-    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
+    let call = || unsafe { f(exec, node, params) };
+    if params.is_null() {
+        return call();
+    }
+    // SAFETY: the caller's CUgraphNodeParams: its type first, the type's own parameters at
+    // their offset.
+    let (typ, own) = unsafe {
+        (
+            (*params).typ,
+            params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
+        )
+    };
+    match typ {
+        CU_GRAPH_NODE_TYPE_KERNEL => {
+            set_kernel(exec, node, caller_kernel_params(own.cast(), true), call)
+        }
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: a child graph node's parameters, the graph first.
+            let child =
+                unsafe { own.cast::<CUDA_CHILD_GRAPH_NODE_PARAMS>().read_unaligned() }.graph;
+            set_child(exec, node, child, call)
+        }
+        CU_GRAPH_NODE_TYPE_CONDITIONAL if slice::get().is_some() => {
+            log!(
+                "new parameters for an executable graph's conditional node: not supported in a slice"
+            );
+            CUDA_ERROR_NOT_SUPPORTED
+        }
+        _ => call(),
+    }
 }
 
 type WithLog = unsafe extern "C" fn(

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod context;
 pub mod graph;
+pub mod graph_bodies;
 pub mod info;
 pub mod launch;
 pub mod limits;

@@ -1,5 +1,5 @@
-/* The driver calls the launching test programs make (spin.c, churn.c, lifecycle.c), declared
- * as cuda.h declares them, with the types they need. */
+/* The driver calls the launching test programs make (spin.c, churn.c, lifecycle.c, and the
+ * graph calls of wall.c), declared as cuda.h declares them, with the types they need. */
 #ifndef GPUSLICE_TEST_DRIVER_H
 #define GPUSLICE_TEST_DRIVER_H
 
@@ -8,7 +8,7 @@
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUgraph, *CUgraphExec;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUgraph, *CUgraphExec, *CUgraphNode;
 
 typedef struct {
     unsigned gridDimX, gridDimY, gridDimZ;
@@ -27,6 +27,36 @@ typedef struct {
     CUstream hStream;
     void **kernelParams;
 } CUDA_LAUNCH_PARAMS;
+
+typedef struct {
+    CUfunction func;
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    void **kernelParams, **extra;
+    void *kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+/* CUgraphNodeParams (CUDA 12.2): the node's type, then its own parameters at byte 16. */
+enum { CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_GRAPH = 4, CU_GRAPH_NODE_TYPE_CONDITIONAL = 13 };
+enum { CU_GRAPH_COND_TYPE_IF = 0, CU_GRAPH_COND_TYPE_WHILE = 1 };
+typedef struct {
+    int type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+        struct { CUgraph graph; } graph;
+        struct {
+            unsigned long long handle;
+            int type;
+            unsigned size;
+            CUgraph *phGraph_out;
+            CUcontext ctx;
+        } conditional;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
 
 CUresult cuInit(unsigned);
 CUresult cuDeviceGet(CUdevice *, int);
@@ -52,5 +82,19 @@ CUresult cuStreamBeginCapture_v2(CUstream, int);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphCreate(CUgraph *, unsigned);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                 const CUDA_KERNEL_NODE_PARAMS_v2 *);
+CUresult cuGraphAddChildGraphNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);
+CUresult cuGraphAddNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, const void *, size_t,
+                           CUgraphNodeParams *);
+CUresult cuGraphConditionalHandleCreate(unsigned long long *, CUgraph, CUcontext, unsigned,
+                                        unsigned);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode,
+                                           const CUDA_KERNEL_NODE_PARAMS_v2 *);
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec, CUgraphNode, CUgraph);
+CUresult cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
 
 #endif

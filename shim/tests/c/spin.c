@@ -2,14 +2,20 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|child|if|while [wait]]
  *
  * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, CUDA 2.0's cuLaunchGridAsync (the block shape set once by
  * cuFuncSetBlockShape), cuLaunchCooperativeKernelMultiDevice of one device (multi2: a list
  * of two, both on this device: the simulated driver launches each), or cuGraphLaunch
- * of a graph captured around two launches of BLOCKS / 2 blocks each. With `wait`, it prints "ready" once set up and starts launching
- * when a line arrives on stdin, so that several programs run over the same interval.
+ * of a graph captured around two launches of BLOCKS / 2 blocks each ("graph"), of a graph
+ * whose one node is a child graph of two such kernel nodes ("child"), or of a graph whose one
+ * node is a conditional `if` or `while` node (its value starts at 1 each launch) whose body
+ * holds those two kernel nodes ("if", "while": the simulated GPU runs no device code, so no
+ * kernel sets the value, and its `while` runs the body once; instantiating prints
+ * "error=graph CODE" if refused). With `wait`, it prints "ready" once set up and starts
+ * launching when a line arrives on stdin, so that several programs run over the same
+ * interval.
  * With SPIN_WARMUP_MS=W in the environment, after the first W milliseconds it waits for what
  * it queued (a real GPU queues about a thousand launches, which would otherwise run in the
  * part measured), then launches for the remaining MS - W milliseconds and also prints the
@@ -68,6 +74,37 @@ static CUresult launch(CUstream stream) {
     return cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0, 0);
 }
 
+/* Adds to `g` two kernel nodes of BLOCKS / 2 blocks and the rest. */
+static CUresult add_kernels(CUgraph g) {
+    CUgraphNode n;
+    CUDA_KERNEL_NODE_PARAMS_v2 k = {kernel, blocks / 2, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0};
+    CUresult r = cuGraphAddKernelNode_v2(&n, g, 0, 0, &k);
+    k.gridDimX = blocks - blocks / 2;
+    return r ? r : cuGraphAddKernelNode_v2(&n, g, 0, 0, &k);
+}
+
+/* A graph whose one node runs those kernel nodes: a child graph node ("child") or a
+ * conditional node ("if", "while") whose value starts at 1. */
+static CUresult graph_with_body(CUgraph *graph) {
+    CUgraph body;
+    CUgraphNode n;
+    CUresult r = cuGraphCreate(graph, 0);
+    if (r) return r;
+    if (strcmp(how, "child") == 0) {
+        if ((r = cuGraphCreate(&body, 0)) || (r = add_kernels(body))) return r;
+        return cuGraphAddChildGraphNode(&n, *graph, 0, 0, body);
+    }
+    CUgraphNodeParams p = {0};
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.type = strcmp(how, "if") == 0 ? CU_GRAPH_COND_TYPE_IF : CU_GRAPH_COND_TYPE_WHILE;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    if ((r = cuGraphConditionalHandleCreate(&p.conditional.handle, *graph, ctx, 1, 1)) ||
+        (r = cuGraphAddNode_v2(&n, *graph, 0, 0, 0, &p)))
+        return r;
+    return add_kernels(p.conditional.phGraph_out[0]);
+}
+
 /* Launches until `until` (read again after each launch: the warm-up's end moves it),
  * counting the blocks; 0 or the error a launch returned. */
 static CUresult launch_until(CUstream stream, const long long *until,
@@ -103,7 +140,8 @@ static void *run(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
-        fprintf(stderr, "usage: spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph [wait]]\n");
+        fprintf(stderr, "usage: spin BLOCKS MS "
+                        "[kernel|ex|coop|grid|multi|multi2|graph|child|if|while [wait]]\n");
         return 2;
     }
     how = argc >= 4 ? argv[3] : "kernel";
@@ -145,6 +183,13 @@ int main(int argc, char **argv) {
             return 1;
         }
         capture_stream = s;
+    } else if (strcmp(how, "child") == 0 || strcmp(how, "if") == 0 || strcmp(how, "while") == 0) {
+        CUresult r = graph_with_body(&graph);
+        if (!r) r = cuGraphInstantiateWithFlags(&exec, graph, 0);
+        if (r) {
+            printf("error=graph %d\n", r);
+            return 1;
+        }
     }
     if (wait) {
         char line[16];

@@ -35,6 +35,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "driver.h"
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -95,10 +97,6 @@ CUresult cuCtxGetLimit(size_t *, int);
 CUresult cuDeviceGetAttribute(int *, int, CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 typedef void *CUfunction, *CUgraph, *CUgraphNode, *CUgraphExec;
-typedef struct {
-    CUfunction func; unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
-    unsigned sharedMemBytes; void **kernelParams, **extra; void *kern; CUcontext ctx;
-} CUDA_KERNEL_NODE_PARAMS_v2;
 CUresult cuModuleGetFunction(CUfunction *, void *, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
 CUresult cuGraphCreate(CUgraph *, unsigned);
@@ -153,7 +151,11 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuGraphExecDestroy, cuGraphExecDestroy) X(cuGraphDestroy, cuGraphDestroy) \
     X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2) \
     X(cuFuncSetBlockShape, cuFuncSetBlockShape) X(cuLaunchGrid, cuLaunchGrid) \
-    X(cuCtxSynchronize, cuCtxSynchronize)
+    X(cuCtxSynchronize, cuCtxSynchronize) \
+    X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode) X(cuGraphAddNode, cuGraphAddNode_v2) \
+    X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate) \
+    X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams) \
+    X(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -251,6 +253,99 @@ static CUgraphExec graph_of(CUfunction f) {
         A.cuGraphInstantiateWithFlags(&e, g, 0)) return 0;
     A.cuGraphDestroy(g);
     return e;
+}
+
+/* A graph of one kernel node of `f` (one block of one thread). */
+static CUgraph one_kernel(CUfunction f) {
+    CUgraph g = 0;
+    CUgraphNode n = 0;
+    CUDA_KERNEL_NODE_PARAMS_v2 k = {f, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    if (A.cuGraphCreate(&g, 0) || A.cuGraphAddKernelNode(&n, g, 0, 0, &k)) return 0;
+    return g;
+}
+
+/* Instantiates `g` and launches it, its node `node` first given new work by `change` (if
+ * any) in the executable graph alone; prints "KEY=result" of the launch and, with a change,
+ * "KEY_change=result" of that. Destroys both graphs. */
+static void launch_changed(const char *key, CUgraph g, CUgraphNode node,
+                           CUresult (*change)(CUgraphExec, CUgraphNode)) {
+    CUgraphExec e = 0;
+    CUresult r = A.cuGraphInstantiateWithFlags(&e, g, 0);
+    if (r) {
+        printf("%s=instantiate:%s ", key, name(r));
+    } else {
+        if (change) printf("%s_change=%s ", key, name(change(e, node)));
+        printf("%s=%s ", key, name(A.cuGraphLaunch(e, 0)));
+        A.cuCtxSynchronize();
+        A.cuGraphExecDestroy(e);
+    }
+    A.cuGraphDestroy(g);
+}
+
+/* The kernel that does not fit, and the graph of it, for the changes below. */
+static CUfunction over_kernel;
+static CUgraph over_graph;
+static CUresult child_to_over(CUgraphExec e, CUgraphNode n) {
+    return A.cuGraphExecChildGraphNodeSetParams(e, n, over_graph);
+}
+static CUresult generic_child_to_over(CUgraphExec e, CUgraphNode n) {
+    CUgraphNodeParams p = {0};
+    p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    p.graph.graph = over_graph;
+    return A.cuGraphExecNodeSetParams(e, n, &p);
+}
+static CUresult generic_kernel_to_over(CUgraphExec e, CUgraphNode n) {
+    CUgraphNodeParams p = {0};
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    CUDA_KERNEL_NODE_PARAMS_v2 k = {over_kernel, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    p.kernel = k;
+    return A.cuGraphExecNodeSetParams(e, n, &p);
+}
+
+/* "local"'s graphs whose kernels stand in other graphs: `fits` and `over` in a child graph
+ * ("child_fit", "child_over"), `over` in the body of a conditional `if` node whose value
+ * starts at 1 ("if_over"), and a graph instantiated with `fits` whose node is given `over`
+ * in the executable graph alone: a child graph node by cuGraphExecChildGraphNodeSetParams
+ * ("child_swapped") and by cuGraphExecNodeSetParams ("child_swapped_generic"), a kernel
+ * node by cuGraphExecNodeSetParams ("kernel_swapped_generic"). */
+static void graphs_in_graphs(CUcontext ctx, CUfunction fits, CUfunction over) {
+    over_kernel = over;
+    over_graph = one_kernel(over);
+    CUgraph fit_graph = one_kernel(fits), g = 0;
+    CUgraphNode n = 0;
+    for (int i = 0; i < 2; i++) {
+        if (A.cuGraphCreate(&g, 0) || A.cuGraphAddChildGraphNode(&n, g, 0, 0, i ? over_graph : fit_graph)) {
+            printf("error=child\n"); exit(1);
+        }
+        launch_changed(i ? "child_over" : "child_fit", g, n, 0);
+    }
+    CUgraphNodeParams p = {0};
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    CUDA_KERNEL_NODE_PARAMS_v2 k = {over, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
+    CUgraphNode in_body = 0;
+    if (A.cuGraphCreate(&g, 0) || A.cuGraphConditionalHandleCreate(&p.conditional.handle, g, ctx, 1, 1) ||
+        A.cuGraphAddNode(&n, g, 0, 0, 0, &p) ||
+        A.cuGraphAddKernelNode(&in_body, p.conditional.phGraph_out[0], 0, 0, &k)) {
+        printf("error=conditional\n"); exit(1);
+    }
+    launch_changed("if_over", g, n, 0);
+    for (int i = 0; i < 2; i++) {
+        if (A.cuGraphCreate(&g, 0) || A.cuGraphAddChildGraphNode(&n, g, 0, 0, fit_graph)) {
+            printf("error=child\n"); exit(1);
+        }
+        launch_changed(i ? "child_swapped_generic" : "child_swapped", g, n,
+                       i ? generic_child_to_over : child_to_over);
+    }
+    k.func = fits;
+    if (A.cuGraphCreate(&g, 0) || A.cuGraphAddKernelNode(&n, g, 0, 0, &k)) {
+        printf("error=kernel\n"); exit(1);
+    }
+    launch_changed("kernel_swapped_generic", g, n, generic_kernel_to_over);
+    A.cuGraphDestroy(fit_graph);
+    A.cuGraphDestroy(over_graph);
 }
 
 /* "heap_race": threads of one context setting its malloc heap at once. */
@@ -617,8 +712,8 @@ int main(int argc, char **argv) {
          * SM x SMs), and keeps it. "fits" needs the most bytes a thread that fit REMAINING
          * past the stack, "over" one more; launched directly ("fit", "over"), then, with the
          * stack put back ("lowered_free"), as a graph's one kernel node ("graph_fit",
-         * "graph_free", "graph_over", and "graph_swapped" below). The stack is put back at
-         * the end. */
+         * "graph_free", "graph_over", and "graph_swapped" below), and in graphs that run
+         * other graphs (graphs_in_graphs). The stack is put back at the end. */
         int sms = 0, per_sm = 0;
         A.cuDeviceGetAttribute(&sms, 16, dev);
         A.cuDeviceGetAttribute(&per_sm, 39, dev);
@@ -663,6 +758,7 @@ int main(int argc, char **argv) {
         A.cuCtxSynchronize();
         A.cuGraphExecDestroy(swapped);
         A.cuGraphDestroy(g);
+        graphs_in_graphs(ctx, fits, too_big);
         A.cuCtxSynchronize();
         A.cuGraphExecDestroy(graph_fits);
         A.cuGraphExecDestroy(graph_over);

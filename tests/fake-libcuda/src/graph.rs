@@ -18,19 +18,21 @@ use std::sync::{LazyLock, Mutex};
 
 use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
-    CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET, CU_GRAPH_NODE_TYPE_EMPTY,
+    CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_UNION_OFFSET,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_GRAPH,
     CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
     CU_GRAPH_NODE_TYPE_MEM_FREE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
-    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
-    CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphExecUpdateResultInfo,
-    CUgraphNodeParamsHead, CUmemLocation, CUmemPoolProps, CUmemPropHead,
+    CUDA_CHILD_GRAPH_NODE_PARAMS, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS,
+    CUgraphExecUpdateResultInfo, CUgraphNodeParamsHead, CUmemLocation, CUmemPoolProps,
+    CUmemPropHead,
 };
 pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
 
 use crate::codes::*;
-use crate::graph_memory;
 use crate::paths::{CUfunction, CUstream};
 use crate::{CUresult, current_ctx, guard, out, state};
+use crate::{graph_bodies, graph_memory};
 
 /// One recorded operation.
 #[derive(Clone, Copy)]
@@ -52,6 +54,14 @@ pub enum Op {
     },
     MemFree {
         ptr: u64,
+    },
+    /// A child graph node: runs the graph it owns (`graph_bodies`).
+    Child {
+        graph: usize,
+    },
+    /// A conditional node: its handle, kind and bodies by this number (`graph_bodies`).
+    Conditional {
+        id: usize,
     },
 }
 
@@ -77,24 +87,46 @@ static NODES: LazyLock<Mutex<HashMap<usize, (usize, usize)>>> =
 /// Node handles are distinct non-null values, never reused.
 static NEXT_NODE: AtomicUsize = AtomicUsize::new(0x10_0000);
 
-/// The operation behind a node handle.
-fn node_op(node: CUgraphNode) -> Result<Op, CUresult> {
-    let (g, index) = NODES
+/// The graph and operation number behind a node handle.
+fn node_place(node: CUgraphNode) -> Result<(usize, usize), CUresult> {
+    NODES
         .lock()
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
         .get(&(node as usize))
         .copied()
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    graph(g as CUgraph)?
-        .ops
-        .lock()
-        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// The operation number of a node in its graph (and in graphs instantiated from it).
+pub(crate) fn node_index(node: CUgraphNode) -> Result<usize, CUresult> {
+    Ok(node_place(node)?.1)
+}
+
+/// The operation behind a node handle.
+pub(crate) fn node_op(node: CUgraphNode) -> Result<Op, CUresult> {
+    let (g, index) = node_place(node)?;
+    ops_of(g as CUgraph)?
         .get(index)
         .copied()
         .ok_or(CUDA_ERROR_INVALID_VALUE)
 }
 
-fn graph(g: CUgraph) -> Result<&'static Graph, CUresult> {
+/// A copy of the operations of `g`.
+pub(crate) fn ops_of(g: CUgraph) -> Result<Vec<Op>, CUresult> {
+    Ok(graph(g)?
+        .ops
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .clone())
+}
+
+/// Gives `g` the operations `ops` (as many as it had: its node handles stay).
+pub(crate) fn set_ops(g: CUgraph, ops: Vec<Op>) -> Result<(), CUresult> {
+    *graph(g)?.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)? = ops;
+    Ok(())
+}
+
+pub(crate) fn graph(g: CUgraph) -> Result<&'static Graph, CUresult> {
     if g.is_null()
         || !GRAPHS
             .lock()
@@ -158,6 +190,8 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
                 crate::pool_books::freed(ptr)?;
             }
         }
+        Op::Child { graph } => graph_bodies::run_graph(graph)?,
+        Op::Conditional { id } => graph_bodies::run_conditional(id)?,
     }
     Ok(())
 }
@@ -241,7 +275,7 @@ pub(crate) fn kernel(
 }
 
 /// Reads the head `CUDA_KERNEL_NODE_PARAMS` v1 and v2 share (up to `extra`).
-fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op, CUresult> {
+pub(crate) fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op, CUresult> {
     if params.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -366,12 +400,14 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     })
 }
 
+/// `ops` with a copy of every graph their nodes run, so that changing those graphs later
+/// changes no executable graph.
+fn copied(ops: Vec<Op>) -> Result<Vec<Op>, CUresult> {
+    ops.into_iter().map(graph_bodies::copy_op).collect()
+}
+
 fn instantiate(exec: *mut CUgraphExec, g: CUgraph, flags: u64) -> Result<(), CUresult> {
-    let ops = graph(g)?
-        .ops
-        .lock()
-        .map_err(|_| CUDA_ERROR_UNKNOWN)?
-        .clone();
+    let ops = copied(ops_of(g)?)?;
     let e = Box::into_raw(Box::new(Exec {
         ops: Mutex::new(ops),
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
@@ -432,6 +468,15 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
         p.result = 0;
         Ok(())
     })
+}
+
+/// A copy of the operations of the executable graph `e`.
+pub(crate) fn exec_ops(e: CUgraphExec) -> Result<Vec<Op>, CUresult> {
+    Ok(exec_of(e)?
+        .ops
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .clone())
 }
 
 fn exec_of(e: CUgraphExec) -> Result<&'static Exec, CUresult> {
@@ -523,6 +568,8 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) 
             Op::Empty => CU_GRAPH_NODE_TYPE_EMPTY,
             Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            Op::Child { .. } => CU_GRAPH_NODE_TYPE_GRAPH,
+            Op::Conditional { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
         };
         out(typ, t)
     })
@@ -645,11 +692,7 @@ fn same_type(a: &Op, b: &Op) -> bool {
 /// `CUgraphExecUpdateResult` saying why, and nothing changes.
 fn update(e: CUgraphExec, g: CUgraph) -> Result<Result<(), c_int>, CUresult> {
     let ex = exec_of(e)?;
-    let new = graph(g)?
-        .ops
-        .lock()
-        .map_err(|_| CUDA_ERROR_UNKNOWN)?
-        .clone();
+    let new = copied(ops_of(g)?)?;
     let mut ops = ex.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
     if ops.len() != new.len() {
         return Ok(Err(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED));
@@ -706,12 +749,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
 /// Gives the kernel node `node` of the graph `e` was instantiated from new parameters in `e`
 /// alone (the graph keeps its own), as the driver does: a kernel node stays a kernel node.
 fn set_exec_kernel(e: CUgraphExec, node: CUgraphNode, op: Op) -> Result<(), CUresult> {
-    let (_, index) = NODES
-        .lock()
-        .map_err(|_| CUDA_ERROR_UNKNOWN)?
-        .get(&(node as usize))
-        .copied()
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let index = node_index(node)?;
     let mut ops = exec_of(e)?.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
     match ops.get_mut(index) {
         Some(slot @ Op::Kernel { .. }) => {
@@ -742,7 +780,8 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     unsafe { cuGraphExecKernelNodeSetParams_v2(e, node, params.cast()) }
 }
 
-/// CUDA 12.2's generic form, for a kernel node (other types are not modelled here).
+/// CUDA 12.2's generic form, for a kernel or child graph node (other types are not modelled
+/// here).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     e: CUgraphExec,
@@ -753,19 +792,24 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
         if params.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: the caller's CUgraphNodeParams, whose type comes first.
-        if unsafe { (*params).typ } != CU_GRAPH_NODE_TYPE_KERNEL {
-            return Err(crate::unmodelled(
-                "cuGraphExecNodeSetParams (not a kernel node)",
-            ));
-        }
-        // SAFETY: a kernel node's parameters stand at that offset of the caller's structure.
-        let kernel = unsafe {
-            params
-                .cast::<u8>()
-                .add(CU_GRAPH_NODE_PARAMS_KERNEL_OFFSET)
-                .cast::<CUDA_KERNEL_NODE_PARAMS_v2>()
+        // SAFETY: the caller's CUgraphNodeParams: its type first, the type's parameters at
+        // their offset.
+        let (typ, body) = unsafe {
+            (
+                (*params).typ,
+                params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
+            )
         };
-        set_exec_kernel(e, node, kernel_op(kernel)?)
+        match typ {
+            CU_GRAPH_NODE_TYPE_KERNEL => set_exec_kernel(e, node, kernel_op(body.cast())?),
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                // SAFETY: a child graph node's parameters: the graph first.
+                let child = unsafe { (*body.cast::<CUDA_CHILD_GRAPH_NODE_PARAMS>()).graph };
+                graph_bodies::set_exec_child(e, node, child)
+            }
+            _ => Err(crate::unmodelled(
+                "cuGraphExecNodeSetParams (not a kernel or child graph node)",
+            )),
+        }
     })
 }

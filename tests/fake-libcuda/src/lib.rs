@@ -16,6 +16,7 @@ mod context;
 mod copy;
 mod export_table;
 mod graph;
+mod graph_bodies;
 mod graph_memory;
 mod green;
 mod legacy_launch;
