@@ -543,23 +543,30 @@ fn launches_through_the_deprecated_grid_and_multi_device_calls_are_paced_too() {
 }
 
 #[test]
-fn kernels_in_child_graphs_and_conditional_bodies_are_paced_and_a_graph_loop_is_refused() {
+fn kernels_in_child_graphs_and_conditional_bodies_are_paced_and_graphs_the_gpu_relaunches_are_refused()
+ {
     // A graph's kernels may stand in a child graph or in the body of a conditional node:
     // each launch of the graph takes their blocks from the share.
     assert_each_paced_to_thirty_percent(&[
         ("child", "cuGraphLaunch of a child graph's kernels"),
         ("if", "cuGraphLaunch of a conditional if node's kernels"),
     ]);
-    // A `while` node runs its body as often as the graph's own kernels decide, which no
-    // launch can know: on a paced slice such a graph is not instantiated
+    // A `while` node runs its body as often as the graph's own kernels decide, and a graph
+    // instantiated for launches from the GPU runs as often as kernels launch it: no launch
+    // from the host can know. On a paced slice such a graph is not instantiated
     // (CUDA_ERROR_NOT_SUPPORTED); it runs where nothing intercepts it.
     let s = setup(30);
-    let refused = s.command_via(true, "while").output().unwrap();
-    let text = String::from_utf8_lossy(&refused.stdout);
-    assert!(text.contains("error=graph 801"), "{text}");
-    let bare = s.command_via(false, "while").output().unwrap();
-    let text = String::from_utf8_lossy(&bare.stdout);
-    assert!(bare.status.success() && text.contains("blocks="), "{text}");
+    for how in ["while", "device"] {
+        let refused = s.command_via(true, how).output().unwrap();
+        let text = String::from_utf8_lossy(&refused.stdout);
+        assert!(text.contains("error=graph 801"), "{how}: {text}");
+        let bare = s.command_via(false, how).output().unwrap();
+        let text = String::from_utf8_lossy(&bare.stdout);
+        assert!(
+            bare.status.success() && text.contains("blocks="),
+            "{how}: {text}"
+        );
+    }
 }
 
 #[test]

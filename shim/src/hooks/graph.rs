@@ -38,7 +38,9 @@
 //! most. A `while` node runs its body as many times as the graph's own kernels decide, which
 //! no launch can know: on a paced slice a graph holding one is not instantiated
 //! (`CUDA_ERROR_NOT_SUPPORTED`, logged), as neither is a graph with a conditional node made
-//! where the library did not see it.
+//! where the library did not see it. For the same reason a graph instantiated to be
+//! launched from the GPU (`CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: kernels launch it,
+//! and it may launch itself again) is not instantiated on a paced slice.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -488,6 +490,12 @@ fn instantiate(
     let Some(s) = slice::get() else {
         return call();
     };
+    if flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH != 0 && s.paced {
+        log!(
+            "a graph instantiated for launches from the GPU on a slice with a share of the SMs: kernels could launch it any number of times, unpaced; not supported"
+        );
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
     let mut memory = ExecMemory {
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         ..ExecMemory::default()

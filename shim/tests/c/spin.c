@@ -2,14 +2,16 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|child|if|while [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|device|child|if|while [wait]]
  *
  * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, CUDA 2.0's cuLaunchGridAsync (the block shape set once by
  * cuFuncSetBlockShape), cuLaunchCooperativeKernelMultiDevice of one device (multi2: a list
  * of two, both on this device: the simulated driver launches each), or cuGraphLaunch
  * of a graph captured around two launches of BLOCKS / 2 blocks each ("graph"), of a graph
- * whose one node is a child graph of two such kernel nodes ("child"), or of a graph whose one
+ * instantiated to be launched from the GPU too ("device": the simulated GPU runs no device
+ * code, so only the host launches it), of a graph whose one node is a child graph of two such
+ * kernel nodes ("child"), or of a graph whose one
  * node is a conditional `if` or `while` node (its value starts at 1 each launch) whose body
  * holds those two kernel nodes ("if", "while": the simulated GPU runs no device code, so no
  * kernel sets the value, and its `while` runs the body once; instantiating prints
@@ -141,7 +143,7 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: spin BLOCKS MS "
-                        "[kernel|ex|coop|grid|multi|multi2|graph|child|if|while [wait]]\n");
+                        "[kernel|ex|coop|grid|multi|multi2|graph|device|child|if|while [wait]]\n");
         return 2;
     }
     how = argc >= 4 ? argv[3] : "kernel";
@@ -173,13 +175,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     CUgraph graph;
-    if (strcmp(how, "graph") == 0) {
+    if (strcmp(how, "graph") == 0 || strcmp(how, "device") == 0) {
         CUstream s;
         if (cuStreamCreate(&s, 0) || cuStreamBeginCapture_v2(s, 0) ||
             cuLaunchKernel(kernel, blocks / 2, 1, 1, 128, 1, 1, 0, s, 0, 0) ||
             cuLaunchKernel(kernel, blocks - blocks / 2, 1, 1, 128, 1, 1, 0, s, 0, 0) ||
-            cuStreamEndCapture(s, &graph) || cuGraphInstantiateWithFlags(&exec, graph, 0)) {
+            cuStreamEndCapture(s, &graph)) {
             printf("error=graph\n");
+            return 1;
+        }
+        CUresult r = cuGraphInstantiateWithFlags(&exec, graph, strcmp(how, "device") == 0 ? 4 : 0);
+        if (r) {
+            printf("error=graph %d\n", r);
             return 1;
         }
         capture_stream = s;
