@@ -208,6 +208,8 @@ table! {
         Cuda fn cuCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
         Cuda fn cuCtxCreate_v3(ctx: *mut CUcontext, params: *mut c_void, count: c_int, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v3;
         Cuda fn cuCtxCreate_v4(ctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v4;
+        Cuda fn cuGLCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::gl_ctx_create_v2;
+        Cuda fn cuVDPAUCtxCreate_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice, vdp_device: u32, get_proc_address: *mut c_void) -> CUresult = context::vdpau_ctx_create_v2;
         Cuda fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult = context::ctx_destroy;
         Cuda fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult = context::primary_retain;
         Cuda fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult = context::primary_release_v1;
@@ -241,6 +243,8 @@ table! {
         Cuda fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult = proc_address::get_proc_address;
         Cuda fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CUresult = proc_address::get_proc_address_v2;
         Cuda fn cuCtxCreate(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::ctx_create_v2;
+        Cuda fn cuGLCtxCreate(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult = context::gl_ctx_create;
+        Cuda fn cuVDPAUCtxCreate(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice, vdp_device: u32, get_proc_address: *mut c_void) -> CUresult = context::vdpau_ctx_create;
         Cuda fn cuMemAlloc(dptr: *mut c_uint, bytes: c_uint) -> CUresult = refused::legacy_mem_alloc;
         Cuda fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint) -> CUresult = refused::legacy_mem_alloc_pitch;
         Cuda fn cuArrayCreate(array: *mut CUarray, desc: *const c_void) -> CUresult = refused::legacy_array_create;
@@ -366,9 +370,9 @@ mod tests {
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 
-    #[test]
-    fn every_call_the_driver_exports_to_launch_a_kernel_is_intercepted() {
-        // A launch the library does not see runs unpaced, and its kernel's stack uncharged.
+    /// The driver's exports (`tests/reference/libcuda.symbols`) that `matches` picks (at least
+    /// `least` of them), and of those, the ones the library does not intercept.
+    fn exports_not_intercepted(matches: impl Fn(&str) -> bool, least: usize) -> Vec<String> {
         let intercepted: BTreeSet<&str> = ENTRIES
             .iter()
             .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
@@ -379,19 +383,26 @@ mod tests {
             "/../tests/reference/libcuda.symbols"
         ))
         .unwrap();
+        let picked: Vec<&str> = exports.lines().filter(|s| matches(s)).collect();
+        assert!(picked.len() >= least, "{picked:?}");
+        picked
+            .into_iter()
+            .filter(|s| !intercepted.contains(s))
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn every_call_the_driver_exports_to_launch_a_kernel_is_intercepted() {
+        // A launch the library does not see runs unpaced, and its kernel's stack uncharged.
         // Host functions run on the CPU.
-        let launches: Vec<&str> = exports
-            .lines()
-            .filter(|s| {
+        let missed = exports_not_intercepted(
+            |s| {
                 (s.starts_with("cuLaunch") && !s.starts_with("cuLaunchHostFunc"))
                     || s.starts_with("cuGraphLaunch")
-            })
-            .collect();
-        assert!(launches.len() >= 10, "{launches:?}");
-        let missed: Vec<&&str> = launches
-            .iter()
-            .filter(|s| !intercepted.contains(**s))
-            .collect();
+            },
+            10,
+        );
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 
@@ -399,19 +410,8 @@ mod tests {
     fn every_call_that_gives_an_executable_graph_its_kernels_is_intercepted() {
         // What an executable graph runs is read when it is made or changed: a call the
         // library does not see could hand it kernels that run unpaced, their stack uncharged.
-        let intercepted: BTreeSet<&str> = ENTRIES
-            .iter()
-            .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
-            .map(|(_, _, name, _)| name.to_str().unwrap())
-            .collect();
-        let exports = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/reference/libcuda.symbols"
-        ))
-        .unwrap();
-        let changers: Vec<&str> = exports
-            .lines()
-            .filter(|s| {
+        let missed = exports_not_intercepted(
+            |s| {
                 [
                     "cuGraphInstantiate",
                     "cuGraphExecUpdate",
@@ -422,13 +422,17 @@ mod tests {
                 ]
                 .iter()
                 .any(|p| s.starts_with(p))
-            })
-            .collect();
-        assert!(changers.len() >= 10, "{changers:?}");
-        let missed: Vec<&&str> = changers
-            .iter()
-            .filter(|s| !intercepted.contains(**s))
-            .collect();
+            },
+            10,
+        );
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
+    }
+
+    #[test]
+    fn every_call_the_driver_exports_to_create_a_context_is_intercepted() {
+        // Each context takes device memory the driver reserves: one the library does not see
+        // is not charged (the interop contexts of OpenGL and VDPAU included).
+        let missed = exports_not_intercepted(|s| s.contains("CtxCreate"), 7);
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 }

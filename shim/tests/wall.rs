@@ -363,6 +363,29 @@ fn a_green_context_is_charged_as_a_context_and_so_is_the_primary_one_it_retains(
 }
 
 #[test]
+fn opengl_and_vdpau_interop_contexts_are_charged_as_contexts() {
+    // Room for five more contexts and a half.
+    let slice = Slice::new(13 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "interop", r);
+        let what = format!("{mode}: {:?}", f.0);
+        for call in ["gl", "vdpau"] {
+            assert_eq!(f.num(&format!("{call}_made")), 5, "{call}: {what}");
+            assert_eq!(
+                f.get(&format!("{call}_over")),
+                "CUDA_ERROR_OUT_OF_MEMORY",
+                "{call}: {what}"
+            );
+            assert_eq!(f.num(&format!("{call}_free")), MIB, "{call}: {what}");
+        }
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn freeing_twice_or_freeing_a_stranger_gives_nothing_back_twice() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let r = slice.remaining();

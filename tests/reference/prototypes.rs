@@ -1,6 +1,7 @@
-//! Rust declarations of driver functions against NVIDIA's own prototypes in `cuda.h` /
-//! `nvml.h` (CUDA 12.9): a C++ program built with the real headers prints, for each header
-//! prototype, the number of parameters and each one's size, signedness, pointer-ness and
+//! Rust declarations of driver functions against NVIDIA's own prototypes in `cuda.h`,
+//! `cudaGL.h`, `cudaVDPAU.h` and `nvml.h` (CUDA 12.9; the interop headers need the system's
+//! `GL/gl.h` and `vdpau/vdpau.h`, from Debian's `libgl-dev` and `libvdpau-dev`): a C++ program
+//! built with the real headers prints, for each header prototype, the number of parameters and each one's size, signedness, pointer-ness and
 //! pointee size, and the Rust side is compared with it. Where a declaration deliberately says
 //! less (`*mut c_void` for a structure it does not read, `CUmemPropHead` and
 //! `CUgraphNodeParamsHead` for the head of a structure, a C `int` for an enum), only what it
@@ -151,6 +152,9 @@ const PRELUDE: &str = r#"
 #include <tuple>
 #include <type_traits>
 #include <cuda.h>
+#include <cudaGL.h>
+#include <vdpau/vdpau.h>
+#include <cudaVDPAU.h>
 #include <nvml.h>
 template <typename F> struct sig;
 template <typename R, typename... A> struct sig<R (*)(A...)> {

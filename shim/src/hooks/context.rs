@@ -55,6 +55,48 @@ pub unsafe fn ctx_create_v4(
     create(ctx, dev, || unsafe { f(ctx, params, flags, dev) })
 }
 
+/// OpenGL and VDPAU interop contexts (`cuGLCtxCreate`, deprecated since CUDA 5, and
+/// `cuVDPAUCtxCreate`, each with its CUDA 2/3.0 form): contexts like any other, charged alike.
+pub unsafe fn gl_ctx_create(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuGLCtxCreate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe { f(ctx, flags, dev) })
+}
+
+pub unsafe fn gl_ctx_create_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult {
+    let f = real_or_return!(cuGLCtxCreate_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe { f(ctx, flags, dev) })
+}
+
+pub unsafe fn vdpau_ctx_create(
+    ctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+    vdp_device: u32,
+    get_proc_address: *mut c_void,
+) -> CUresult {
+    let f = real_or_return!(cuVDPAUCtxCreate);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe {
+        f(ctx, flags, dev, vdp_device, get_proc_address)
+    })
+}
+
+pub unsafe fn vdpau_ctx_create_v2(
+    ctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+    vdp_device: u32,
+    get_proc_address: *mut c_void,
+) -> CUresult {
+    let f = real_or_return!(cuVDPAUCtxCreate_v2);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe {
+        f(ctx, flags, dev, vdp_device, get_proc_address)
+    })
+}
+
 pub unsafe fn ctx_destroy(ctx: CUcontext) -> CUresult {
     destroy(real_or_return!(cuCtxDestroy_v2), ctx)
 }

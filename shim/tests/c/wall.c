@@ -18,7 +18,7 @@
  * what is free after each ("after_destroy", "after_release"); "reset" holds a quarter of
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
- * contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
+ * contexts, "interop" OpenGL and VDPAU interop contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
  * eight threads at once, "module" loads modules with global variables, "local" launches
  * kernels with more local memory than the stack holds (see there), "local_race" does that
  * from eight threads at once. With WALL_CONTEXTS=N in the environment, N more contexts
@@ -37,10 +37,7 @@
 
 #include "driver.h"
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext, *CUstream, *CUmemoryPool, *CUarray, *CUmipmappedArray;
+typedef void *CUmemoryPool, *CUarray, *CUmipmappedArray;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct { size_t Width, Height; int Format; unsigned NumChannels; } CUDA_ARRAY_DESCRIPTOR;
 typedef struct { size_t Width, Height, Depth; int Format; unsigned NumChannels, Flags; } CUDA_ARRAY3D_DESCRIPTOR;
@@ -54,16 +51,9 @@ typedef struct {
     size_t maxSize; unsigned short usage; unsigned char reserved[54];
 } CUmemPoolProps;
 
-CUresult cuInit(unsigned);
-CUresult cuDeviceGet(CUdevice *, int);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
-CUresult cuCtxSetCurrent(CUcontext);
-CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
-CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
-CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
 CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
@@ -85,7 +75,6 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocati
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 CUresult cuGetErrorName(CUresult, const char **);
-CUresult cuModuleLoadData(void **, const void *);
 CUresult cuModuleLoadDataEx(void **, const void *, unsigned, int *, void **);
 CUresult cuModuleUnload(void *);
 CUresult cuLibraryLoadData(void **, const void *, int *, void **, unsigned, int *, void **, unsigned);
@@ -94,21 +83,10 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void *);
 CUresult cuMemPoolTrimTo(CUmemoryPool, size_t);
 CUresult cuCtxSetLimit(int, size_t);
 CUresult cuCtxGetLimit(size_t *, int);
+CUresult cuGLCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuVDPAUCtxCreate_v2(CUcontext *, unsigned, CUdevice, unsigned, void *);
 CUresult cuDeviceGetAttribute(int *, int, CUdevice);
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
-typedef void *CUfunction, *CUgraph, *CUgraphNode, *CUgraphExec;
-CUresult cuModuleGetFunction(CUfunction *, void *, const char *);
-CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
-CUresult cuGraphCreate(CUgraph *, unsigned);
-CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS_v2 *);
-CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
-CUresult cuGraphLaunch(CUgraphExec, CUstream);
-CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
-CUresult cuFuncSetBlockShape(CUfunction, int, int, int);
 CUresult cuLaunchGrid(CUfunction, int, int);
-CUresult cuGraphExecDestroy(CUgraphExec);
-CUresult cuGraphDestroy(CUgraph);
-CUresult cuCtxSynchronize(void);
 /* Green contexts (CUDA 12.4): CUdevResource is a tagged union of 144 bytes, the SM count at
  * byte 96. */
 typedef struct { int type; unsigned char pad[92]; unsigned smCount; unsigned char more[44]; } CUdevResource;
@@ -155,7 +133,8 @@ CUresult cuCtxFromGreenCtx(CUcontext *, CUgreenCtx);
     X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode) X(cuGraphAddNode, cuGraphAddNode_v2) \
     X(cuGraphConditionalHandleCreate, cuGraphConditionalHandleCreate) \
     X(cuGraphExecChildGraphNodeSetParams, cuGraphExecChildGraphNodeSetParams) \
-    X(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams)
+    X(cuGraphExecNodeSetParams, cuGraphExecNodeSetParams) \
+    X(cuGLCtxCreate, cuGLCtxCreate_v2) X(cuVDPAUCtxCreate, cuVDPAUCtxCreate_v2)
 
 static struct {
 #define FIELD(base, versioned) __typeof__(versioned) *base;
@@ -806,6 +785,21 @@ int main(int argc, char **argv) {
                refused, failed, (final - before) * unit);
         fit = A.cuCtxSetLimit(0, before);
         A.cuModuleUnload(m);
+    } else if (!strcmp(path, "interop")) {
+        /* Contexts for OpenGL and for VDPAU interop (cuGLCtxCreate, cuVDPAUCtxCreate) made
+         * until refused ("gl_made", "vdpau_made", the refusals "gl_over", "vdpau_over"),
+         * what is free then ("gl_free", "vdpau_free"), then destroyed. */
+        CUcontext made[64];
+        static int vdp_get_proc_address; /* stands for VDPAU's function */
+        int n = 0;
+        CUresult refused = 0;
+        while (n < 64 && !(refused = A.cuGLCtxCreate(&made[n], 0, dev))) n++;
+        printf("gl_made=%d gl_over=%s gl_free=%zu ", n, name(refused), free_now());
+        while (n > 0) A.cuCtxDestroy(made[--n]);
+        while (n < 64 && !(refused = A.cuVDPAUCtxCreate(&made[n], 0, dev, 1, &vdp_get_proc_address))) n++;
+        printf("vdpau_made=%d vdpau_over=%s vdpau_free=%zu ", n, name(refused), free_now());
+        while (n > 0) A.cuCtxDestroy(made[--n]);
+        fit = A.cuCtxSetCurrent(ctx);
     } else if (!strcmp(path, "double_free")) {
         /* Freeing twice, or freeing what was never allocated, gives nothing back twice. */
         fit = A.cuMemAlloc(&p, r);

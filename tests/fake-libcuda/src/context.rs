@@ -347,6 +347,60 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
     })
 }
 
+/// An OpenGL interop context (`cuGLCtxCreate`, deprecated since CUDA 5): the simulated node
+/// has no OpenGL, and makes it a plain context, as the driver makes one beside the current
+/// OpenGL context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGLCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// The CUDA 2.0 form, the same on 64-bit machines.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGLCtxCreate(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// A VDPAU interop context: a plain context here (no VDPAU on the simulated node); the VDPAU
+/// device and its `VdpGetProcAddress` must be given, as the driver needs them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuVDPAUCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+    _vdp_device: u32,
+    get_proc_address: *mut c_void,
+) -> CUresult {
+    if get_proc_address.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: same contract as cuCtxCreate_v2.
+    unsafe { cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// The CUDA 3.1 form, the same on 64-bit machines.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuVDPAUCtxCreate(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+    vdp_device: u32,
+    get_proc_address: *mut c_void,
+) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuVDPAUCtxCreate_v2(pctx, flags, dev, vdp_device, get_proc_address) }
+}
+
 /// CUDA 11.4's variant with execution-affinity parameters (ignored here).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxCreate_v3(
