@@ -134,8 +134,10 @@ impl Procs {
     }
 }
 
-/// What the driver says each process holds on each of the GPUs `uuids` (compute processes,
-/// those with a CUDA context).
+/// What the driver says each process holds on each of the GPUs `uuids`: every process it
+/// lists, compute (with a CUDA context), graphics (OpenGL, Vulkan: memory no CUDA call shows)
+/// and MPS clients alike. A process in several lists (a program using CUDA and Vulkan) is
+/// listed with its one figure in each, and counted once, at the largest.
 #[must_use]
 pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
     let mut samples = Vec::new();
@@ -143,15 +145,23 @@ pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
         let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
             continue;
         };
-        for p in device.running_compute_processes().unwrap_or_default() {
+        let mut held: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        let listed = [
+            device.running_compute_processes(),
+            device.running_graphics_processes(),
+            device.mps_running_compute_processes(),
+        ];
+        for p in listed.into_iter().flat_map(Result::unwrap_or_default) {
             if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) = p.used_gpu_memory {
-                samples.push(Sample {
-                    gpu_uuid: uuid.clone(),
-                    pid: p.pid,
-                    used,
-                });
+                let most = held.entry(p.pid).or_default();
+                *most = (*most).max(used);
             }
         }
+        samples.extend(held.into_iter().map(|(pid, used)| Sample {
+            gpu_uuid: uuid.clone(),
+            pid,
+            used,
+        }));
     }
     samples
 }

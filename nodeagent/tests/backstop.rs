@@ -134,3 +134,61 @@ async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_w
     drop(modest.stdin.take());
     let _ = modest.wait();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_taken_through_the_graphics_driver_counts_and_a_container_over_its_slice_by_it_is_killed()
+ {
+    // An OpenGL or Vulkan program takes device memory with no CUDA call at all: NVML lists
+    // it among the graphics processes, which the agent samples as it does the compute ones.
+    let sim = SimNode::new(1, "A10", None);
+    let bus = Bus::start();
+    let _agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &[
+            "--enforce-interval",
+            "100ms",
+            "--over-limit-action",
+            "kill",
+            "--over-limit-tolerance",
+            "0",
+        ],
+    );
+    let p = proxy(&bus.address).await;
+    let mut signals = p.receive_over_limit().await.unwrap();
+    for (id, memory) in [("painter", "256Mi"), ("sketcher", "1Gi")] {
+        p.claim(id, ann(&[("gpuslice.io/memory", memory)]))
+            .await
+            .unwrap();
+    }
+    let (painter_cg, sketcher_cg) = (Cgroup::new("painter"), Cgroup::new("sketcher"));
+    let mut sketcher = sim.hold_graphics(0, 512 << 20);
+    sketcher_cg.adopt(sketcher.id());
+    p.activate("sketcher", sketcher.id()).await.unwrap();
+    let mut painter = sim.hold_graphics(0, 512 << 20);
+    painter_cg.adopt(painter.id());
+    p.activate("painter", painter.id()).await.unwrap();
+
+    let signal = tokio::time::timeout(Duration::from_secs(2), signals.next())
+        .await
+        .expect("an OverLimit signal")
+        .unwrap();
+    let args = signal.args().unwrap();
+    assert_eq!(
+        (*args.container_id(), *args.used(), *args.limit()),
+        ("painter", 512 << 20, 256 << 20),
+        "the driver's figure for the graphics process"
+    );
+    let killed = wait_for(Duration::from_secs(2), || {
+        painter.try_wait().unwrap().is_some()
+    });
+    assert!(killed, "the graphics process over its slice still runs");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        sketcher.try_wait().unwrap().is_none(),
+        "the container within its slice was killed"
+    );
+    drop(sketcher.stdin.take());
+    let _ = sketcher.wait();
+}

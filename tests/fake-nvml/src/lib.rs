@@ -666,6 +666,7 @@ unsafe fn processes<T>(
     device: nvmlDevice_t,
     count: *mut c_uint,
     infos: *mut T,
+    graphics: bool,
     make: impl Fn(u32, u64) -> T,
 ) -> nvmlReturn_t {
     // SAFETY: the handle is checked; `count` and `infos` are checked before use.
@@ -676,6 +677,7 @@ unsafe fn processes<T>(
             }
             let live: Vec<(u32, u64)> = procs::nvml_view(&l.spec.state_dir)
                 .into_iter()
+                .filter(|p| p.graphics == graphics)
                 .filter_map(|p| {
                     p.used
                         .get(i)
@@ -705,7 +707,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointers.
     unsafe {
-        processes(d, c, p, |pid, used| nvmlProcessInfo_v1_t {
+        processes(d, c, p, false, |pid, used| nvmlProcessInfo_v1_t {
             pid,
             used_gpu_memory: used,
         })
@@ -728,7 +730,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
     p: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointers.
-    unsafe { processes(d, c, p, v2_info) }
+    unsafe { processes(d, c, p, false, v2_info) }
 }
 
 #[unsafe(no_mangle)]
@@ -738,7 +740,44 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     p: *mut nvmlProcessInfo_t,
 ) -> nvmlReturn_t {
     // SAFETY: forwarded caller pointers.
-    unsafe { processes(d, c, p, v2_info) }
+    unsafe { processes(d, c, p, false, v2_info) }
+}
+
+/// Processes holding memory through the graphics driver (OpenGL, Vulkan), as the compute
+/// ones are listed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
+    d: nvmlDevice_t,
+    c: *mut c_uint,
+    p: *mut nvmlProcessInfo_v1_t,
+) -> nvmlReturn_t {
+    // SAFETY: forwarded caller pointers.
+    unsafe {
+        processes(d, c, p, true, |pid, used| nvmlProcessInfo_v1_t {
+            pid,
+            used_gpu_memory: used,
+        })
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
+    d: nvmlDevice_t,
+    c: *mut c_uint,
+    p: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: forwarded caller pointers.
+    unsafe { processes(d, c, p, true, v2_info) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+    d: nvmlDevice_t,
+    c: *mut c_uint,
+    p: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    // SAFETY: forwarded caller pointers.
+    unsafe { processes(d, c, p, true, v2_info) }
 }
 
 /// CLOCK_REALTIME less CLOCK_MONOTONIC, in nanoseconds, taken once: a sample's CPU timestamp

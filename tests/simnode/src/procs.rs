@@ -9,7 +9,11 @@
 //! kernel ends and, for each of the last [`BUSY_PERIODS`] periods of the driver's utilization
 //! sampling (a ring by period index), the index and the kernel time that falls in it:
 //! 64 × (1 + 2 × 32) × u64, nanoseconds of CLOCK_MONOTONIC.
-//! Records are named `<namespace inode>-<pid>`.
+//! Records are named `<namespace inode>-<pid>`. A process that takes device memory through
+//! the graphics driver (OpenGL, Vulkan) rather than CUDA has a record of its own, of the same
+//! layout under the magic `GSIMGFX5`, named `<namespace inode>-<pid>-graphics`: NVML lists it
+//! among the graphics processes, not the compute ones (`gpuslice-simnode hold-graphics`
+//! writes one, standing in for such a program).
 //!
 //! The real driver knows every process by its kernel identity; a process in a container knows
 //! only its pid in its own namespace. A reader translates: a record of its own namespace is
@@ -25,6 +29,8 @@
 use std::path::{Path, PathBuf};
 
 pub const MAGIC: &[u8; 8] = b"GSIMPRC5";
+/// The magic of a graphics process's record.
+pub const GRAPHICS_MAGIC: &[u8; 8] = b"GSIMGFX5";
 pub const MAX_GPUS: usize = 64;
 const NS_AT: usize = 24;
 const USED_AT: usize = 32;
@@ -106,6 +112,8 @@ pub struct ProcUsage {
     pub writer: (u64, u32),
     pub used: Vec<u64>,
     pub busy: Vec<Busy>,
+    /// Memory taken through the graphics driver: NVML lists it as a graphics process.
+    pub graphics: bool,
 }
 
 #[must_use]
@@ -116,6 +124,36 @@ pub fn dir(state_dir: &Path) -> PathBuf {
 #[must_use]
 pub fn record_path(state_dir: &Path, pidns: u64, pid: u32) -> PathBuf {
     dir(state_dir).join(format!("{pidns}-{pid}"))
+}
+
+/// Where a graphics process's record is.
+#[must_use]
+pub fn graphics_record_path(state_dir: &Path, pidns: u64, pid: u32) -> PathBuf {
+    dir(state_dir).join(format!("{pidns}-{pid}-graphics"))
+}
+
+/// Writes this process's graphics record: `bytes` held on GPU `index`, no kernel time.
+/// Written whole (to a temporary file renamed into place).
+pub fn write_graphics(state_dir: &Path, index: usize, bytes: u64) -> std::io::Result<PathBuf> {
+    let pid = std::process::id();
+    let start = process_start_time(Path::new("/proc"), pid).unwrap_or(0);
+    let mut used = [0u64; MAX_GPUS];
+    *used
+        .get_mut(index)
+        .ok_or(std::io::ErrorKind::InvalidInput)? = bytes;
+    let mut record = encode(
+        (own_pidns(), pid),
+        start,
+        &used,
+        &[Busy::default(); MAX_GPUS],
+    );
+    record[0..8].copy_from_slice(GRAPHICS_MAGIC);
+    let path = graphics_record_path(state_dir, own_pidns(), pid);
+    std::fs::create_dir_all(dir(state_dir))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, record)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 /// The inode of the host's initial PID namespace (the kernel's `PROC_PID_INIT_INO`).
@@ -172,7 +210,11 @@ pub fn encode_busy(index: usize, busy: &Busy) -> (usize, [u8; BUSY_SIZE]) {
 }
 
 fn decode(buf: &[u8]) -> Option<ProcUsage> {
-    if buf.len() < RECORD_SIZE || &buf[0..8] != MAGIC {
+    if buf.len() < RECORD_SIZE {
+        return None;
+    }
+    let graphics = &buf[0..8] == GRAPHICS_MAGIC;
+    if &buf[0..8] != MAGIC && !graphics {
         return None;
     }
     let word = |at: usize| {
@@ -195,6 +237,7 @@ fn decode(buf: &[u8]) -> Option<ProcUsage> {
                 }
             })
             .collect(),
+        graphics,
     })
 }
 

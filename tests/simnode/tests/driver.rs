@@ -181,6 +181,36 @@ fn device_memory_is_shared_across_processes_and_nvml_reports_each_process() {
 }
 
 #[test]
+fn memory_held_through_the_graphics_driver_is_used_and_listed_as_a_graphics_process() {
+    let sim = SimNode::new(1, "T4", None);
+    let mut painter = sim.hold_graphics(0, 2 * GIB);
+    let nvml = nvml(&sim);
+    let dev = nvml.device_by_index(0).unwrap();
+    assert_eq!(dev.memory_info().unwrap().used, 2 * GIB);
+    let graphics: Vec<(u32, u64)> = dev
+        .running_graphics_processes()
+        .unwrap()
+        .into_iter()
+        .map(|p| match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => (p.pid, b),
+            UsedGpuMemory::Unavailable => (p.pid, 0),
+        })
+        .collect();
+    assert_eq!(graphics, vec![(painter.id(), 2 * GIB)]);
+    assert!(dev.running_compute_processes().unwrap().is_empty());
+    // A CUDA program sees the card that much fuller.
+    let exe = compile_client(&sim);
+    let cuda = Client::start(&exe, &sim, 0, GIB, &[]);
+    let ctx = sim.spec.gpus[0].context_bytes;
+    assert_eq!(cuda.num("free_before"), 13 * GIB - ctx, "{:?}", cuda.facts);
+    cuda.finish();
+    drop(painter.stdin.take());
+    assert!(painter.wait().unwrap().success());
+    assert_eq!(dev.memory_info().unwrap().used, 0);
+    assert!(dev.running_graphics_processes().unwrap().is_empty());
+}
+
+#[test]
 fn memory_the_driver_reserves_is_never_free_and_nvml_reports_it_as_the_real_one_does() {
     const MIB: u64 = 1 << 20;
     let reserved = 384 * MIB;

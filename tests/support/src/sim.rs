@@ -195,4 +195,27 @@ impl SimNode {
         assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
         child
     }
+
+    /// Runs a process holding `bytes` of GPU `gpu`'s memory taken through the graphics driver
+    /// (as an OpenGL or Vulkan program does: no CUDA, so no interception library sees it;
+    /// `gpuslice-simnode hold-graphics`) until its stdin closes; returns once it holds them.
+    pub fn hold_graphics(&self, gpu: usize, bytes: u64) -> std::process::Child {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = std::process::Command::new(crate::binary("gpuslice-simnode"))
+            .arg("hold-graphics")
+            .arg("--root")
+            .arg(self.root())
+            .args(["--gpu", &gpu.to_string(), "--bytes", &bytes.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), format!("held={bytes}"));
+        child
+    }
 }

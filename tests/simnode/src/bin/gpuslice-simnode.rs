@@ -56,6 +56,19 @@ enum Command {
         #[arg(long)]
         root: PathBuf,
     },
+    /// Stand in for an OpenGL or Vulkan program: hold device memory taken through the
+    /// graphics driver (NVML lists this process among the graphics processes, not the compute
+    /// ones) until stdin closes. Prints `held=BYTES` once it holds them.
+    HoldGraphics {
+        #[arg(long)]
+        root: PathBuf,
+        /// GPU index.
+        #[arg(long, default_value_t = 0)]
+        gpu: usize,
+        /// How much, e.g. 512Mi.
+        #[arg(long)]
+        bytes: String,
+    },
 }
 
 fn main() -> Result<()> {
@@ -119,6 +132,35 @@ fn main() -> Result<()> {
             )?;
             println!("{}", serde_json::to_string_pretty(&spec)?);
         }
+        Command::HoldGraphics { root, gpu, bytes } => hold_graphics(&root, gpu, &bytes)?,
     }
+    Ok(())
+}
+
+fn hold_graphics(root: &std::path::Path, gpu: usize, bytes: &str) -> Result<()> {
+    let spec = NodeSpec::load(
+        &root
+            .join(driver_root::LIB_DIR)
+            .join(gpuslice_simnode::node::NODE_BESIDE_LIBRARY),
+    )?;
+    let quantity = parse_memory(bytes).with_context(|| format!("--bytes {bytes}"))?;
+    let total = spec
+        .gpus
+        .get(gpu)
+        .with_context(|| format!("--gpu {gpu}: the node has {} GPUs", spec.gpus.len()))?
+        .memory_bytes;
+    let bytes = quantity.bytes_of(total);
+    let used = gpuslice_simnode::procs::used_on(&spec.state_dir, gpu);
+    anyhow::ensure!(
+        used.saturating_add(bytes) <= total,
+        "--bytes {bytes}: GPU {gpu} has {} bytes free",
+        total.saturating_sub(used)
+    );
+    let record = gpuslice_simnode::procs::write_graphics(&spec.state_dir, gpu, bytes)
+        .with_context(|| format!("failed to write a record in {}", spec.state_dir.display()))?;
+    println!("held={bytes}");
+    std::io::Write::flush(&mut std::io::stdout())?;
+    std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
+    std::fs::remove_file(&record)?;
     Ok(())
 }
