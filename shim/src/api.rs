@@ -265,6 +265,7 @@ table! {
         Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;
         Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph::graph_exec_node_set_params;
         Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph::graph_exec_child_graph_node_set_params;
+        Cuda fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_node_set_params;
         Cuda fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node;
         Cuda fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node_v2;
         Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch;

@@ -35,7 +35,9 @@ pub fn conditional(node: CUgraphNode) -> Option<Conditional> {
     table.get(&(node as usize)).cloned()
 }
 
-/// After the driver made the node `*node` from `params`: a conditional one is remembered.
+/// After the driver made the node `*node` from `params`: a conditional one is remembered,
+/// if the driver wrote its bodies (one it did not is left unknown: a graph holding it is not
+/// instantiated in a slice).
 fn remember(r: CUresult, node: *mut CUgraphNode, params: *mut CUgraphNodeParamsHead) {
     if r != CUDA_SUCCESS || node.is_null() || params.is_null() {
         return;
@@ -52,14 +54,13 @@ fn remember(r: CUresult, node: *mut CUgraphNode, params: *mut CUgraphNodeParamsH
             .add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET)
             .cast::<CUDA_CONDITIONAL_NODE_PARAMS>()
             .read_unaligned();
-        let bodies = if c.graphs.is_null() {
-            Vec::new()
-        } else {
-            std::slice::from_raw_parts(c.graphs, c.size as usize)
-                .iter()
-                .map(|&g| g as usize)
-                .collect()
-        };
+        if c.graphs.is_null() {
+            return;
+        }
+        let bodies = std::slice::from_raw_parts(c.graphs, c.size as usize)
+            .iter()
+            .map(|&g| g as usize)
+            .collect();
         (
             node.read() as usize,
             Conditional {
@@ -101,4 +102,22 @@ pub unsafe fn graph_add_node_v2(
     let r = unsafe { f(node, graph, deps, edges, count, params) };
     remember(r, node, params);
     r
+}
+
+/// A graph's node given new parameters before it is instantiated: for a conditional node,
+/// what its bodies then are is not told, so in a slice the change is refused.
+pub unsafe fn graph_node_set_params(
+    node: CUgraphNode,
+    params: *mut CUgraphNodeParamsHead,
+) -> CUresult {
+    let f = real_or_return!(cuGraphNodeSetParams);
+    // SAFETY: the caller's CUgraphNodeParams, whose type comes first.
+    let conditional =
+        !params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    if conditional && crate::slice::get().is_some() {
+        crate::log::log!("new parameters for a graph's conditional node: not supported in a slice");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { f(node, params) }
 }
