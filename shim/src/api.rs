@@ -276,6 +276,9 @@ table! {
         Cuda fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int) -> CUresult = refused::mem_import_from_shareable_handle;
         Cuda fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_import_from_shareable_handle;
         Cuda fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void) -> CUresult = refused::mem_pool_import_pointer;
+        Cuda fn cuMemExportToShareableHandle(os_handle: *mut c_void, handle: CUmemGenericAllocationHandle, kind: c_int, flags: u64) -> CUresult = refused::mem_export_to_shareable_handle;
+        Cuda fn cuMemPoolExportToShareableHandle(os_handle: *mut c_void, pool: CUmemoryPool, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_export_to_shareable_handle;
+        Cuda fn cuMemPoolExportPointer(data: *mut c_void, dptr: CUdeviceptr) -> CUresult = refused::mem_pool_export_pointer;
         Cuda fn cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void) -> CUresult = refused::multicast_create;
         Nvml fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t = info::nvml_memory_info;
         Nvml fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t = info::nvml_memory_info_v2;

@@ -19,6 +19,9 @@ const REFUSED: &[&str] = &[
     "cuMemImportFromShareableHandle",
     "cuMemPoolImportFromShareableHandle",
     "cuMemPoolImportPointer",
+    "cuMemExportToShareableHandle",
+    "cuMemPoolExportToShareableHandle",
+    "cuMemPoolExportPointer",
     "cuMulticastCreate",
 ];
 

@@ -26,6 +26,9 @@ int main(void) {
     printf("cuMemImportFromShareableHandle=%d ", F("cuMemImportFromShareableHandle")(&out, (void *)0, 1));
     printf("cuMemPoolImportFromShareableHandle=%d ", F("cuMemPoolImportFromShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolImportPointer=%d ", F("cuMemPoolImportPointer")(&out, (void *)0, (void *)0));
+    printf("cuMemExportToShareableHandle=%d ", F("cuMemExportToShareableHandle")(&out, 1ull, 1, 0ull));
+    printf("cuMemPoolExportToShareableHandle=%d ", F("cuMemPoolExportToShareableHandle")(&out, (void *)0, 1, 0ull));
+    printf("cuMemPoolExportPointer=%d ", F("cuMemPoolExportPointer")(&out, 0ull));
     printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
     void *stream = 0;
     unsigned long long dptr = 0;
