@@ -363,7 +363,7 @@ pub fn understated(
             out.push((
                 claim.container_id.clone(),
                 format!(
-                    "the driver shows the container's processes holding {unattributed} bytes on {} that no slot of its usage region accounts for: its counters were rewritten, or a process went around the library",
+                    "the driver shows the container's processes holding {unattributed} bytes on {} that no slot of its usage region accounts for: its counters were rewritten, a process went around the library, or one uses the GPU through OpenGL or Vulkan",
                     g.uuid
                 ),
             ));
