@@ -270,6 +270,33 @@ pub struct CUlaunchConfig {
     pub num_attrs: c_uint,
 }
 
+/// `CUlaunchAttributeValue` (also `CUkernelNodeAttrValue`): a union of 64 bytes whose member
+/// the attribute's id picks; this crate reads `deviceUpdatableKernelNode.deviceUpdatable`, an
+/// `int` at its start.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug)]
+pub struct CUlaunchAttributeValue {
+    pub bytes: [u8; 64],
+}
+
+impl Default for CUlaunchAttributeValue {
+    fn default() -> Self {
+        Self { bytes: [0; 64] }
+    }
+}
+
+impl CUlaunchAttributeValue {
+    /// The `int` the value starts with.
+    #[must_use]
+    pub fn first_int(&self) -> c_int {
+        c_int::from_ne_bytes([self.bytes[0], self.bytes[1], self.bytes[2], self.bytes[3]])
+    }
+}
+
+/// CUDA 12.4: a graph kernel node whose kernel parameters and grid kernels may change from
+/// the GPU (`cudaGraphKernelNodeUpdatesApply`), without the host seeing it.
+pub const CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE: c_int = 13;
+
 /// One device's launch of `cuLaunchCooperativeKernelMultiDevice` (`CUDA_LAUNCH_PARAMS`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -348,6 +348,13 @@ fn checks() -> Vec<Check> {
     constant!(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
     constant!(CU_GRAPH_NODE_TYPE_MEM_FREE);
     constant!(CU_GRAPH_NODE_TYPE_CONDITIONAL, 12030);
+    constant!(CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, 12040);
+    size!(CUlaunchAttributeValue, 12000);
+    add(
+        "offsetof(CUlaunchAttributeValue, deviceUpdatableKernelNode.deviceUpdatable)",
+        0,
+        12040,
+    );
     constant!(CU_GRAPH_COND_TYPE_IF, 12030);
     constant!(CU_GRAPH_COND_TYPE_WHILE, 12030);
     constant!(CU_GRAPH_COND_TYPE_SWITCH, 12080);

@@ -304,6 +304,7 @@ table! {
         Cuda fn cuGraphKernelNodeGetParams(node: CUgraphNode, params: *mut c_void) -> CUresult;
         Cuda fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult;
         Cuda fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) -> CUresult;
+        Cuda fn cuGraphKernelNodeGetAttribute(node: CUgraphNode, attr: c_int, value: *mut CUlaunchAttributeValue) -> CUresult;
         Cuda fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
         Cuda fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;

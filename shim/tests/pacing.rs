@@ -543,7 +543,7 @@ fn launches_through_the_deprecated_grid_and_multi_device_calls_are_paced_too() {
 }
 
 #[test]
-fn kernels_in_child_graphs_and_conditional_bodies_are_paced_and_graphs_the_gpu_relaunches_are_refused()
+fn kernels_in_child_graphs_and_conditional_bodies_are_paced_and_graphs_whose_work_the_gpu_decides_are_refused()
  {
     // A graph's kernels may stand in a child graph or in the body of a conditional node:
     // each launch of the graph takes their blocks from the share.
@@ -551,12 +551,13 @@ fn kernels_in_child_graphs_and_conditional_bodies_are_paced_and_graphs_the_gpu_r
         ("child", "cuGraphLaunch of a child graph's kernels"),
         ("if", "cuGraphLaunch of a conditional if node's kernels"),
     ]);
-    // A `while` node runs its body as often as the graph's own kernels decide, and a graph
-    // instantiated for launches from the GPU runs as often as kernels launch it: no launch
-    // from the host can know. On a paced slice such a graph is not instantiated
-    // (CUDA_ERROR_NOT_SUPPORTED); it runs where nothing intercepts it.
+    // A `while` node runs its body as often as the graph's own kernels decide, a graph
+    // instantiated for launches from the GPU runs as often as kernels launch it, and a
+    // device-updatable kernel node runs the grid a kernel gives it: no launch from the host
+    // can know. On a paced slice such a graph is not instantiated (CUDA_ERROR_NOT_SUPPORTED);
+    // it runs where nothing intercepts it.
     let s = setup(30);
-    for how in ["while", "device"] {
+    for how in ["while", "device", "updatable"] {
         let refused = s.command_via(true, how).output().unwrap();
         let text = String::from_utf8_lossy(&refused.stdout);
         assert!(text.contains("error=graph 801"), "{how}: {text}");

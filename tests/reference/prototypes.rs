@@ -79,6 +79,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "CUDA_ARRAY3D_DESCRIPTOR" => (size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), false),
         "CUDA_ARRAY_MEMORY_REQUIREMENTS" => (size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS>(), false),
         "CUlaunchConfig" => (size_of::<CUlaunchConfig>(), false),
+        "CUlaunchAttributeValue" => (size_of::<CUlaunchAttributeValue>(), false),
         "CUDA_LAUNCH_PARAMS" => (size_of::<CUDA_LAUNCH_PARAMS>(), false),
         "CUDA_MEM_ALLOC_NODE_PARAMS" => (size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>(), false),
         "CUDA_KERNEL_NODE_PARAMS_v2" => (size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), true),

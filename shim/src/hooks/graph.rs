@@ -40,7 +40,9 @@
 //! (`CUDA_ERROR_NOT_SUPPORTED`, logged), as neither is a graph with a conditional node made
 //! where the library did not see it. For the same reason a graph instantiated to be
 //! launched from the GPU (`CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH`: kernels launch it,
-//! and it may launch itself again) is not instantiated on a paced slice.
+//! and it may launch itself again) is not instantiated on a paced slice, nor a graph with a
+//! kernel node the GPU may update (CUDA 12.4's device-updatable kernel nodes, whose grid a
+//! kernel may change).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -205,6 +207,12 @@ fn read_graph(
                 into.frees.push(dptr);
             }
             CU_GRAPH_NODE_TYPE_KERNEL => {
+                if s.paced && device_updatable(node) {
+                    log!(
+                        "a graph has a kernel node the GPU may update (device-updatable) on a slice with a share of the SMs: its grid could grow unseen, unpaced; not supported"
+                    );
+                    return Err(CUDA_ERROR_NOT_SUPPORTED);
+                }
                 if let Some(p) = kernel_params(node) {
                     if s.paced {
                         let blocks = grid_blocks(&p);
@@ -253,6 +261,24 @@ fn read_graph(
         }
     }
     Ok(())
+}
+
+/// Whether the kernel node `node` may be updated from the GPU (CUDA 12.4); no on a driver
+/// that does not know the attribute.
+fn device_updatable(node: CUgraphNode) -> bool {
+    let Some(f) = real::cuGraphKernelNodeGetAttribute() else {
+        return false;
+    };
+    let mut value = CUlaunchAttributeValue::default();
+    // SAFETY: a kernel node; the driver writes one CUlaunchAttributeValue.
+    let r = unsafe {
+        f(
+            node,
+            CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+            &raw mut value,
+        )
+    };
+    r == CUDA_SUCCESS && value.first_int() != 0
 }
 
 fn grid_blocks(p: &CUDA_KERNEL_NODE_PARAMS_v2) -> u64 {

@@ -58,6 +58,14 @@ typedef struct {
     long long reserved2;
 } CUgraphNodeParams;
 
+/* CUlaunchAttributeValue: a union of 64 bytes; CUDA 12.4's device-updatable kernel node flag
+ * (attribute 13) and the device handle the driver gives back. */
+enum { CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13 };
+typedef union {
+    struct { int deviceUpdatable; void *devNode; } deviceUpdatableKernelNode;
+    char pad[64];
+} CUlaunchAttributeValue;
+
 CUresult cuInit(unsigned);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
@@ -95,6 +103,7 @@ CUresult cuGraphConditionalHandleCreate(unsigned long long *, CUgraph, CUcontext
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode,
                                            const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec, CUgraphNode, CUgraph);
+CUresult cuGraphKernelNodeSetAttribute(CUgraphNode, int, const CUlaunchAttributeValue *);
 CUresult cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
 
 #endif

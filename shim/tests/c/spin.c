@@ -2,7 +2,7 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|device|child|if|while [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while [wait]]
  *
  * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, CUDA 2.0's cuLaunchGridAsync (the block shape set once by
@@ -10,7 +10,8 @@
  * of two, both on this device: the simulated driver launches each), or cuGraphLaunch
  * of a graph captured around two launches of BLOCKS / 2 blocks each ("graph"), of a graph
  * instantiated to be launched from the GPU too ("device": the simulated GPU runs no device
- * code, so only the host launches it), of a graph whose one node is a child graph of two such
+ * code, so only the host launches it), of a graph of two such kernel nodes, the first made
+ * device-updatable ("updatable": its grid may then change from the GPU), of a graph whose one node is a child graph of two such
  * kernel nodes ("child"), or of a graph whose one
  * node is a conditional `if` or `while` node (its value starts at 1 each launch) whose body
  * holds those two kernel nodes ("if", "while": the simulated GPU runs no device code, so no
@@ -76,24 +77,30 @@ static CUresult launch(CUstream stream) {
     return cuLaunchKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0, 0);
 }
 
-/* Adds to `g` two kernel nodes of BLOCKS / 2 blocks and the rest. */
-static CUresult add_kernels(CUgraph g) {
+/* Adds to `g` two kernel nodes of BLOCKS / 2 blocks and the rest; the first is `*first`. */
+static CUresult add_kernels(CUgraph g, CUgraphNode *first) {
     CUgraphNode n;
     CUDA_KERNEL_NODE_PARAMS_v2 k = {kernel, blocks / 2, 1, 1, 128, 1, 1, 0, 0, 0, 0, 0};
-    CUresult r = cuGraphAddKernelNode_v2(&n, g, 0, 0, &k);
+    CUresult r = cuGraphAddKernelNode_v2(first, g, 0, 0, &k);
     k.gridDimX = blocks - blocks / 2;
     return r ? r : cuGraphAddKernelNode_v2(&n, g, 0, 0, &k);
 }
 
-/* A graph whose one node runs those kernel nodes: a child graph node ("child") or a
- * conditional node ("if", "while") whose value starts at 1. */
+/* A graph of those kernel nodes, the first device-updatable ("updatable"), or whose one
+ * node runs them: a child graph node ("child") or a conditional node ("if", "while") whose
+ * value starts at 1. */
 static CUresult graph_with_body(CUgraph *graph) {
     CUgraph body;
-    CUgraphNode n;
+    CUgraphNode n, first;
     CUresult r = cuGraphCreate(graph, 0);
     if (r) return r;
+    if (strcmp(how, "updatable") == 0) {
+        CUlaunchAttributeValue v = {{1, 0}};
+        if ((r = add_kernels(*graph, &first))) return r;
+        return cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, &v);
+    }
     if (strcmp(how, "child") == 0) {
-        if ((r = cuGraphCreate(&body, 0)) || (r = add_kernels(body))) return r;
+        if ((r = cuGraphCreate(&body, 0)) || (r = add_kernels(body, &first))) return r;
         return cuGraphAddChildGraphNode(&n, *graph, 0, 0, body);
     }
     CUgraphNodeParams p = {0};
@@ -104,7 +111,7 @@ static CUresult graph_with_body(CUgraph *graph) {
     if ((r = cuGraphConditionalHandleCreate(&p.conditional.handle, *graph, ctx, 1, 1)) ||
         (r = cuGraphAddNode_v2(&n, *graph, 0, 0, 0, &p)))
         return r;
-    return add_kernels(p.conditional.phGraph_out[0]);
+    return add_kernels(p.conditional.phGraph_out[0], &first);
 }
 
 /* Launches until `until` (read again after each launch: the warm-up's end moves it),
@@ -143,7 +150,8 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: spin BLOCKS MS "
-                        "[kernel|ex|coop|grid|multi|multi2|graph|device|child|if|while [wait]]\n");
+                        "[kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while "
+                        "[wait]]\n");
         return 2;
     }
     how = argc >= 4 ? argv[3] : "kernel";
@@ -190,7 +198,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         capture_stream = s;
-    } else if (strcmp(how, "child") == 0 || strcmp(how, "if") == 0 || strcmp(how, "while") == 0) {
+    } else if (strcmp(how, "child") == 0 || strcmp(how, "if") == 0 || strcmp(how, "while") == 0 ||
+               strcmp(how, "updatable") == 0) {
         CUresult r = graph_with_body(&graph);
         if (!r) r = cuGraphInstantiateWithFlags(&exec, graph, 0);
         if (r) {

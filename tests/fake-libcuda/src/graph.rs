@@ -21,11 +21,11 @@ use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_UNION_OFFSET,
     CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_GRAPH,
     CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE,
-    CUDA_CHILD_GRAPH_NODE_PARAMS, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS,
-    CUgraphExecUpdateResultInfo, CUgraphNodeParamsHead, CUmemLocation, CUmemPoolProps,
-    CUmemPropHead,
+    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_CHILD_GRAPH_NODE_PARAMS,
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
+    CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphExecUpdateResultInfo,
+    CUgraphNodeParamsHead, CUlaunchAttributeValue, CUmemLocation, CUmemPoolProps, CUmemPropHead,
 };
 pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
 
@@ -681,6 +681,72 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams(
     params: *mut c_void,
 ) -> CUresult {
     guard(|| kernel_params(node, params.cast(), false))
+}
+
+/// Kernel nodes made device-updatable (CUDA 12.4), by handle: their kernels may change their
+/// parameters and grid from the GPU (no simulated kernel does).
+static DEVICE_UPDATABLE: LazyLock<Mutex<HashSet<usize>>> =
+    LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// `cuGraphKernelNodeSetAttribute`, for `CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE`
+/// (others are not modelled): 1 makes the node device-updatable; a node cannot opt out again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeSetAttribute(
+    node: CUgraphNode,
+    attr: c_int,
+    value: *const CUlaunchAttributeValue,
+) -> CUresult {
+    guard(|| {
+        if attr != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE {
+            return Err(crate::unmodelled(
+                "cuGraphKernelNodeSetAttribute (this attribute)",
+            ));
+        }
+        let Op::Kernel { .. } = node_op(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        // SAFETY: the caller's CUlaunchAttributeValue (null refused).
+        let v = unsafe { value.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let mut set = DEVICE_UPDATABLE.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        match v.first_int() {
+            1 => {
+                set.insert(node as usize);
+                Ok(())
+            }
+            0 if !set.contains(&(node as usize)) => Ok(()),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    })
+}
+
+/// `cuGraphKernelNodeGetAttribute`, for `CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE`:
+/// the flag, and for a device-updatable node its device handle after it (`devNode`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
+    node: CUgraphNode,
+    attr: c_int,
+    value: *mut CUlaunchAttributeValue,
+) -> CUresult {
+    guard(|| {
+        if attr != CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE {
+            return Err(crate::unmodelled(
+                "cuGraphKernelNodeGetAttribute (this attribute)",
+            ));
+        }
+        let Op::Kernel { .. } = node_op(node)? else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        let on = DEVICE_UPDATABLE
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .contains(&(node as usize));
+        let mut v = CUlaunchAttributeValue::default();
+        v.bytes[0..4].copy_from_slice(&c_int::from(on).to_ne_bytes());
+        if on {
+            v.bytes[8..16].copy_from_slice(&(node as u64).to_ne_bytes());
+        }
+        out(value, v)
+    })
 }
 
 /// Whether two operations are nodes of the same type (what an update may not change).
