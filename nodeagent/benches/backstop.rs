@@ -71,8 +71,13 @@ fn main() {
                 index: 0,
                 uuid: uuid.clone(),
                 minor: 0,
-                // The first container is over its slice, so every pass finds one violation.
-                memory_bytes: if c == 0 { 64 * MIB } else { 1 << 30 },
+                // The first container is over its slice, so every pass finds one violation;
+                // the others hold their processes' memory and contexts with room to spare.
+                memory_bytes: if c == 0 {
+                    64 * MIB
+                } else {
+                    PER_CONTAINER as u64 * (16 * MIB + sim.spec.gpus[0].context_bytes) + 64 * MIB
+                },
                 cores: 0,
                 window: None,
             }],

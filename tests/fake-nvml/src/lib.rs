@@ -835,7 +835,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             let end = procs::monotonic_ns() / period * period;
             let stamp = u64::try_from((i128::from(end) + realtime_offset_ns()) / 1000).unwrap_or(0);
             // Each process's busy time in the period.
-            let busy: Vec<(u32, u64)> = procs::nvml_view(&l.spec.state_dir)
+            let busy: Vec<(u32, u64)> = procs::nvml_view_with_kernel_time(&l.spec.state_dir)
                 .into_iter()
                 .filter_map(|p| {
                     let ended = (end / period).checked_sub(1)?;

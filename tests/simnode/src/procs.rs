@@ -209,8 +209,27 @@ pub fn encode_busy(index: usize, busy: &Busy) -> (usize, [u8; BUSY_SIZE]) {
     (BUSY_AT + BUSY_SIZE * index, b)
 }
 
-fn decode(buf: &[u8]) -> Option<ProcUsage> {
-    if buf.len() < RECORD_SIZE {
+/// How much of each record a reader needs: who and how much memory (the head, a sixtieth of
+/// a record: what every memory figure reads), or also the kernel time (what utilization
+/// reads).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Memory,
+    All,
+}
+
+impl Part {
+    fn bytes(self) -> usize {
+        match self {
+            Self::Memory => BUSY_AT,
+            Self::All => RECORD_SIZE,
+        }
+    }
+}
+
+/// A record's first `part` (`busy` left empty for [`Part::Memory`]).
+fn decode(buf: &[u8], part: Part) -> Option<ProcUsage> {
+    if buf.len() < part.bytes() {
         return None;
     }
     let graphics = &buf[0..8] == GRAPHICS_MAGIC;
@@ -228,7 +247,7 @@ fn decode(buf: &[u8]) -> Option<ProcUsage> {
         start_time: word(16),
         writer: (word(NS_AT), pid),
         used: (0..MAX_GPUS).map(|i| word(USED_AT + 8 * i)).collect(),
-        busy: (0..MAX_GPUS)
+        busy: (0..if part == Part::All { MAX_GPUS } else { 0 })
             .map(|i| {
                 let at = |k: usize| word(BUSY_AT + BUSY_SIZE * i + 8 * k);
                 Busy {
@@ -338,14 +357,18 @@ impl Translator {
     }
 }
 
-fn records(state_dir: &Path) -> Vec<(PathBuf, Option<ProcUsage>)> {
+fn records(state_dir: &Path, part: Part) -> Vec<(PathBuf, Option<ProcUsage>)> {
+    use std::io::Read;
     let Ok(entries) = std::fs::read_dir(dir(state_dir)) else {
         return Vec::new();
     };
     entries
         .flatten()
         .map(|e| {
-            let usage = std::fs::read(e.path()).ok().and_then(|b| decode(&b));
+            let mut buf = Vec::with_capacity(part.bytes());
+            let read = std::fs::File::open(e.path())
+                .and_then(|f| f.take(part.bytes() as u64).read_to_end(&mut buf));
+            let usage = read.ok().and_then(|_| decode(&buf, part));
             (e.path(), usage)
         })
         .collect()
@@ -356,7 +379,7 @@ fn records(state_dir: &Path) -> Vec<(PathBuf, Option<ProcUsage>)> {
 #[must_use]
 pub fn live(state_dir: &Path) -> Vec<ProcUsage> {
     let mut t = Translator::new();
-    let mut out: Vec<ProcUsage> = records(state_dir)
+    let mut out: Vec<ProcUsage> = records(state_dir, Part::All)
         .into_iter()
         .filter_map(|(_, p)| p)
         .filter_map(|mut p| match t.see(&p) {
@@ -384,12 +407,23 @@ fn host_pid_path(state_dir: &Path, (ns, pid): (u64, u32)) -> PathBuf {
 /// pid when a reader in the host's namespace first lists it (the agent, `nvidia-smi` on the
 /// host) and keeps it for the others; until then a reader inside a container is given the pid
 /// it knows the process by, and a process it cannot see is left out.
+/// Memory only: `busy` is left empty ([`nvml_view_with_kernel_time`] reads it too).
 #[must_use]
 pub fn nvml_view(state_dir: &Path) -> Vec<ProcUsage> {
+    view(state_dir, Part::Memory)
+}
+
+/// [`nvml_view`] with each process's kernel time.
+#[must_use]
+pub fn nvml_view_with_kernel_time(state_dir: &Path) -> Vec<ProcUsage> {
+    view(state_dir, Part::All)
+}
+
+fn view(state_dir: &Path, part: Part) -> Vec<ProcUsage> {
     let mut t = Translator::new();
     let on_host = t.own == INITIAL_PIDNS;
     let mut out = Vec::new();
-    for p in records(state_dir).into_iter().filter_map(|(_, p)| p) {
+    for p in records(state_dir, part).into_iter().filter_map(|(_, p)| p) {
         let seen = t.see(&p);
         let known = std::fs::read_to_string(host_pid_path(state_dir, p.writer))
             .ok()
@@ -427,7 +461,7 @@ pub fn nvml_view(state_dir: &Path) -> Vec<ProcUsage> {
 #[must_use]
 pub fn holding(state_dir: &Path) -> Vec<ProcUsage> {
     let mut t = Translator::new();
-    records(state_dir)
+    records(state_dir, Part::Memory)
         .into_iter()
         .filter_map(|(_, p)| p)
         .filter(|p| !matches!(t.see(p), Seen::Gone))
@@ -442,7 +476,7 @@ pub fn remove_stale(state_dir: &Path) {
     let mut t = Translator::new();
     let own = t.own;
     let proc_root = Path::new("/proc");
-    for (path, usage) in records(state_dir) {
+    for (path, usage) in records(state_dir, Part::Memory) {
         let gone = match usage {
             Some(p) => matches!(t.see(&p), Seen::Gone),
             None => path
@@ -504,11 +538,15 @@ mod tests {
             all[3] = b;
             all
         });
-        let p = decode(&record).unwrap();
+        let p = decode(&record, Part::All).unwrap();
         assert_eq!(
             (p.pid, p.writer, p.start_time, p.busy[3]),
             (7, (4_026_532_000, 7), 11, b)
         );
+        // A memory reader needs only the record's head.
+        let head = decode(&record[..BUSY_AT], Part::Memory).unwrap();
+        assert_eq!((head.pid, head.used, head.busy), (p.pid, p.used, vec![]));
+        assert!(decode(&record[..BUSY_AT], Part::All).is_none());
     }
 
     #[test]
