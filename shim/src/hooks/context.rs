@@ -69,6 +69,23 @@ pub unsafe fn gl_ctx_create_v2(ctx: *mut CUcontext, flags: c_uint, dev: CUdevice
     create(ctx, dev, || unsafe { f(ctx, flags, dev) })
 }
 
+type VdpauCtxCreate =
+    unsafe extern "C" fn(*mut CUcontext, c_uint, CUdevice, u32, *mut c_void) -> CUresult;
+
+fn vdpau(
+    f: VdpauCtxCreate,
+    ctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+    vdp_device: u32,
+    get_proc_address: *mut c_void,
+) -> CUresult {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    create(ctx, dev, || unsafe {
+        f(ctx, flags, dev, vdp_device, get_proc_address)
+    })
+}
+
 pub unsafe fn vdpau_ctx_create(
     ctx: *mut CUcontext,
     flags: c_uint,
@@ -77,10 +94,7 @@ pub unsafe fn vdpau_ctx_create(
     get_proc_address: *mut c_void,
 ) -> CUresult {
     let f = real_or_return!(cuVDPAUCtxCreate);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    create(ctx, dev, || unsafe {
-        f(ctx, flags, dev, vdp_device, get_proc_address)
-    })
+    vdpau(f, ctx, flags, dev, vdp_device, get_proc_address)
 }
 
 pub unsafe fn vdpau_ctx_create_v2(
@@ -91,10 +105,7 @@ pub unsafe fn vdpau_ctx_create_v2(
     get_proc_address: *mut c_void,
 ) -> CUresult {
     let f = real_or_return!(cuVDPAUCtxCreate_v2);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    create(ctx, dev, || unsafe {
-        f(ctx, flags, dev, vdp_device, get_proc_address)
-    })
+    vdpau(f, ctx, flags, dev, vdp_device, get_proc_address)
 }
 
 pub unsafe fn ctx_destroy(ctx: CUcontext) -> CUresult {

@@ -749,6 +749,24 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetAttribute(
     })
 }
 
+/// A caller's `CUgraphNodeParams`: the node's type, and where that type's own parameters
+/// stand in it.
+pub(crate) fn node_params(
+    params: *mut CUgraphNodeParamsHead,
+) -> Result<(c_int, *mut u8), CUresult> {
+    if params.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's CUgraphNodeParams: its type first, the type's parameters at their
+    // offset within it.
+    Ok(unsafe {
+        (
+            (*params).typ,
+            params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
+        )
+    })
+}
+
 /// Whether two operations are nodes of the same type (what an update may not change).
 fn same_type(a: &Op, b: &Op) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
@@ -855,17 +873,7 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     guard(|| {
-        if params.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: the caller's CUgraphNodeParams: its type first, the type's parameters at
-        // their offset.
-        let (typ, body) = unsafe {
-            (
-                (*params).typ,
-                params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
-            )
-        };
+        let (typ, body) = node_params(params)?;
         match typ {
             CU_GRAPH_NODE_TYPE_KERNEL => set_exec_kernel(e, node, kernel_op(body.cast())?),
             CU_GRAPH_NODE_TYPE_GRAPH => {

@@ -27,9 +27,9 @@ use std::sync::{LazyLock, Mutex};
 
 use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_COND_TYPE_IF, CU_GRAPH_COND_TYPE_SWITCH, CU_GRAPH_COND_TYPE_WHILE,
-    CU_GRAPH_NODE_PARAMS_UNION_OFFSET, CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_GRAPH,
-    CU_GRAPH_NODE_TYPE_KERNEL, CUDA_CHILD_GRAPH_NODE_PARAMS, CUDA_CONDITIONAL_NODE_PARAMS,
-    CUDA_KERNEL_NODE_PARAMS_v2, CUgraphNodeParamsHead,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_KERNEL,
+    CUDA_CHILD_GRAPH_NODE_PARAMS, CUDA_CONDITIONAL_NODE_PARAMS, CUDA_KERNEL_NODE_PARAMS_v2,
+    CUgraphNodeParamsHead,
 };
 
 use crate::codes::*;
@@ -217,17 +217,7 @@ fn conditional(p: *mut CUDA_CONDITIONAL_NODE_PARAMS) -> Result<Op, CUresult> {
 /// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, child graph and
 /// conditional nodes modelled).
 fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> {
-    if params.is_null() {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: the caller's CUgraphNodeParams: its type first, the type's parameters at their
-    // offset.
-    let (typ, body) = unsafe {
-        (
-            (*params).typ,
-            params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
-        )
-    };
+    let (typ, body) = crate::graph::node_params(params)?;
     match typ {
         CU_GRAPH_NODE_TYPE_KERNEL => {
             crate::graph::kernel_op(body.cast::<CUDA_KERNEL_NODE_PARAMS_v2>())

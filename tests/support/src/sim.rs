@@ -179,19 +179,10 @@ impl SimNode {
     /// Runs the wall client `program` holding `bytes` of device memory, called plainly through
     /// this node's driver, until its stdin closes; returns once it holds them.
     pub fn hold(&self, program: &Path, bytes: u64) -> std::process::Child {
-        use std::io::BufRead;
-        use std::process::Stdio;
-        let mut child = std::process::Command::new(program)
-            .args(["link", "hold", &bytes.to_string()])
-            .env("LD_LIBRARY_PATH", self.lib_dir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(["link", "hold", &bytes.to_string()])
+            .env("LD_LIBRARY_PATH", self.lib_dir());
+        let (child, line) = start_holding(cmd);
         assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
         child
     }
@@ -200,22 +191,30 @@ impl SimNode {
     /// (as an OpenGL or Vulkan program does: no CUDA, so no interception library sees it;
     /// `gpuslice-simnode hold-graphics`) until its stdin closes; returns once it holds them.
     pub fn hold_graphics(&self, gpu: usize, bytes: u64) -> std::process::Child {
-        use std::io::BufRead;
-        use std::process::Stdio;
-        let mut child = std::process::Command::new(crate::binary("gpuslice-simnode"))
-            .arg("hold-graphics")
+        let mut cmd = std::process::Command::new(crate::binary("gpuslice-simnode"));
+        cmd.arg("hold-graphics")
             .arg("--root")
             .arg(self.root())
-            .args(["--gpu", &gpu.to_string(), "--bytes", &bytes.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+            .args(["--gpu", &gpu.to_string(), "--bytes", &bytes.to_string()]);
+        let (child, line) = start_holding(cmd);
         assert_eq!(line.trim(), format!("held={bytes}"));
         child
     }
+}
+
+/// Starts `cmd` with its stdin and stdout piped, and reads the first line it prints (a
+/// holder prints it once it holds its memory).
+fn start_holding(mut cmd: std::process::Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
 }
