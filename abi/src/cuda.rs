@@ -189,6 +189,16 @@ pub struct CUmemPropHead {
     pub location: CUmemLocation,
 }
 
+/// `CUmemAllocationProp`: the head, then fields this crate does not read (32 bytes); whole,
+/// so that the library can hand the driver a copy of a caller's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUmemAllocationProp {
+    pub head: CUmemPropHead,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: [u8; 8],
+}
+
 /// `CUmemPoolProps`: the head, then fields this crate does not read (88 bytes in every
 /// version: CUDA 12 took `maxSize` and `usage` out of the reserved bytes).
 #[repr(C)]

@@ -136,6 +136,14 @@ fn checks() -> Vec<Check> {
             11080,
         );
     }
+    size!(CUmemAllocationProp);
+    field!(CUmemAllocationProp, head, "type");
+    field!(
+        CUmemAllocationProp,
+        win32_handle_meta_data,
+        "win32HandleMetaData"
+    );
+    field!(CUmemAllocationProp, alloc_flags, "allocFlags");
     size!(CUmemPoolProps);
     field!(CUmemPoolProps, head, "allocType");
     field!(

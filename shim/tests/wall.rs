@@ -363,6 +363,22 @@ fn a_green_context_is_charged_as_a_context_and_so_is_the_primary_one_it_retains(
 }
 
 #[test]
+fn properties_changed_by_another_thread_during_the_call_cannot_make_an_allocation_uncharged() {
+    // A tenant's thread flips cuMemCreate's location between the host (not charged) and the
+    // device while the call reads it: the driver is given the copy the library read.
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for mode in MODES {
+        let f = slice.wall(mode, "vmm_race", r);
+        let what = format!("{mode}: {:?}", f.0);
+        assert!(f.num("made") > 0, "{what}");
+        assert!(f.num("made") <= f.num("room"), "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn opengl_and_vdpau_interop_contexts_are_charged_as_contexts() {
     // Room for five more contexts and a half.
     let slice = Slice::new(13 * MIB, 2 * MIB);

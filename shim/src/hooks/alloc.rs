@@ -330,13 +330,19 @@ fn remember_pool(pool: CUmemoryPool, dev: CUdevice) {
 
 pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult {
     let f = real_or_return!(cuMemPoolCreate);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { f(pool, props) };
+    // The driver is given a copy of the caller's properties, the one read here (as for
+    // cuMemCreate).
+    // SAFETY: read only if non-null; the caller's CUmemPoolProps, whole.
+    let copy = unsafe { props.cast::<CUmemPoolProps>().as_ref() }.copied();
+    let given = copy.as_ref().map_or(std::ptr::null(), |c| {
+        std::ptr::from_ref(c).cast::<CUmemPropHead>()
+    });
+    // SAFETY: the caller's arguments, the properties as copied.
+    let r = unsafe { f(pool, given) };
     if r != CUDA_SUCCESS {
         return r;
     }
-    // SAFETY: props was accepted by the driver, so a non-null one points at CUmemPoolProps.
-    let location = unsafe { props.as_ref() }.map(|p| (p.location.typ, p.location.id));
+    let location = copy.map(|p| (p.head.location.typ, p.head.location.id));
     if let (Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)), Some(p)) = (location, written(pool)) {
         remember_pool(p, dev);
     }
@@ -469,12 +475,16 @@ fn create_array(
 
 pub unsafe fn array_create(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
     let f = real_or_return!(cuArrayCreate_v2);
+    // The driver is given a copy of the descriptor, the one estimated from (as for
+    // cuMemCreate).
     // SAFETY: read only if non-null; the caller's descriptor.
-    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
+    let copy = unsafe { desc.as_ref() }.copied();
+    let estimate = copy.map_or(0, |d| {
         array_estimate(d.width, d.height, 0, d.format, d.num_channels)
     });
-    // SAFETY: the caller's arguments, passed on unchanged.
-    create_array(Kind::Array, estimate, array, || unsafe { f(array, desc) })
+    let given = copy.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: the caller's arguments, the descriptor as copied.
+    create_array(Kind::Array, estimate, array, || unsafe { f(array, given) })
 }
 
 pub unsafe fn array_3d_create(
@@ -482,12 +492,14 @@ pub unsafe fn array_3d_create(
     desc: *const CUDA_ARRAY3D_DESCRIPTOR,
 ) -> CUresult {
     let f = real_or_return!(cuArray3DCreate_v2);
-    // SAFETY: read only if non-null; the caller's descriptor.
-    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| {
+    // SAFETY: read only if non-null; the caller's descriptor (copied, as above).
+    let copy = unsafe { desc.as_ref() }.copied();
+    let estimate = copy.map_or(0, |d| {
         array_estimate(d.width, d.height, d.depth, d.format, d.num_channels)
     });
-    // SAFETY: the caller's arguments, passed on unchanged.
-    create_array(Kind::Array, estimate, array, || unsafe { f(array, desc) })
+    let given = copy.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: the caller's arguments, the descriptor as copied.
+    create_array(Kind::Array, estimate, array, || unsafe { f(array, given) })
 }
 
 pub unsafe fn array_destroy(array: CUarray) -> CUresult {
@@ -504,11 +516,13 @@ pub unsafe fn mipmapped_array_create(
     levels: c_uint,
 ) -> CUresult {
     let f = real_or_return!(cuMipmappedArrayCreate);
-    // SAFETY: read only if non-null; the caller's descriptor.
-    let estimate = unsafe { desc.as_ref() }.map_or(0, |d| mipmapped_estimate(d, levels));
-    // SAFETY: the caller's arguments, passed on unchanged.
+    // SAFETY: read only if non-null; the caller's descriptor (copied, as above).
+    let copy = unsafe { desc.as_ref() }.copied();
+    let estimate = copy.map_or(0, |d| mipmapped_estimate(&d, levels));
+    let given = copy.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: the caller's arguments, the descriptor as copied.
     create_array(Kind::MipmappedArray, estimate, array, || unsafe {
-        f(array, desc, levels)
+        f(array, given, levels)
     })
 }
 
@@ -527,11 +541,17 @@ pub unsafe fn mem_create(
     flags: u64,
 ) -> CUresult {
     let f = real_or_return!(cuMemCreate);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let call = || unsafe { f(handle, size, prop, flags) };
+    // The driver is given a copy of the caller's properties, the one read here: another of
+    // the caller's threads cannot change the location between this read and the driver's.
+    // SAFETY: read only if non-null; the caller's CUmemAllocationProp, whole.
+    let copy = unsafe { prop.cast::<CUmemAllocationProp>().as_ref() }.copied();
+    let given = copy.as_ref().map_or(std::ptr::null(), |c| {
+        std::ptr::from_ref(c).cast::<CUmemPropHead>()
+    });
+    // SAFETY: the caller's arguments, the properties as copied.
+    let call = || unsafe { f(handle, size, given, flags) };
     let s = slice_or_pass!(call());
-    // SAFETY: read only if non-null; the caller's CUmemAllocationProp.
-    let location = unsafe { prop.as_ref() }.map(|p| (p.location.typ, p.location.id));
+    let location = copy.map(|p| (p.head.location.typ, p.head.location.id));
     match location {
         Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)) => {
             charged(s, Kind::Physical, dev, size as u64, call, || {

@@ -234,6 +234,16 @@ static CUgraphExec graph_of(CUfunction f) {
     return e;
 }
 
+/* "vmm_race": properties whose location a thread flips between the device (1) and the host
+ * (2) while cuMemCreate reads them. */
+static CUmemAllocationProp racing_prop;
+static volatile int racing_stop;
+static void *flip_location(void *arg) {
+    (void)arg;
+    while (!racing_stop) ((volatile CUmemAllocationProp *)&racing_prop)->location.type ^= 3;
+    return 0;
+}
+
 /* A graph of one kernel node of `f` (one block of one thread). */
 static CUgraph one_kernel(CUfunction f) {
     CUgraph g = 0;
@@ -503,6 +513,27 @@ int main(int argc, char **argv) {
         over = A.cuMemCreate(&h, r + g, &prop, 0);
         if (!over) A.cuMemRelease(h);
         printf("granularity=%zu ", g);
+    } else if (!strcmp(path, "vmm_race")) {
+        /* cuMemCreate of one granule 4000 times while a thread flips the properties' location
+         * between the device and the host: every allocation the driver makes is on the device
+         * (the simulated driver refuses the host), so "made" never exceeds the granules
+         * REMAINING holds ("room"), whichever location each read saw. All released after. */
+        static CUmemGenericAllocationHandle held[4000];
+        memset(&racing_prop, 0, sizeof racing_prop);
+        racing_prop.type = 1; racing_prop.location.type = 1; racing_prop.location.id = dev;
+        size_t g = 0;
+        A.cuMemGetAllocationGranularity(&g, &racing_prop, 0);
+        pthread_t flipper;
+        pthread_create(&flipper, 0, flip_location, 0);
+        int made = 0;
+        for (int i = 0; i < 4000; i++)
+            if (!A.cuMemCreate(&held[made], g, &racing_prop, 0)) made++;
+        racing_stop = 1;
+        pthread_join(flipper, 0);
+        printf("made=%d room=%zu ", made, r / g);
+        free_at_fit = free_now();
+        for (int i = 0; i < made; i++) A.cuMemRelease(held[i]);
+        fit = 0;
     } else if (!strcmp(path, "context")) {
         /* REMAINING is one context's reservation: a second context fits, then nothing does. */
         CUcontext second = 0;
