@@ -336,6 +336,9 @@ pub struct CUgraphNodeParamsHead {
 
 /// Where a node's own parameters stand in `CUgraphNodeParams`.
 pub const CU_GRAPH_NODE_PARAMS_UNION_OFFSET: usize = 16;
+/// The size of `CUgraphNodeParams` (type, reserved words, the union of 232 bytes, a reserved
+/// word).
+pub const CU_GRAPH_NODE_PARAMS_SIZE: usize = 256;
 
 /// `CUDA_CHILD_GRAPH_NODE_PARAMS`: the graph a child graph node runs (CUDA 12.9 adds the
 /// ownership after it, not read here).

@@ -232,6 +232,11 @@ fn checks() -> Vec<Check> {
         );
     }
     field!(CUDA_CHILD_GRAPH_NODE_PARAMS, graph, "graph", 12020);
+    add(
+        "sizeof(CUgraphNodeParams)",
+        CU_GRAPH_NODE_PARAMS_SIZE as i128,
+        12020,
+    );
     size!(CUDA_CONDITIONAL_NODE_PARAMS, 12030);
     field!(CUDA_CONDITIONAL_NODE_PARAMS, handle, "handle", 12030);
     field!(CUDA_CONDITIONAL_NODE_PARAMS, typ, "type", 12030);

@@ -691,7 +691,7 @@ fn caller_kernel_params(
             kernel_params: (*p).kernel_params,
             extra: (*p).extra,
             kern: if v2 { (*p).kern } else { std::ptr::null_mut() },
-            ctx: std::ptr::null_mut(),
+            ctx: if v2 { (*p).ctx } else { std::ptr::null_mut() },
         }
     })
 }
@@ -702,9 +702,12 @@ pub unsafe fn graph_exec_kernel_node_set_params(
     params: *const c_void,
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecKernelNodeSetParams);
+    // The driver is given the copy read here (its v1 head): what the books follow is what
+    // the driver takes.
     let p = caller_kernel_params(params.cast(), false);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
+    let given = p.as_ref().map_or(params, |c| std::ptr::from_ref(c).cast());
+    // SAFETY: the caller's arguments, the parameters as copied.
+    set_kernel(exec, node, p, || unsafe { f(exec, node, given) })
 }
 
 pub unsafe fn graph_exec_kernel_node_set_params_v2(
@@ -714,8 +717,9 @@ pub unsafe fn graph_exec_kernel_node_set_params_v2(
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecKernelNodeSetParams_v2);
     let p = caller_kernel_params(params, true);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    set_kernel(exec, node, p, || unsafe { f(exec, node, params) })
+    let given = p.as_ref().map_or(params, std::ptr::from_ref);
+    // SAFETY: the caller's arguments, the parameters as copied.
+    set_kernel(exec, node, p, || unsafe { f(exec, node, given) })
 }
 
 pub unsafe fn graph_exec_child_graph_node_set_params(
@@ -738,19 +742,15 @@ pub unsafe fn graph_exec_node_set_params(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphExecNodeSetParams);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let call = || unsafe { f(exec, node, params) };
-    if params.is_null() {
-        return call();
-    }
-    // SAFETY: the caller's CUgraphNodeParams: its type first, the type's own parameters at
-    // their offset.
-    let (typ, own) = unsafe {
-        (
-            (*params).typ,
-            params.cast::<u8>().add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET),
-        )
+    let Some(mut copy) = super::graph_bodies::NodeParams::copy_of(params) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(exec, node, params) };
     };
+    // The driver is given the copy read here.
+    let given = copy.ptr();
+    // SAFETY: the caller's arguments, the parameters as copied.
+    let call = move || unsafe { f(exec, node, given) };
+    let (typ, own) = copy.parts();
     match typ {
         CU_GRAPH_NODE_TYPE_KERNEL => {
             set_kernel(exec, node, caller_kernel_params(own.cast(), true), call)

@@ -35,6 +35,51 @@ pub fn conditional(node: CUgraphNode) -> Option<Conditional> {
     table.get(&(node as usize)).cloned()
 }
 
+/// A copy of a caller's `CUgraphNodeParams`, which the driver is given instead of the
+/// caller's own, so that what the library reads of it is what the driver gets (another of the
+/// caller's threads cannot change it in between); what the driver writes into it is copied
+/// back to the caller's after the call.
+#[repr(C, align(8))]
+pub struct NodeParams([u8; CU_GRAPH_NODE_PARAMS_SIZE]);
+
+impl NodeParams {
+    /// A copy of `*params`; None for a null pointer.
+    pub fn copy_of(params: *const CUgraphNodeParamsHead) -> Option<Self> {
+        (!params.is_null()).then(|| {
+            // SAFETY: a non-null caller's CUgraphNodeParams, of that size.
+            Self(unsafe {
+                params
+                    .cast::<[u8; CU_GRAPH_NODE_PARAMS_SIZE]>()
+                    .read_unaligned()
+            })
+        })
+    }
+
+    /// The copy, to give the driver.
+    pub fn ptr(&mut self) -> *mut CUgraphNodeParamsHead {
+        self.0.as_mut_ptr().cast()
+    }
+
+    /// The node's type, and where its own parameters stand in the copy.
+    pub fn parts(&mut self) -> (c_int, *mut u8) {
+        let typ = c_int::from_ne_bytes([self.0[0], self.0[1], self.0[2], self.0[3]]);
+        (
+            typ,
+            self.0[CU_GRAPH_NODE_PARAMS_UNION_OFFSET..].as_mut_ptr(),
+        )
+    }
+
+    /// Copies what the driver wrote back into the caller's `*params`.
+    pub fn give_back(&self, params: *mut CUgraphNodeParamsHead) {
+        // SAFETY: the caller's CUgraphNodeParams this was copied from, of that size.
+        unsafe {
+            params
+                .cast::<[u8; CU_GRAPH_NODE_PARAMS_SIZE]>()
+                .write_unaligned(self.0);
+        };
+    }
+}
+
 /// After the driver made the node `*node` from `params`: a conditional one is remembered,
 /// if the driver wrote its bodies (one it did not is left unknown: a graph holding it is not
 /// instantiated in a slice).
@@ -83,9 +128,14 @@ pub unsafe fn graph_add_node(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { f(node, graph, deps, count, params) };
-    remember(r, node, params);
+    let Some(mut copy) = NodeParams::copy_of(params) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(node, graph, deps, count, params) };
+    };
+    // SAFETY: the caller's arguments, the parameters as copied.
+    let r = unsafe { f(node, graph, deps, count, copy.ptr()) };
+    copy.give_back(params);
+    remember(r, node, copy.ptr());
     r
 }
 
@@ -98,9 +148,14 @@ pub unsafe fn graph_add_node_v2(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode_v2);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { f(node, graph, deps, edges, count, params) };
-    remember(r, node, params);
+    let Some(mut copy) = NodeParams::copy_of(params) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(node, graph, deps, edges, count, params) };
+    };
+    // SAFETY: the caller's arguments, the parameters as copied.
+    let r = unsafe { f(node, graph, deps, edges, count, copy.ptr()) };
+    copy.give_back(params);
+    remember(r, node, copy.ptr());
     r
 }
 
@@ -111,13 +166,16 @@ pub unsafe fn graph_node_set_params(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphNodeSetParams);
-    // SAFETY: the caller's CUgraphNodeParams, whose type comes first.
-    let conditional =
-        !params.is_null() && unsafe { (*params).typ } == CU_GRAPH_NODE_TYPE_CONDITIONAL;
-    if conditional && crate::slice::get().is_some() {
+    let Some(mut copy) = NodeParams::copy_of(params) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(node, params) };
+    };
+    if copy.parts().0 == CU_GRAPH_NODE_TYPE_CONDITIONAL && crate::slice::get().is_some() {
         crate::log::log!("new parameters for a graph's conditional node: not supported in a slice");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    // SAFETY: the caller's arguments, passed on unchanged.
-    unsafe { f(node, params) }
+    // SAFETY: the caller's arguments, the parameters as copied.
+    let r = unsafe { f(node, copy.ptr()) };
+    copy.give_back(params);
+    r
 }
