@@ -837,13 +837,22 @@ fn with_params(
     graph: CUgraph,
     params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
 ) -> CUresult {
+    // The driver is given the copy whose flags are read here; what it writes into it (the
+    // result, the error node) is copied back.
     // SAFETY: read only if non-null; the caller's parameters.
-    let flags = unsafe { params.as_ref() }.map_or(0, |p| p.flags);
+    let mut copy = unsafe { params.as_ref() }.copied();
+    let flags = copy.map_or(0, |p| p.flags);
     let upload = flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD != 0;
-    // SAFETY: the caller's arguments, passed on unchanged.
-    instantiate(graph, exec, flags, upload, || unsafe {
-        f(exec, graph, params)
-    })
+    let given = copy.as_mut().map_or(params, std::ptr::from_mut);
+    // SAFETY: the caller's arguments, the parameters as copied.
+    let r = instantiate(graph, exec, flags, upload, || unsafe {
+        f(exec, graph, given)
+    });
+    if let Some(c) = copy {
+        // SAFETY: the caller's non-null parameters, written whole.
+        unsafe { params.write(c) };
+    }
+    r
 }
 
 pub unsafe fn graph_instantiate_with_params(

@@ -121,8 +121,12 @@ pub unsafe fn launch_kernel_ex(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx);
+    // The driver is given the copy of the configuration that is paced.
+    // SAFETY: read only if non-null; the caller's CUlaunchConfig.
+    let copy = unsafe { config.as_ref() }.copied();
+    let config = copy.as_ref().map_or(config, std::ptr::from_ref);
     let (stream, paced) = pace_config(config, false);
-    // SAFETY: the caller's arguments, passed on unchanged.
+    // SAFETY: the caller's arguments, the configuration as copied.
     let call = || unsafe { real(config, f, params, extra) };
     go(f, stream, false, paced, call)
 }
@@ -134,8 +138,12 @@ pub unsafe fn launch_kernel_ex_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchKernelEx_ptsz);
+    // The driver is given the copy of the configuration that is paced.
+    // SAFETY: read only if non-null; the caller's CUlaunchConfig.
+    let copy = unsafe { config.as_ref() }.copied();
+    let config = copy.as_ref().map_or(config, std::ptr::from_ref);
     let (stream, paced) = pace_config(config, true);
-    // SAFETY: the caller's arguments, passed on unchanged.
+    // SAFETY: the caller's arguments, the configuration as copied.
     let call = || unsafe { real(config, f, params, extra) };
     go(f, stream, true, paced, call)
 }
@@ -223,18 +231,26 @@ pub unsafe fn launch_cooperative_multi_device(
     flags: c_uint,
 ) -> CUresult {
     let real = real_or_return!(cuLaunchCooperativeKernelMultiDevice);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let call = || unsafe { real(list, count, flags) };
     let Some(s) = crate::slice::get() else {
-        return call();
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { real(list, count, flags) };
     };
-    let entries: &[CUDA_LAUNCH_PARAMS] = if list.is_null() {
-        &[]
+    // The driver is given the copy of the list that is paced and charged.
+    let mut copy: Vec<CUDA_LAUNCH_PARAMS> = if list.is_null() {
+        Vec::new()
     } else {
-        // SAFETY: the caller passes `count` entries at a non-null `list`, which the driver
-        // reads as well.
-        unsafe { std::slice::from_raw_parts(list, count as usize) }
+        // SAFETY: the caller passes `count` entries at a non-null `list`.
+        unsafe { std::slice::from_raw_parts(list, count as usize) }.to_vec()
     };
+    let given = if list.is_null() {
+        list
+    } else {
+        copy.as_mut_ptr()
+    };
+    let entries = copy.clone();
+    // SAFETY: the caller's arguments, the list as copied.
+    let call = || unsafe { real(given, count, flags) };
+    let entries = entries.as_slice();
     match entries {
         [] => call(),
         [one] => {

@@ -104,6 +104,13 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec, CUgraphNode,
                                            const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec, CUgraphNode, CUgraph);
 CUresult cuGraphKernelNodeSetAttribute(CUgraphNode, int, const CUlaunchAttributeValue *);
+typedef struct {
+    unsigned long long flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+CUresult cuGraphInstantiateWithParams(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
 CUresult cuGraphExecNodeSetParams(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
 
 #endif

@@ -10,7 +10,7 @@
  * of two, both on this device: the simulated driver launches each), or cuGraphLaunch
  * of a graph captured around two launches of BLOCKS / 2 blocks each ("graph"), of a graph
  * instantiated to be launched from the GPU too ("device": the simulated GPU runs no device
- * code, so only the host launches it), of a graph of two such kernel nodes, the first made
+ * code, so only the host launches it; both through cuGraphInstantiateWithParams), of a graph of two such kernel nodes, the first made
  * device-updatable ("updatable": its grid may then change from the GPU), of a graph whose one node is a child graph of two such
  * kernel nodes ("child"), or of a graph whose one
  * node is a conditional `if` or `while` node (its value starts at 1 each launch) whose body
@@ -192,9 +192,16 @@ int main(int argc, char **argv) {
             printf("error=graph\n");
             return 1;
         }
-        CUresult r = cuGraphInstantiateWithFlags(&exec, graph, strcmp(how, "device") == 0 ? 4 : 0);
+        /* Instantiated through cuGraphInstantiateWithParams, whose result the driver writes
+         * back (a value other than success left there is an error too). */
+        CUDA_GRAPH_INSTANTIATE_PARAMS with = {strcmp(how, "device") == 0 ? 4 : 0, 0, 0, 99};
+        CUresult r = cuGraphInstantiateWithParams(&exec, graph, &with);
         if (r) {
             printf("error=graph %d\n", r);
+            return 1;
+        }
+        if (with.result_out != 0) {
+            printf("error=instantiate-result %d\n", with.result_out);
             return 1;
         }
         capture_stream = s;
