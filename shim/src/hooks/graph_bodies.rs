@@ -83,22 +83,15 @@ impl NodeParams {
 /// After the driver made the node `*node` from `params`: a conditional one is remembered,
 /// if the driver wrote its bodies (one it did not is left unknown: a graph holding it is not
 /// instantiated in a slice).
-fn remember(r: CUresult, node: *mut CUgraphNode, params: *mut CUgraphNodeParamsHead) {
-    if r != CUDA_SUCCESS || node.is_null() || params.is_null() {
+fn remember(r: CUresult, node: *mut CUgraphNode, params: &mut NodeParams) {
+    let (typ, own) = params.parts();
+    if r != CUDA_SUCCESS || node.is_null() || typ != CU_GRAPH_NODE_TYPE_CONDITIONAL {
         return;
     }
-    // SAFETY: the caller's CUgraphNodeParams, which the driver just took: its type first, a
-    // conditional node's parameters at their offset, the body array written by the driver
-    // with `size` entries; the node handle written by the driver.
+    // SAFETY: a conditional node's parameters in the copy the driver just took, the body
+    // array written by the driver with `size` entries; the node handle written by the driver.
     let (node, found) = unsafe {
-        if (*params).typ != CU_GRAPH_NODE_TYPE_CONDITIONAL {
-            return;
-        }
-        let c = params
-            .cast::<u8>()
-            .add(CU_GRAPH_NODE_PARAMS_UNION_OFFSET)
-            .cast::<CUDA_CONDITIONAL_NODE_PARAMS>()
-            .read_unaligned();
+        let c = own.cast::<CUDA_CONDITIONAL_NODE_PARAMS>().read_unaligned();
         if c.graphs.is_null() {
             return;
         }
@@ -120,6 +113,22 @@ fn remember(r: CUresult, node: *mut CUgraphNode, params: *mut CUgraphNodeParamsH
         .insert(node, found);
 }
 
+/// Makes a node from the caller's `params` by `add`, given the copy of them; a conditional
+/// node made is remembered.
+fn add_node(
+    node: *mut CUgraphNode,
+    params: *mut CUgraphNodeParamsHead,
+    add: impl Fn(*mut CUgraphNodeParamsHead) -> CUresult,
+) -> CUresult {
+    let Some(mut copy) = NodeParams::copy_of(params) else {
+        return add(params);
+    };
+    let r = add(copy.ptr());
+    copy.give_back(params);
+    remember(r, node, &mut copy);
+    r
+}
+
 pub unsafe fn graph_add_node(
     node: *mut CUgraphNode,
     graph: CUgraph,
@@ -128,15 +137,8 @@ pub unsafe fn graph_add_node(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode);
-    let Some(mut copy) = NodeParams::copy_of(params) else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(node, graph, deps, count, params) };
-    };
-    // SAFETY: the caller's arguments, the parameters as copied.
-    let r = unsafe { f(node, graph, deps, count, copy.ptr()) };
-    copy.give_back(params);
-    remember(r, node, copy.ptr());
-    r
+    // SAFETY: the caller's arguments, the parameters as copied (or null).
+    add_node(node, params, |p| unsafe { f(node, graph, deps, count, p) })
 }
 
 pub unsafe fn graph_add_node_v2(
@@ -148,15 +150,10 @@ pub unsafe fn graph_add_node_v2(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode_v2);
-    let Some(mut copy) = NodeParams::copy_of(params) else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(node, graph, deps, edges, count, params) };
-    };
-    // SAFETY: the caller's arguments, the parameters as copied.
-    let r = unsafe { f(node, graph, deps, edges, count, copy.ptr()) };
-    copy.give_back(params);
-    remember(r, node, copy.ptr());
-    r
+    // SAFETY: the caller's arguments, the parameters as copied (or null).
+    add_node(node, params, |p| unsafe {
+        f(node, graph, deps, edges, count, p)
+    })
 }
 
 /// A graph's node given new parameters before it is instantiated: for a conditional node,

@@ -235,8 +235,8 @@ pub unsafe fn launch_cooperative_multi_device(
         // SAFETY: the caller's arguments, passed on unchanged.
         return unsafe { real(list, count, flags) };
     };
-    // The driver is given the copy of the list that is paced and charged.
-    let mut copy: Vec<CUDA_LAUNCH_PARAMS> = if list.is_null() {
+    // The driver is given the copy of the list that is paced and charged (it only reads it).
+    let copy: Vec<CUDA_LAUNCH_PARAMS> = if list.is_null() {
         Vec::new()
     } else {
         // SAFETY: the caller passes `count` entries at a non-null `list`.
@@ -245,12 +245,11 @@ pub unsafe fn launch_cooperative_multi_device(
     let given = if list.is_null() {
         list
     } else {
-        copy.as_mut_ptr()
+        copy.as_ptr().cast_mut()
     };
-    let entries = copy.clone();
     // SAFETY: the caller's arguments, the list as copied.
     let call = || unsafe { real(given, count, flags) };
-    let entries = entries.as_slice();
+    let entries = copy.as_slice();
     match entries {
         [] => call(),
         [one] => {
