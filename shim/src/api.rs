@@ -230,6 +230,7 @@ table! {
         Cuda fn cuGreenCtxDestroy(green: CUgreenCtx) -> CUresult = context::green_ctx_destroy;
         Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult = info::mem_get_info;
         Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult = info::device_total_mem;
+        Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult = info::device_get_attribute;
         Cuda fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel;
         Cuda fn cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel_ptsz;
         Cuda fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult = crate::hooks::launch::launch_kernel_ex;
@@ -280,6 +281,7 @@ table! {
         Cuda fn cuMemPoolExportToShareableHandle(os_handle: *mut c_void, pool: CUmemoryPool, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_export_to_shareable_handle;
         Cuda fn cuMemPoolExportPointer(data: *mut c_void, dptr: CUdeviceptr) -> CUresult = refused::mem_pool_export_pointer;
         Cuda fn cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void) -> CUresult = refused::multicast_create;
+        Cuda fn cuMemGetHandleForAddressRange(handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64) -> CUresult = refused::mem_get_handle_for_address_range;
         Nvml fn nvmlDeviceGetMemoryInfo(dev: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t = info::nvml_memory_info;
         Nvml fn nvmlDeviceGetMemoryInfo_v2(dev: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t = info::nvml_memory_info_v2;
     }
@@ -289,7 +291,6 @@ table! {
         Cuda fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult;
         Cuda fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUresult;
         Cuda fn cuCtxFromGreenCtx(ctx: *mut CUcontext, green: CUgreenCtx) -> CUresult;
-        Cuda fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult;
         Cuda fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> CUresult;
         Cuda fn cuKernelGetAttribute(value: *mut c_int, attribute: c_int, kernel: CUfunction, dev: CUdevice) -> CUresult;
         Cuda fn cuCtxSynchronize() -> CUresult;

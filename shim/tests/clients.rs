@@ -110,6 +110,10 @@ fn cuda_bindings_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
     assert_eq!(f.num("free"), GIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
     assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    // Memory exported as file descriptors or dma-bufs is refused in a slice, and the
+    // attributes cuda-bindings reads say so (the simulated GPU reports both supported).
+    assert_eq!(f.get("posix_fd_handles"), "0", "{:?}", f.0);
+    assert_eq!(f.get("dma_buf"), "0", "{:?}", f.0);
 }
 
 #[test]

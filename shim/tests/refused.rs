@@ -1,6 +1,6 @@
 //! Entry points whose memory the wall cannot count are refused in a slice, found however the
-//! program looks for them, and pass through outside one; the legacy `cuCtxCreate` is charged
-//! as a context.
+//! program looks for them, and pass through outside one; the device attributes that tell of
+//! them report them absent in a slice; the legacy `cuCtxCreate` is charged as a context.
 
 mod common;
 
@@ -23,6 +23,20 @@ const REFUSED: &[&str] = &[
     "cuMemPoolExportToShareableHandle",
     "cuMemPoolExportPointer",
     "cuMulticastCreate",
+    "cuMemGetHandleForAddressRange",
+];
+
+/// The device attributes that tell of the refused features (exported handles of each type, a
+/// pool's handle types, dma-buf, fabric handles, multicast), and what the simulated node's GPU
+/// reports for each outside a slice.
+const ATTRIBUTES: &[(&str, &str)] = &[
+    ("attr103", "1"),
+    ("attr104", "0"),
+    ("attr105", "0"),
+    ("attr119", "1"),
+    ("attr124", "1"),
+    ("attr128", "0"),
+    ("attr132", "0"),
 ];
 
 /// CUDA_ERROR_NOT_SUPPORTED: the library's refusal, and the simulated driver's answer for an
@@ -86,5 +100,25 @@ fn outside_a_slice_those_entry_points_reach_the_driver() {
             reached.iter().any(|r| r == name),
             "{name} did not reach the driver: {reached:?}"
         );
+    }
+}
+
+#[test]
+fn a_slice_reports_the_features_it_refuses_absent_and_the_device_reports_them_outside_one() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "refused");
+    let run = |in_slice: bool| {
+        let mut cmd = slice.command(&program);
+        if !in_slice {
+            cmd.env_remove("GPUSLICE_LIMITS");
+        }
+        let out = cmd.stdin(Stdio::null()).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (inside, outside) = (run(true), run(false));
+    let (fi, fo) = (Facts::parse(&inside), Facts::parse(&outside));
+    for (attr, device) in ATTRIBUTES {
+        assert_eq!(fi.get(attr), "0", "{attr} in a slice: {inside}");
+        assert_eq!(fo.get(attr), *device, "{attr} outside a slice: {outside}");
     }
 }

@@ -18,7 +18,9 @@ Usage: wall.py CLIENT MODE BYTES [API]
           by BYTES with cudaDeviceSetLimit), stack (the per-thread stack raised by as much as
           BYTES reserve for every thread that can be resident)
 Prints key=value pairs on one line: total, free (the client's own memory query before
-allocating), chunks (allocations that succeeded), error (the client's error for the next).
+allocating), chunks (allocations that succeeded), error (the client's error for the next),
+and what else the client read (the bindings client: posix_fd_handles and dma_buf, the device
+attributes telling whether memory can be exported as file descriptors and dma-bufs).
 WALL_SETTLE_S: seconds to wait after the client's start-up (context, first kernels) before
 allocating. WALL_LOCAL_INTS=N: numba-jit also launches a kernel whose threads each need a
 local array of N 32-bit integers, and prints local=ok or its error. WALL_RAISE=stack or heap: the bindings client allocates by raising the per-thread
@@ -30,6 +32,10 @@ runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_rese
 import os
 import sys
 import time
+
+
+# More key=value pairs a client read, printed after the others.
+SEEN = {}
 
 
 def settle():
@@ -50,6 +56,12 @@ def bindings(mode, size):
     ctx, = check(cu.cuDevicePrimaryCtxRetain(dev))
     check(cu.cuCtxSetCurrent(ctx))
     free, total = check(cu.cuMemGetInfo())
+    attr = cu.CUdevice_attribute
+    for key, a in [
+        ("posix_fd_handles", attr.CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED),
+        ("dma_buf", attr.CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED),
+    ]:
+        SEEN[key], = check(cu.cuDeviceGetAttribute(a, dev))
     settle()
     raised = os.environ.get("WALL_RAISE")
     if raised == "green":
@@ -436,7 +448,8 @@ def main():
             "torch": torch_client,
         }
         total, free, held, error, release = clients[client](mode, size)
-    print(f"total={total} free={free} chunks={len(held)} error={error}", flush=True)
+    seen = "".join(f" {k}={v}" for k, v in SEEN.items())
+    print(f"total={total} free={free} chunks={len(held)} error={error}{seen}", flush=True)
     if mode in ("hold", "peak"):
         sys.stdin.read()
     release()

@@ -1,7 +1,8 @@
 //! What programs see: `cuMemGetInfo` and `cuDeviceTotalMem` report the slice, and so do NVML's
 //! memory queries (so `nvidia-smi` in the container shows it). Free is the limit less what the
 //! container holds, never more than the card really has free, never negative, never an error
-//! where the driver gave none. A device outside the slice reports no memory.
+//! where the driver gave none. A device outside the slice reports no memory. The device
+//! attributes that tell of features a slice refuses (`refused`) report them absent.
 
 use super::real_or_return;
 use crate::ffi::*;
@@ -53,6 +54,41 @@ pub unsafe fn device_total_mem(bytes: *mut usize, dev: CUdevice) -> CUresult {
         let limit = s.position(dev).map_or(0, |g| s.limit(g));
         // SAFETY: non-null and just written by the driver.
         unsafe { *bytes = usize::try_from(limit).unwrap_or(usize::MAX) };
+    }
+    r
+}
+
+/// Device attributes that tell of features a slice refuses (`refused`): memory exported as
+/// shareable handles (file descriptors, Windows handles, fabric handles, a pool's handle
+/// types), dma-buf exports and multicast objects. A slice reports them absent (0, and no
+/// handle type for a pool), so that software that checks them takes the path it takes on a
+/// device without them instead of meeting the refusal (NCCL reads the dma-buf, multicast and
+/// fabric attributes before it uses those features).
+const ABSENT_IN_A_SLICE: [std::ffi::c_int; 7] = [
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+];
+
+pub unsafe fn device_get_attribute(
+    value: *mut std::ffi::c_int,
+    attribute: std::ffi::c_int,
+    dev: CUdevice,
+) -> CUresult {
+    let f = real_or_return!(cuDeviceGetAttribute);
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { f(value, attribute, dev) };
+    if r == CUDA_SUCCESS
+        && !value.is_null()
+        && ABSENT_IN_A_SLICE.contains(&attribute)
+        && slice::get().is_some()
+    {
+        // SAFETY: non-null and just written by the driver.
+        unsafe { *value = 0 };
     }
     r
 }

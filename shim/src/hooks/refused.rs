@@ -6,7 +6,10 @@
 //! | `cuMemAlloc`, `cuMemAllocPitch`, `cuArrayCreate`, `cuArray3DCreate`, `cuMemFree`, `cuMemGetInfo`, `cuDeviceTotalMem` (unversioned) | the 32-bit API before CUDA 3.2; `cuda.h` has mapped these names to the `_v2` functions since, so only a program looking for them on purpose calls them (the two queries would show the card, not the slice) |
 //! | `cuMemImportFromShareableHandle`, `cuMemPoolImportFromShareableHandle`, `cuMemPoolImportPointer` | memory another process allocated, kept alive by the import after its owner gives it back |
 //! | `cuMemExportToShareableHandle`, `cuMemPoolExportToShareableHandle`, `cuMemPoolExportPointer` | the exported handle (a file descriptor any process may hold, CUDA or not) keeps the memory alive after its owner releases it and the books give it back |
+//! | `cuMemGetHandleForAddressRange` | the dma-buf file descriptor it exports holds the range's memory as an exported handle does |
 //! | `cuMulticastCreate` | multicast objects span GPUs and are backed by memory bound to them outside the allocators |
+//!
+//! The device attributes that tell of these features report them absent in a slice (`info`).
 //!
 //! Graph memory nodes are counted when a graph is launched (`graph`).
 
@@ -54,4 +57,5 @@ refused! {
     mem_pool_export_to_shareable_handle => cuMemPoolExportToShareableHandle(os_handle: *mut c_void, pool: CUmemoryPool, kind: c_int, flags: u64);
     mem_pool_export_pointer => cuMemPoolExportPointer(data: *mut c_void, dptr: CUdeviceptr);
     multicast_create => cuMulticastCreate(handle: *mut CUmemGenericAllocationHandle, prop: *const c_void);
+    mem_get_handle_for_address_range => cuMemGetHandleForAddressRange(handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_int, flags: u64);
 }

@@ -1,6 +1,7 @@
 /* Calls, through dlopen("libcuda.so.1") and dlsym, each entry point whose memory the wall
- * cannot count, a stream-ordered allocation, and the legacy cuCtxCreate; prints
- * name=CUresult pairs on one line, then waits for stdin to close. */
+ * cannot count, a stream-ordered allocation, and the legacy cuCtxCreate, and reads the device
+ * attributes that tell of those features; prints name=CUresult and attrN=value pairs on one
+ * line, then waits for stdin to close. */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -30,6 +31,17 @@ int main(void) {
     printf("cuMemPoolExportToShareableHandle=%d ", F("cuMemPoolExportToShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolExportPointer=%d ", F("cuMemPoolExportPointer")(&out, 0ull));
     printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
+    int dmabuf = -1;
+    printf("cuMemGetHandleForAddressRange=%d ",
+           F("cuMemGetHandleForAddressRange")(&dmabuf, 0ull, (size_t)(2u << 20), 1, 0ull));
+    /* Exported handle types (POSIX fd, Win32, Win32 KMT), a pool's handle types, dma-buf,
+     * fabric handles, multicast. */
+    static const int attrs[] = {103, 104, 105, 119, 124, 128, 132};
+    for (unsigned i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        int value = -1;
+        int r = F("cuDeviceGetAttribute")(&value, attrs[i], dev);
+        printf("attr%d=%d ", attrs[i], r ? -r : value);
+    }
     void *stream = 0;
     unsigned long long dptr = 0;
     if (F("cuStreamCreate")(&stream, 0u)) { printf("error=stream\n"); return 1; }
