@@ -79,6 +79,7 @@ pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
 
 /// `CUgraphNodeType` values.
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+pub const CU_GRAPH_NODE_TYPE_MEMSET: c_int = 2;
 pub const CU_GRAPH_NODE_TYPE_HOST: c_int = 3;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
 pub const CU_GRAPH_NODE_TYPE_EMPTY: c_int = 5;
@@ -334,8 +335,9 @@ pub struct CUDA_LAUNCH_PARAMS {
 
 /// The head of `CUgraphNodeParams` (CUDA 12.2): the node's type; the rest is a union of each
 /// type's parameters, at [`CU_GRAPH_NODE_PARAMS_UNION_OFFSET`], of which this crate reads a
-/// kernel node's (`CUDA_KERNEL_NODE_PARAMS_v3`, laid out as v2), a child graph node's
-/// ([`CUDA_CHILD_GRAPH_NODE_PARAMS`]) and a conditional node's
+/// kernel node's (`CUDA_KERNEL_NODE_PARAMS_v3`, laid out as v2), a memset node's
+/// (`CUDA_MEMSET_NODE_PARAMS_v2`, whose head is [`CUDA_MEMSET_NODE_PARAMS`]), a child graph
+/// node's ([`CUDA_CHILD_GRAPH_NODE_PARAMS`]) and a conditional node's
 /// ([`CUDA_CONDITIONAL_NODE_PARAMS`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -348,6 +350,19 @@ pub const CU_GRAPH_NODE_PARAMS_UNION_OFFSET: usize = 16;
 /// The size of `CUgraphNodeParams` (type, reserved words, the union of 232 bytes, a reserved
 /// word).
 pub const CU_GRAPH_NODE_PARAMS_SIZE: usize = 256;
+
+/// `CUDA_MEMSET_NODE_PARAMS` (v1): a memset node's destination, the pitch of its rows, the
+/// value, the element size (1, 2 or 4 bytes), and elements per row and rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CUDA_MEMSET_NODE_PARAMS {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: c_uint,
+    pub element_size: c_uint,
+    pub width: usize,
+    pub height: usize,
+}
 
 /// `CUDA_CHILD_GRAPH_NODE_PARAMS`: the graph a child graph node runs (CUDA 12.9 adds the
 /// ownership after it, not read here).

@@ -224,7 +224,12 @@ fn checks() -> Vec<Check> {
         offset_of!(CUgraphNodeParamsHead, typ) as i128,
         12020,
     );
-    for (member, since) in [("kernel", 12020), ("graph", 12020), ("conditional", 12030)] {
+    for (member, since) in [
+        ("kernel", 12020),
+        ("memset", 12020),
+        ("graph", 12020),
+        ("conditional", 12030),
+    ] {
         add(
             &format!("offsetof(CUgraphNodeParams, {member})"),
             CU_GRAPH_NODE_PARAMS_UNION_OFFSET as i128,
@@ -232,6 +237,31 @@ fn checks() -> Vec<Check> {
         );
     }
     field!(CUDA_CHILD_GRAPH_NODE_PARAMS, graph, "graph", 12020);
+    size!(CUDA_MEMSET_NODE_PARAMS);
+    field!(CUDA_MEMSET_NODE_PARAMS, dst, "dst");
+    field!(CUDA_MEMSET_NODE_PARAMS, pitch, "pitch");
+    field!(CUDA_MEMSET_NODE_PARAMS, value, "value");
+    field!(CUDA_MEMSET_NODE_PARAMS, element_size, "elementSize");
+    field!(CUDA_MEMSET_NODE_PARAMS, width, "width");
+    field!(CUDA_MEMSET_NODE_PARAMS, height, "height");
+    for (c, rust) in [
+        ("dst", offset_of!(CUDA_MEMSET_NODE_PARAMS, dst)),
+        ("pitch", offset_of!(CUDA_MEMSET_NODE_PARAMS, pitch)),
+        ("value", offset_of!(CUDA_MEMSET_NODE_PARAMS, value)),
+        (
+            "elementSize",
+            offset_of!(CUDA_MEMSET_NODE_PARAMS, element_size),
+        ),
+        ("width", offset_of!(CUDA_MEMSET_NODE_PARAMS, width)),
+        ("height", offset_of!(CUDA_MEMSET_NODE_PARAMS, height)),
+    ] {
+        // The v2 parameters, which CUgraphNodeParams holds, begin as v1 does.
+        add(
+            &format!("offsetof(CUDA_MEMSET_NODE_PARAMS_v2, {c})"),
+            rust as i128,
+            12020,
+        );
+    }
     add(
         "sizeof(CUgraphNodeParams)",
         CU_GRAPH_NODE_PARAMS_SIZE as i128,
@@ -362,6 +392,7 @@ fn checks() -> Vec<Check> {
     constant!(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, 12000);
     constant!(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, 12000);
     constant!(CU_GRAPH_NODE_TYPE_KERNEL);
+    constant!(CU_GRAPH_NODE_TYPE_MEMSET);
     constant!(CU_GRAPH_NODE_TYPE_HOST);
     constant!(CU_GRAPH_NODE_TYPE_GRAPH);
     constant!(CU_GRAPH_NODE_TYPE_EMPTY);

@@ -3,7 +3,7 @@
 //! `cuGetProcAddress` uses to hand out the exports instead of the real functions.
 //! Helpers are real functions the hooks call but do not replace.
 
-use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uchar, c_uint, c_ushort, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::ffi::*;
@@ -177,7 +177,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
 }
 
 use crate::hooks::{
-    alloc, context, graph, graph_bodies, info, limits, module, proc_address, refused, vmm,
+    alloc, context, graph, graph_bodies, info, limits, memset, module, proc_address, refused, vmm,
 };
 
 table! {
@@ -266,6 +266,7 @@ table! {
         Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;
         Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph::graph_exec_node_set_params;
         Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph::graph_exec_child_graph_node_set_params;
+        Cuda fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, ctx: CUcontext) -> CUresult = graph::graph_exec_memset_node_set_params;
         Cuda fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_node_set_params;
         Cuda fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node;
         Cuda fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node_v2;
@@ -274,6 +275,36 @@ table! {
         Cuda fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload;
         Cuda fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_upload_ptsz;
         Cuda fn cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult = graph::device_graph_mem_trim;
+        Cuda fn cuMemsetD8(dst: c_uint, value: c_uchar, n: c_uint) -> CUresult = memset::legacy_memset_d8;
+        Cuda fn cuMemsetD16(dst: c_uint, value: c_ushort, n: c_uint) -> CUresult = memset::legacy_memset_d16;
+        Cuda fn cuMemsetD32(dst: c_uint, value: c_uint, n: c_uint) -> CUresult = memset::legacy_memset_d32;
+        Cuda fn cuMemsetD2D8(dst: c_uint, pitch: c_uint, value: c_uchar, width: c_uint, height: c_uint) -> CUresult = memset::legacy_memset_d2d8;
+        Cuda fn cuMemsetD2D16(dst: c_uint, pitch: c_uint, value: c_ushort, width: c_uint, height: c_uint) -> CUresult = memset::legacy_memset_d2d16;
+        Cuda fn cuMemsetD2D32(dst: c_uint, pitch: c_uint, value: c_uint, width: c_uint, height: c_uint) -> CUresult = memset::legacy_memset_d2d32;
+        Cuda fn cuMemsetD8_v2(dst: CUdeviceptr, value: c_uchar, n: usize) -> CUresult = memset::memset_d8;
+        Cuda fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, value: c_uchar, n: usize) -> CUresult = memset::memset_d8_ptds;
+        Cuda fn cuMemsetD8Async(dst: CUdeviceptr, value: c_uchar, n: usize, stream: CUstream) -> CUresult = memset::memset_d8_async;
+        Cuda fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, value: c_uchar, n: usize, stream: CUstream) -> CUresult = memset::memset_d8_async_ptsz;
+        Cuda fn cuMemsetD16_v2(dst: CUdeviceptr, value: c_ushort, n: usize) -> CUresult = memset::memset_d16;
+        Cuda fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, value: c_ushort, n: usize) -> CUresult = memset::memset_d16_ptds;
+        Cuda fn cuMemsetD16Async(dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) -> CUresult = memset::memset_d16_async;
+        Cuda fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, value: c_ushort, n: usize, stream: CUstream) -> CUresult = memset::memset_d16_async_ptsz;
+        Cuda fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) -> CUresult = memset::memset_d32;
+        Cuda fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, value: c_uint, n: usize) -> CUresult = memset::memset_d32_ptds;
+        Cuda fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) -> CUresult = memset::memset_d32_async;
+        Cuda fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) -> CUresult = memset::memset_d32_async_ptsz;
+        Cuda fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, value: c_uchar, width: usize, height: usize) -> CUresult = memset::memset_d2d8;
+        Cuda fn cuMemsetD2D8_v2_ptds(dst: CUdeviceptr, pitch: usize, value: c_uchar, width: usize, height: usize) -> CUresult = memset::memset_d2d8_ptds;
+        Cuda fn cuMemsetD2D8Async(dst: CUdeviceptr, pitch: usize, value: c_uchar, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d8_async;
+        Cuda fn cuMemsetD2D8Async_ptsz(dst: CUdeviceptr, pitch: usize, value: c_uchar, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d8_async_ptsz;
+        Cuda fn cuMemsetD2D16_v2(dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize) -> CUresult = memset::memset_d2d16;
+        Cuda fn cuMemsetD2D16_v2_ptds(dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize) -> CUresult = memset::memset_d2d16_ptds;
+        Cuda fn cuMemsetD2D16Async(dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d16_async;
+        Cuda fn cuMemsetD2D16Async_ptsz(dst: CUdeviceptr, pitch: usize, value: c_ushort, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d16_async_ptsz;
+        Cuda fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize) -> CUresult = memset::memset_d2d32;
+        Cuda fn cuMemsetD2D32_v2_ptds(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize) -> CUresult = memset::memset_d2d32_ptds;
+        Cuda fn cuMemsetD2D32Async(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d32_async;
+        Cuda fn cuMemsetD2D32Async_ptsz(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize, stream: CUstream) -> CUresult = memset::memset_d2d32_async_ptsz;
         Cuda fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocationHandle, os_handle: *mut c_void, kind: c_int) -> CUresult = refused::mem_import_from_shareable_handle;
         Cuda fn cuMemPoolImportFromShareableHandle(pool: *mut CUmemoryPool, handle: *mut c_void, kind: c_int, flags: u64) -> CUresult = refused::mem_pool_import_from_shareable_handle;
         Cuda fn cuMemPoolImportPointer(dptr: *mut CUdeviceptr, pool: CUmemoryPool, data: *mut c_void) -> CUresult = refused::mem_pool_import_pointer;
@@ -305,6 +336,7 @@ table! {
         Cuda fn cuGraphKernelNodeGetParams(node: CUgraphNode, params: *mut c_void) -> CUresult;
         Cuda fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, params: *mut CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult;
         Cuda fn cuGraphChildGraphNodeGetGraph(node: CUgraphNode, graph: *mut CUgraph) -> CUresult;
+        Cuda fn cuGraphMemsetNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEMSET_NODE_PARAMS) -> CUresult;
         Cuda fn cuGraphKernelNodeGetAttribute(node: CUgraphNode, attr: c_int, value: *mut CUlaunchAttributeValue) -> CUresult;
         Cuda fn cuStreamIsCapturing(stream: CUstream, status: *mut c_int) -> CUresult;
         Cuda fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
@@ -399,6 +431,14 @@ mod tests {
     }
 
     #[test]
+    fn every_memset_the_driver_exports_is_intercepted() {
+        // The driver runs memsets as kernels of its own: one the library does not see keeps
+        // the SMs busy unpaced.
+        let missed = exports_not_intercepted(|s| s.starts_with("cuMemset"), 30);
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
+    }
+
+    #[test]
     fn every_call_the_driver_exports_to_launch_a_kernel_is_intercepted() {
         // A launch the library does not see runs unpaced, and its kernel's stack uncharged.
         // Host functions run on the CPU.
@@ -415,7 +455,8 @@ mod tests {
     #[test]
     fn every_call_that_gives_an_executable_graph_its_kernels_is_intercepted() {
         // What an executable graph runs is read when it is made or changed: a call the
-        // library does not see could hand it kernels that run unpaced, their stack uncharged.
+        // library does not see could hand it kernels (or memsets, the driver's kernels) that
+        // run unpaced, their stack uncharged.
         let missed = exports_not_intercepted(
             |s| {
                 [
@@ -423,6 +464,7 @@ mod tests {
                     "cuGraphExecUpdate",
                     "cuGraphExecKernelNodeSetParams",
                     "cuGraphExecChildGraphNodeSetParams",
+                    "cuGraphExecMemsetNodeSetParams",
                     "cuGraphExecNodeSetParams",
                     "cuGraphAddNode",
                 ]

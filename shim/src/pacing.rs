@@ -2,8 +2,10 @@
 //! launches are paced so that the container's processes together keep their SM utilization
 //! of that GPU near the share.
 //!
+//! Memsets pass the same gate (the driver runs them as kernels of its own; `hooks::memset`).
+//!
 //! Each process keeps, per paced GPU, a bucket of thread blocks. A launch takes its grid's
-//! blocks from the bucket, sleeping while the bucket is empty until the next refill wakes it (a
+//! blocks from the bucket (a memset, blocks by its size), sleeping while the bucket is empty until the next refill wakes it (a
 //! kernel is delayed, never cut or refused). A thread, started at the first paced launch,
 //! refills the buckets every tick with the rate for the real time since the last refill,
 //! keeps how many blocks this process launched in each tick, and asks NVML for the SM

@@ -18,6 +18,9 @@ use gpuslice_testsupport::sim::SimNode;
 
 /// Simulated GPU time per thread block; a kernel of 1,000 blocks takes 1 ms.
 const NS_PER_BLOCK: u64 = 1_000;
+/// Simulated GPU time of a memset per KiB it sets: a block's per 256 bytes, so that `spin`'s
+/// memsets of BLOCKS × 256 bytes take as long as its kernels of BLOCKS blocks.
+const MEMSET_NS_PER_KIB: u64 = NS_PER_BLOCK * 4;
 /// Thread blocks of each kernel the programs launch, unless a test says otherwise.
 const BLOCKS: u32 = 1_000;
 /// Every run: a warm-up (the first utilization samples arrive after a sixth and a third of a
@@ -576,6 +579,59 @@ fn launches_through_cu_launch_kernel_ex_and_cooperative_launches_are_paced_too()
         ("ex", "cuLaunchKernelEx"),
         ("coop", "cuLaunchCooperativeKernel"),
     ]);
+}
+
+#[test]
+fn a_tenant_that_only_sets_memory_is_held_to_its_share_from_samples_and_in_a_window() {
+    // The driver sets memory with kernels of its own, on the SMs the share divides: memsets
+    // pass the same gate as launches, through the asynchronous and the synchronous calls, and
+    // a graph's memset nodes (captured or made) are paced with its launches.
+    let node = || {
+        std::sync::Arc::new(SimNode::with_kernel_and_memset_time(
+            1,
+            "T4",
+            NS_PER_BLOCK,
+            MEMSET_NS_PER_KIB,
+        ))
+    };
+    let bare = busy_percent(
+        &setup_on(node(), 30)
+            .command_via(false, "memset")
+            .output()
+            .unwrap(),
+    );
+    eprintln!("cuMemsetD32Async without the library: {bare:.1}% busy");
+    assert!(
+        bare > 90.0,
+        "cuMemsetD32Async without the library: {bare:.1}% busy"
+    );
+    for (how, call, window) in [
+        ("memset", "cuMemsetD32Async", true),
+        ("memset2d", "cuMemsetD2D8_v2", false),
+        ("graph-memset", "cuGraphLaunch of a captured memset", true),
+        ("memset-node", "cuGraphLaunch of a memset node", false),
+    ] {
+        let paced = busy_percent(
+            &setup_on(node(), 30)
+                .command_via(true, how)
+                .output()
+                .unwrap(),
+        );
+        eprintln!("{call}: {paced:.1}% busy in a 30% slice");
+        assert!(
+            (25.0..=35.0).contains(&paced),
+            "{call}, 30%: {paced:.1}% busy"
+        );
+        if window {
+            let windowed = setup_windowed(node(), 10, 0);
+            let busy = busy_percent(&windowed.command_via(true, how).output().unwrap());
+            eprintln!("{call}: {busy:.1}% busy in a 10% window");
+            assert!(
+                (5.0..=15.0).contains(&busy),
+                "{call}, 10% window: {busy:.1}% busy"
+            );
+        }
+    }
 }
 
 #[test]

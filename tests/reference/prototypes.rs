@@ -82,6 +82,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "CUlaunchAttributeValue" => (size_of::<CUlaunchAttributeValue>(), false),
         "CUDA_LAUNCH_PARAMS" => (size_of::<CUDA_LAUNCH_PARAMS>(), false),
         "CUDA_MEM_ALLOC_NODE_PARAMS" => (size_of::<CUDA_MEM_ALLOC_NODE_PARAMS>(), false),
+        "CUDA_MEMSET_NODE_PARAMS" => (size_of::<CUDA_MEMSET_NODE_PARAMS>(), false),
         "CUDA_KERNEL_NODE_PARAMS_v2" => (size_of::<CUDA_KERNEL_NODE_PARAMS_v2>(), true),
         "CUDA_GRAPH_INSTANTIATE_PARAMS" => (size_of::<CUDA_GRAPH_INSTANTIATE_PARAMS>(), false),
         "CUmemPropHead" => (size_of::<CUmemPropHead>(), true),

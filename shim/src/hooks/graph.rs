@@ -225,6 +225,20 @@ fn read_graph(
                     into.local = into.local.max(super::stack::local_bytes(f));
                 }
             }
+            CU_GRAPH_NODE_TYPE_MEMSET if s.paced => {
+                let f = real::cuGraphMemsetNodeGetParams().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
+                let mut p = CUDA_MEMSET_NODE_PARAMS::default();
+                // SAFETY: a memset node; the driver writes its v1 parameters.
+                let r = unsafe { f(node, &raw mut p) };
+                if r != CUDA_SUCCESS {
+                    return Err(r);
+                }
+                let blocks = super::memset::node_blocks(&p);
+                into.blocks = into.blocks.saturating_add(blocks);
+                if depth == 0 {
+                    into.node_blocks.insert(node as usize, blocks);
+                }
+            }
             CU_GRAPH_NODE_TYPE_GRAPH => {
                 let f = real::cuGraphChildGraphNodeGetGraph().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
                 let mut child: CUgraph = std::ptr::null_mut();
@@ -643,6 +657,40 @@ fn set_kernel(
     set_node(s, exec, node, work, call)
 }
 
+/// A memset node of `exec` given the parameters `p` (see [`set_node`]).
+fn set_memset(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    p: Option<CUDA_MEMSET_NODE_PARAMS>,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    match (slice::get(), p) {
+        (Some(s), Some(p)) if s.paced => {
+            let work = Work {
+                blocks: super::memset::node_blocks(&p),
+                local: 0,
+            };
+            set_node(s, exec, node, work, call)
+        }
+        _ => call(),
+    }
+}
+
+pub unsafe fn graph_exec_memset_node_set_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult {
+    let f = real_or_return!(cuGraphExecMemsetNodeSetParams);
+    // The driver is given the copy read here: what the books follow is what it takes.
+    // SAFETY: the caller's parameters, where given.
+    let p = (!params.is_null()).then(|| unsafe { params.read_unaligned() });
+    let given = p.as_ref().map_or(params, std::ptr::from_ref);
+    // SAFETY: the caller's arguments, the parameters as copied.
+    set_memset(exec, node, p, || unsafe { f(exec, node, given, ctx) })
+}
+
 /// A child graph node of `exec` given the nodes of `child` (see [`set_node`]); a graph that
 /// cannot be read is refused. Its memory nodes, if any, are not read: the driver takes no
 /// change to an executable graph's memory nodes.
@@ -732,7 +780,7 @@ pub unsafe fn graph_exec_child_graph_node_set_params(
     set_child(exec, node, child, || unsafe { f(exec, node, child) })
 }
 
-/// CUDA 12.2's generic form: followed for a kernel node and a child graph node; a
+/// CUDA 12.2's generic form: followed for a kernel, memset and child graph node; a
 /// conditional node's new parameters are refused in a slice (what its bodies would then run
 /// is not known here); other nodes' parameters change no books (an executable graph's
 /// memory nodes cannot be changed).
@@ -754,6 +802,11 @@ pub unsafe fn graph_exec_node_set_params(
     match typ {
         CU_GRAPH_NODE_TYPE_KERNEL => {
             set_kernel(exec, node, caller_kernel_params(own.cast(), true), call)
+        }
+        CU_GRAPH_NODE_TYPE_MEMSET => {
+            // SAFETY: a memset node's v2 parameters, which begin as v1's.
+            let p = unsafe { own.cast::<CUDA_MEMSET_NODE_PARAMS>().read_unaligned() };
+            set_memset(exec, node, Some(p), call)
         }
         CU_GRAPH_NODE_TYPE_GRAPH => {
             // SAFETY: a child graph node's parameters, the graph first.

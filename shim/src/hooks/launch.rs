@@ -21,11 +21,17 @@ use crate::pacing::Paced;
 /// paced when the graph is launched.
 #[inline]
 fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) -> Option<Paced> {
+    pace_blocks(u64::from(gx) * u64::from(gy) * u64::from(gz), stream, ptsz)
+}
+
+/// As [`pace`], for work of `blocks` thread blocks (a memset's, `memset`).
+#[inline]
+pub(super) fn pace_blocks(blocks: u64, stream: CUstream, ptsz: bool) -> Option<Paced> {
     if let Some(s) = crate::slice::get()
         && s.paced
         && !super::alloc::capturing(stream, ptsz)
     {
-        return crate::pacing::pace(s, u64::from(gx) * u64::from(gy) * u64::from(gz));
+        return crate::pacing::pace(s, blocks);
     }
     None
 }
@@ -33,7 +39,12 @@ fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) -> Opt
 /// The driver's answer `r` to a launch on `stream`, once a paced one is recorded behind the
 /// work its process has queued.
 #[inline]
-fn launched(paced: Option<Paced>, r: CUresult, stream: CUstream, ptsz: bool) -> CUresult {
+pub(super) fn launched(
+    paced: Option<Paced>,
+    r: CUresult,
+    stream: CUstream,
+    ptsz: bool,
+) -> CUresult {
     if let Some(p) = paced {
         p.launched(r, stream, ptsz);
     }

@@ -9,6 +9,7 @@ pub mod graph_bodies;
 pub mod info;
 pub mod launch;
 pub mod limits;
+pub mod memset;
 pub mod module;
 pub mod pool_reserve;
 pub mod proc_address;

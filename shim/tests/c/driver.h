@@ -36,6 +36,12 @@ typedef struct {
     void *kern;
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
+typedef struct {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value, elementSize;
+    size_t width, height;
+} CUDA_MEMSET_NODE_PARAMS;
 
 /* CUgraphNodeParams (CUDA 12.2): the node's type, then its own parameters at byte 16. */
 enum { CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_GRAPH = 4, CU_GRAPH_NODE_TYPE_CONDITIONAL = 13 };
@@ -75,6 +81,8 @@ CUresult cuCtxSynchronize(void);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream);
+CUresult cuMemsetD2D8_v2(CUdeviceptr, size_t, unsigned char, size_t, size_t);
 CUresult cuModuleLoadData(CUmodule *, const void *);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -93,6 +101,8 @@ CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuGraphCreate(CUgraph *, unsigned);
 CUresult cuGraphDestroy(CUgraph);
 CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphAddMemsetNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                              const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                  const CUDA_KERNEL_NODE_PARAMS_v2 *);
 CUresult cuGraphAddChildGraphNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);

@@ -2,7 +2,7 @@
  * milliseconds, waits for them to finish, and prints how many blocks it launched and how
  * long it all took (the GPU time those blocks stand for is known to the caller).
  *
- *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while [wait]]
+ *   spin BLOCKS MS [kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while|memset|memset2d|graph-memset|memset-node [wait]]
  *
  * The third argument picks the launch call: cuLaunchKernel (the default), cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, CUDA 2.0's cuLaunchGridAsync (the block shape set once by
@@ -16,7 +16,12 @@
  * node is a conditional `if` or `while` node (its value starts at 1 each launch) whose body
  * holds those two kernel nodes ("if", "while": the simulated GPU runs no device code, so no
  * kernel sets the value, and its `while` runs the body once; instantiating prints
- * "error=graph CODE" if refused). With `wait`, it prints "ready" once set up and starts
+ * "error=graph CODE" if refused), or, in place of kernels, memsets of BLOCKS × 256 bytes
+ * ("memset": cuMemsetD32Async; "memset2d": cuMemsetD2D8_v2 of 256-byte rows; "graph-memset":
+ * cuGraphLaunch of a graph captured around one cuMemsetD32Async; "memset-node": of a graph of
+ * one node made by cuGraphAddMemsetNode; the simulated driver's memsets take GPU time by their
+ * size, set by the caller to a block's per 256 bytes, so the count of blocks still stands for
+ * the GPU time). With `wait`, it prints "ready" once set up and starts
  * launching when a line arrives on stdin, so that several programs run over the same
  * interval.
  * With SPIN_WARMUP_MS=W in the environment, after the first W milliseconds it waits for what
@@ -50,6 +55,7 @@ static CUcontext ctx;
 static CUfunction kernel;
 static CUgraphExec exec;
 static CUstream capture_stream;
+static CUdeviceptr buffer;
 static int threads = 1;
 static unsigned long long batch;
 static long long ms, warmup_ms, start, warm, end;
@@ -66,6 +72,8 @@ static CUresult launch(CUstream stream) {
         return cuLaunchKernelEx(&config, kernel, 0, 0);
     }
     if (exec) return cuGraphLaunch(exec, stream);
+    if (strcmp(how, "memset") == 0) return cuMemsetD32Async(buffer, 0, blocks * 64u, stream);
+    if (strcmp(how, "memset2d") == 0) return cuMemsetD2D8_v2(buffer, 256, 0, 256, blocks);
     if (strcmp(how, "coop") == 0)
         return cuLaunchCooperativeKernel(kernel, blocks, 1, 1, 128, 1, 1, 0, stream, 0);
     if (strcmp(how, "grid") == 0) return cuLaunchGridAsync(kernel, (int)blocks, 1, stream);
@@ -150,8 +158,8 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 3 || argc > 5) {
         fprintf(stderr, "usage: spin BLOCKS MS "
-                        "[kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while "
-                        "[wait]]\n");
+                        "[kernel|ex|coop|grid|multi|multi2|graph|device|updatable|child|if|while|"
+                        "memset|memset2d|graph-memset|memset-node [wait]]\n");
         return 2;
     }
     how = argc >= 4 ? argv[3] : "kernel";
@@ -170,10 +178,10 @@ int main(int argc, char **argv) {
     }
     CUdevice dev;
     CUmodule module;
-    unsigned long long buffer;
     static const char image[] = "spin";
+    size_t set = (size_t)blocks * 256;
     if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev) ||
-        cuMemAlloc_v2(&buffer, 1 << 20) || cuModuleLoadData(&module, image) ||
+        cuMemAlloc_v2(&buffer, set > (1 << 20) ? set : (1 << 20)) || cuModuleLoadData(&module, image) ||
         cuModuleGetFunction(&kernel, module, "spin")) {
         printf("error=setup\n");
         return 1;
@@ -205,6 +213,20 @@ int main(int argc, char **argv) {
             return 1;
         }
         capture_stream = s;
+    } else if (strcmp(how, "graph-memset") == 0 || strcmp(how, "memset-node") == 0) {
+        CUstream s;
+        CUgraphNode n;
+        CUDA_MEMSET_NODE_PARAMS p = {buffer, 0, 0, 4, blocks * 64u, 1};
+        CUresult r = strcmp(how, "memset-node") == 0
+                         ? cuGraphCreate(&graph, 0) ||
+                               cuGraphAddMemsetNode(&n, graph, 0, 0, &p, ctx)
+                         : cuStreamCreate(&s, 0) || cuStreamBeginCapture_v2(s, 0) ||
+                               cuMemsetD32Async(buffer, 0, blocks * 64u, s) ||
+                               cuStreamEndCapture(s, &graph);
+        if (r || (r = cuGraphInstantiateWithFlags(&exec, graph, 0))) {
+            printf("error=graph %d\n", r);
+            return 1;
+        }
     } else if (strcmp(how, "child") == 0 || strcmp(how, "if") == 0 || strcmp(how, "while") == 0 ||
                strcmp(how, "updatable") == 0) {
         CUresult r = graph_with_body(&graph);

@@ -2,12 +2,14 @@
 //! the addresses the allocations return (so a device pointer is also a valid host address, as
 //! under unified addressing). Every device range is checked against this process's
 //! allocations: a range outside them answers `CUDA_ERROR_INVALID_VALUE` instead of touching
-//! memory. Asynchronous variants complete before they return; `_ptds`/`_ptsz` variants are
-//! the same calls.
+//! memory. Asynchronous variants complete before they return (a memset on a capturing stream
+//! becomes a memset node of its graph instead); `_ptds`/`_ptsz` variants are
+//! the same calls. A memset also takes the simulated GPU's time for it (`memset_ns_per_kib`),
+//! queued behind its kernels as the driver's own memset kernels are.
 
 use std::ffi::{c_int, c_uint, c_void};
 
-use gpuslice_cuda_abi::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D};
+use gpuslice_cuda_abi::cuda::{CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS};
 
 use crate::codes::*;
 use crate::paths::CUstream;
@@ -32,6 +34,24 @@ pub(crate) fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
         _ if n == 0 => Ok(()),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
+}
+
+/// Fills `count` elements from `dst` and queues the GPU time for it.
+fn memset<T: Copy>(dst: CUdeviceptr, value: T, count: usize) -> Result<(), CUresult> {
+    fill(dst, value, count)?;
+    occupy(dst, count * size_of::<T>())
+}
+
+/// Queues the simulated GPU time of a memset of `bytes` from `dst` on the GPU holding it.
+fn occupy(dst: CUdeviceptr, bytes: usize) -> Result<(), CUresult> {
+    let d = state::get()?;
+    if let Some((_, _, index)) = allocation_of(d, dst) {
+        let wait = d.memset(index, bytes as u64);
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
+    }
+    Ok(())
 }
 
 /// Copies `n` bytes; both ends were checked (or are the caller's host memory).
@@ -118,17 +138,76 @@ pub unsafe extern "C" fn cuMemcpyPeer(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) -> CUresult {
-    guard(|| fill(dst, value, n))
+    guard(|| memset(dst, value, n))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize) -> CUresult {
-    guard(|| fill(dst, value, n))
+    guard(|| memset(dst, value, n))
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) -> CUresult {
-    guard(|| fill(dst, value, n))
+    guard(|| memset(dst, value, n))
+}
+
+/// Sets a memset node's memory (`graph_memset`) and takes the time for it.
+pub(crate) fn memset_2d(p: &CUDA_MEMSET_NODE_PARAMS) -> Result<(), CUresult> {
+    let (dst, pitch, width, height) = (p.dst, p.pitch, p.width, p.height);
+    match p.element_size {
+        1 => fill_2d(dst, pitch, p.value as u8, width, height),
+        2 => fill_2d(dst, pitch, p.value as u16, width, height),
+        4 => fill_2d(dst, pitch, p.value, width, height),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// An asynchronous memset of `count` elements of `element_size` bytes: on a capturing
+/// stream a memset node of the graph, otherwise run now (`set`).
+fn memset_async(
+    stream: CUstream,
+    dst: CUdeviceptr,
+    value: c_uint,
+    element_size: c_uint,
+    count: usize,
+    set: impl FnOnce() -> Result<(), CUresult>,
+) -> CUresult {
+    guard(|| {
+        let p = CUDA_MEMSET_NODE_PARAMS {
+            dst,
+            pitch: 0,
+            value,
+            element_size,
+            width: count,
+            height: 1,
+        };
+        if crate::graph_memset::captured(stream, p)? {
+            return Ok(());
+        }
+        set()
+    })
+}
+
+macro_rules! memsets_async {
+    ($($name:ident => $t:ty;)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub extern "C" fn $name(dst: CUdeviceptr, value: $t, n: usize, stream: CUstream) -> CUresult {
+                memset_async(stream, dst, c_uint::from(value), size_of::<$t>() as c_uint, n, || {
+                    memset(dst, value, n)
+                })
+            }
+        )*
+    };
+}
+
+memsets_async! {
+    cuMemsetD8Async => u8;
+    cuMemsetD8Async_ptsz => u8;
+    cuMemsetD16Async => u16;
+    cuMemsetD16Async_ptsz => u16;
+    cuMemsetD32Async => c_uint;
+    cuMemsetD32Async_ptsz => c_uint;
 }
 
 /// One end of a 2-D or 3-D copy.
@@ -299,7 +378,10 @@ fn fill_2d<T: Copy>(
     for y in 0..height {
         fill(dst + (y * pitch) as u64, value, width)?;
     }
-    Ok(())
+    occupy(
+        dst,
+        width.saturating_mul(size_of::<T>()).saturating_mul(height),
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -473,12 +555,6 @@ same_as! {
     cuMemcpyDtoDAsync_v2_ptsz => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
     cuMemcpyAsync => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
     cuMemcpyAsync_ptsz => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemsetD8Async => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize), stream: CUstream;
-    cuMemsetD8Async_ptsz => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize), stream: CUstream;
-    cuMemsetD16Async => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize), stream: CUstream;
-    cuMemsetD16Async_ptsz => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize), stream: CUstream;
-    cuMemsetD32Async => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize), stream: CUstream;
-    cuMemsetD32Async_ptsz => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize), stream: CUstream;
 }
 
 #[unsafe(no_mangle)]

@@ -1,7 +1,8 @@
 //! CUDA graphs, as far as programs that capture and replay work need them: a graph is a list
-//! of recorded operations (kernel launches, host functions, empty nodes, memory allocation and
-//! free nodes); stream capture records the launches, host functions and stream-ordered
-//! allocations and frees issued on a capturing stream instead of running them; an
+//! of recorded operations (kernel launches, memsets, host functions, empty nodes, memory
+//! allocation and free nodes); stream capture records the launches, memsets, host functions
+//! and stream-ordered allocations and frees issued on a capturing stream instead of running
+//! them; an
 //! instantiated graph replays its operations at each `cuGraphLaunch`, kernels taking their
 //! simulated time.
 //!
@@ -21,11 +22,13 @@ use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_UNION_OFFSET,
     CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_GRAPH,
     CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE,
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUDA_CHILD_GRAPH_NODE_PARAMS,
+    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_GRAPH_NODE_TYPE_MEMSET,
+    CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_MEM_ALLOCATION_TYPE_PINNED,
+    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_CHILD_GRAPH_NODE_PARAMS,
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
-    CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUgraphExecUpdateResultInfo,
-    CUgraphNodeParamsHead, CUlaunchAttributeValue, CUmemLocation, CUmemPoolProps, CUmemPropHead,
+    CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEM_ALLOC_NODE_PARAMS, CUDA_MEMSET_NODE_PARAMS,
+    CUgraphExecUpdateResultInfo, CUgraphNodeParamsHead, CUlaunchAttributeValue, CUmemLocation,
+    CUmemPoolProps, CUmemPropHead,
 };
 pub use gpuslice_cuda_abi::cuda::{CUgraph, CUgraphExec, CUgraphNode};
 
@@ -54,6 +57,10 @@ pub enum Op {
     },
     MemFree {
         ptr: u64,
+    },
+    /// A memset node (`graph_memset`).
+    Memset {
+        params: CUDA_MEMSET_NODE_PARAMS,
     },
     /// A child graph node: runs the graph it owns (`graph_bodies`).
     Child {
@@ -190,6 +197,7 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
                 crate::pool_books::freed(ptr)?;
             }
         }
+        Op::Memset { params } => crate::graph_memset::run(&params)?,
         Op::Child { graph } => graph_bodies::run_graph(graph)?,
         Op::Conditional { id } => graph_bodies::run_conditional(id)?,
     }
@@ -568,6 +576,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) 
             Op::Empty => CU_GRAPH_NODE_TYPE_EMPTY,
             Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
+            Op::Memset { .. } => CU_GRAPH_NODE_TYPE_MEMSET,
             Op::Child { .. } => CU_GRAPH_NODE_TYPE_GRAPH,
             Op::Conditional { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
         };
@@ -833,10 +842,21 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
 /// Gives the kernel node `node` of the graph `e` was instantiated from new parameters in `e`
 /// alone (the graph keeps its own), as the driver does: a kernel node stays a kernel node.
 fn set_exec_kernel(e: CUgraphExec, node: CUgraphNode, op: Op) -> Result<(), CUresult> {
+    set_exec_op(e, node, op, |old| matches!(old, Op::Kernel { .. }))
+}
+
+/// Gives the node `node` of the graph `e` was instantiated from the operation `op` in `e`
+/// alone, where its operation there is of the kind `same` accepts.
+pub(crate) fn set_exec_op(
+    e: CUgraphExec,
+    node: CUgraphNode,
+    op: Op,
+    same: impl Fn(&Op) -> bool,
+) -> Result<(), CUresult> {
     let index = node_index(node)?;
     let mut ops = exec_of(e)?.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
     match ops.get_mut(index) {
-        Some(slot @ Op::Kernel { .. }) => {
+        Some(slot) if same(slot) => {
             *slot = op;
             Ok(())
         }
@@ -864,8 +884,8 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     unsafe { cuGraphExecKernelNodeSetParams_v2(e, node, params.cast()) }
 }
 
-/// CUDA 12.2's generic form, for a kernel or child graph node (other types are not modelled
-/// here).
+/// CUDA 12.2's generic form, for a kernel, memset or child graph node (other types are not
+/// modelled here).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     e: CUgraphExec,
@@ -876,13 +896,18 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
         let (typ, body) = node_params(params)?;
         match typ {
             CU_GRAPH_NODE_TYPE_KERNEL => set_exec_kernel(e, node, kernel_op(body.cast())?),
+            CU_GRAPH_NODE_TYPE_MEMSET => crate::graph_memset::set_exec_memset(
+                e,
+                node,
+                crate::graph_memset::memset_op(body.cast())?,
+            ),
             CU_GRAPH_NODE_TYPE_GRAPH => {
                 // SAFETY: a child graph node's parameters: the graph first.
                 let child = unsafe { (*body.cast::<CUDA_CHILD_GRAPH_NODE_PARAMS>()).graph };
                 graph_bodies::set_exec_child(e, node, child)
             }
             _ => Err(crate::unmodelled(
-                "cuGraphExecNodeSetParams (not a kernel or child graph node)",
+                "cuGraphExecNodeSetParams (not a kernel, memset or child graph node)",
             )),
         }
     })

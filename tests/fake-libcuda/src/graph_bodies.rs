@@ -214,8 +214,8 @@ fn conditional(p: *mut CUDA_CONDITIONAL_NODE_PARAMS) -> Result<Op, CUresult> {
     })
 }
 
-/// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, child graph and
-/// conditional nodes modelled).
+/// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, memset, child
+/// graph and conditional nodes modelled).
 fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> {
     let (typ, body) = crate::graph::node_params(params)?;
     match typ {
@@ -228,6 +228,9 @@ fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> 
             child(g)
         }
         CU_GRAPH_NODE_TYPE_CONDITIONAL => conditional(body.cast()),
+        gpuslice_cuda_abi::cuda::CU_GRAPH_NODE_TYPE_MEMSET => {
+            crate::graph_memset::memset_op(body.cast())
+        }
         _ => Err(crate::unmodelled("cuGraphAddNode (this node type)")),
     }
 }

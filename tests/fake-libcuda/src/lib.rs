@@ -18,6 +18,7 @@ mod export_table;
 mod graph;
 mod graph_bodies;
 mod graph_memory;
+mod graph_memset;
 mod green;
 mod legacy_launch;
 mod module;

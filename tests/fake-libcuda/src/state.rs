@@ -192,7 +192,20 @@ impl Driver {
     /// how long the launch must wait for room in the queue (zero when kernels take no time).
     pub fn launch(&self, index: usize, blocks: u64) -> std::time::Duration {
         let per_block = self.spec.gpus[index].kernel_ns_per_block;
-        if per_block == 0 {
+        self.run_for(index, blocks.saturating_mul(per_block))
+    }
+
+    /// Queues a memset of `bytes` on node GPU `index` (the driver runs it as a kernel of its
+    /// own) and publishes it, as [`Driver::launch`] does a kernel.
+    pub fn memset(&self, index: usize, bytes: u64) -> std::time::Duration {
+        let per_kib = self.spec.gpus[index].memset_ns_per_kib;
+        self.run_for(index, bytes.saturating_mul(per_kib) / 1024)
+    }
+
+    /// Queues work taking `ns` on node GPU `index` behind what is queued there, as
+    /// [`Driver::launch`] says.
+    fn run_for(&self, index: usize, ns: u64) -> std::time::Duration {
+        if ns == 0 {
             return std::time::Duration::ZERO;
         }
         let now = procs::monotonic_ns();
@@ -202,7 +215,7 @@ impl Driver {
             .utilization_period_us
             .saturating_mul(1000);
         let until = self.queue_on_device(index, |device_free| {
-            busy.launch_after(now, device_free, blocks.saturating_mul(per_block), period);
+            busy.launch_after(now, device_free, ns, period);
             busy.until_ns
         });
         let busy = &inner.busy[index];

@@ -48,6 +48,11 @@ pub struct SimGpu {
     /// NVML reports each process's SM utilization from it. 0: kernels take no time.
     #[serde(default)]
     pub kernel_ns_per_block: u64,
+    /// Simulated time a memset takes per KiB it sets, in nanoseconds: the driver runs memsets
+    /// as kernels of its own, queued on the device and counted in NVML's SM utilization as
+    /// kernels are. 0: memsets take no time.
+    #[serde(default)]
+    pub memset_ns_per_kib: u64,
     /// The driver's utilization sampling period, in microseconds: NVML reports each
     /// process's SM utilization once per period, over that period, when it has ended
     /// ("between 1 second and 1/6 second, depending on the product", NVML's reference).
@@ -228,6 +233,7 @@ impl NodeSpec {
                 context_bytes: m.context_bytes(),
                 reserved_bytes: 0,
                 kernel_ns_per_block: 0,
+                memset_ns_per_kib: 0,
                 utilization_period_us: default_utilization_period_us(),
             })
             .collect();

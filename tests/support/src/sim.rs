@@ -52,6 +52,21 @@ impl SimNode {
         })
     }
 
+    /// As [`SimNode::with_kernel_time`], each memset also taking `memset_ns_per_kib` of
+    /// simulated GPU time per KiB it sets.
+    #[must_use]
+    pub fn with_kernel_and_memset_time(
+        gpus: u32,
+        model: &str,
+        ns_per_block: u64,
+        memset_ns_per_kib: u64,
+    ) -> Self {
+        Self::build(gpus, model, None, |g| {
+            g.kernel_ns_per_block = ns_per_block;
+            g.memset_ns_per_kib = memset_ns_per_kib;
+        })
+    }
+
     /// As [`SimNode::new`], the GPUs connected as `layout` says (`pcie`, `nvlink-pairs`:
     /// [`NodeSpec::connect`]).
     #[must_use]
