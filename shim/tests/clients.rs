@@ -2,7 +2,8 @@
 //! (`libcudart.so.12`) and Debian's CUDA 11.8 runtime (`libcudart.so.11.0`), cuda-bindings,
 //! numba-cuda and nvidia-ml-py (installed by `scripts/cuda-clients` and
 //! `scripts/reference-driver`) each see the slice in their own memory query and meet their own
-//! out-of-memory error at the limit; two processes of one slice share it. Each run's
+//! out-of-memory error at the limit; two processes of one slice share it; cuda-bindings'
+//! conditional graphs meet the wall and the share's refusals. Each run's
 //! unmodelled driver calls are listed in the test output.
 
 mod common;
@@ -595,4 +596,72 @@ fn nvidia_ml_py_reads_the_simulated_topology_as_laid_out() {
     // Four NVLinks from each GPU to its pair's other GPU, by its PCI bus id.
     assert_eq!(f.get("nvlinks0"), "1,1,1,1", "{text}");
     assert_eq!(f.get("nvlinks7"), "6,6,6,6", "{text}");
+}
+
+/// Runs `tests/clients/conditional.py` (cuda-bindings' conditional graphs, kernels needing
+/// `local` bytes of local memory a thread) with `slice`'s node and the limits file `limits`
+/// (none: outside any slice).
+fn conditional_graphs(slice: &Slice, limits: Option<&Path>, local: u64) -> Facts {
+    let mut c = slice.command(&python());
+    match limits {
+        Some(l) => c.env("GPUSLICE_LIMITS", l),
+        None => c.env_remove("GPUSLICE_LIMITS"),
+    };
+    let out = c
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/conditional.py"))
+        .arg(local.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Facts::parse(&text)
+}
+
+#[test]
+fn cuda_bindings_conditional_graphs_meet_the_wall_and_a_loop_is_refused_on_a_paced_slice() {
+    // 64 KiB a thread, for every thread the simulated T4 holds resident (40 SMs of 1,024):
+    // 2.5 GiB of stack, past a 256 MiB slice; the graph's kernel stands in the body of an
+    // `if` node, which the driver made and cuda-bindings read back from phGraph_out.
+    let local = 64 * 1024;
+    let slice = Slice::new(256 * MIB, 0);
+    let f = conditional_graphs(&slice, Some(&slice.limits_path()), local);
+    assert_eq!(f.get("if_small"), "CUDA_SUCCESS", "{:?}", f.0);
+    assert_eq!(f.get("if_deep"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    assert_eq!(
+        f.get("while"),
+        "CUDA_SUCCESS",
+        "no share to pace: {:?}",
+        f.0
+    );
+    // A slice with a share of the SMs: a `while` node's body runs as often as the graph's
+    // kernels decide, so the graph is not instantiated there.
+    let paced = tempfile::tempdir().unwrap();
+    let limits = gpuslice_core::limits::Limits {
+        container_id: "conditional-paced".into(),
+        gpus: vec![gpuslice_core::limits::GpuLimit {
+            uuid: slice.sim.spec.gpus[0].uuid.clone(),
+            memory_bytes: 256 * MIB,
+            cores: 30,
+            context_bytes: 0,
+            window: None,
+        }],
+    };
+    common::write_slice(paced.path(), &limits);
+    let f = conditional_graphs(&slice, Some(&paced.path().join("limits")), local);
+    assert_eq!(f.get("if_small"), "CUDA_SUCCESS", "{:?}", f.0);
+    assert_eq!(
+        f.get("while"),
+        "instantiate:CUDA_ERROR_NOT_SUPPORTED",
+        "{:?}",
+        f.0
+    );
+    // Outside a slice the same graphs run: the card has room for the stack.
+    let f = conditional_graphs(&slice, None, local);
+    for key in ["if_small", "if_deep", "while"] {
+        assert_eq!(f.get(key), "CUDA_SUCCESS", "{key}: {:?}", f.0);
+    }
 }
