@@ -41,6 +41,9 @@ pub struct Sample {
     pub gpu_uuid: String,
     pub pid: u32,
     pub used: u64,
+    /// Listed among the graphics processes alone (OpenGL, Vulkan): a process that made no
+    /// CUDA context, so no slot of the usage region counts its memory.
+    pub graphics_only: bool,
 }
 
 /// A container over its slice on one GPU.
@@ -145,22 +148,28 @@ pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
         let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
             continue;
         };
-        let mut held: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        // Per pid: the most any list gives it, and whether only the graphics list has it.
+        let mut held: std::collections::BTreeMap<u32, (u64, bool)> =
+            std::collections::BTreeMap::new();
         let listed = [
-            device.running_compute_processes(),
-            device.running_graphics_processes(),
-            device.mps_running_compute_processes(),
+            (device.running_compute_processes(), false),
+            (device.running_graphics_processes(), true),
+            (device.mps_running_compute_processes(), false),
         ];
-        for p in listed.into_iter().flat_map(Result::unwrap_or_default) {
-            if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) = p.used_gpu_memory {
-                let most = held.entry(p.pid).or_default();
-                *most = (*most).max(used);
+        for (list, graphics) in listed {
+            for p in list.unwrap_or_default() {
+                if let nvml_wrapper::enums::device::UsedGpuMemory::Used(used) = p.used_gpu_memory {
+                    let (most, graphics_only) = held.entry(p.pid).or_insert((0, true));
+                    *most = (*most).max(used);
+                    *graphics_only &= graphics;
+                }
             }
         }
-        samples.extend(held.into_iter().map(|(pid, used)| Sample {
+        samples.extend(held.into_iter().map(|(pid, (used, graphics_only))| Sample {
             gpu_uuid: uuid.clone(),
             pid,
             used,
+            graphics_only,
         }));
     }
     samples
@@ -342,11 +351,14 @@ pub fn over_slice(
 /// The containers some of whose processes hold more than `tolerance` on some GPU without a
 /// slot of their own in the usage region (the region rewritten, or a process that went
 /// around the library), from the driver's share found for each (`shares`, by container id).
+/// Processes that only draw (OpenGL, Vulkan: [`Sample::graphics_only`], in `attributed`)
+/// never have a slot; their memory is charged all the same, and is no sign of tampering.
 /// Returns (container id, what was found).
 #[must_use]
 pub fn understated(
     claims: &[Claim],
     shares: &BTreeMap<String, gpuslice_core::held::DriverShare>,
+    attributed: &[Attributed],
     tolerance: u64,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -354,16 +366,25 @@ pub fn understated(
         let Some(share) = shares.get(&claim.container_id) else {
             continue;
         };
+        let drawing = |uuid: &str| -> u64 {
+            attributed
+                .iter()
+                .filter(|a| a.container_id == claim.container_id)
+                .filter(|a| a.sample.graphics_only && a.sample.gpu_uuid == uuid)
+                .map(|a| a.sample.used)
+                .sum()
+        };
         let over = claim
             .gpus
             .iter()
             .zip(&share.unattributed)
-            .find(|(_, u)| **u > tolerance);
+            .map(|(g, u)| (g, u.saturating_sub(drawing(&g.uuid))))
+            .find(|(_, u)| *u > tolerance);
         if let Some((g, unattributed)) = over {
             out.push((
                 claim.container_id.clone(),
                 format!(
-                    "the driver shows the container's processes holding {unattributed} bytes on {} that no slot of its usage region accounts for: its counters were rewritten, a process went around the library, or one uses the GPU through OpenGL or Vulkan",
+                    "the driver shows the container's processes holding {unattributed} bytes on {} that no slot of its usage region accounts for (beyond what processes that only draw hold): its counters were rewritten, or a process went around the library",
                     g.uuid
                 ),
             ));

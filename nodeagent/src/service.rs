@@ -465,7 +465,7 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             s.note_driver_held(driver_held);
             // Memory held by processes without a slot of their own is reported as tampering
             // (log, metric, UsageTampered), whether or not the container is over.
-            let found = backstop::understated(&claims, &shares, b.tolerance);
+            let found = backstop::understated(&claims, &shares, &attributed, b.tolerance);
             // A process that is exiting has given up its slot a moment before the driver
             // frees its memory: what no slot accounts for is reported once it is found on a
             // second of the recent passes (it is charged to the container from the first).

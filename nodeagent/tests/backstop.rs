@@ -157,6 +157,7 @@ async fn memory_taken_through_the_graphics_driver_counts_and_a_container_over_it
     );
     let p = proxy(&bus.address).await;
     let mut signals = p.receive_over_limit().await.unwrap();
+    let mut tampered = p.receive_usage_tampered().await.unwrap();
     for (id, memory) in [("painter", "256Mi"), ("sketcher", "1Gi")] {
         p.claim(id, ann(&[("gpuslice.io/memory", memory)]))
             .await
@@ -188,6 +189,18 @@ async fn memory_taken_through_the_graphics_driver_counts_and_a_container_over_it
     assert!(
         sketcher.try_wait().unwrap().is_none(),
         "the container within its slice was killed"
+    );
+    // A process that only draws never had a slot to count in: its memory is charged as the
+    // driver reports it, and it is not taken for a rewritten usage region (several passes
+    // have run by now).
+    let reported = tokio::time::timeout(Duration::from_millis(300), tampered.next()).await;
+    assert!(
+        reported.is_err(),
+        "a graphics process within its slice was reported as tampering: {:?}",
+        reported
+            .ok()
+            .flatten()
+            .map(|s| s.args().map(|a| a.reason().to_string()))
     );
     drop(sketcher.stdin.take());
     let _ = sketcher.wait();
