@@ -3,9 +3,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command};
 
 use gpuslice_core::limits::{GpuLimit, Limits};
 use gpuslice_core::usage::{self, UsageSnapshot};
@@ -153,16 +152,8 @@ pub struct Running {
 
 impl Running {
     /// Starts `cmd` with piped stdin and stdout, once it has printed its first line.
-    pub fn start(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+    pub fn start(cmd: Command) -> Self {
+        let (mut child, line) = gpuslice_testsupport::sim::start_holding(cmd);
         let stdin = child.stdin.take();
         Self {
             child,

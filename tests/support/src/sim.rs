@@ -218,8 +218,8 @@ impl SimNode {
 }
 
 /// Starts `cmd` with its stdin and stdout piped, and reads the first line it prints (a
-/// holder prints it once it holds its memory).
-fn start_holding(mut cmd: std::process::Command) -> (std::process::Child, String) {
+/// holder prints it once it holds its memory; a test program, once it is set up).
+pub fn start_holding(mut cmd: std::process::Command) -> (std::process::Child, String) {
     use std::io::BufRead;
     use std::process::Stdio;
     let mut child = cmd
