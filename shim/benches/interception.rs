@@ -22,6 +22,13 @@ use gpuslice_testsupport::sim::SimNode;
 type Alloc = unsafe extern "C" fn(*mut u64, usize) -> c_uint;
 type Free = unsafe extern "C" fn(u64) -> c_uint;
 type GraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_uint;
+type LaunchEx = unsafe extern "C" fn(
+    *const gpuslice_cuda_abi::cuda::CUlaunchConfig,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_uint;
+type MemsetAsync = unsafe extern "C" fn(u64, c_uint, usize, *mut c_void) -> c_uint;
 type Launch = unsafe extern "C" fn(
     *mut c_void,
     c_uint,
@@ -213,6 +220,56 @@ fn measure() {
         2_000_000,
         launch(sym(cuda, c"cuLaunchKernel")),
         launch(sym(ours, c"cuLaunchKernel")),
+    );
+
+    let config = gpuslice_cuda_abi::cuda::CUlaunchConfig {
+        grid_dim_x: 1,
+        grid_dim_y: 1,
+        grid_dim_z: 1,
+        block_dim_x: 1,
+        block_dim_y: 1,
+        block_dim_z: 1,
+        shared_mem_bytes: 0,
+        stream: std::ptr::null_mut(),
+        attrs: std::ptr::null_mut(),
+        num_attrs: 0,
+    };
+    let launch_ex = |f: LaunchEx| {
+        move || {
+            // SAFETY: a launch of the function loaded above with a 1x1x1 grid and block.
+            let r = unsafe {
+                f(
+                    &raw const config,
+                    kernel,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            assert_eq!(r, 0);
+        }
+    };
+    side_by_side(
+        "cuLaunchKernelEx",
+        2_000_000,
+        launch_ex(sym(cuda, c"cuLaunchKernelEx")),
+        launch_ex(sym(ours, c"cuLaunchKernelEx")),
+    );
+
+    let mut buffer = 0u64;
+    let alloc: Alloc = sym(cuda, c"cuMemAlloc_v2");
+    // SAFETY: a 1 MiB allocation with the context current.
+    assert_eq!(unsafe { alloc(&raw mut buffer, 1 << 20) }, 0);
+    let memset = |f: MemsetAsync| {
+        move || {
+            // SAFETY: setting the first 4 bytes of the allocation above on the default stream.
+            assert_eq!(unsafe { f(buffer, 0, 1, std::ptr::null_mut()) }, 0);
+        }
+    };
+    side_by_side(
+        "cuMemsetD32Async (4 bytes)",
+        2_000_000,
+        memset(sym(cuda, c"cuMemsetD32Async")),
+        memset(sym(ours, c"cuMemsetD32Async")),
     );
 
     // A graph of one kernel node, instantiated through the library (which reads its nodes).

@@ -4,6 +4,8 @@
 //! where the driver gave none. A device outside the slice reports no memory. The device
 //! attributes that tell of features a slice refuses (`refused`) report them absent.
 
+use std::ffi::c_int;
+
 use super::real_or_return;
 use crate::ffi::*;
 use crate::slice::{self, Slice};
@@ -64,21 +66,17 @@ pub unsafe fn device_total_mem(bytes: *mut usize, dev: CUdevice) -> CUresult {
 /// handle type for a pool), so that software that checks them takes the path it takes on a
 /// device without them instead of meeting the refusal (NCCL reads the dma-buf, multicast and
 /// fabric attributes before it uses those features).
-const ABSENT_IN_A_SLICE: [std::ffi::c_int; 7] = [
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
-    gpuslice_cuda_abi::cuda::CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+const ABSENT_IN_A_SLICE: [c_int; 7] = [
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES,
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED,
+    CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
 ];
 
-pub unsafe fn device_get_attribute(
-    value: *mut std::ffi::c_int,
-    attribute: std::ffi::c_int,
-    dev: CUdevice,
-) -> CUresult {
+pub unsafe fn device_get_attribute(value: *mut c_int, attribute: c_int, dev: CUdevice) -> CUresult {
     let f = real_or_return!(cuDeviceGetAttribute);
     // SAFETY: the caller's arguments, passed on unchanged.
     let r = unsafe { f(value, attribute, dev) };

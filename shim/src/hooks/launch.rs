@@ -25,7 +25,7 @@ fn pace(gx: c_uint, gy: c_uint, gz: c_uint, stream: CUstream, ptsz: bool) -> Opt
 }
 
 /// As [`pace`], for work of `blocks` thread blocks (a memset's, `memset`).
-#[inline]
+#[inline(always)]
 pub(super) fn pace_blocks(blocks: u64, stream: CUstream, ptsz: bool) -> Option<Paced> {
     if let Some(s) = crate::slice::get()
         && s.paced
@@ -38,7 +38,7 @@ pub(super) fn pace_blocks(blocks: u64, stream: CUstream, ptsz: bool) -> Option<P
 
 /// The driver's answer `r` to a launch on `stream`, once a paced one is recorded behind the
 /// work its process has queued.
-#[inline]
+#[inline(always)]
 pub(super) fn launched(
     paced: Option<Paced>,
     r: CUresult,
