@@ -1,6 +1,7 @@
 //! Entry points whose memory the wall cannot count are refused in a slice, found however the
 //! program looks for them, and pass through outside one; the device attributes that tell of
-//! them report them absent in a slice; the legacy `cuCtxCreate` is charged as a context.
+//! them report them absent in a slice; new parameters for a conditional node are refused there
+//! too; the legacy `cuCtxCreate` is charged as a context.
 
 mod common;
 
@@ -24,6 +25,17 @@ const REFUSED: &[&str] = &[
     "cuMemPoolExportPointer",
     "cuMulticastCreate",
     "cuMemGetHandleForAddressRange",
+];
+
+/// New parameters for a conditional node, of its graph and of an executable graph: refused in
+/// a slice (what its bodies would then run is not told), each with the name the simulated
+/// driver, which does not model them for conditional nodes, records when one reaches it.
+const CONDITIONAL_CHANGES: &[(&str, &str)] = &[
+    ("cuGraphNodeSetParams", "cuGraphNodeSetParams"),
+    (
+        "cuGraphExecNodeSetParams",
+        "cuGraphExecNodeSetParams (not a kernel, memset or child graph node)",
+    ),
 ];
 
 /// The device attributes that tell of the refused features (exported handles of each type, a
@@ -70,6 +82,13 @@ fn what_the_wall_cannot_count_is_refused_in_a_slice_and_a_legacy_context_is_char
             "{name} reached the driver: {reached:?}"
         );
     }
+    for (name, recorded) in CONDITIONAL_CHANGES {
+        assert_eq!(f.get(name), NOT_SUPPORTED, "{name}: {line}");
+        assert!(
+            !reached.iter().any(|r| r == recorded),
+            "{name} reached the driver: {reached:?}"
+        );
+    }
     assert_eq!(f.get("cuCtxCreate"), "0", "{line}");
     assert_eq!(f.get("cuMemAllocAsync.plain"), "0", "{line}");
     // The primary context, the one made by the legacy name, and the plain 1 MiB from the
@@ -98,6 +117,12 @@ fn outside_a_slice_those_entry_points_reach_the_driver() {
         assert_eq!(f.get(name), NOT_SUPPORTED, "{name}: {line}");
         assert!(
             reached.iter().any(|r| r == name),
+            "{name} did not reach the driver: {reached:?}"
+        );
+    }
+    for (name, recorded) in CONDITIONAL_CHANGES {
+        assert!(
+            reached.iter().any(|r| r == recorded),
             "{name} did not reach the driver: {reached:?}"
         );
     }

@@ -1,11 +1,13 @@
 /* Calls, through dlopen("libcuda.so.1") and dlsym, each entry point whose memory the wall
  * cannot count, a stream-ordered allocation, and the legacy cuCtxCreate, and reads the device
- * attributes that tell of those features; prints name=CUresult and attrN=value pairs on one
- * line, then waits for stdin to close. */
+ * attributes that tell of those features; gives a conditional node new parameters, in its
+ * graph (cuGraphNodeSetParams) and in an executable graph (cuGraphExecNodeSetParams); prints
+ * name=CUresult and attrN=value pairs on one line, then waits for stdin to close. */
 #include <dlfcn.h>
 #include <stdio.h>
 
-typedef int CUresult;
+#include "driver.h"
+
 typedef CUresult (*fn)();
 
 int main(void) {
@@ -31,6 +33,24 @@ int main(void) {
     printf("cuMemPoolExportToShareableHandle=%d ", F("cuMemPoolExportToShareableHandle")(&out, (void *)0, 1, 0ull));
     printf("cuMemPoolExportPointer=%d ", F("cuMemPoolExportPointer")(&out, 0ull));
     printf("cuMulticastCreate=%d ", F("cuMulticastCreate")(&out, (void *)0));
+    /* A graph of one conditional `if` node, its body empty. */
+    CUgraph graph = 0;
+    CUgraphNode node = 0;
+    CUgraphExec exec = 0;
+    CUgraphNodeParams p = {0};
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    if (F("cuGraphCreate")(&graph, 0u) ||
+        F("cuGraphConditionalHandleCreate")(&p.conditional.handle, graph, ctx, 1u, 1u) ||
+        F("cuGraphAddNode")(&node, graph, (void *)0, (size_t)0, &p) ||
+        F("cuGraphInstantiateWithFlags")(&exec, graph, 0ull)) {
+        printf("error=conditional\n");
+        return 1;
+    }
+    printf("cuGraphNodeSetParams=%d ", F("cuGraphNodeSetParams")(node, &p));
+    printf("cuGraphExecNodeSetParams=%d ", F("cuGraphExecNodeSetParams")(exec, node, &p));
     int dmabuf = -1;
     printf("cuMemGetHandleForAddressRange=%d ",
            F("cuMemGetHandleForAddressRange")(&dmabuf, 0ull, (size_t)(2u << 20), 1, 0ull));
