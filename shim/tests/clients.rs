@@ -53,7 +53,26 @@ fn runtime11() -> PathBuf {
 }
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/wall.py")
+    client_script("wall.py")
+}
+
+/// The client program `name` in `tests/clients`.
+fn client_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/clients")
+        .join(name)
+}
+
+/// Runs `cmd` to its end, which must be a success, and returns what it printed.
+fn script_output(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 fn client(slice: &Slice, log: &Path, args: &[&str]) -> Command {
@@ -302,7 +321,7 @@ fn nvcc_object(dir: &Path, name: &str, defines: &[&str]) -> PathBuf {
             .args(["-arch=sm_75", "-c", "-o"])
             .arg(&object)
             .args(defines)
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/kernels.cu")),
+            .arg(client_script("kernels.cu")),
     );
     object
 }
@@ -515,18 +534,12 @@ fn a_program_whose_kernel_needs_more_local_memory_than_its_slice_holds_has_that_
 fn the_cuda_runtime_copies_to_and_from_arrays() {
     let slice = Slice::new(GIB, 0);
     let log = slice.dir.path().join("unmodelled-arrays.log");
-    let out = slice
-        .command(&python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/arrays.py"))
-        .arg(runtime12())
-        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = script_output(
+        slice
+            .command(&python())
+            .arg(client_script("arrays.py"))
+            .arg(runtime12())
+            .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
     );
     print_unmodelled("arrays", &log);
     assert_eq!(
@@ -607,18 +620,10 @@ fn conditional_graphs(slice: &Slice, limits: Option<&Path>, local: u64) -> Facts
         Some(l) => c.env("GPUSLICE_LIMITS", l),
         None => c.env_remove("GPUSLICE_LIMITS"),
     };
-    let out = c
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/conditional.py"))
-        .arg(local.to_string())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Facts::parse(&text)
+    Facts::parse(&script_output(
+        c.arg(client_script("conditional.py"))
+            .arg(local.to_string()),
+    ))
 }
 
 #[test]

@@ -39,14 +39,14 @@ pub(crate) fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
 /// Fills `count` elements from `dst` and queues the GPU time for it.
 fn memset<T: Copy>(dst: CUdeviceptr, value: T, count: usize) -> Result<(), CUresult> {
     fill(dst, value, count)?;
-    occupy(dst, count * size_of::<T>())
+    occupy(count * size_of::<T>())
 }
 
-/// Queues the simulated GPU time of a memset of `bytes` from `dst` on the GPU holding it.
-fn occupy(dst: CUdeviceptr, bytes: usize) -> Result<(), CUresult> {
-    let d = state::get()?;
-    if let Some((_, _, index)) = allocation_of(d, dst) {
-        let wait = d.memset(index, bytes as u64);
+/// Queues the simulated GPU time of a memset of `bytes` on the current context's GPU, as a
+/// launch's is (none without a current context).
+fn occupy(bytes: usize) -> Result<(), CUresult> {
+    if let Ok(ctx) = current_ctx() {
+        let wait = state::get()?.memset(ctx.node_index, bytes as u64);
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
@@ -378,10 +378,7 @@ fn fill_2d<T: Copy>(
     for y in 0..height {
         fill(dst + (y * pitch) as u64, value, width)?;
     }
-    occupy(
-        dst,
-        width.saturating_mul(size_of::<T>()).saturating_mul(height),
-    )
+    occupy(width.saturating_mul(size_of::<T>()).saturating_mul(height))
 }
 
 #[unsafe(no_mangle)]

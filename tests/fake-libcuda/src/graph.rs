@@ -197,7 +197,7 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
                 crate::pool_books::freed(ptr)?;
             }
         }
-        Op::Memset { params } => crate::graph_memset::run(&params)?,
+        Op::Memset { params } => crate::copy::memset_2d(&params)?,
         Op::Child { graph } => graph_bodies::run_graph(graph)?,
         Op::Conditional { id } => graph_bodies::run_conditional(id)?,
     }

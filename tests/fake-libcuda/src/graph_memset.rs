@@ -1,7 +1,7 @@
 //! Memset nodes: made by `cuGraphAddMemsetNode` (or `cuGraphAddNode`) and by memsets issued on
 //! a capturing stream, read back by `cuGraphMemsetNodeGetParams`, changed in an executable
 //! graph by `cuGraphExecMemsetNodeSetParams` (or `cuGraphExecNodeSetParams`); a launch that
-//! reaches one sets the memory and takes the memset's simulated time (`copy`).
+//! reaches one sets the memory and takes the memset's simulated time (`copy::memset_2d`).
 
 use gpuslice_cuda_abi::cuda::CUDA_MEMSET_NODE_PARAMS;
 
@@ -70,9 +70,4 @@ pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
     _ctx: CUcontext,
 ) -> CUresult {
     guard(|| set_exec_memset(e, node, memset_op(params)?))
-}
-
-/// Runs a memset node: sets the memory and takes the time for it.
-pub(crate) fn run(p: &CUDA_MEMSET_NODE_PARAMS) -> Result<(), CUresult> {
-    crate::copy::memset_2d(p)
 }
