@@ -25,6 +25,7 @@ pub mod publish;
 pub mod rundir;
 pub mod sample_requests;
 pub mod service;
+pub mod sm_time;
 pub mod store;
 pub mod usage;
 

@@ -3,7 +3,9 @@
 //! GPU and slice gauges are rebuilt from the ledger at every scrape, so they can never drift
 //! from it; counters count events since the agent started.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
 
 use gpuslice_core::fit::RefusalReason;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -67,6 +69,9 @@ pub struct Metrics {
     slice_driver_memory_used: Family<SliceLabels, Gauge>,
     slice_tampered: Family<TamperLabels, Gauge>,
     slice_cores: Family<SliceLabels, Gauge<f64, AtomicU64>>,
+    slice_sm_seconds: Family<SliceLabels, Counter<f64, AtomicU64>>,
+    /// The series of `slice_sm_seconds` made, so that those of claims gone are removed.
+    sm_series: Mutex<HashSet<SliceLabels>>,
     claims: Family<StateLabels, Gauge>,
     pub admitted: Counter,
     pub refused: Family<ReasonLabels, Counter>,
@@ -102,6 +107,8 @@ impl Metrics {
             slice_driver_memory_used: Family::default(),
             slice_tampered: Family::default(),
             slice_cores: Family::default(),
+            slice_sm_seconds: Family::default(),
+            sm_series: Mutex::default(),
             claims: Family::default(),
             admitted: Counter::default(),
             refused: Family::default(),
@@ -154,6 +161,11 @@ impl Metrics {
             m.slice_cores.clone(),
         );
         registry.register(
+            "gpuslice_slice_sm_seconds",
+            "SM time of the GPU the driver's per-process utilization samples give to a container's processes, in seconds; its rate is the share of the GPU the slice kept busy",
+            m.slice_sm_seconds.clone(),
+        );
+        registry.register(
             "gpuslice_claims",
             "Claims in the ledger by state",
             m.claims.clone(),
@@ -195,6 +207,31 @@ impl Metrics {
                 reason: reason.as_str(),
             })
             .inc();
+    }
+
+    /// Adds `seconds` of SM time to a container's count on a GPU ([`crate::sm_time`]).
+    pub fn add_sm_seconds(&self, slice: SliceLabels, seconds: f64) {
+        self.slice_sm_seconds.get_or_create(&slice).inc_by(seconds);
+        self.sm_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slice);
+    }
+
+    /// Makes each claim's SM-time series (0 until it uses some) and removes those of claims
+    /// gone, keeping every other's count.
+    fn keep_sm_series(&self, live: HashSet<SliceLabels>) {
+        let mut series = self
+            .sm_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gone in series.difference(&live) {
+            self.slice_sm_seconds.remove(gone);
+        }
+        for k in &live {
+            let _ = self.slice_sm_seconds.get_or_create(k);
+        }
+        *series = live;
     }
 
     /// Rebuilds the gauges from a snapshot of the ledger and encodes every metric.
@@ -245,6 +282,7 @@ impl Metrics {
                 .set(1);
         }
         let (mut pending, mut active) = (0, 0);
+        let mut sm_series = HashSet::new();
         for (claim, usage) in snapshot.claims.iter().zip(&snapshot.usage) {
             let running = match claim.state {
                 gpuslice_core::ClaimState::Pending => {
@@ -293,8 +331,10 @@ impl Metrics {
                 self.slice_cores
                     .get_or_create(&k)
                     .set(f64::from(g.cores) / 100.0);
+                sm_series.insert(k);
             }
         }
+        self.keep_sm_series(sm_series);
         self.claims
             .get_or_create(&StateLabels { state: "pending" })
             .set(pending);

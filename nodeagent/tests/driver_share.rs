@@ -412,17 +412,7 @@ async fn a_process_in_a_pid_namespace_of_its_own_is_paced_by_the_pid_nvml_gives_
     // NVML's samples by the host pid the agent published for its slot.
     let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
     let c = Container::start_on(sim, &[], &[("gpuslice.io/cores", "30")]).await;
-    let spin = c.sim.root().join("spin");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shim/tests/c/spin.c");
-    let built = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&spin)
-        .arg(&src)
-        .arg(format!("-L{}", c.sim.lib_dir().display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let spin = c.sim.test_program("spin");
     let script = format!(
         "echo $$ > {} && exec unshare --pid --fork --mount-proc sh -c 'echo nspid=$$; exec {} 1000 4000'",
         c.cgroup.procs_file().display(),

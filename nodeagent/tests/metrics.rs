@@ -210,3 +210,106 @@ async fn a_pending_claim_stays_while_a_runtime_knows_the_container_and_goes_afte
         .collect();
     assert!(ids.contains_key("created"), "{ids:?}");
 }
+
+/// Runs `spin` (`shim/tests/c/spin.c`) in cgroup `cgroup`: 1,000-block kernels for `ms`,
+/// through the interception library under the container `id`'s limits when `fronted`, else
+/// through the plain driver; returns the GPU seconds its kernels stood for (1 µs a block).
+fn spin_in(sim: &SimNode, agent: &Agent, cgroup: &Cgroup, id: &str, ms: u32, fronted: bool) -> f64 {
+    let script = format!(
+        "echo $$ > {} && exec {} 1000 {ms}",
+        cgroup.procs_file().display(),
+        sim.test_program("spin").display()
+    );
+    let libs = if fronted {
+        sim.fronted_lib_dir()
+    } else {
+        sim.lib_dir()
+    };
+    let out = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .env("LD_LIBRARY_PATH", libs)
+        .env("GPUSLICE_LIMITS", agent.run_dir.join(id).join("limits"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let blocks: f64 = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("blocks=")?.parse().ok())
+        .unwrap_or_else(|| panic!("no blocks= in {text}"));
+    blocks * 1e-6
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() {
+    // Kernels of 1 µs a block on a simulated T4 whose NVML samples per process every sixth
+    // of a second, as the real driver does (one process named per period).
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let bus = Bus::start();
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let p = proxy(&bus.address).await;
+    let mut inits = Vec::new();
+    let mut cgroups = HashMap::new();
+    for (id, cores) in [("paced", Some("30")), ("busy", None), ("idle", None)] {
+        let mut request = vec![("gpuslice.io/memory", "1Gi")];
+        request.extend(cores.map(|c| ("gpuslice.io/cores", c)));
+        p.claim(id, ann(&request)).await.unwrap();
+        let cgroup = Cgroup::new(&format!("sm-{id}"));
+        let init = Command::new("sleep").arg("600").spawn().unwrap();
+        cgroup.adopt(init.id());
+        p.activate(id, init.id()).await.unwrap();
+        inits.push(init);
+        cgroups.insert(id, cgroup);
+    }
+    let seconds = |s: &Scrape, id: &str| {
+        value(
+            s,
+            "gpuslice_slice_sm_seconds_total",
+            &[("container", id), ("gpu", "0")],
+        )
+    };
+    let (_, s) = scrape(&agent);
+    for id in ["paced", "busy", "idle"] {
+        assert_eq!(seconds(&s, id), Some(0.0), "{id}: {:?}", s.samples);
+    }
+    // Counted once the driver has reported the last period and the agent has asked for it.
+    // Each count is allowed a period missed (a poll delayed past one on a loaded machine) and
+    // the last period of the process (not reported once it has exited), 0.2 s together.
+    let settled = || std::thread::sleep(Duration::from_millis(600));
+
+    // A 30% slice flat out for 3 s, then a slice without a share alone for 2 s.
+    let paced = spin_in(&sim, &agent, &cgroups["paced"], "paced", 3000, true);
+    settled();
+    let busy = spin_in(&sim, &agent, &cgroups["busy"], "busy", 2000, false);
+    settled();
+    let (_, s) = scrape(&agent);
+    let (paced_seen, busy_seen) = (seconds(&s, "paced").unwrap(), seconds(&s, "busy").unwrap());
+    let log = agent.log();
+    assert!(
+        (paced_seen - paced).abs() <= 0.2 + 0.05 * paced,
+        "the 30% slice's kernels took {paced:.3} s of the GPU; counted {paced_seen:.3} s\n{log}"
+    );
+    assert!(
+        (0.25 * 3.0..=0.35 * 3.0).contains(&paced_seen),
+        "the 30% slice used {paced_seen:.3} s of 3 s\n{log}"
+    );
+    assert!(
+        (busy_seen - busy).abs() <= 0.2 + 0.05 * busy,
+        "the unpaced slice's kernels took {busy:.3} s of the GPU; counted {busy_seen:.3} s\n{log}"
+    );
+    assert_eq!(seconds(&s, "idle"), Some(0.0));
+
+    // A released slice's series goes; the others keep their counts.
+    p.release("busy").await.unwrap();
+    let (_, s) = scrape(&agent);
+    assert_eq!(seconds(&s, "busy"), None);
+    assert!(seconds(&s, "paced").unwrap() >= paced_seen);
+    for mut init in inits {
+        let _ = init.kill();
+        let _ = init.wait();
+    }
+}

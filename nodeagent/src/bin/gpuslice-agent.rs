@@ -123,6 +123,12 @@ struct Args {
     /// How often to check whether the publication changed.
     #[arg(long, default_value = "2s", value_parser = duration::parse)]
     publish_interval: std::time::Duration,
+    /// How often to ask the driver for its per-process SM utilization samples, counted as
+    /// each slice's SM time (gpuslice_slice_sm_seconds_total); under the driver's sampling
+    /// period (a sixth of a second on data-center GPUs), so that none is missed. 0 turns it
+    /// off.
+    #[arg(long, default_value = "100ms", value_parser = duration::parse)]
+    sm_sample_interval: std::time::Duration,
     /// The proc filesystem holding the containers' processes.
     #[arg(long, default_value = "/proc")]
     proc_root: PathBuf,
@@ -216,6 +222,7 @@ fn main() -> Result<std::process::ExitCode> {
         publish: args.publish_node.then_some(args.publish_interval),
         kube_events: args.kube_events,
         kube_api: args.kube_api.clone(),
+        sm_sample_interval: (!args.sm_sample_interval.is_zero()).then_some(args.sm_sample_interval),
         trust: gpuslice_nodeagent::ledger::Trust {
             key: args
                 .assignment_key

@@ -24,18 +24,7 @@ pub fn write_slice(dir: &Path, limits: &Limits) {
 
 /// Builds the test program `tests/c/<name>.c` against the node's fake driver, into the node.
 pub fn compile(sim: &SimNode, name: &str) -> PathBuf {
-    let program = sim.root().join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let status = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&program)
-        .arg(&src)
-        .arg(format!("-L{}", sim.lib_dir().display()))
-        .args(["-lcuda", "-ldl"])
-        .status()
-        .expect("gcc (apt-get install gcc)");
-    assert!(status.success());
-    program
+    sim.test_program(name)
 }
 
 pub struct Slice {

@@ -176,8 +176,15 @@ impl SimNode {
     /// The wall client (`shim/tests/c/wall.c`) linked against this node's driver (no
     /// interception library in front of it), built into the node's root.
     pub fn wall_client(&self) -> PathBuf {
-        let program = self.root().join("wall");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shim/tests/c/wall.c");
+        self.test_program("wall")
+    }
+
+    /// The test program `shim/tests/c/NAME.c` linked against this node's driver (no
+    /// interception library in front of it), built into the node's root.
+    pub fn test_program(&self, name: &str) -> PathBuf {
+        let program = self.root().join(name);
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../shim/tests/c/{name}.c"));
         let ok = std::process::Command::new("gcc")
             .args(["-O1", "-o"])
             .arg(&program)
@@ -185,7 +192,7 @@ impl SimNode {
             .arg(format!("-L{}", self.lib_dir().display()))
             .args(["-lcuda", "-ldl"])
             .status()
-            .expect("gcc")
+            .expect("gcc (apt-get install gcc)")
             .success();
         assert!(ok, "building {}", src.display());
         program

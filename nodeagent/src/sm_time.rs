@@ -1,0 +1,225 @@
+//! The SM time each slice used, as the driver measures it: NVML's per-process utilization
+//! samples (`nvmlDeviceGetProcessUtilization`), given to containers by their processes'
+//! cgroups as the backstop gives memory, and summed as seconds of the GPU's time
+//! (`gpuslice_slice_sm_seconds_total`). `rate()` of it is the share of the GPU a slice kept
+//! busy, to set beside the share it was given (`gpuslice_slice_cores_ratio`).
+//!
+//! The driver measures utilization in periods of its own (a sixth of a second to a second, by
+//! product) and reports each period once it has ended, stamped with its end; each sample's
+//! figure is the SM utilization over one period. A sample stands for `figure × period` of SM
+//! time. The period is not published: it is taken as the shortest gap between two samples of
+//! the GPU (any process's), as the interception library takes it, and samples wait until
+//! [`GAPS_BEFORE_CREDIT`] gaps have been seen, so that a first gap spanning idle periods is
+//! not taken for the period. A real driver (seen on an H200, driver 580) names one process
+//! per period with the whole GPU's figure, the one named varying with how much each ran: a
+//! container's seconds are then right over many periods, not in each.
+//!
+//! The agent polls every `--sm-sample-interval` (100 ms, under the shortest period known):
+//! where the driver keeps only its last period's samples, none is missed.
+
+use std::collections::BTreeMap;
+
+/// Stamps closer than this are one period's (the driver may name several processes for one
+/// period with stamps a little apart).
+pub const SAME_PERIOD_US: u64 = 10_000;
+/// Gaps between samples of a GPU seen before its samples are counted.
+pub const GAPS_BEFORE_CREDIT: u32 = 3;
+/// Samples of one GPU kept waiting for its period; the oldest go first.
+const PENDING_MAX: usize = 64;
+
+/// One utilization sample of a GPU, and whose it is where that is known (`owner`: the
+/// container of the process it names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UtilSample<K> {
+    pub owner: Option<K>,
+    /// CPU time of the period's end, in microseconds.
+    pub time_stamp_us: u64,
+    /// SM utilization over the period, percent.
+    pub sm_util: u32,
+}
+
+#[derive(Debug)]
+struct GpuPeriods<K> {
+    /// The latest stamp taken: the driver is asked for samples after it.
+    last_seen: u64,
+    period_us: Option<u64>,
+    gaps: u32,
+    pending: Vec<UtilSample<K>>,
+}
+
+impl<K> Default for GpuPeriods<K> {
+    fn default() -> Self {
+        Self {
+            last_seen: 0,
+            period_us: None,
+            gaps: 0,
+            pending: Vec::new(),
+        }
+    }
+}
+
+/// Turns each GPU's utilization samples into SM seconds by owner.
+#[derive(Debug)]
+pub struct Meter<K> {
+    gpus: BTreeMap<String, GpuPeriods<K>>,
+}
+
+impl<K> Default for Meter<K> {
+    fn default() -> Self {
+        Self {
+            gpus: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone> Meter<K> {
+    /// The stamp to ask GPU `uuid`'s driver for samples after.
+    #[must_use]
+    pub fn last_seen(&self, uuid: &str) -> u64 {
+        self.gpus.get(uuid).map_or(0, |g| g.last_seen)
+    }
+
+    /// The sampling period found for GPU `uuid`, in microseconds, once it is believed.
+    #[must_use]
+    pub fn period_us(&self, uuid: &str) -> Option<u64> {
+        let g = self.gpus.get(uuid)?;
+        g.period_us.filter(|_| g.gaps >= GAPS_BEFORE_CREDIT)
+    }
+
+    /// Takes what one poll of GPU `uuid` gave (samples already taken are left out) and
+    /// returns the SM seconds each owner used in the periods counted now: these samples' and
+    /// those that waited for the period to be known.
+    pub fn take(&mut self, uuid: &str, mut samples: Vec<UtilSample<K>>) -> BTreeMap<K, f64> {
+        let g = self.gpus.entry(uuid.to_string()).or_default();
+        samples.retain(|s| s.time_stamp_us > g.last_seen);
+        samples.sort_by_key(|s| s.time_stamp_us);
+        for s in samples {
+            if g.last_seen > 0 {
+                let gap = s.time_stamp_us - g.last_seen;
+                if gap >= SAME_PERIOD_US {
+                    g.period_us = Some(g.period_us.map_or(gap, |p| p.min(gap)));
+                    g.gaps = g.gaps.saturating_add(1);
+                }
+            }
+            g.last_seen = s.time_stamp_us;
+            if s.owner.is_some() && s.sm_util > 0 {
+                g.pending.push(s);
+            }
+        }
+        let mut used = BTreeMap::new();
+        match g.period_us {
+            Some(period) if g.gaps >= GAPS_BEFORE_CREDIT => {
+                let seconds = period as f64 / 1e6;
+                for s in g.pending.drain(..) {
+                    if let Some(owner) = s.owner {
+                        *used.entry(owner).or_insert(0.0) +=
+                            f64::from(s.sm_util.min(100)) / 100.0 * seconds;
+                    }
+                }
+            }
+            _ => {
+                let excess = g.pending.len().saturating_sub(PENDING_MAX);
+                g.pending.drain(..excess);
+            }
+        }
+        used
+    }
+
+    /// Forgets the GPUs not in `uuids` (no claim holds them any more).
+    pub fn keep_only(&mut self, uuids: &[String]) {
+        self.gpus.retain(|u, _| uuids.contains(u));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(owner: Option<&'static str>, stamp: u64, util: u32) -> UtilSample<&'static str> {
+        UtilSample {
+            owner,
+            time_stamp_us: stamp,
+            sm_util: util,
+        }
+    }
+
+    const P: u64 = 200_000;
+
+    #[test]
+    fn each_sample_counts_its_figure_of_one_period_once_the_period_is_known() {
+        let mut m = Meter::default();
+        // Four periods in a row, the first after an idle stretch: its gap is not the period.
+        assert!(m.take("g", vec![sample(Some("a"), 10 * P, 50)]).is_empty());
+        assert!(m.take("g", vec![sample(Some("a"), 15 * P, 50)]).is_empty());
+        assert!(m.take("g", vec![sample(Some("b"), 16 * P, 100)]).is_empty());
+        let used = m.take("g", vec![sample(Some("a"), 17 * P, 30)]);
+        assert_eq!(m.period_us("g"), Some(P));
+        assert!(
+            (used["a"] - (0.5 + 0.5 + 0.3) * 0.2).abs() < 1e-9,
+            "{used:?}"
+        );
+        assert!((used["b"] - 0.2).abs() < 1e-9, "{used:?}");
+        let used = m.take("g", vec![sample(Some("b"), 18 * P, 100)]);
+        assert!((used["b"] - 0.2).abs() < 1e-9, "{used:?}");
+        assert!(!used.contains_key("a"));
+    }
+
+    #[test]
+    fn a_sample_given_twice_and_samples_of_one_period_count_once_each() {
+        let mut m = Meter::default();
+        for k in 1..=4 {
+            m.take("g", vec![sample(None, k * P, 100)]);
+        }
+        // Two processes named for one period, stamps 3 µs apart: no gap of 3 µs is a period.
+        let used = m.take(
+            "g",
+            vec![
+                sample(Some("a"), 5 * P, 40),
+                sample(Some("b"), 5 * P + 3, 60),
+            ],
+        );
+        assert_eq!(m.period_us("g"), Some(P));
+        assert!((used["a"] - 0.08).abs() < 1e-9 && (used["b"] - 0.12).abs() < 1e-9);
+        // The same sample again (a driver that answers with what it gave before).
+        assert!(m.take("g", vec![sample(Some("a"), 5 * P, 40)]).is_empty());
+    }
+
+    #[test]
+    fn samples_of_processes_in_no_container_set_the_period_and_count_for_nobody() {
+        let mut m = Meter::default();
+        let used = m.take(
+            "g",
+            (1..=5)
+                .map(|k| sample(None, k * P, 100))
+                .collect::<Vec<_>>(),
+        );
+        assert!(used.is_empty());
+        assert_eq!(m.period_us("g"), Some(P));
+        let used = m.take("g", vec![sample(Some("a"), 6 * P, 250)]);
+        // A figure above 100% is taken as 100%.
+        assert!((used["a"] - 0.2).abs() < 1e-9, "{used:?}");
+    }
+
+    #[test]
+    fn gpus_are_apart_and_a_gpu_given_up_is_forgotten() {
+        let mut m = Meter::default();
+        for k in 1..=4 {
+            m.take("g", vec![sample(Some("a"), k * P, 10)]);
+        }
+        assert_eq!(m.period_us("g"), Some(P));
+        assert_eq!(m.period_us("h"), None);
+        assert_eq!(m.last_seen("h"), 0);
+        m.keep_only(&["h".to_string()]);
+        assert_eq!(m.last_seen("g"), 0);
+    }
+
+    #[test]
+    fn samples_waiting_for_the_period_are_bounded() {
+        let mut m = Meter::default();
+        // One sample per poll, all in one period's stamps: no gap, so no period, ever.
+        for k in 0..1000 {
+            m.take("g", vec![sample(Some("a"), 1_000_000 + k, 100)]);
+        }
+        assert!(m.gpus["g"].pending.len() <= PENDING_MAX);
+    }
+}
