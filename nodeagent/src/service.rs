@@ -239,7 +239,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         let (s, library) = (Arc::clone(&shared), library.clone());
         std::thread::Builder::new()
             .name("sm-time".into())
-            .spawn(move || measure_sm_time(&s, &library, every))
+            .spawn(move || crate::sm_time::run(&s, &library, every))
             .context("failed to start the SM time thread")?;
     }
 
@@ -365,7 +365,7 @@ fn sample_and_publish(
 
 /// The usage regions of the claims never activated (DRA, CLI): their processes are known by
 /// mapping them ([`crate::backstop::attribute`]).
-fn unactivated(
+pub(crate) fn unactivated(
     run: &RunDir,
     claims: &[gpuslice_core::Claim],
 ) -> Vec<(String, crate::backstop::FileId)> {
@@ -385,7 +385,7 @@ fn unactivated(
 }
 
 /// The claims and the node's GPU uuids, copied out of the ledger.
-fn claims_and_gpus(s: &Shared) -> (Vec<gpuslice_core::Claim>, Vec<String>) {
+pub(crate) fn claims_and_gpus(s: &Shared) -> (Vec<gpuslice_core::Claim>, Vec<String>) {
     let ledger = s.ledger();
     let uuids = ledger
         .inventory()
@@ -708,97 +708,5 @@ async fn shutdown_signal(
     tokio::select! {
         _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
         _ = async { match int.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
-    }
-}
-
-/// Gives the driver's per-process SM utilization samples of every claimed GPU to the claims'
-/// containers every `every`, counted in `gpuslice_slice_sm_seconds_total`
-/// ([`crate::sm_time`]). A process gone before its sample is read is known from the samples
-/// before (pids seen in the last minute).
-fn measure_sm_time(s: &Shared, library: &std::path::Path, every: Duration) {
-    use crate::backstop::{self, Procs, Sample};
-    use crate::sm_time::{Meter, UtilSample};
-    let nvml = match nvml_wrapper::Nvml::builder()
-        .lib_path(library.as_os_str())
-        .init()
-    {
-        Ok(n) => n,
-        Err(e) => {
-            tracing::warn!(
-                "cannot load NVML to measure the SM time slices use ({e}): gpuslice_slice_sm_seconds_total stays 0"
-            );
-            return;
-        }
-    };
-    let procs = Procs {
-        root: s.proc_root.clone(),
-    };
-    let mut meter: Meter<String> = Meter::default();
-    let mut recent: std::collections::BTreeMap<u32, (String, std::time::Instant)> =
-        std::collections::BTreeMap::new();
-    let mut unsupported = std::collections::BTreeSet::new();
-    loop {
-        std::thread::sleep(every);
-        let (claims, _) = claims_and_gpus(s);
-        let gpus: std::collections::BTreeMap<String, u32> = claims
-            .iter()
-            .flat_map(|c| c.gpus.iter().map(|g| (g.uuid.clone(), g.index)))
-            .collect();
-        let uuids: Vec<String> = gpus.keys().cloned().collect();
-        meter.keep_only(&uuids);
-        let run = s.ledger().run_dir().clone();
-        let regions = unactivated(&run, &claims);
-        let now = std::time::Instant::now();
-        recent.retain(|_, (_, seen)| now.duration_since(*seen) < Duration::from_secs(60));
-        for (uuid, index) in &gpus {
-            let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
-                continue;
-            };
-            let samples = match device.process_utilization_stats(meter.last_seen(uuid)) {
-                Ok(samples) => samples,
-                Err(nvml_wrapper::error::NvmlError::NotFound) => Vec::new(),
-                Err(e) => {
-                    if unsupported.insert(uuid.clone()) {
-                        tracing::warn!(gpu = %uuid, "the driver gives no per-process SM utilization ({e}): the SM time of this GPU's slices is not measured");
-                    }
-                    continue;
-                }
-            };
-            let named: Vec<Sample> = samples
-                .iter()
-                .map(|u| Sample {
-                    gpu_uuid: uuid.clone(),
-                    pid: u.pid,
-                    used: 0,
-                    graphics_only: false,
-                })
-                .collect();
-            for a in backstop::attribute(&claims, &named, &procs, &regions) {
-                recent.insert(a.sample.pid, (a.container_id, now));
-            }
-            let owned = samples
-                .iter()
-                .map(|u| UtilSample {
-                    owner: recent.get(&u.pid).map(|(id, _)| id.clone()),
-                    time_stamp_us: u.timestamp,
-                    sm_util: u.sm_util,
-                })
-                .collect();
-            for (container, seconds) in meter.take(uuid, owned) {
-                let holds = claims
-                    .iter()
-                    .any(|c| c.container_id == container && c.gpus.iter().any(|g| &g.uuid == uuid));
-                if holds {
-                    s.metrics.add_sm_seconds(
-                        crate::metrics::SliceLabels {
-                            container,
-                            gpu: index.to_string(),
-                            uuid: uuid.clone(),
-                        },
-                        seconds,
-                    );
-                }
-            }
-        }
     }
 }

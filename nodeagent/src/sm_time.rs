@@ -17,13 +17,19 @@
 //! The agent polls every `--sm-sample-interval` (100 ms, under the shortest period known):
 //! where the driver keeps only its last period's samples, none is missed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::backstop::{self, Procs, Sample};
+use crate::metrics::SliceLabels;
 
 /// Stamps closer than this are one period's (the driver may name several processes for one
 /// period with stamps a little apart).
 pub const SAME_PERIOD_US: u64 = 10_000;
 /// Gaps between samples of a GPU seen before its samples are counted.
 pub const GAPS_BEFORE_CREDIT: u32 = 3;
+/// How long a pid's container is remembered after its process was last seen.
+const RECENT: Duration = Duration::from_secs(60);
 /// Samples of one GPU kept waiting for its period; the oldest go first.
 const PENDING_MAX: usize = 64;
 
@@ -128,6 +134,128 @@ impl<K: Ord + Clone> Meter<K> {
     /// Forgets the GPUs not in `uuids` (no claim holds them any more).
     pub fn keep_only(&mut self, uuids: &[String]) {
         self.gpus.retain(|u, _| uuids.contains(u));
+    }
+}
+
+/// Gives the driver's per-process SM utilization samples of every claimed GPU to the claims'
+/// containers every `every`, counted in `gpuslice_slice_sm_seconds_total`, until the agent
+/// exits. A process gone before its sample is read is known from the samples before (pids
+/// seen in the last minute, and only while no other process has the pid).
+pub(crate) fn run(s: &crate::dbus::Shared, library: &std::path::Path, every: Duration) {
+    let nvml = match nvml_wrapper::Nvml::builder()
+        .lib_path(library.as_os_str())
+        .init()
+    {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(
+                "cannot load NVML to measure the SM time slices use ({e}): gpuslice_slice_sm_seconds_total stays 0"
+            );
+            return;
+        }
+    };
+    let mut pass = Pass {
+        procs: Procs {
+            root: s.proc_root.clone(),
+        },
+        meter: Meter::default(),
+        recent: BTreeMap::new(),
+        unsupported: BTreeSet::new(),
+    };
+    loop {
+        std::thread::sleep(every);
+        pass.once(s, &nvml);
+    }
+}
+
+/// What one pass of [`run`] keeps for the next.
+struct Pass {
+    procs: Procs,
+    meter: Meter<String>,
+    /// Container of each pid attributed lately, and when.
+    recent: BTreeMap<u32, (String, Instant)>,
+    /// GPUs whose driver gives no per-process utilization (warned once).
+    unsupported: BTreeSet<String>,
+}
+
+impl Pass {
+    fn once(&mut self, s: &crate::dbus::Shared, nvml: &nvml_wrapper::Nvml) {
+        let (claims, _) = crate::service::claims_and_gpus(s);
+        let gpus: BTreeMap<String, u32> = claims
+            .iter()
+            .flat_map(|c| c.gpus.iter().map(|g| (g.uuid.clone(), g.index)))
+            .collect();
+        let uuids: Vec<String> = gpus.keys().cloned().collect();
+        self.meter.keep_only(&uuids);
+        let mut polled = Vec::new();
+        for uuid in &uuids {
+            let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
+                continue;
+            };
+            match device.process_utilization_stats(self.meter.last_seen(uuid)) {
+                Ok(samples) => polled.push((uuid, samples)),
+                Err(nvml_wrapper::error::NvmlError::NotFound) => {}
+                Err(e) => {
+                    if self.unsupported.insert(uuid.clone()) {
+                        tracing::warn!(gpu = %uuid, "the driver gives no per-process SM utilization ({e}): the SM time of this GPU's slices is not measured");
+                    }
+                }
+            }
+        }
+        if polled.is_empty() {
+            return;
+        }
+        let named: Vec<Sample> = polled
+            .iter()
+            .flat_map(|(uuid, samples)| {
+                samples.iter().map(|u| Sample {
+                    gpu_uuid: (*uuid).clone(),
+                    pid: u.pid,
+                    used: 0,
+                    graphics_only: false,
+                })
+            })
+            .collect();
+        let run = s.ledger().run_dir().clone();
+        let regions = crate::service::unactivated(&run, &claims);
+        let attributed = backstop::attribute(&claims, &named, &self.procs, &regions);
+        let now = Instant::now();
+        self.recent
+            .retain(|_, (_, seen)| now.duration_since(*seen) < RECENT);
+        for n in &named {
+            // A live process in no container is nobody's, whoever had its pid before.
+            if self.procs.start_time(n.pid).is_some() {
+                self.recent.remove(&n.pid);
+            }
+        }
+        for a in attributed {
+            self.recent.insert(a.sample.pid, (a.container_id, now));
+        }
+        for (uuid, samples) in polled {
+            let owned = samples
+                .iter()
+                .map(|u| UtilSample {
+                    owner: self.recent.get(&u.pid).map(|(id, _)| id.clone()),
+                    time_stamp_us: u.timestamp,
+                    sm_util: u.sm_util,
+                })
+                .collect();
+            for (container, seconds) in self.meter.take(uuid, owned) {
+                let holds = claims
+                    .iter()
+                    .any(|c| c.container_id == container && c.gpus.iter().any(|g| &g.uuid == uuid));
+                if holds {
+                    s.metrics.add_sm_seconds(
+                        SliceLabels {
+                            container,
+                            gpu: gpus[uuid].to_string(),
+                            uuid: uuid.clone(),
+                        },
+                        seconds,
+                    );
+                }
+            }
+        }
     }
 }
 
