@@ -303,6 +303,26 @@ async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() 
     );
     assert_eq!(seconds(&s, "idle"), Some(0.0));
 
+    // Both at once for 2 s: the driver names one process a period, so each one's count is
+    // right only over many periods, but together they are the GPU time both took.
+    let (paced_more, busy_more) = std::thread::scope(|t| {
+        let paced = t.spawn(|| spin_in(&sim, &agent, &cgroups["paced"], "paced", 2000, true));
+        let busy = spin_in(&sim, &agent, &cgroups["busy"], "busy", 2000, false);
+        (paced.join().unwrap(), busy)
+    });
+    settled();
+    let (_, s) = scrape(&agent);
+    let both =
+        seconds(&s, "paced").unwrap() - paced_seen + seconds(&s, "busy").unwrap() - busy_seen;
+    let took = paced_more + busy_more;
+    assert!(
+        (both - took).abs() <= 0.3 + 0.05 * took,
+        "two slices' kernels took {took:.3} s of the GPU; counted {both:.3} s\n{}",
+        agent.log()
+    );
+    assert_eq!(seconds(&s, "idle"), Some(0.0));
+    let paced_seen = seconds(&s, "paced").unwrap();
+
     // A released slice's series goes; the others keep their counts.
     p.release("busy").await.unwrap();
     let (_, s) = scrape(&agent);
