@@ -169,13 +169,6 @@ impl Drop for Container {
     }
 }
 
-fn field(line: &str, key: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-}
-
 fn finish(mut child: Child) {
     drop(child.stdin.take());
     let _ = child.wait();
@@ -221,7 +214,7 @@ async fn the_agent_measures_what_a_context_costs_and_charges_it_to_each_process(
     // process sees the rest of its slice free.
     let (idle, line) = c.run("idle", 0, true, &[]);
     assert_eq!(c.held_by(idle.id()), ctx, "{line}");
-    assert_eq!(field(&line, "start_free"), SLICE - ctx, "{line}");
+    assert_eq!(field::<u64>(&line, "start_free"), SLICE - ctx, "{line}");
     finish(idle);
 }
 
@@ -284,7 +277,7 @@ async fn what_the_driver_took_unseen_since_the_last_sample_is_charged_before_the
     let (filler, line) = c.run("fill", CHUNK, true, &[("WALL_CONTEXTS", "1")]);
     assert!(line.contains("contexts=1 "), "{line}");
     assert_eq!(
-        field(&line, "start_free"),
+        field::<u64>(&line, "start_free"),
         SLICE - 2 * (c.context_bytes() - unseen),
         "{line}"
     );
@@ -318,7 +311,7 @@ async fn a_module_whose_globals_do_not_fit_the_slice_is_refused_before_the_drive
     );
     assert!(line.contains("module=CUDA_SUCCESS "), "{line}");
     assert_eq!(
-        field(&line, "start_free"),
+        field::<u64>(&line, "start_free"),
         SLICE - c.context_bytes() - module,
         "{line}"
     );
@@ -339,7 +332,7 @@ async fn contexts_charged_nothing_up_front_are_charged_from_the_drivers_figure()
     );
     assert!(line.contains("contexts=3 "), "{line}");
     assert_eq!(
-        field(&line, "start_free"),
+        field::<u64>(&line, "start_free"),
         SLICE - 4 * c.context_bytes(),
         "the process sees its contexts charged: {line}"
     );
@@ -365,7 +358,7 @@ async fn a_claim_never_activated_is_charged_the_drivers_figure_for_the_processes
         &[("WALL_CONTEXTS", "3"), ("WALL_SETTLE_MS", "1000")],
     );
     assert_eq!(
-        field(&line, "start_free"),
+        field::<u64>(&line, "start_free"),
         SLICE - 4 * c.context_bytes(),
         "the process sees its contexts charged: {line}\n{}",
         c.agent.log()
@@ -418,28 +411,17 @@ async fn a_process_in_a_pid_namespace_of_its_own_is_paced_by_the_pid_nvml_gives_
         c.cgroup.procs_file().display(),
         spin.display()
     );
-    let out = Command::new("/bin/sh")
-        .args(["-c", &script])
-        .env("LD_LIBRARY_PATH", c.sim.fronted_lib_dir())
-        .env("GPUSLICE_LIMITS", c.dir().join("limits"))
-        .env("SPIN_WARMUP_MS", "2000")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = script_output(
+        &script,
+        &c.sim.fronted_lib_dir(),
+        &c.dir().join("limits"),
+        &[("SPIN_WARMUP_MS", "2000")],
     );
     assert!(text.contains("nspid=1\n"), "{text}");
-    let field = |k: &str| -> f64 {
-        text.split_whitespace()
-            .find_map(|w| w.strip_prefix(k)?.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {text}"))
-    };
+    let field = |k: &str| -> f64 { field(&text, k) };
     // 1,000-block kernels of 1 µs a block; measured after 2 s (the agent samples every
     // 100 ms here, the driver every sixth of a second).
-    let busy = field("warm_blocks=") * 1_000.0 * 100.0 / field("warm_elapsed_ns=");
+    let busy = field("warm_blocks") * 1_000.0 * 100.0 / field("warm_elapsed_ns");
     assert!(
         (25.0..=35.0).contains(&busy),
         "a 30% share kept the GPU {busy:.1}% busy: {text}\n{}",

@@ -225,22 +225,9 @@ fn spin_in(sim: &SimNode, agent: &Agent, cgroup: &Cgroup, id: &str, ms: u32, fro
     } else {
         sim.lib_dir()
     };
-    let out = Command::new("/bin/sh")
-        .args(["-c", &script])
-        .env("LD_LIBRARY_PATH", libs)
-        .env("GPUSLICE_LIMITS", agent.run_dir.join(id).join("limits"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let blocks: f64 = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("blocks=")?.parse().ok())
-        .unwrap_or_else(|| panic!("no blocks= in {text}"));
+    let limits = agent.run_dir.join(id).join("limits");
+    let text = script_output(&script, &libs, &limits, &[]);
+    let blocks: f64 = field(&text, "blocks");
     blocks * 1e-6
 }
 

@@ -113,3 +113,35 @@ impl Drop for Cgroup {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// Runs `script` with `sh -c` in front of the driver libraries in `libs`, under the limits
+/// file `limits`, with `env` besides; returns what it printed, failing the test unless it
+/// succeeded.
+pub fn script_output(
+    script: &str,
+    libs: &std::path::Path,
+    limits: &std::path::Path,
+    env: &[(&str, &str)],
+) -> String {
+    let out = Command::new("/bin/sh")
+        .args(["-c", script])
+        .env("LD_LIBRARY_PATH", libs)
+        .env("GPUSLICE_LIMITS", limits)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The value of `key` in a test program's `key=value` output.
+pub fn field<T: std::str::FromStr>(text: &str, key: &str) -> T {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}

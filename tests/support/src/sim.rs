@@ -180,14 +180,20 @@ impl SimNode {
     }
 
     /// The test program `shim/tests/c/NAME.c` linked against this node's driver (no
-    /// interception library in front of it), built into the node's root.
+    /// interception library in front of it), built into the node's root (built aside and
+    /// renamed into place, so that a program running from there is never rewritten).
     pub fn test_program(&self, name: &str) -> PathBuf {
         let program = self.root().join(name);
+        let aside = self.root().join(format!(
+            ".{name}.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let src =
             Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../shim/tests/c/{name}.c"));
         let ok = std::process::Command::new("gcc")
             .args(["-O1", "-o"])
-            .arg(&program)
+            .arg(&aside)
             .arg(&src)
             .arg(format!("-L{}", self.lib_dir().display()))
             .args(["-lcuda", "-ldl"])
@@ -195,6 +201,7 @@ impl SimNode {
             .expect("gcc (apt-get install gcc)")
             .success();
         assert!(ok, "building {}", src.display());
+        std::fs::rename(&aside, &program).expect("test program into place");
         program
     }
 
