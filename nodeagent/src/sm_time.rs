@@ -219,18 +219,19 @@ impl Pass {
         let run = s.ledger().run_dir().clone();
         let regions = crate::service::unactivated(&run, &claims);
         let attributed = backstop::attribute(&claims, &named, &self.procs, &regions);
-        let now = Instant::now();
-        self.recent
-            .retain(|_, (_, seen)| now.duration_since(*seen) < RECENT);
-        for n in &named {
-            // A live process in no container is nobody's, whoever had its pid before.
-            if self.procs.start_time(n.pid).is_some() {
-                self.recent.remove(&n.pid);
-            }
-        }
-        for a in attributed {
-            self.recent.insert(a.sample.pid, (a.container_id, now));
-        }
+        let live: Vec<u32> = named
+            .iter()
+            .map(|n| n.pid)
+            .filter(|&pid| self.procs.start_time(pid).is_some())
+            .collect();
+        remember(
+            &mut self.recent,
+            &live,
+            attributed
+                .into_iter()
+                .map(|a| (a.sample.pid, a.container_id)),
+            Instant::now(),
+        );
         for (uuid, samples) in polled {
             let owned = samples
                 .iter()
@@ -256,6 +257,21 @@ impl Pass {
                 }
             }
         }
+    }
+}
+
+/// Updates which container each pid named lately belongs to: `attributed` as found now; a
+/// pid of a `live` process found in no container is nobody's, whoever had it before; a pid
+/// whose process is gone keeps its container for [`RECENT`] (its last samples come after it).
+fn remember(
+    recent: &mut BTreeMap<u32, (String, Instant)>,
+    live: &[u32],
+    attributed: impl IntoIterator<Item = (u32, String)>,
+    now: Instant,
+) {
+    recent.retain(|pid, (_, seen)| now.duration_since(*seen) < RECENT && !live.contains(pid));
+    for (pid, id) in attributed {
+        recent.insert(pid, (id, now));
     }
 }
 
@@ -339,6 +355,24 @@ mod tests {
         assert_eq!(m.last_seen("h"), 0);
         m.keep_only(&["h".to_string()]);
         assert_eq!(m.last_seen("g"), 0);
+    }
+
+    #[test]
+    fn a_gone_process_keeps_its_container_for_a_while_and_a_reused_pid_does_not() {
+        let t0 = Instant::now();
+        let mut recent = BTreeMap::new();
+        remember(
+            &mut recent,
+            &[10, 11],
+            [(10, "a".into()), (11, "b".into())],
+            t0,
+        );
+        // 10 exited; 11 is now a process of the host (in no container).
+        remember(&mut recent, &[11], [], t0 + Duration::from_secs(1));
+        assert_eq!(recent.get(&10).map(|(id, _)| id.as_str()), Some("a"));
+        assert!(!recent.contains_key(&11));
+        remember(&mut recent, &[], [], t0 + RECENT);
+        assert!(recent.is_empty());
     }
 
     #[test]
