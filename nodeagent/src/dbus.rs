@@ -60,6 +60,8 @@ pub struct Shared {
     /// What the driver showed each container's processes holding, by (container, GPU uuid),
     /// at the backstop's last pass.
     driver_held: Mutex<BTreeMap<(String, String), u64>>,
+    /// The SM time each slice used lately ([`crate::sm_time`]), for `status`.
+    sm_use: Mutex<crate::sm_time::RecentUse>,
     /// Where Kubernetes Events go (nowhere until [`Shared::post_events_with`]).
     events: std::sync::OnceLock<crate::events::EventSink>,
     /// Woken when a claim is admitted, so that the backstop listens for its sample requests
@@ -94,6 +96,7 @@ impl Shared {
             understated: Mutex::new(BTreeMap::new()),
             tamper_events: Mutex::new(Vec::new()),
             driver_held: Mutex::new(BTreeMap::new()),
+            sm_use: Mutex::default(),
             events: std::sync::OnceLock::new(),
             claims_changed: tokio::sync::Notify::new(),
         }
@@ -206,6 +209,19 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = held;
     }
 
+    /// Records a pass of the SM time measurement: the slices (container, GPU uuid) whose GPU
+    /// it measured, and the seconds it counted for some of them.
+    pub fn note_sm_use(
+        &self,
+        measured: &std::collections::BTreeSet<(String, String)>,
+        used: Vec<((String, String), f64)>,
+    ) {
+        self.sm_use
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .note(measured, used, std::time::Instant::now());
+    }
+
     /// Records what the backstop found of the containers it `checked`: those in `found` have
     /// a region understating what the driver shows (logged and announced once per finding),
     /// the others do not (any earlier finding is forgotten).
@@ -256,9 +272,26 @@ impl Shared {
             .claims
             .into_iter()
             .zip(s.usage)
-            .map(|(claim, usage)| SliceStatus {
-                used_bytes: usage.unwrap_or_else(|_| vec![0; claim.gpus.len()]),
-                claim,
+            .map(|(claim, usage)| {
+                let now = std::time::Instant::now();
+                let sm_use = self
+                    .sm_use
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let sm_used_percent = claim
+                    .gpus
+                    .iter()
+                    .map(|g| {
+                        sm_use
+                            .share(&claim.container_id, &g.uuid, now)
+                            .map(|share| (share * 1000.0).round() / 10.0)
+                    })
+                    .collect();
+                SliceStatus {
+                    used_bytes: usage.unwrap_or_else(|_| vec![0; claim.gpus.len()]),
+                    sm_used_percent,
+                    claim,
+                }
             })
             .collect();
         Status {

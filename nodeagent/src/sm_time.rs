@@ -194,16 +194,14 @@ impl Pass {
             };
             match device.process_utilization_stats(self.meter.last_seen(uuid)) {
                 Ok(samples) => polled.push((uuid, samples)),
-                Err(nvml_wrapper::error::NvmlError::NotFound) => {}
+                // No sample since the last: measured, and idle.
+                Err(nvml_wrapper::error::NvmlError::NotFound) => polled.push((uuid, Vec::new())),
                 Err(e) => {
                     if self.unsupported.insert(uuid.clone()) {
                         tracing::warn!(gpu = %uuid, "the driver gives no per-process SM utilization ({e}): the SM time of this GPU's slices is not measured");
                     }
                 }
             }
-        }
-        if polled.is_empty() {
-            return;
         }
         let named: Vec<Sample> = polled
             .iter()
@@ -218,7 +216,11 @@ impl Pass {
             .collect();
         let run = s.ledger().run_dir().clone();
         let regions = crate::service::unactivated(&run, &claims);
-        let attributed = backstop::attribute(&claims, &named, &self.procs, &regions);
+        let attributed = if named.is_empty() {
+            Vec::new()
+        } else {
+            backstop::attribute(&claims, &named, &self.procs, &regions)
+        };
         let live: Vec<u32> = named
             .iter()
             .map(|n| n.pid)
@@ -232,6 +234,16 @@ impl Pass {
                 .map(|a| (a.sample.pid, a.container_id)),
             Instant::now(),
         );
+        let measured: BTreeSet<(String, String)> = claims
+            .iter()
+            .flat_map(|c| {
+                c.gpus
+                    .iter()
+                    .filter(|g| polled.iter().any(|(u, _)| *u == &g.uuid))
+                    .map(|g| (c.container_id.clone(), g.uuid.clone()))
+            })
+            .collect();
+        let mut counted = Vec::new();
         for (uuid, samples) in polled {
             let owned = samples
                 .iter()
@@ -246,6 +258,7 @@ impl Pass {
                     .iter()
                     .any(|c| c.container_id == container && c.gpus.iter().any(|g| &g.uuid == uuid));
                 if holds {
+                    counted.push(((container.clone(), uuid.clone()), seconds));
                     s.metrics.add_sm_seconds(
                         SliceLabels {
                             container,
@@ -257,6 +270,79 @@ impl Pass {
                 }
             }
         }
+        s.note_sm_use(&measured, counted);
+    }
+}
+
+/// How far back `gpuslice status` looks for each slice's share of the GPU's time.
+pub const STATUS_WINDOW: Duration = Duration::from_secs(60);
+
+/// The SM time each slice (container, GPU uuid) used over the last [`STATUS_WINDOW`], for
+/// `gpuslice status`.
+#[derive(Debug, Default)]
+pub struct RecentUse {
+    slices: BTreeMap<(String, String), Measured>,
+}
+
+#[derive(Debug)]
+struct Measured {
+    /// When the slice's GPU was first measured for it.
+    since: Instant,
+    /// Seconds counted, and when.
+    counted: std::collections::VecDeque<(Instant, f64)>,
+}
+
+impl RecentUse {
+    /// Records a pass at `now` that measured the GPUs of `measured` (container, GPU uuid; the
+    /// slices of claims gone are forgotten) and counted `used` seconds for some of them.
+    pub fn note(
+        &mut self,
+        measured: &BTreeSet<(String, String)>,
+        used: impl IntoIterator<Item = ((String, String), f64)>,
+        now: Instant,
+    ) {
+        self.slices.retain(|k, _| measured.contains(k));
+        for k in measured {
+            self.slices.entry(k.clone()).or_insert_with(|| Measured {
+                since: now,
+                counted: std::collections::VecDeque::new(),
+            });
+        }
+        for (k, seconds) in used {
+            if let Some(m) = self.slices.get_mut(&k) {
+                m.counted.push_back((now, seconds));
+            }
+        }
+        for m in self.slices.values_mut() {
+            while m
+                .counted
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > STATUS_WINDOW)
+            {
+                m.counted.pop_front();
+            }
+        }
+    }
+
+    /// The share of the GPU's time (0 to 1) slice (container, GPU uuid) used over the last
+    /// [`STATUS_WINDOW`] to `now`, or since it was first measured if that is later; `None`
+    /// where it is not measured, or for under a second yet.
+    #[must_use]
+    pub fn share(&self, container: &str, uuid: &str, now: Instant) -> Option<f64> {
+        let m = self
+            .slices
+            .get(&(container.to_string(), uuid.to_string()))?;
+        let span = now.duration_since(m.since).min(STATUS_WINDOW);
+        if span < Duration::from_secs(1) {
+            return None;
+        }
+        let used: f64 = m
+            .counted
+            .iter()
+            .filter(|(t, _)| now.duration_since(*t) <= STATUS_WINDOW)
+            // (A sum of no floats is -0.0, which would be shown as "-0%".)
+            .fold(0.0, |total, (_, s)| total + s);
+        Some((used / span.as_secs_f64()).min(1.0))
     }
 }
 
@@ -373,6 +459,36 @@ mod tests {
         assert!(!recent.contains_key(&11));
         remember(&mut recent, &[], [], t0 + RECENT);
         assert!(recent.is_empty());
+    }
+
+    fn slice(id: &str) -> (String, String) {
+        (id.to_string(), "g".to_string())
+    }
+
+    #[test]
+    fn the_share_shown_is_over_the_last_minute_or_since_measuring_began() {
+        let t0 = Instant::now();
+        let measured: BTreeSet<_> = [slice("a"), slice("b")].into();
+        let mut recent = RecentUse::default();
+        recent.note(&measured, [], t0);
+        assert_eq!(recent.share("a", "g", t0), None, "under a second measured");
+        // 3 s in: a used 1.5 s of the GPU's time, b none.
+        recent.note(&measured, [(slice("a"), 1.5)], t0 + Duration::from_secs(3));
+        let now = t0 + Duration::from_secs(3);
+        assert!((recent.share("a", "g", now).unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(recent.share("b", "g", now), Some(0.0));
+        assert_eq!(recent.share("c", "g", now), None);
+        // Two minutes on, a used 6 s in the last minute; the 1.5 s have left the window.
+        recent.note(
+            &measured,
+            [(slice("a"), 6.0)],
+            t0 + Duration::from_secs(120),
+        );
+        let now = t0 + Duration::from_secs(120);
+        assert!((recent.share("a", "g", now).unwrap() - 0.1).abs() < 1e-9);
+        // A slice no longer measured (its claim gone) is forgotten.
+        recent.note(&[slice("a")].into(), [], now);
+        assert_eq!(recent.share("b", "g", now), None);
     }
 
     #[test]

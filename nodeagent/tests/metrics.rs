@@ -239,6 +239,7 @@ async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() 
     let bus = Bus::start();
     let agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
     let p = proxy(&bus.address).await;
+    let before_claims = std::time::Instant::now();
     let mut inits = Vec::new();
     let mut cgroups = HashMap::new();
     for (id, cores) in [("paced", Some("30")), ("busy", None), ("idle", None)] {
@@ -252,6 +253,7 @@ async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() 
         inits.push(init);
         cgroups.insert(id, cgroup);
     }
+    let claimed = std::time::Instant::now();
     let seconds = |s: &Scrape, id: &str| {
         value(
             s,
@@ -289,6 +291,53 @@ async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() 
         "the unpaced slice's kernels took {busy:.3} s of the GPU; counted {busy_seen:.3} s\n{log}"
     );
     assert_eq!(seconds(&s, "idle"), Some(0.0));
+
+    // `gpuslice status` shows each slice's share of the GPU's time since it was first
+    // measured (under a minute ago: the agent's first pass after the claim).
+    let out = cli(&bus.address, &["status", "--json"]);
+    assert_success(&out);
+    let now = std::time::Instant::now();
+    let status: gpuslice_agent_api::Status = serde_json::from_slice(&out.stdout).unwrap();
+    let used = |id: &str| -> Option<f64> {
+        let slice = status
+            .slices
+            .iter()
+            .find(|sl| sl.claim.container_id == id)
+            .unwrap();
+        slice.sm_used_percent[0]
+    };
+    let paced_percent = used("paced").expect("the paced slice's share is measured");
+    let (least, most) = (
+        100.0 * paced_seen / (now - before_claims).as_secs_f64(),
+        100.0 * paced_seen / (now - claimed).as_secs_f64(),
+    );
+    assert!(
+        (least - 0.1..=most + 0.1).contains(&paced_percent),
+        "{paced_percent}% shown for {paced_seen:.3} s of SM time over {:?} to {:?}",
+        now - claimed,
+        now - before_claims
+    );
+    assert_eq!(used("idle"), Some(0.0));
+    let table = cli(&bus.address, &["status"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    // The percent columns of a slice's row: its share (none: `-`), then what it used.
+    let percents = |id: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{text}"));
+        line.split_whitespace()
+            .filter(|w| w.ends_with('%'))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(text.contains("SM USED"), "{text}");
+    assert_eq!(percents("idle"), ["0%"], "{text}");
+    assert_eq!(
+        percents("paced"),
+        ["30%".to_string(), format!("{paced_percent:.0}%")],
+        "{text}"
+    );
 
     // Both at once for 2 s: the driver names one process a period, so each one's count is
     // right only over many periods, but together they are the GPU time both took.

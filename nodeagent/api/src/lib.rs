@@ -11,16 +11,23 @@ use gpuslice_core::inventory::Inventory;
 use gpuslice_core::{Claim, GpuLoad};
 use serde::{Deserialize, Serialize};
 
-/// A claim and the device memory its container holds now, per GPU of the claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A claim, the device memory its container holds now and the share of each GPU's time it
+/// used lately, per GPU of the claim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SliceStatus {
     #[serde(flatten)]
     pub claim: Claim,
     pub used_bytes: Vec<u64>,
+    /// Percent of the GPU's SM time the driver's per-process samples gave the container's
+    /// processes over the last minute (since measuring began, if later); `null` where the
+    /// agent does not measure it (`--sm-sample-interval 0`, a driver without per-process
+    /// utilization) or has for under a second.
+    #[serde(default)]
+    pub sm_used_percent: Vec<Option<f64>>,
 }
 
 /// Everything `gpuslice status` shows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status {
     pub inventory: Inventory,
     pub gpus: Vec<GpuLoad>,

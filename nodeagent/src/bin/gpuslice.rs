@@ -227,8 +227,8 @@ fn print_status(s: &Status, whole_ids: bool) {
         .unwrap_or(0)
         .max("CONTAINER".len());
     println!(
-        "{:<width$} {:<4} {:>10} {:>10} {:>6}  STATE",
-        "CONTAINER", "GPU", "LIMIT", "USED", "CORES"
+        "{:<width$} {:<4} {:>10} {:>10} {:>6} {:>7}  STATE",
+        "CONTAINER", "GPU", "LIMIT", "USED", "CORES", "SM USED"
     );
     for sl in &s.slices {
         let state = match sl.claim.state {
@@ -242,13 +242,19 @@ fn print_status(s: &Status, whole_ids: bool) {
             } else {
                 format!("{}%", g.cores)
             };
+            // Over the last minute, as the driver's samples show it; `-` where not measured.
+            let sm_used = match sl.sm_used_percent.get(pos).copied().flatten() {
+                Some(percent) => format!("{percent:.0}%"),
+                None => "-".to_string(),
+            };
             println!(
-                "{:<width$} {:<4} {:>10} {:>10} {:>6}  {}",
+                "{:<width$} {:<4} {:>10} {:>10} {:>6} {:>7}  {}",
                 shown_id(&sl.claim.container_id, whole_ids),
                 g.index,
                 human_bytes(g.memory_bytes),
                 human_bytes(used),
                 cores,
+                sm_used,
                 state
             );
         }
