@@ -268,16 +268,16 @@ impl Shared {
     #[must_use]
     pub fn status(&self) -> Status {
         let s = self.snapshot();
+        let now = std::time::Instant::now();
+        let sm_use = self
+            .sm_use
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let slices = s
             .claims
             .into_iter()
             .zip(s.usage)
             .map(|(claim, usage)| {
-                let now = std::time::Instant::now();
-                let sm_use = self
-                    .sm_use
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let sm_used_percent = claim
                     .gpus
                     .iter()

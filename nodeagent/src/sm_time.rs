@@ -214,11 +214,11 @@ impl Pass {
                 })
             })
             .collect();
-        let run = s.ledger().run_dir().clone();
-        let regions = crate::service::unactivated(&run, &claims);
         let attributed = if named.is_empty() {
             Vec::new()
         } else {
+            let run = s.ledger().run_dir().clone();
+            let regions = crate::service::unactivated(&run, &claims);
             backstop::attribute(&claims, &named, &self.procs, &regions)
         };
         let live: Vec<u32> = named
@@ -254,10 +254,7 @@ impl Pass {
                 })
                 .collect();
             for (container, seconds) in self.meter.take(uuid, owned) {
-                let holds = claims
-                    .iter()
-                    .any(|c| c.container_id == container && c.gpus.iter().any(|g| &g.uuid == uuid));
-                if holds {
+                if measured.contains(&(container.clone(), uuid.clone())) {
                     counted.push(((container.clone(), uuid.clone()), seconds));
                     s.metrics.add_sm_seconds(
                         SliceLabels {
