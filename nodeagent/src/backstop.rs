@@ -83,6 +83,27 @@ impl Cgroups {
         self.0.iter().all(|(_, p)| p == "/")
     }
 
+    /// The cgroup in the unified (v2) hierarchy, where the process is in one.
+    #[must_use]
+    pub fn unified(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(h, _)| h == "0:")
+            .map(|(_, p)| p.as_str())
+    }
+
+    /// The cgroup in the v1 hierarchy that `controller` is attached to, where there is one.
+    #[must_use]
+    pub fn v1(&self, controller: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(h, _)| {
+                h.split_once(':')
+                    .is_some_and(|(_, names)| names.split(',').any(|n| n == controller))
+            })
+            .map(|(_, p)| p.as_str())
+    }
+
     /// Whether a process with these cgroups is inside the container whose first process has
     /// `container`'s: in the same cgroup or below it in every hierarchy the container names.
     #[must_use]

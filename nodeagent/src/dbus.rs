@@ -62,6 +62,8 @@ pub struct Shared {
     driver_held: Mutex<BTreeMap<(String, String), u64>>,
     /// The SM time each slice used lately ([`crate::sm_time`]), for `status`.
     sm_use: Mutex<crate::sm_time::RecentUse>,
+    /// The containers held over their SM share ([`crate::throttle`]).
+    freezer: Mutex<crate::throttle::Freezer>,
     /// Where Kubernetes Events go (nowhere until [`Shared::post_events_with`]).
     events: std::sync::OnceLock<crate::events::EventSink>,
     /// Woken when a claim is admitted, so that the backstop listens for its sample requests
@@ -97,9 +99,26 @@ impl Shared {
             tamper_events: Mutex::new(Vec::new()),
             driver_held: Mutex::new(BTreeMap::new()),
             sm_use: Mutex::default(),
+            freezer: Mutex::default(),
             events: std::sync::OnceLock::new(),
             claims_changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Holds containers over their SM share with `freezer` (its records) from now on.
+    #[must_use]
+    pub fn with_freezer(self, freezer: crate::throttle::Freezer) -> Self {
+        Self {
+            freezer: Mutex::new(freezer),
+            ..self
+        }
+    }
+
+    /// The containers held over their SM share.
+    pub fn freezer(&self) -> std::sync::MutexGuard<'_, crate::throttle::Freezer> {
+        self.freezer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Posts Kubernetes Events through `sink` from now on (set once).

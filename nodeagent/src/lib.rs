@@ -27,6 +27,7 @@ pub mod sample_requests;
 pub mod service;
 pub mod sm_time;
 pub mod store;
+pub mod throttle;
 pub mod usage;
 
 pub use gpuslice_agent_api::{BUS_NAME, INTERFACE, OBJECT_PATH};

@@ -70,6 +70,7 @@ pub struct Metrics {
     slice_tampered: Family<TamperLabels, Gauge>,
     slice_cores: Family<SliceLabels, Gauge<f64, AtomicU64>>,
     slice_sm_seconds: Family<SliceLabels, Counter<f64, AtomicU64>>,
+    slice_sm_throttled: Family<SliceLabels, Counter<f64, AtomicU64>>,
     /// The series of `slice_sm_seconds` made, so that those of claims gone are removed.
     sm_series: Mutex<HashSet<SliceLabels>>,
     claims: Family<StateLabels, Gauge>,
@@ -108,6 +109,7 @@ impl Metrics {
             slice_tampered: Family::default(),
             slice_cores: Family::default(),
             slice_sm_seconds: Family::default(),
+            slice_sm_throttled: Family::default(),
             sm_series: Mutex::default(),
             claims: Family::default(),
             admitted: Counter::default(),
@@ -166,6 +168,11 @@ impl Metrics {
             m.slice_sm_seconds.clone(),
         );
         registry.register(
+            "gpuslice_slice_sm_throttled_seconds",
+            "Time a container was held frozen because its processes kept a GPU busier than its SM share (beyond its burst), by the slice over it, in seconds",
+            m.slice_sm_throttled.clone(),
+        );
+        registry.register(
             "gpuslice_claims",
             "Claims in the ledger by state",
             m.claims.clone(),
@@ -218,7 +225,19 @@ impl Metrics {
             .insert(slice);
     }
 
-    /// Makes each claim's SM-time series (0 until it uses some) and removes those of claims
+    /// Adds `seconds` to the time a container was held over its share on a GPU
+    /// ([`crate::throttle`]).
+    pub fn add_sm_throttled_seconds(&self, slice: SliceLabels, seconds: f64) {
+        self.slice_sm_throttled
+            .get_or_create(&slice)
+            .inc_by(seconds);
+        self.sm_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slice);
+    }
+
+    /// Makes each claim's SM-time and throttled series (0 until it uses some) and removes those of claims
     /// gone, keeping every other's count.
     fn keep_sm_series(&self, live: HashSet<SliceLabels>) {
         let mut series = self
@@ -227,9 +246,11 @@ impl Metrics {
             .unwrap_or_else(PoisonError::into_inner);
         for gone in series.difference(&live) {
             self.slice_sm_seconds.remove(gone);
+            self.slice_sm_throttled.remove(gone);
         }
         for k in &live {
             let _ = self.slice_sm_seconds.get_or_create(k);
+            let _ = self.slice_sm_throttled.get_or_create(k);
         }
         *series = live;
     }

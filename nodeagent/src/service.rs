@@ -59,6 +59,9 @@ pub struct Config {
     /// How often to ask the driver for its per-process SM utilization samples
     /// ([`crate::sm_time`]); `None`: never.
     pub sm_sample_interval: Option<Duration>,
+    /// What to do about a container that keeps a GPU busier than its SM share
+    /// ([`crate::throttle`]; it acts on the SM time, so only with `sm_sample_interval`).
+    pub share_backstop: crate::throttle::ShareBackstop,
 }
 
 /// How the enforcement backstop runs (see [`crate::backstop`]).
@@ -115,11 +118,14 @@ pub async fn run(cfg: Config) -> Result<()> {
     if !recovery.over_capacity_gpus.is_empty() {
         tracing::warn!(gpus = ?recovery.over_capacity_gpus, "stored claims exceed these GPUs' capacity (did the hardware change?); no new claim fits there until some are released");
     }
-    let shared = Arc::new(Shared::new(
-        ledger,
-        Metrics::new(),
-        cfg.evidence.proc_root.clone(),
-    ));
+    let (freezer, thawed) = crate::throttle::Freezer::open(cfg.state_dir.join("frozen"))
+        .context("failed to open the records of containers held over their SM share")?;
+    if !thawed.is_empty() {
+        tracing::info!(containers = ?thawed, "thawed the containers a previous agent held over their SM share");
+    }
+    let shared = Arc::new(
+        Shared::new(ledger, Metrics::new(), cfg.evidence.proc_root.clone()).with_freezer(freezer),
+    );
     collect_garbage(&shared, &cfg.evidence);
 
     if cfg.publish.is_some() || cfg.kube_events {
@@ -237,9 +243,11 @@ pub async fn run(cfg: Config) -> Result<()> {
 
     if let Some(every) = cfg.sm_sample_interval {
         let (s, library) = (Arc::clone(&shared), library.clone());
+        let holds = cfg.share_backstop.clone();
+        tracing::info!(action = %holds.action, burst = ?holds.burst, "the SM share's backstop acts on each slice's SM time");
         std::thread::Builder::new()
             .name("sm-time".into())
-            .spawn(move || crate::sm_time::run(&s, &library, every))
+            .spawn(move || crate::sm_time::run(&s, &library, every, Some(holds)))
             .context("failed to start the SM time thread")?;
     }
 
@@ -248,6 +256,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         e = bus_lost(&conn) => Some(e),
     };
     let _ = sd_notify::notify(&[NotifyState::Stopping]);
+    shared.freezer().stop();
     drop(conn);
     match lost {
         None => {

@@ -370,3 +370,160 @@ async fn each_slices_sm_time_is_the_gpu_time_the_driver_saw_its_processes_use() 
         let _ = init.wait();
     }
 }
+
+/// A shell in `cgroup` that runs `spin` (`shim/tests/c/spin.c`): 1,000-block kernels (1 ms
+/// each on the simulated GPU here) back to back for `ms`, through the driver itself, so that
+/// the interception library never paces them.
+fn spin_around_the_library(sim: &SimNode, cgroup: &Cgroup, ms: u32) -> Command {
+    let mut c = Command::new("/bin/sh");
+    c.args([
+        "-c",
+        &format!(
+            "echo $$ > {} && exec {} 1000 {ms}",
+            cgroup.procs_file().display(),
+            sim.test_program("spin").display()
+        ),
+    ])
+    .env("LD_LIBRARY_PATH", sim.lib_dir());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_left_frozen() {
+    // A simulated T4 whose NVML names one process per sixth of a second, as a real driver;
+    // the agent at its defaults (throttle, a burst of 3 s).
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let bus = Bus::start();
+    let mut agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let p = proxy(&bus.address).await;
+    p.claim(
+        "greedy",
+        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
+    )
+    .await
+    .unwrap();
+    let cgroup = Cgroup::new("sm-greedy");
+    let mut init = Command::new("sleep").arg("600").spawn().unwrap();
+    cgroup.adopt(init.id());
+    p.activate("greedy", init.id()).await.unwrap();
+
+    // Flat out for 13 s; measured after the first 5 (the burst is spent by then): the GPU
+    // time its kernels took of the time from then until they had all run.
+    let out = spin_around_the_library(&sim, &cgroup, 13_000)
+        .env("SPIN_WARMUP_MS", "5000")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    let used = field::<f64>(&text, "warm_blocks") * 1e-6;
+    let elapsed = field::<f64>(&text, "warm_elapsed_ns") * 1e-9;
+    let (_, s) = scrape(&agent);
+    let throttled = value(
+        &s,
+        "gpuslice_slice_sm_throttled_seconds_total",
+        &[("container", "greedy"), ("gpu", "0")],
+    )
+    .unwrap();
+    let log = agent.log();
+    eprintln!("used {used:.2} s of {elapsed:.2} s; held {throttled:.2} s");
+    // Held to its share on average: off by at most what it queued before each hold (about a
+    // second of kernels, as a real GPU queues) and a sampling period or two of lag.
+    assert!(
+        (used / elapsed - 0.30).abs() <= 1.5 / elapsed,
+        "the 30% container kept the GPU busy {used:.2} s of {elapsed:.2} s\n{log}"
+    );
+    assert!(throttled >= 3.0, "held {throttled:.2} s\n{log}");
+    assert!(
+        log.contains("beyond its share and its burst"),
+        "the hold was not logged\n{log}"
+    );
+
+    // A stopping agent thaws what it holds; one killed leaves it frozen, and the next one
+    // thaws it before it is ready. A container whose claim goes is thawed at once.
+    let mut spin = spin_around_the_library(&sim, &cgroup, 60_000)
+        .spawn()
+        .unwrap();
+    let held = |agent: &Agent| {
+        assert!(
+            wait_for(Duration::from_secs(10), || cgroup.frozen()),
+            "never held\n{}",
+            agent.log()
+        );
+    };
+    held(&agent);
+    agent.terminate();
+    assert!(!cgroup.frozen(), "left frozen by the agent that stopped");
+    agent.restart();
+    held(&agent);
+    agent.kill9();
+    assert!(cgroup.frozen());
+    agent.restart();
+    assert!(!cgroup.frozen(), "left frozen by the agent that died");
+    assert!(
+        agent
+            .log()
+            .contains("thawed the containers a previous agent held")
+    );
+    held(&agent);
+    p.release("greedy").await.unwrap();
+    assert!(
+        wait_for(Duration::from_secs(1), || !cgroup.frozen()),
+        "still frozen after its claim went\n{}",
+        agent.log()
+    );
+    spin.kill().unwrap();
+    spin.wait().unwrap();
+    init.kill().unwrap();
+    init.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_in_a_cgroup_namespace_of_its_own_holds_a_container_outside_it() {
+    // As in a pod: the agent runs in a cgroup of its own and a cgroup namespace rooted there,
+    // in which the container's cgroup is not below the root (it reads `/../…`).
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let bus = Bus::start();
+    let pod = Cgroup::new("agent-pod");
+    let dir = tempfile::tempdir().unwrap();
+    let in_a_pod = dir.path().join("in-a-pod");
+    std::fs::write(
+        &in_a_pod,
+        format!(
+            "#!/bin/sh\necho $$ > {}\nexec unshare --cgroup {} \"$@\"\n",
+            pod.procs_file().display(),
+            agent_exe().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &in_a_pod,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // The namespace the test runs in stands for the host's (this machine's first process
+    // may not be open to it).
+    let host = format!("/proc/{}/ns/cgroup", std::process::id());
+    let agent = Agent::start(&in_a_pod, &bus, &sim, &["--host-cgroup-namespace", &host]);
+    let p = proxy(&bus.address).await;
+    p.claim(
+        "greedy",
+        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
+    )
+    .await
+    .unwrap();
+    let cgroup = Cgroup::new("sm-greedy-outside");
+    let mut init = Command::new("sleep").arg("600").spawn().unwrap();
+    cgroup.adopt(init.id());
+    p.activate("greedy", init.id()).await.unwrap();
+    let mut spin = spin_around_the_library(&sim, &cgroup, 30_000)
+        .spawn()
+        .unwrap();
+    let held = wait_for(Duration::from_secs(10), || cgroup.frozen());
+    for c in [&mut spin, &mut init] {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    let log = agent.log();
+    assert!(held, "never held\n{log}");
+    assert!(log.contains("joined the host's cgroup namespace"), "{log}");
+}

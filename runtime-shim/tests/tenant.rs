@@ -666,3 +666,56 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
     responsive(&node);
     stop(&node, "contexts1");
 }
+
+/// The value of `key` in a test program's `key=value` output.
+fn field(text: &str, key: &str) -> f64 {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+#[test]
+fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
+    // 1 µs a block on the simulated T4s, whose NVML names one process per sixth of a second;
+    // the agent at its defaults (throttle, a burst of 3 s).
+    let node = Node::on(
+        gpuslice_testsupport::sim::SimNode::with_kernel_time(2, "T4", None, 1_000),
+        &[],
+    );
+    // `spin` finds a libcuda.so.1 of its own first: the real driver at the private path it is
+    // mounted at, so the interception library never sees its launches. Flat out for 13 s,
+    // measured after the first 5 (its burst is spent by then).
+    let script = "SPIN_WARMUP_MS=5000 LD_LIBRARY_PATH=/door exec /usr/bin/spin 1000 13000";
+    let bundle = node.bundle(
+        "hog",
+        &["/bin/sh", "-c", script],
+        &[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")],
+    );
+    let b = bundle.display().to_string();
+    copy_program(&node, &b, "spin");
+    std::fs::create_dir_all(bundle.join("rootfs/door")).unwrap();
+    std::os::unix::fs::symlink(
+        "/usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1",
+        bundle.join("rootfs/door/libcuda.so.1"),
+    )
+    .unwrap();
+    let out = node.wrapper(&["run", "--bundle", &b, "hog1"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let log = node.agent.log();
+    let (used, elapsed) = (
+        field(&t, "warm_blocks") * 1e-6,
+        field(&t, "warm_elapsed_ns") * 1e-9,
+    );
+    eprintln!("used {used:.2} s of {elapsed:.2} s");
+    assert!(
+        (used / elapsed - 0.30).abs() <= 1.5 / elapsed,
+        "the 30% container kept the GPU busy {used:.2} s of {elapsed:.2} s\n{t}\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("hog1") && l.contains("beyond its share")),
+        "{log}"
+    );
+    assert!(node.status().slices.is_empty());
+}

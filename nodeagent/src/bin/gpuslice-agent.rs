@@ -10,12 +10,19 @@ use gpuslice_core::fit::Rules;
 use gpuslice_nodeagent::duration;
 use gpuslice_nodeagent::gc::{self, Evidence};
 use gpuslice_nodeagent::service::{self, Config};
+use gpuslice_nodeagent::throttle::{ShareAction, ShareBackstop};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum OverLimitAction {
     Log,
     Kill,
     Stop,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OverShareAction {
+    Log,
+    Throttle,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -129,6 +136,20 @@ struct Args {
     /// off.
     #[arg(long, default_value = "100ms", value_parser = duration::parse)]
     sm_sample_interval: std::time::Duration,
+    /// What to do about a container whose processes keep a GPU busier than its slice's SM
+    /// share (as the driver measures it; needs --sm-sample-interval): log, or throttle (also
+    /// freeze the container's cgroup until its average is back within its share).
+    #[arg(long, value_enum, default_value = "throttle")]
+    over_share_action: OverShareAction,
+    /// GPU time a slice may use beyond its SM share before the backstop acts (at least 15 of
+    /// the driver's sampling periods, which name one process each).
+    #[arg(long, default_value = "3s", value_parser = duration::parse)]
+    sm_share_burst: std::time::Duration,
+    /// The cgroup namespace in which the containers' cgroups are found and frozen, joined
+    /// where the agent's own is another (an agent in a pod). Default: that of the host's
+    /// first process, `<proc-root>/1/ns/cgroup`.
+    #[arg(long)]
+    host_cgroup_namespace: Option<PathBuf>,
     /// The proc filesystem holding the containers' processes.
     #[arg(long, default_value = "/proc")]
     proc_root: PathBuf,
@@ -179,6 +200,10 @@ fn main() -> Result<std::process::ExitCode> {
             format!("--metrics-address {a:?}: not an address like 127.0.0.1:9401")
         })?),
     };
+    let host_cgroup_namespace = args
+        .host_cgroup_namespace
+        .clone()
+        .unwrap_or_else(|| args.proc_root.join("1/ns/cgroup"));
     let cfg = Config {
         driver_root: args.driver_root,
         nvml_library: args.nvml_library,
@@ -223,6 +248,14 @@ fn main() -> Result<std::process::ExitCode> {
         kube_events: args.kube_events,
         kube_api: args.kube_api.clone(),
         sm_sample_interval: (!args.sm_sample_interval.is_zero()).then_some(args.sm_sample_interval),
+        share_backstop: ShareBackstop {
+            action: match args.over_share_action {
+                OverShareAction::Log => ShareAction::Log,
+                OverShareAction::Throttle => ShareAction::Throttle,
+            },
+            burst: args.sm_share_burst,
+            host_cgroup_namespace,
+        },
         trust: gpuslice_nodeagent::ledger::Trust {
             key: args
                 .assignment_key

@@ -106,6 +106,13 @@ impl Cgroup {
     pub fn procs_file(&self) -> PathBuf {
         self.0.join("cgroup.procs")
     }
+    /// Whether the cgroup is frozen (`cgroup.freeze`).
+    pub fn frozen(&self) -> bool {
+        std::fs::read_to_string(self.0.join("cgroup.freeze"))
+            .unwrap()
+            .trim()
+            == "1"
+    }
 }
 
 impl Drop for Cgroup {

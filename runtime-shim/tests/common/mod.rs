@@ -28,7 +28,12 @@ impl Node {
 
     /// A node of `gpus` T4s whose agent runs with `args` besides the test defaults.
     pub fn with_gpus(gpus: u32, args: &[&str]) -> Self {
-        let sim = SimNode::new(gpus, "T4", None);
+        Self::on(SimNode::new(gpus, "T4", None), args)
+    }
+
+    /// A node on the simulated GPUs `sim` whose agent runs with `args` besides the test
+    /// defaults.
+    pub fn on(sim: SimNode, args: &[&str]) -> Self {
         let bus = Bus::start();
         let agent = Agent::start(&binary("gpuslice-agent"), &bus, &sim, args);
         let work = tempfile::tempdir().unwrap();

@@ -1,0 +1,574 @@
+//! The SM share's backstop, outside the container: a container whose processes keep a GPU
+//! busier than its slice's share, as the driver measures it ([`crate::sm_time`]), is held
+//! (its cgroup frozen) until its average is back within the share, as the kernel's CPU
+//! controller holds a cgroup that has used its quota. It holds whatever a process did to get
+//! around the interception library's pacing: the driver loaded by its own path, kernels
+//! launched from the GPU, its container's count of unfinished launches rewritten.
+//!
+//! Each slice with a share (`cores` 1–99) keeps a balance of GPU time: it earns its share of
+//! the real time, up to a burst, and spends the SM time the driver counted its processes
+//! using. Below zero the container is frozen; it is thawed once the balance is back to zero.
+//! The driver reports utilization a period late and names one process per period (a
+//! container's count is right over many periods, not in each), so the burst is at least
+//! [`BURST_PERIODS`] of the GPU's sampling periods: a container that keeps to its share, as
+//! the library paces it, is never held. While a container is frozen the work it already
+//! queued on the GPU still runs (and is counted): a kernel is never cut.
+//!
+//! The freezer is the cgroup's own: `cgroup.freeze` of the unified hierarchy (on a hybrid
+//! host too, where `runc pause` uses the v1 freezer and the two do not undo each other), else
+//! the v1 freezer's `freezer.state`. The file is written, never waited on: the kernel
+//! freezes the tasks, and a task that holds off freezing cannot stall the agent. Each
+//! container is recorded in the agent's state directory before it is frozen, so that an
+//! agent that stops, or dies, thaws it (at its next start for one that died).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gpuslice_core::{Claim, ClaimState};
+
+use crate::backstop::{Cgroups, Procs};
+use crate::metrics::SliceLabels;
+
+/// A slice: (container id, GPU uuid).
+pub type Slice = (String, String);
+
+/// The shortest burst, in the GPU's sampling periods: the driver names one process per
+/// period, in streaks of about ten periods on a real GPU when several are busy.
+pub const BURST_PERIODS: u32 = 15;
+/// How often a slice's going over its share is logged, at most.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(60);
+
+/// What the agent does to a container that keeps a GPU busier than its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareAction {
+    /// Log it (its SM time shows it: `gpuslice_slice_sm_seconds_total`).
+    Log,
+    /// Also freeze the container until its average is back within its share.
+    Throttle,
+}
+
+impl std::fmt::Display for ShareAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Log => "log",
+            Self::Throttle => "throttle",
+        })
+    }
+}
+
+/// How the SM share's backstop runs.
+#[derive(Debug, Clone)]
+pub struct ShareBackstop {
+    pub action: ShareAction,
+    /// GPU time a slice may use beyond its share before it is held (at least
+    /// [`BURST_PERIODS`] sampling periods).
+    pub burst: Duration,
+    /// The cgroup namespace in which containers' cgroups are found (`/proc/1/ns/cgroup` of
+    /// the host's proc: the host's), joined where the agent's own is another.
+    pub host_cgroup_namespace: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ThrottleError {
+    #[error("failed to {action} {path}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a cgroup freezer file")]
+    NotAFreezer { path: PathBuf },
+}
+
+fn io<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> ThrottleError + 'a {
+    move |source| ThrottleError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Each slice's balance of GPU time, in seconds.
+#[derive(Debug, Default)]
+pub struct Balances {
+    slices: BTreeMap<Slice, (f64, Instant)>,
+}
+
+impl Balances {
+    /// One pass at `now`. Each slice of `shares` (its share of the GPU, 0 to 1, and its burst
+    /// in seconds; slices left out are forgotten) earns its share of the time since its last
+    /// pass, up to its burst (a slice starts with its burst), and spends what `used` says it
+    /// used now; a debt is kept down to the burst. Returns the slices in debt, with their
+    /// balances.
+    pub fn pass(
+        &mut self,
+        shares: &BTreeMap<Slice, (f64, f64)>,
+        used: &[(Slice, f64)],
+        now: Instant,
+    ) -> BTreeMap<Slice, f64> {
+        self.slices.retain(|k, _| shares.contains_key(k));
+        for (k, &(share, burst)) in shares {
+            let (balance, last) = self.slices.entry(k.clone()).or_insert((burst, now));
+            let earned = share * now.duration_since(*last).as_secs_f64();
+            *balance = (*balance + earned).min(burst);
+            *last = now;
+        }
+        for (k, seconds) in used {
+            if let (Some((balance, _)), Some(&(_, burst))) = (self.slices.get_mut(k), shares.get(k))
+            {
+                *balance = (*balance - seconds).max(-burst);
+            }
+        }
+        self.slices
+            .iter()
+            .filter(|(_, (b, _))| *b < 0.0)
+            .map(|(k, (b, _))| (k.clone(), *b))
+            .collect()
+    }
+}
+
+/// The file that freezes one cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreezeFile(PathBuf);
+
+impl FreezeFile {
+    /// What freezes and what thaws, by the file's name.
+    fn words(path: &Path) -> Option<(&'static str, &'static str)> {
+        match path.file_name()?.to_str()? {
+            "cgroup.freeze" => Some(("1", "0")),
+            "freezer.state" => Some(("FROZEN", "THAWED")),
+            _ => None,
+        }
+    }
+
+    /// `path`, if it names a freezer file.
+    pub fn new(path: PathBuf) -> Result<Self, ThrottleError> {
+        if path.is_absolute() && Self::words(&path).is_some() {
+            Ok(Self(path))
+        } else {
+            Err(ThrottleError::NotAFreezer { path })
+        }
+    }
+
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Whether the cgroup is frozen, or freezing.
+    fn is_frozen(&self) -> Result<bool, ThrottleError> {
+        let text = std::fs::read_to_string(&self.0).map_err(io("read", &self.0))?;
+        Ok(matches!(text.trim(), "1" | "FROZEN" | "FREEZING"))
+    }
+
+    fn set(&self, frozen: bool) -> Result<(), ThrottleError> {
+        let (freeze, thaw) = Self::words(&self.0).unwrap_or(("1", "0"));
+        let word = if frozen { freeze } else { thaw };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.0)
+            .and_then(|mut f| f.write_all(word.as_bytes()))
+            .map_err(io(if frozen { "freeze" } else { "thaw" }, &self.0))
+    }
+
+    /// Thaws the cgroup; one that is gone is thawed.
+    fn thaw(&self) -> Result<(), ThrottleError> {
+        match self.set(false) {
+            Err(ThrottleError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+/// Where a cgroup hierarchy is mounted: the mount point and the cgroup at its root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    point: PathBuf,
+    root: String,
+}
+
+impl Mount {
+    /// Where cgroup `path` of the hierarchy is, under this mount.
+    fn dir_of(&self, path: &str) -> Option<PathBuf> {
+        let rest = if self.root == "/" {
+            path
+        } else {
+            path.strip_prefix(self.root.as_str())
+                .filter(|r| r.is_empty() || r.starts_with('/'))?
+        };
+        let rest = rest.trim_start_matches('/');
+        if rest.split('/').any(|part| part == "..") {
+            return None;
+        }
+        Some(self.point.join(rest))
+    }
+}
+
+/// Where the hierarchies that can freeze are mounted (each may be mounted several times:
+/// a container's own view of its cgroup, the host's under a host-root mount).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hierarchies {
+    unified: Vec<Mount>,
+    freezer: Vec<Mount>,
+}
+
+impl Hierarchies {
+    /// Parses a `/proc/<pid>/mountinfo`.
+    #[must_use]
+    pub fn parse(mountinfo: &str) -> Self {
+        let mut found = Self::default();
+        for line in mountinfo.lines() {
+            let Ok(m) = procfs_core::process::MountInfo::from_line(line) else {
+                continue;
+            };
+            let mount = Mount {
+                point: m.mount_point.clone(),
+                root: m.root.clone(),
+            };
+            if m.fs_type == "cgroup2" {
+                found.unified.push(mount);
+            } else if m.fs_type == "cgroup" && m.super_options.contains_key("freezer") {
+                found.freezer.push(mount);
+            }
+        }
+        found
+    }
+
+    /// The hierarchies mounted where the agent runs, as the calling thread sees them (the
+    /// cgroups of mounts are shown relative to its cgroup namespace).
+    #[must_use]
+    pub fn of_this_thread() -> Self {
+        Self::parse(&std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap_or_default())
+    }
+
+    /// The first of `file` in the directory of cgroup `path` under one of `mounts`.
+    fn find(mounts: &[Mount], path: &str, file: &str) -> Option<FreezeFile> {
+        mounts
+            .iter()
+            .filter_map(|m| Some(m.dir_of(path)?.join(file)))
+            .find(|f| f.exists())
+            .map(FreezeFile)
+    }
+
+    /// The file that freezes the cgroup of a process with `cgroups`: its unified one's,
+    /// where it is in one other than the root and the file is there, else its v1 freezer
+    /// cgroup's. None where neither is known, or where the cgroup holds `own` (the agent's:
+    /// the agent never freezes itself).
+    #[must_use]
+    pub fn freeze_file(&self, cgroups: &Cgroups, own: &Cgroups) -> Option<FreezeFile> {
+        let below = |path: &str, of: Option<&str>| {
+            of.is_some_and(|o| {
+                path == "/" || o == path || o.strip_prefix(path).is_some_and(|r| r.starts_with('/'))
+            })
+        };
+        let unified = cgroups
+            .unified()
+            .filter(|p| !below(p, own.unified()))
+            .and_then(|p| Self::find(&self.unified, p, "cgroup.freeze"));
+        unified.or_else(|| {
+            cgroups
+                .v1("freezer")
+                .filter(|p| !below(p, own.v1("freezer")))
+                .and_then(|p| Self::find(&self.freezer, p, "freezer.state"))
+        })
+    }
+}
+
+/// The containers the agent holds frozen, recorded so that they are thawed whatever
+/// becomes of the agent.
+#[derive(Debug, Default)]
+pub struct Freezer {
+    /// Where each frozen container is recorded (`<id>` holding its freezer file's path).
+    records: Option<PathBuf>,
+    frozen: BTreeMap<String, FreezeFile>,
+    /// Set once the agent stops: nothing is frozen any more.
+    stopped: bool,
+}
+
+impl Freezer {
+    /// Keeps its records in `dir`, first thawing every container a previous agent left
+    /// recorded there; returns the ids thawed.
+    pub fn open(dir: PathBuf) -> Result<(Self, Vec<String>), ThrottleError> {
+        std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+        let mut thawed = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(io("read", &dir))? {
+            let entry = entry.map_err(io("read", &dir))?;
+            let record = entry.path();
+            let path = std::fs::read_to_string(&record).map_err(io("read", &record))?;
+            match FreezeFile::new(PathBuf::from(path.trim())).and_then(|f| f.thaw()) {
+                Ok(()) => thawed.push(entry.file_name().to_string_lossy().into_owned()),
+                Err(e) => tracing::warn!("{e}: a container the agent froze may still be"),
+            }
+            std::fs::remove_file(&record).map_err(io("remove", &record))?;
+        }
+        Ok((
+            Self {
+                records: Some(dir),
+                ..Self::default()
+            },
+            thawed,
+        ))
+    }
+
+    #[must_use]
+    pub fn is_held(&self, id: &str) -> bool {
+        self.frozen.contains_key(id)
+    }
+
+    /// The containers held now.
+    pub fn held(&self) -> impl Iterator<Item = &String> {
+        self.frozen.keys()
+    }
+
+    /// Freezes container `id` through `file`, recorded first. False where the cgroup is
+    /// frozen already by someone else (`runc pause`): it is left to them.
+    pub fn hold(&mut self, id: &str, file: FreezeFile) -> Result<bool, ThrottleError> {
+        if self.stopped || self.frozen.contains_key(id) {
+            return Ok(!self.stopped);
+        }
+        if file.is_frozen()? {
+            return Ok(false);
+        }
+        if let Some(dir) = &self.records {
+            let record = dir.join(id);
+            std::fs::write(&record, file.path().as_os_str().as_encoded_bytes())
+                .map_err(io("record", &record))?;
+        }
+        if let Err(e) = file.set(true) {
+            self.forget(id);
+            return Err(e);
+        }
+        self.frozen.insert(id.to_string(), file);
+        Ok(true)
+    }
+
+    /// Thaws container `id` if it is held, then forgets it.
+    pub fn release(&mut self, id: &str) -> Result<(), ThrottleError> {
+        let Some(file) = self.frozen.get(id) else {
+            return Ok(());
+        };
+        file.thaw()?;
+        self.frozen.remove(id);
+        self.forget(id);
+        Ok(())
+    }
+
+    fn forget(&self, id: &str) {
+        if let Some(dir) = &self.records {
+            let _ = std::fs::remove_file(dir.join(id));
+        }
+    }
+
+    /// Thaws every container held, and holds none from now on.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+        let ids: Vec<String> = self.frozen.keys().cloned().collect();
+        for id in ids {
+            if let Err(e) = self.release(&id) {
+                tracing::error!(container = %id, "{e}");
+            }
+        }
+    }
+}
+
+/// What the SM share's backstop keeps from one pass to the next.
+#[derive(Debug)]
+pub struct Holds {
+    cfg: ShareBackstop,
+    balances: Balances,
+    hierarchies: Hierarchies,
+    own: Cgroups,
+    /// The slices in debt at the last pass, and when it was.
+    in_debt: BTreeSet<Slice>,
+    last: Option<Instant>,
+    /// When each slice's going over, or the failure to hold its container, was last logged.
+    announced: BTreeMap<Slice, Instant>,
+}
+
+/// Makes the calling thread see cgroups as the host does: it joins the cgroup namespace
+/// `host` (the host's first process's) where its own is another (an agent in a pod has a
+/// cgroup namespace of its own, in which other pods' cgroups are not below its root and show
+/// as `/../..`). Returns whether it did.
+pub fn see_host_cgroups(host: &Path) -> Result<bool, ThrottleError> {
+    use std::os::unix::fs::MetadataExt;
+    let own = Path::new("/proc/thread-self/ns/cgroup");
+    let (h, o) = (
+        std::fs::metadata(host).map_err(io("read", host))?,
+        std::fs::metadata(own).map_err(io("read", own))?,
+    );
+    if (h.dev(), h.ino()) == (o.dev(), o.ino()) {
+        return Ok(false);
+    }
+    let ns = std::fs::File::open(host).map_err(io("open", host))?;
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| io("join the cgroup namespace", host)(e.into()))?;
+    Ok(true)
+}
+
+impl Holds {
+    /// What the calling thread needs to hold containers: call it on the thread that will
+    /// (after [`see_host_cgroups`]).
+    #[must_use]
+    pub fn new(cfg: ShareBackstop) -> Self {
+        Self {
+            cfg,
+            balances: Balances::default(),
+            hierarchies: Hierarchies::of_this_thread(),
+            own: Cgroups::parse(
+                &std::fs::read_to_string("/proc/thread-self/cgroup").unwrap_or_default(),
+            ),
+            in_debt: BTreeSet::new(),
+            last: None,
+            announced: BTreeMap::new(),
+        }
+    }
+
+    /// One pass, after the SM time pass counted `used` for the slices `measured`
+    /// (`period_us`: each GPU's sampling period, where known): holds the containers whose
+    /// slices are in debt, releases the others, and counts the time held.
+    pub fn pass(
+        &mut self,
+        s: &crate::dbus::Shared,
+        claims: &[Claim],
+        procs: &Procs,
+        measured: &BTreeSet<Slice>,
+        used: &[(Slice, f64)],
+        period_us: impl Fn(&str) -> Option<u64>,
+    ) {
+        let now = Instant::now();
+        let since_last = self.last.map_or(Duration::ZERO, |t| now.duration_since(t));
+        self.last = Some(now);
+        let mut shares = BTreeMap::new();
+        for c in claims {
+            for g in c.gpus.iter().filter(|g| (1..100).contains(&g.cores)) {
+                let k = (c.container_id.clone(), g.uuid.clone());
+                if measured.contains(&k) {
+                    let periods = period_us(&g.uuid).map_or(0.0, |p| {
+                        f64::from(BURST_PERIODS) * Duration::from_micros(p).as_secs_f64()
+                    });
+                    let burst = self.cfg.burst.as_secs_f64().max(periods);
+                    shares.insert(k, (f64::from(g.cores) / 100.0, burst));
+                }
+            }
+        }
+        let debts = self.balances.pass(&shares, used, now);
+        self.announced
+            .retain(|(c, _), _| claims.iter().any(|claim| &claim.container_id == c));
+        let mut freezer = s.freezer();
+        // The time held since the last pass, to the slices that held their containers.
+        for (container, uuid) in &self.in_debt {
+            if freezer.is_held(container) {
+                let gpu = claims
+                    .iter()
+                    .find(|c| &c.container_id == container)
+                    .and_then(|c| c.gpus.iter().find(|g| &g.uuid == uuid))
+                    .map(|g| g.index.to_string());
+                if let Some(gpu) = gpu {
+                    s.metrics.add_sm_throttled_seconds(
+                        SliceLabels {
+                            container: container.clone(),
+                            gpu,
+                            uuid: uuid.clone(),
+                        },
+                        since_last.as_secs_f64(),
+                    );
+                }
+            }
+        }
+        for (slice, balance) in &debts {
+            if !self.in_debt.contains(slice) && self.announce(slice, now) {
+                let (container, uuid) = slice;
+                tracing::warn!(
+                    container = %container,
+                    gpu = %uuid,
+                    share = shares[slice].0,
+                    "the container used {:.2} s of the GPU's time beyond its share and its burst ({:.1} s); {}",
+                    -balance,
+                    shares[slice].1,
+                    match self.cfg.action {
+                        ShareAction::Log => "logged only (--over-share-action log)",
+                        ShareAction::Throttle => "holding it until its average is back within its share",
+                    }
+                );
+            }
+        }
+        self.in_debt = debts.keys().cloned().collect();
+        let over: BTreeSet<&String> = match self.cfg.action {
+            ShareAction::Log => BTreeSet::new(),
+            ShareAction::Throttle => debts.keys().map(|(c, _)| c).collect(),
+        };
+        let held: Vec<String> = freezer.held().cloned().collect();
+        for id in held.iter().filter(|id| !over.contains(id)) {
+            if let Err(e) = freezer.release(id) {
+                tracing::error!(container = %id, "{e}");
+            }
+        }
+        for id in over {
+            if freezer.is_held(id) {
+                continue;
+            }
+            let file = claims
+                .iter()
+                .find(|c| &c.container_id == id)
+                .and_then(|c| self.freeze_file(c, procs));
+            let slice = debts
+                .keys()
+                .find(|(c, _)| c == id)
+                .cloned()
+                .unwrap_or_default();
+            match file.map(|f| freezer.hold(id, f)) {
+                Some(Ok(true)) => {
+                    tracing::debug!(container = %id, "held: over its SM share");
+                }
+                Some(Ok(false)) => {}
+                Some(Err(e)) => {
+                    if self.announce(&(slice.0, format!("{}: error", slice.1)), now) {
+                        tracing::error!(container = %id, "cannot hold the container over its SM share: {e}");
+                    }
+                }
+                None => {
+                    if self.announce(&(slice.0, format!("{}: no cgroup", slice.1)), now) {
+                        tracing::warn!(container = %id, "cannot hold the container over its SM share: its cgroup is not known (a claim never activated with the container's process, or a process in no cgroup of its own)");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The freezer of claim `c`'s container: the cgroup of the process it was activated with.
+    fn freeze_file(&self, c: &Claim, procs: &Procs) -> Option<FreezeFile> {
+        let ClaimState::Active { pid, start_time } = c.state else {
+            return None;
+        };
+        if procs.start_time(pid) != Some(start_time) {
+            return None;
+        }
+        let cgroups = procs.cgroups(pid)?;
+        self.hierarchies.freeze_file(&cgroups, &self.own)
+    }
+
+    /// Whether to log about `key` now (at most once per [`ANNOUNCE_EVERY`]).
+    fn announce(&mut self, key: &Slice, now: Instant) -> bool {
+        let due = self
+            .announced
+            .get(key)
+            .is_none_or(|t| now.duration_since(*t) >= ANNOUNCE_EVERY);
+        if due {
+            self.announced.insert(key.clone(), now);
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests;
