@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for};
+use gpuslice_testsupport::{agent::Agent, bus::Bus, field, http, sim::SimNode, wait_for};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 const MIB: u64 = 1 << 20;

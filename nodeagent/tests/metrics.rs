@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use gpuslice_core::usage;
-use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for};
+use gpuslice_testsupport::{agent::Agent, bus::Bus, field, http, sim::SimNode, wait_for};
 use prometheus_parse::{Scrape, Value};
 
 fn scrape(agent: &Agent) -> (String, Scrape) {
@@ -388,6 +388,25 @@ fn spin_around_the_library(sim: &SimNode, cgroup: &Cgroup, ms: u32) -> Command {
     c
 }
 
+/// Claims a slice with a 30% share for container "greedy", activated with a process in a
+/// cgroup of its own (named after `cgroup`); returns the cgroup and the process.
+async fn greedy_container(
+    p: &gpuslice_agent_api::AgentProxy<'_>,
+    cgroup: &str,
+) -> (Cgroup, std::process::Child) {
+    p.claim(
+        "greedy",
+        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
+    )
+    .await
+    .unwrap();
+    let cgroup = Cgroup::new(cgroup);
+    let init = Command::new("sleep").arg("600").spawn().unwrap();
+    cgroup.adopt(init.id());
+    p.activate("greedy", init.id()).await.unwrap();
+    (cgroup, init)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_left_frozen() {
     // A simulated T4 whose NVML names one process per sixth of a second, as a real driver;
@@ -396,16 +415,7 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
     let bus = Bus::start();
     let mut agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
     let p = proxy(&bus.address).await;
-    p.claim(
-        "greedy",
-        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
-    )
-    .await
-    .unwrap();
-    let cgroup = Cgroup::new("sm-greedy");
-    let mut init = Command::new("sleep").arg("600").spawn().unwrap();
-    cgroup.adopt(init.id());
-    p.activate("greedy", init.id()).await.unwrap();
+    let (cgroup, mut init) = greedy_container(&p, "sm-greedy").await;
 
     // Flat out for 13 s; measured after the first 5 (the burst is spent by then): the GPU
     // time its kernels took of the time from then until they had all run.
@@ -505,16 +515,7 @@ async fn an_agent_in_a_cgroup_namespace_of_its_own_holds_a_container_outside_it(
     let host = format!("/proc/{}/ns/cgroup", std::process::id());
     let agent = Agent::start(&in_a_pod, &bus, &sim, &["--host-cgroup-namespace", &host]);
     let p = proxy(&bus.address).await;
-    p.claim(
-        "greedy",
-        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
-    )
-    .await
-    .unwrap();
-    let cgroup = Cgroup::new("sm-greedy-outside");
-    let mut init = Command::new("sleep").arg("600").spawn().unwrap();
-    cgroup.adopt(init.id());
-    p.activate("greedy", init.id()).await.unwrap();
+    let (cgroup, mut init) = greedy_container(&p, "sm-greedy-outside").await;
     let mut spin = spin_around_the_library(&sim, &cgroup, 30_000)
         .spawn()
         .unwrap();

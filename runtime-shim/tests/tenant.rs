@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Node, text};
-use gpuslice_testsupport::wait_for;
+use gpuslice_testsupport::{field, wait_for};
 
 const MIB: u64 = 1 << 20;
 
@@ -667,13 +667,6 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
     stop(&node, "contexts1");
 }
 
-/// The value of `key` in a test program's `key=value` output.
-fn field(text: &str, key: &str) -> f64 {
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {text}"))
-}
-
 #[test]
 fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
     // 1 µs a block on the simulated T4s, whose NVML names one process per sixth of a second;
@@ -704,10 +697,9 @@ fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
     assert!(out.status.success(), "{t}");
     let log = node.agent.log();
     let (used, elapsed) = (
-        field(&t, "warm_blocks") * 1e-6,
-        field(&t, "warm_elapsed_ns") * 1e-9,
+        field::<f64>(&t, "warm_blocks") * 1e-6,
+        field::<f64>(&t, "warm_elapsed_ns") * 1e-9,
     );
-    eprintln!("used {used:.2} s of {elapsed:.2} s");
     assert!(
         (used / elapsed - 0.30).abs() <= 1.5 / elapsed,
         "the 30% container kept the GPU busy {used:.2} s of {elapsed:.2} s\n{t}\n{log}"

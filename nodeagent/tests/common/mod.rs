@@ -145,10 +145,3 @@ pub fn script_output(
     );
     text
 }
-
-/// The value of `key` in a test program's `key=value` output.
-pub fn field<T: std::str::FromStr>(text: &str, key: &str) -> T {
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {text}"))
-}

@@ -144,6 +144,15 @@ pub fn wait_for(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) ->
     cond()
 }
 
+/// The value of `key` in a test program's `key=value` output, failing the test where it is
+/// missing.
+#[must_use]
+pub fn field<T: std::str::FromStr>(text: &str, key: &str) -> T {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
 /// Where a cgroup v2 hierarchy is mounted (the unified one on a hybrid host).
 #[must_use]
 pub fn cgroup2_root() -> PathBuf {
