@@ -5,14 +5,22 @@
 //! around the interception library's pacing: the driver loaded by its own path, kernels
 //! launched from the GPU, its container's count of unfinished launches rewritten.
 //!
-//! Each slice with a share (`cores` 1–99) keeps a balance of GPU time: it earns its share of
-//! the real time, up to a burst, and spends the SM time the driver counted its processes
-//! using. Below zero the container is frozen; it is thawed once the balance is back to zero.
-//! The driver reports utilization a period late and names one process per period (a
-//! container's count is right over many periods, not in each), so the burst is at least
-//! [`BURST_PERIODS`] of the GPU's sampling periods: a container that keeps to its share, as
-//! the library paces it, is never held. While a container is frozen the work it already
-//! queued on the GPU still runs (and is counted): a kernel is never cut.
+//! Each slice with a share (`cores` 1–99) keeps a balance of GPU time: it earns its share,
+//! plus a tolerance, of the real time, up to a burst, and spends the SM time the driver
+//! counted its processes using. Below zero the container is frozen; it is thawed once the
+//! balance is back to zero. While a container is frozen the work it already queued on the
+//! GPU still runs (and is counted): a kernel is never cut.
+//!
+//! The driver's count is noisy where several processes are busy: it names one process per
+//! period with the whole GPU's figure, the same one for runs of about ten periods. A slice
+//! that keeps exactly to its share beside others is then counted its share on average, but
+//! its balance wanders like a random walk of one run's length a step, and without a margin
+//! would go below a burst of a few seconds within a minute. The tolerance (10 points) gives
+//! the balance a drift back to its top, and the burst ([`DEFAULT_BURST`], at least
+//! [`BURST_PERIODS`] periods) is deep enough that such a walk does not reach the bottom
+//! (`tests.rs`: two slices sharing a busy GPU at their shares for hours, never held). A
+//! container that goes around the library is held to its share plus the tolerance, after its
+//! burst.
 //!
 //! The freezer is the cgroup's own: `cgroup.freeze` of the unified hierarchy (on a hybrid
 //! host too, where `runc pause` uses the v1 freezer and the two do not undo each other), else
@@ -34,9 +42,13 @@ use crate::metrics::SliceLabels;
 /// A slice: (container id, GPU uuid).
 pub type Slice = (String, String);
 
-/// The shortest burst, in the GPU's sampling periods: the driver names one process per
-/// period, in streaks of about ten periods on a real GPU when several are busy.
-pub const BURST_PERIODS: u32 = 15;
+/// The burst where none is given: at least 30 seconds of the GPU's time...
+pub const DEFAULT_BURST: Duration = Duration::from_secs(30);
+/// ...and at least this many of the GPU's sampling periods (the driver names one process per
+/// period, in runs of about ten when several are busy: the noise grows with the period).
+pub const BURST_PERIODS: u32 = 180;
+/// The tolerance where none is given: a slice earns its share and 10 points more.
+pub const DEFAULT_TOLERANCE: f64 = 0.1;
 /// How often a slice's going over its share is logged, at most.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(60);
 
@@ -62,9 +74,12 @@ impl std::fmt::Display for ShareAction {
 #[derive(Debug, Clone)]
 pub struct ShareBackstop {
     pub action: ShareAction,
-    /// GPU time a slice may use beyond its share before it is held (at least
-    /// [`BURST_PERIODS`] sampling periods).
-    pub burst: Duration,
+    /// GPU time a slice may use beyond its share before it is held; `None`: the larger of
+    /// [`DEFAULT_BURST`] and [`BURST_PERIODS`] of the GPU's sampling periods.
+    pub burst: Option<Duration>,
+    /// The share of the GPU's time (0 to 1) a slice may use beyond its own, on average,
+    /// before it is held: the driver's count is right over many periods, not in each.
+    pub tolerance: f64,
     /// The cgroup namespace in which containers' cgroups are found (`/proc/1/ns/cgroup` of
     /// the host's proc: the host's), joined where the agent's own is another.
     pub host_cgroup_namespace: PathBuf,
@@ -101,11 +116,11 @@ pub struct Balances {
 }
 
 impl Balances {
-    /// One pass at `now`. Each slice of `shares` (its share of the GPU, 0 to 1, and its burst
-    /// in seconds; slices left out are forgotten) earns its share of the time since its last
-    /// pass, up to its burst (a slice starts with its burst), and spends what `used` says it
-    /// used now; a debt is kept down to the burst. Returns the slices in debt, with their
-    /// balances.
+    /// One pass at `now`. Each slice of `shares` (the share of the GPU it earns, 0 to 1, and
+    /// its burst in seconds; slices left out are forgotten) earns that share of the time since
+    /// its last pass, up to its burst (a slice starts with its burst), and spends what `used`
+    /// says it used now; a debt is kept down to the burst. Returns the slices in debt, with
+    /// their balances.
     pub fn pass(
         &mut self,
         shares: &BTreeMap<Slice, (f64, f64)>,
@@ -453,11 +468,17 @@ impl Holds {
             for g in c.gpus.iter().filter(|g| (1..100).contains(&g.cores)) {
                 let k = (c.container_id.clone(), g.uuid.clone());
                 if measured.contains(&k) {
-                    let periods = period_us(&g.uuid).map_or(0.0, |p| {
-                        f64::from(BURST_PERIODS) * Duration::from_micros(p).as_secs_f64()
-                    });
-                    let burst = self.cfg.burst.as_secs_f64().max(periods);
-                    shares.insert(k, (f64::from(g.cores) / 100.0, burst));
+                    let burst = self.cfg.burst.map_or_else(
+                        || {
+                            let periods = period_us(&g.uuid).map_or(0.0, |p| {
+                                f64::from(BURST_PERIODS) * Duration::from_micros(p).as_secs_f64()
+                            });
+                            DEFAULT_BURST.as_secs_f64().max(periods)
+                        },
+                        |b| b.as_secs_f64(),
+                    );
+                    let earns = (f64::from(g.cores) / 100.0 + self.cfg.tolerance).min(1.0);
+                    shares.insert(k, (earns, burst));
                 }
             }
         }
@@ -491,8 +512,8 @@ impl Holds {
                 tracing::warn!(
                     container = %container,
                     gpu = %uuid,
-                    share = shares[slice].0,
-                    "the container used {:.2} s of the GPU's time beyond its share and its burst ({:.1} s); {}",
+                    share_and_tolerance = shares[slice].0,
+                    "the container used {:.2} s of the GPU's time beyond its share, its tolerance and its burst ({:.1} s); {}",
                     -balance,
                     shares[slice].1,
                     match self.cfg.action {

@@ -410,10 +410,11 @@ async fn greedy_container(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_left_frozen() {
     // A simulated T4 whose NVML names one process per sixth of a second, as a real driver;
-    // the agent at its defaults (throttle, a burst of 3 s).
+    // the agent at its defaults (throttle, a tolerance of 10 points) but for a burst of 2 s
+    // (30 s by default).
     let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
     let bus = Bus::start();
-    let mut agent = Agent::start(&agent_exe(), &bus, &sim, &[]);
+    let mut agent = Agent::start(&agent_exe(), &bus, &sim, &["--sm-share-burst", "2s"]);
     let p = proxy(&bus.address).await;
     let (cgroup, mut init) = greedy_container(&p, "sm-greedy").await;
 
@@ -436,15 +437,16 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
     .unwrap();
     let log = agent.log();
     eprintln!("used {used:.2} s of {elapsed:.2} s; held {throttled:.2} s");
-    // Held to its share on average: off by at most what it queued before each hold (about a
-    // second of kernels, as a real GPU queues) and a sampling period or two of lag.
+    // Held to its share and the tolerance on average: off by at most what it queued before
+    // each hold (about a second of kernels, as a real GPU queues) and a sampling period or
+    // two of lag.
     assert!(
-        (used / elapsed - 0.30).abs() <= 1.5 / elapsed,
+        (used / elapsed - 0.40).abs() <= 1.5 / elapsed,
         "the 30% container kept the GPU busy {used:.2} s of {elapsed:.2} s\n{log}"
     );
     assert!(throttled >= 3.0, "held {throttled:.2} s\n{log}");
     assert!(
-        log.contains("beyond its share and its burst"),
+        log.contains("beyond its share, its tolerance and its burst"),
         "the hold was not logged\n{log}"
     );
 
@@ -513,7 +515,12 @@ async fn an_agent_in_a_cgroup_namespace_of_its_own_holds_a_container_outside_it(
     // The namespace the test runs in stands for the host's (this machine's first process
     // may not be open to it).
     let host = format!("/proc/{}/ns/cgroup", std::process::id());
-    let agent = Agent::start(&in_a_pod, &bus, &sim, &["--host-cgroup-namespace", &host]);
+    let agent = Agent::start(
+        &in_a_pod,
+        &bus,
+        &sim,
+        &["--host-cgroup-namespace", &host, "--sm-share-burst", "2s"],
+    );
     let p = proxy(&bus.address).await;
     let (cgroup, mut init) = greedy_container(&p, "sm-greedy-outside").await;
     let mut spin = spin_around_the_library(&sim, &cgroup, 30_000)

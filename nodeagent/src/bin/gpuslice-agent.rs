@@ -141,10 +141,15 @@ struct Args {
     /// freeze the container's cgroup until its average is back within its share).
     #[arg(long, value_enum, default_value = "throttle")]
     over_share_action: OverShareAction,
-    /// GPU time a slice may use beyond its SM share before the backstop acts (at least 15 of
-    /// the driver's sampling periods, which name one process each).
-    #[arg(long, default_value = "3s", value_parser = duration::parse)]
-    sm_share_burst: std::time::Duration,
+    /// GPU time a slice may use beyond its SM share (and the tolerance) before the agent
+    /// holds it, e.g. 30s. Default: 10s, and at least 60 of the driver's sampling periods
+    /// (which name one process each: the count of one slice among several busy ones is noisy).
+    #[arg(long, value_parser = duration::parse)]
+    sm_share_burst: Option<std::time::Duration>,
+    /// Points of the GPU's time a slice may use beyond its SM share on average before the
+    /// agent holds it (the driver's count is right over many periods, not in each).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    sm_share_tolerance: u32,
     /// The cgroup namespace in which the containers' cgroups are found and frozen, joined
     /// where the agent's own is another (an agent in a pod). Default: that of the host's
     /// first process, `<proc-root>/1/ns/cgroup`.
@@ -254,6 +259,7 @@ fn main() -> Result<std::process::ExitCode> {
                 OverShareAction::Throttle => ShareAction::Throttle,
             },
             burst: args.sm_share_burst,
+            tolerance: f64::from(args.sm_share_tolerance) / 100.0,
             host_cgroup_namespace,
         },
         trust: gpuslice_nodeagent::ledger::Trust {
