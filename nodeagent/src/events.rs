@@ -1,5 +1,5 @@
-//! Kubernetes Events on the pod whose slice the agent refused, found tampered with, or found
-//! over its slice (`--kube-events`): what `kubectl describe pod` and `kubectl get events` show
+//! Kubernetes Events on the pod whose slice the agent refused, found tampered with, found
+//! over its slice, or found over its SM share (`--kube-events`): what `kubectl describe pod` and `kubectl get events` show
 //! the pod's owner, beside the log, the metrics and the D-Bus signals.
 //!
 //! Events go through kube's `Recorder` (events.k8s.io/v1; a repeat of the same event on the
@@ -18,7 +18,7 @@ const QUEUE: usize = 256;
 pub const CONTROLLER: &str = "gpuslice.io/agent";
 
 /// What happened to a pod's slice.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Happening {
     /// The agent refused the slice: `why` is the refusal the runtime also reports.
     Refused { container: String, why: String },
@@ -30,6 +30,15 @@ pub enum Happening {
         gpu: String,
         used: u64,
         limit: u64,
+        action: String,
+    },
+    /// The container's processes kept GPU `gpu` busier than its SM share, its tolerance and
+    /// its burst, by `over` seconds of the GPU's time; `action` is what the agent did.
+    OverShare {
+        container: String,
+        gpu: String,
+        share: f64,
+        over: f64,
         action: String,
     },
 }
@@ -59,6 +68,20 @@ impl Happening {
                 "Enforce",
                 format!(
                     "container {container}: the driver shows {used} bytes on {gpu}, over its slice of {limit}; action: {action}"
+                ),
+            ),
+            Happening::OverShare {
+                container,
+                gpu,
+                share,
+                over,
+                action,
+            } => (
+                "GPUSliceOverShare",
+                "Enforce",
+                format!(
+                    "container {container}: its processes kept {gpu} busier than {:.0}% of its time (its SM share and the tolerance) by {over:.2} s beyond its burst; action: {action}",
+                    share * 100.0
                 ),
             ),
         };

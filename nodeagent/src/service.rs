@@ -52,7 +52,7 @@ pub struct Config {
     pub backstop: Option<Backstop>,
     /// Publish the GPUs on this node's Kubernetes Node (`Some`), checking every interval.
     pub publish: Option<Duration>,
-    /// Post Kubernetes Events on the pods of refused, tampered and over-limit slices.
+    /// Post Kubernetes Events on the pods of refused, tampered, over-limit and over-share slices.
     pub kube_events: bool,
     /// The API server URL for publishing and events; `None`: in-cluster or $KUBECONFIG.
     pub kube_api: Option<String>,
@@ -142,7 +142,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         };
         if cfg.kube_events {
             tracing::info!(
-                "posting Kubernetes Events on the pods of refused, tampered and over-limit slices"
+                "posting Kubernetes Events on the pods of refused, tampered, over-limit and over-share slices"
             );
             shared.post_events_with(crate::events::EventSink::start(
                 client.clone(),

@@ -509,6 +509,20 @@ impl Holds {
         for (slice, balance) in &debts {
             if !self.in_debt.contains(slice) && self.announce(slice, now) {
                 let (container, uuid) = slice;
+                let pod = claims
+                    .iter()
+                    .find(|c| &c.container_id == container)
+                    .and_then(|c| c.pod.as_ref());
+                s.post_event(
+                    pod,
+                    crate::events::Happening::OverShare {
+                        container: crate::events::container_name(pod, container),
+                        gpu: uuid.clone(),
+                        share: shares[slice].0,
+                        over: -balance,
+                        action: self.cfg.action.to_string(),
+                    },
+                );
                 tracing::warn!(
                     container = %container,
                     gpu = %uuid,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use gpuslice_core::usage;
+use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, field, http, sim::SimNode, wait_for};
 use prometheus_parse::{Scrape, Value};
 
@@ -388,15 +389,22 @@ fn spin_around_the_library(sim: &SimNode, cgroup: &Cgroup, ms: u32) -> Command {
     c
 }
 
-/// Claims a slice with a 30% share for container "greedy", activated with a process in a
-/// cgroup of its own (named after `cgroup`); returns the cgroup and the process.
+/// Claims a slice with a 30% share for container "greedy" (container "step" of pod
+/// research/trainer), activated with a process in a cgroup of its own (named after
+/// `cgroup`); returns the cgroup and the process.
 async fn greedy_container(
     p: &gpuslice_agent_api::AgentProxy<'_>,
     cgroup: &str,
 ) -> (Cgroup, std::process::Child) {
     p.claim(
         "greedy",
-        ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")]),
+        ann(&[
+            ("gpuslice.io/memory", "1Gi"),
+            ("gpuslice.io/cores", "30"),
+            ("io.kubernetes.cri.sandbox-name", "trainer"),
+            ("io.kubernetes.cri.sandbox-namespace", "research"),
+            ("io.kubernetes.cri.container-name", "step"),
+        ]),
     )
     .await
     .unwrap();
@@ -414,7 +422,21 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
     // (30 s by default).
     let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
     let bus = Bus::start();
-    let mut agent = Agent::start(&agent_exe(), &bus, &sim, &["--sm-share-burst", "2s"]);
+    let api = ApiServer::start();
+    let mut agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &[
+            "--sm-share-burst",
+            "2s",
+            "--kube-events",
+            "--kube-api",
+            &api.url,
+            "--node-name",
+            "gpu-node-1",
+        ],
+    );
     let p = proxy(&bus.address).await;
     let (cgroup, mut init) = greedy_container(&p, "sm-greedy").await;
 
@@ -448,6 +470,23 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
     assert!(
         log.contains("beyond its share, its tolerance and its burst"),
         "the hold was not logged\n{log}"
+    );
+    // The pod's owner sees it in `kubectl describe pod research/trainer`.
+    let events = api.kube_events();
+    let e = events
+        .iter()
+        .find(|e| e["reason"] == "GPUSliceOverShare")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert_eq!(
+        (&e["regarding"]["namespace"], &e["regarding"]["name"]),
+        (&"research".into(), &"trainer".into())
+    );
+    let note = e["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("container step: its processes kept")
+            && note.contains("busier than 40% of its time")
+            && note.ends_with("action: throttle"),
+        "{note}"
     );
 
     // A stopping agent thaws what it holds; one killed leaves it frozen, and the next one

@@ -120,7 +120,8 @@ struct Args {
     #[arg(long)]
     publish_node: bool,
     /// Post Kubernetes Events (events.k8s.io/v1) on the pod of a slice refused, found
-    /// tampered with, or found over its slice, as `kubectl describe pod` shows them.
+    /// tampered with, found over its slice or over its SM share, as `kubectl describe pod`
+    /// shows them.
     #[arg(long)]
     kube_events: bool,
     /// API server URL for --publish-node and --kube-events; default: in-cluster
