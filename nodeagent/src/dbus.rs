@@ -288,6 +288,7 @@ impl Shared {
     pub fn status(&self) -> Status {
         let s = self.snapshot();
         let now = std::time::Instant::now();
+        let held: std::collections::BTreeSet<String> = self.freezer().held().cloned().collect();
         let sm_use = self
             .sm_use
             .lock()
@@ -309,6 +310,7 @@ impl Shared {
                 SliceStatus {
                     used_bytes: usage.unwrap_or_else(|_| vec![0; claim.gpus.len()]),
                     sm_used_percent,
+                    held: held.contains(&claim.container_id),
                     claim,
                 }
             })

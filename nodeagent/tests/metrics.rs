@@ -502,6 +502,17 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
         );
     };
     held(&agent);
+    // `gpuslice status` says so while it lasts.
+    let said = wait_for(Duration::from_secs(5), || {
+        let out = cli(&bus.address, &["status"]);
+        String::from_utf8_lossy(&out.stdout).contains("running (pid")
+            && String::from_utf8_lossy(&out.stdout).contains(", held over its SM share")
+    });
+    assert!(
+        said,
+        "{}",
+        String::from_utf8_lossy(&cli(&bus.address, &["status"]).stdout)
+    );
     agent.terminate();
     assert!(!cgroup.frozen(), "left frozen by the agent that stopped");
     agent.restart();

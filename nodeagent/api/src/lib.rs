@@ -24,6 +24,10 @@ pub struct SliceStatus {
     /// utilization) or has for under a second.
     #[serde(default)]
     pub sm_used_percent: Vec<Option<f64>>,
+    /// Whether the agent holds the container frozen now, for keeping a GPU busier than its
+    /// SM share, its tolerance and its burst.
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// Everything `gpuslice status` shows.

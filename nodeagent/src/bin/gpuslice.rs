@@ -231,10 +231,13 @@ fn print_status(s: &Status, whole_ids: bool) {
         "CONTAINER", "GPU", "LIMIT", "USED", "CORES", "SM USED"
     );
     for sl in &s.slices {
-        let state = match sl.claim.state {
+        let mut state = match sl.claim.state {
             ClaimState::Pending => "pending".to_string(),
             ClaimState::Active { pid, .. } => format!("running (pid {pid})"),
         };
+        if sl.held {
+            state.push_str(", held over its SM share");
+        }
         for (pos, g) in sl.claim.gpus.iter().enumerate() {
             let used = sl.used_bytes.get(pos).copied().unwrap_or(0);
             let cores = if g.cores == 0 {
