@@ -463,80 +463,13 @@ impl Holds {
         let now = Instant::now();
         let since_last = self.last.map_or(Duration::ZERO, |t| now.duration_since(t));
         self.last = Some(now);
-        let mut shares = BTreeMap::new();
-        for c in claims {
-            for g in c.gpus.iter().filter(|g| (1..100).contains(&g.cores)) {
-                let k = (c.container_id.clone(), g.uuid.clone());
-                if measured.contains(&k) {
-                    let burst = self.cfg.burst.map_or_else(
-                        || {
-                            let periods = period_us(&g.uuid).map_or(0.0, |p| {
-                                f64::from(BURST_PERIODS) * Duration::from_micros(p).as_secs_f64()
-                            });
-                            DEFAULT_BURST.as_secs_f64().max(periods)
-                        },
-                        |b| b.as_secs_f64(),
-                    );
-                    let earns = (f64::from(g.cores) / 100.0 + self.cfg.tolerance).min(1.0);
-                    shares.insert(k, (earns, burst));
-                }
-            }
-        }
+        let shares = self.shares(claims, measured, period_us);
         let debts = self.balances.pass(&shares, used, now);
         self.announced
             .retain(|(c, _), _| claims.iter().any(|claim| &claim.container_id == c));
         let mut freezer = s.freezer();
-        // The time held since the last pass, to the slices that held their containers.
-        for (container, uuid) in &self.in_debt {
-            if freezer.is_held(container) {
-                let gpu = claims
-                    .iter()
-                    .find(|c| &c.container_id == container)
-                    .and_then(|c| c.gpus.iter().find(|g| &g.uuid == uuid))
-                    .map(|g| g.index.to_string());
-                if let Some(gpu) = gpu {
-                    s.metrics.add_sm_throttled_seconds(
-                        SliceLabels {
-                            container: container.clone(),
-                            gpu,
-                            uuid: uuid.clone(),
-                        },
-                        since_last.as_secs_f64(),
-                    );
-                }
-            }
-        }
-        for (slice, balance) in &debts {
-            if !self.in_debt.contains(slice) && self.announce(slice, now) {
-                let (container, uuid) = slice;
-                let pod = claims
-                    .iter()
-                    .find(|c| &c.container_id == container)
-                    .and_then(|c| c.pod.as_ref());
-                s.post_event(
-                    pod,
-                    crate::events::Happening::OverShare {
-                        container: crate::events::container_name(pod, container),
-                        gpu: uuid.clone(),
-                        share: shares[slice].0,
-                        over: -balance,
-                        action: self.cfg.action.to_string(),
-                    },
-                );
-                tracing::warn!(
-                    container = %container,
-                    gpu = %uuid,
-                    share_and_tolerance = shares[slice].0,
-                    "the container used {:.2} s of the GPU's time beyond its share, its tolerance and its burst ({:.1} s); {}",
-                    -balance,
-                    shares[slice].1,
-                    match self.cfg.action {
-                        ShareAction::Log => "logged only (--over-share-action log)",
-                        ShareAction::Throttle => "holding it until its average is back within its share",
-                    }
-                );
-            }
-        }
+        self.count_time_held(s, &freezer, claims, since_last);
+        self.announce_debts(s, claims, &shares, &debts, now);
         self.in_debt = debts.keys().cloned().collect();
         let over: BTreeSet<&String> = match self.cfg.action {
             ShareAction::Log => BTreeSet::new(),
@@ -549,34 +482,142 @@ impl Holds {
             }
         }
         for id in over {
-            if freezer.is_held(id) {
+            if !freezer.is_held(id) {
+                self.hold(&mut freezer, claims, procs, id, now);
+            }
+        }
+    }
+
+    /// What each measured slice with a share earns (its share and the tolerance) and its
+    /// burst, in seconds.
+    fn shares(
+        &self,
+        claims: &[Claim],
+        measured: &BTreeSet<Slice>,
+        period_us: impl Fn(&str) -> Option<u64>,
+    ) -> BTreeMap<Slice, (f64, f64)> {
+        let mut shares = BTreeMap::new();
+        for c in claims {
+            for g in c.gpus.iter().filter(|g| (1..100).contains(&g.cores)) {
+                let k = (c.container_id.clone(), g.uuid.clone());
+                if !measured.contains(&k) {
+                    continue;
+                }
+                let burst = self.cfg.burst.map_or_else(
+                    || {
+                        let periods = period_us(&g.uuid).map_or(0.0, |p| {
+                            f64::from(BURST_PERIODS) * Duration::from_micros(p).as_secs_f64()
+                        });
+                        DEFAULT_BURST.as_secs_f64().max(periods)
+                    },
+                    |b| b.as_secs_f64(),
+                );
+                let earns = (f64::from(g.cores) / 100.0 + self.cfg.tolerance).min(1.0);
+                shares.insert(k, (earns, burst));
+            }
+        }
+        shares
+    }
+
+    /// Counts `since_last` as time held to each slice that was in debt at the last pass and
+    /// whose container has been held since.
+    fn count_time_held(
+        &self,
+        s: &crate::dbus::Shared,
+        freezer: &Freezer,
+        claims: &[Claim],
+        since_last: Duration,
+    ) {
+        for (container, uuid) in &self.in_debt {
+            if !freezer.is_held(container) {
                 continue;
             }
-            let file = claims
+            let gpu = claims
                 .iter()
-                .find(|c| &c.container_id == id)
-                .and_then(|c| self.freeze_file(c, procs));
-            let slice = debts
-                .keys()
-                .find(|(c, _)| c == id)
-                .cloned()
-                .unwrap_or_default();
-            match file.map(|f| freezer.hold(id, f)) {
-                Some(Ok(true)) => {
-                    tracing::debug!(container = %id, "held: over its SM share");
-                }
-                Some(Ok(false)) => {}
-                Some(Err(e)) => {
-                    if self.announce(&(slice.0, format!("{}: error", slice.1)), now) {
-                        tracing::error!(container = %id, "cannot hold the container over its SM share: {e}");
-                    }
-                }
-                None => {
-                    if self.announce(&(slice.0, format!("{}: no cgroup", slice.1)), now) {
-                        tracing::warn!(container = %id, "cannot hold the container over its SM share: its cgroup is not known (a claim never activated with the container's process, or a process in no cgroup of its own)");
-                    }
-                }
+                .find(|c| &c.container_id == container)
+                .and_then(|c| c.gpus.iter().find(|g| &g.uuid == uuid))
+                .map(|g| g.index.to_string());
+            if let Some(gpu) = gpu {
+                s.metrics.add_sm_throttled_seconds(
+                    SliceLabels {
+                        container: container.clone(),
+                        gpu,
+                        uuid: uuid.clone(),
+                    },
+                    since_last.as_secs_f64(),
+                );
             }
+        }
+    }
+
+    /// Logs each slice newly in debt, and posts an Event on its pod (at most once per
+    /// [`ANNOUNCE_EVERY`]).
+    fn announce_debts(
+        &mut self,
+        s: &crate::dbus::Shared,
+        claims: &[Claim],
+        shares: &BTreeMap<Slice, (f64, f64)>,
+        debts: &BTreeMap<Slice, f64>,
+        now: Instant,
+    ) {
+        for (slice, balance) in debts {
+            if self.in_debt.contains(slice) || !self.announce(slice, now) {
+                continue;
+            }
+            let (container, uuid) = slice;
+            let (earns, burst) = shares[slice];
+            let pod = claims
+                .iter()
+                .find(|c| &c.container_id == container)
+                .and_then(|c| c.pod.as_ref());
+            s.post_event(
+                pod,
+                crate::events::Happening::OverShare {
+                    container: crate::events::container_name(pod, container),
+                    gpu: uuid.clone(),
+                    share: earns,
+                    over: -balance,
+                    action: self.cfg.action.to_string(),
+                },
+            );
+            tracing::warn!(
+                container = %container,
+                gpu = %uuid,
+                share_and_tolerance = earns,
+                "the container used {:.2} s of the GPU's time beyond its share, its tolerance and its burst ({burst:.1} s); {}",
+                -balance,
+                match self.cfg.action {
+                    ShareAction::Log => "logged only (--over-share-action log)",
+                    ShareAction::Throttle => "holding it until its average is back within its share",
+                }
+            );
+        }
+    }
+
+    /// Freezes container `id`, or says why it cannot (at most once per [`ANNOUNCE_EVERY`]).
+    fn hold(
+        &mut self,
+        freezer: &mut Freezer,
+        claims: &[Claim],
+        procs: &Procs,
+        id: &str,
+        now: Instant,
+    ) {
+        let file = claims
+            .iter()
+            .find(|c| c.container_id == id)
+            .and_then(|c| self.freeze_file(c, procs));
+        let why = match file.map(|f| freezer.hold(id, f)) {
+            Some(Ok(true)) => {
+                tracing::debug!(container = %id, "held: over its SM share");
+                return;
+            }
+            Some(Ok(false)) => return,
+            Some(Err(e)) => e.to_string(),
+            None => "its cgroup is not known (a claim never activated with the container's process, or a process in no cgroup of its own)".to_string(),
+        };
+        if self.announce(&(id.to_string(), "cannot hold".to_string()), now) {
+            tracing::warn!(container = %id, "cannot hold the container over its SM share: {why}");
         }
     }
 
