@@ -62,8 +62,17 @@ pub enum ClaimState {
     /// Admitted at create; the container has not started yet.
     Pending,
     /// The container runs as `pid`, whose start time (clock ticks since boot, field 22 of
-    /// `/proc/<pid>/stat`) tells it apart from a later process with the same pid.
-    Active { pid: u32, start_time: u64 },
+    /// `/proc/<pid>/stat`) tells it apart from a later process with the same pid. `cgroups`
+    /// is its `/proc/<pid>/cgroup` when it was activated, as the agent read it: the
+    /// container's cgroups from then on, wherever the process moves itself later (root in a
+    /// container whose cgroup file system is writable can move its first process into a
+    /// cgroup of its own and leave the others outside it).
+    Active {
+        pid: u32,
+        start_time: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroups: Option<String>,
+    },
 }
 
 /// An admitted slice, as the ledger keeps it and as the D-Bus API returns it.

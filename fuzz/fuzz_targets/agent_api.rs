@@ -99,7 +99,7 @@ fuzz_target!(|text: &str| {
             }
             (Some("activate"), Some(id)) => {
                 let pid = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-                let _ = ledger.activate(id, pid, 1);
+                let _ = ledger.activate(id, pid, 1, None);
             }
             (Some("release"), Some(id)) => {
                 let _ = ledger.release(id);

@@ -84,6 +84,7 @@ fn main() {
             state: ClaimState::Active {
                 pid,
                 start_time: procs.start_time(pid).unwrap(),
+                cgroups: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok(),
             },
             created_unix_ms: 0,
             assigned_as: None,

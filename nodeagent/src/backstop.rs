@@ -126,6 +126,30 @@ pub struct Procs {
 }
 
 impl Procs {
+    /// The cgroups of the container a claim in `state` was activated for, while its process
+    /// runs (the same pid and start time): those recorded at activation, or for a claim
+    /// recorded without them (by an older agent), its process's now. `None` for a claim not
+    /// active, a process gone, or one in the root cgroups (in no container).
+    #[must_use]
+    pub fn container_cgroups(&self, state: &ClaimState) -> Option<Cgroups> {
+        let ClaimState::Active {
+            pid,
+            start_time,
+            cgroups,
+        } = state
+        else {
+            return None;
+        };
+        if self.start_time(*pid) != Some(*start_time) {
+            return None;
+        }
+        let cg = match cgroups {
+            Some(text) => Cgroups::parse(text),
+            None => self.cgroups(*pid)?,
+        };
+        (!cg.is_root()).then_some(cg)
+    }
+
     #[must_use]
     pub fn cgroups(&self, pid: u32) -> Option<Cgroups> {
         let text = std::fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()?;
@@ -258,20 +282,11 @@ pub fn attribute(
     procs: &Procs,
     regions: &[(String, FileId)],
 ) -> Vec<Attributed> {
-    // The cgroups of each running container, from the process it was activated with (still
-    // the same process: same start time).
+    // The cgroups of each running container, recorded when it was activated (its process
+    // still the same: same start time).
     let containers: Vec<(&Claim, Cgroups)> = claims
         .iter()
-        .filter_map(|c| match c.state {
-            ClaimState::Active { pid, start_time } => {
-                if procs.start_time(pid) != Some(start_time) {
-                    return None;
-                }
-                let cg = procs.cgroups(pid)?;
-                (!cg.is_root()).then_some((c, cg))
-            }
-            ClaimState::Pending => None,
-        })
+        .filter_map(|c| Some((c, procs.container_cgroups(&c.state)?)))
         .collect();
     samples
         .iter()
@@ -559,6 +574,33 @@ mod tests {
             }
             .mapped_in(maps)
         );
+    }
+
+    #[test]
+    fn a_containers_cgroups_are_those_recorded_at_activation_while_its_process_lives() {
+        let procs = Procs {
+            root: PathBuf::from("/proc"),
+        };
+        let me = std::process::id();
+        let start = procs.start_time(me).unwrap();
+        let active = |start_time, cgroups: Option<&str>| ClaimState::Active {
+            pid: me,
+            start_time,
+            cgroups: cgroups.map(str::to_string),
+        };
+        assert_eq!(
+            procs.container_cgroups(&active(start, Some("4:memory:/c1\n0::/c1\n"))),
+            Some(Cgroups::parse("4:memory:/c1\n0::/c1\n")),
+            "not this process's cgroups now"
+        );
+        assert_eq!(
+            procs.container_cgroups(&active(start, None)),
+            procs.cgroups(me).filter(|c| !c.is_root()),
+            "recorded by an older agent: read now"
+        );
+        assert_eq!(procs.container_cgroups(&active(start + 1, Some("4:memory:/c1\n"))), None);
+        assert_eq!(procs.container_cgroups(&active(start, Some("4:memory:/\n0::/\n"))), None);
+        assert_eq!(procs.container_cgroups(&ClaimState::Pending), None);
     }
 
     #[test]

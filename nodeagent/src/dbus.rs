@@ -514,7 +514,15 @@ impl AgentApi {
         self.blocking(move |s| {
             let start = process_start_time(&s.proc_root, pid)
                 .ok_or_else(|| ApiError::InvalidRequest(format!("pid {pid}: no such process")))?;
-            let claim = s.ledger().activate(&container_id, pid, start)?;
+            // The container's cgroups are those its process is in now: the runtime wrapper and
+            // the hooks report it before the container's own program runs, so nothing it
+            // does later (moving its first process elsewhere) changes which processes count
+            // as the container's.
+            let cgroups = std::fs::read_to_string(
+                s.proc_root.join(pid.to_string()).join("cgroup"),
+            )
+            .ok();
+            let claim = s.ledger().activate(&container_id, pid, start, cgroups)?;
             to_json(&claim)
         })
         .await

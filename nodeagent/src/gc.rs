@@ -1,9 +1,9 @@
 //! Garbage collection: releasing the claims of containers that are gone.
 //!
 //! Evidence, per claim state:
-//! - **Active** (the poststart hook reported the container's pid): the claim is released when
-//!   `/proc/<pid>` is gone, or when the process there started at another time than the one
-//!   recorded (the pid was reused).
+//! - **Active** (the container's pid was reported: by the runtime wrapper after create, or
+//!   by its createRuntime hook): the claim is released when `/proc/<pid>` is gone, or when
+//!   the process there started at another time than the one recorded (the pid was reused).
 //! - **Pending** (admitted at create, not yet started): the claim is released once it is older
 //!   than the pending timeout *and* no OCI runtime knows the container: no
 //!   `<root>/<id>/state.json` (runc, crun) or `<root>/<namespace>/<id>/state.json`
@@ -36,7 +36,9 @@ impl Evidence {
             return None;
         }
         match claim.state {
-            ClaimState::Active { pid, start_time } => {
+            ClaimState::Active {
+                pid, start_time, ..
+            } => {
                 match process_start_time(&self.proc_root, pid) {
                     None => Some(format!("process {pid} has exited")),
                     Some(t) if t != start_time => {
@@ -141,6 +143,7 @@ mod tests {
         let gone = ClaimState::Active {
             pid: u32::MAX - 1,
             start_time: 1,
+            cgroups: None,
         };
         let mut c = claim(gone, 0);
         assert!(e.gone(&c, 0).is_some(), "without an owner it is collected");
@@ -167,7 +170,8 @@ mod tests {
                 &claim(
                     ClaimState::Active {
                         pid: me,
-                        start_time: start
+                        start_time: start,
+                        cgroups: None,
                     },
                     0
                 ),
@@ -180,7 +184,8 @@ mod tests {
                 &claim(
                     ClaimState::Active {
                         pid: me,
-                        start_time: start + 1
+                        start_time: start + 1,
+                        cgroups: None,
                     },
                     0
                 ),
@@ -193,7 +198,8 @@ mod tests {
                 &claim(
                     ClaimState::Active {
                         pid: u32::MAX - 1,
-                        start_time: 1
+                        start_time: 1,
+                        cgroups: None,
                     },
                     0
                 ),

@@ -423,13 +423,28 @@ impl Ledger {
         container_id: &str,
         pid: u32,
         start_time: u64,
+        cgroups: Option<String>,
     ) -> Result<Claim, LedgerError> {
         let claim = self
             .claims
             .get(container_id)
             .ok_or_else(|| LedgerError::NotFound(container_id.to_string()))?;
         let mut updated = claim.clone();
-        updated.state = ClaimState::Active { pid, start_time };
+        // The same process reported again (a hook after the wrapper) keeps the cgroups read
+        // first, before the container's program could move it.
+        let cgroups = match &claim.state {
+            ClaimState::Active {
+                pid: p,
+                start_time: t,
+                cgroups: Some(first),
+            } if (*p, *t) == (pid, start_time) => Some(first.clone()),
+            _ => cgroups,
+        };
+        updated.state = ClaimState::Active {
+            pid,
+            start_time,
+            cgroups,
+        };
         if updated != *claim {
             self.store.put(&updated)?;
             self.claims

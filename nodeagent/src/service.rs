@@ -247,7 +247,7 @@ pub async fn run(cfg: Config) -> Result<()> {
         tracing::info!(action = %holds.action, burst = ?holds.burst, "the SM share's backstop acts on each slice's SM time");
         std::thread::Builder::new()
             .name("sm-time".into())
-            .spawn(move || crate::sm_time::run(&s, &library, every, Some(holds)))
+            .spawn(move || crate::sm_time::run(&s, &library, every, holds))
             .context("failed to start the SM time thread")?;
     }
 
@@ -521,7 +521,9 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                     }
                     Action::Stop => {
                         let first = claims.iter().find_map(|c| match c.state {
-                            gpuslice_core::ClaimState::Active { pid, start_time }
+                            gpuslice_core::ClaimState::Active {
+                                pid, start_time, ..
+                            }
                                 if c.container_id == v.container_id =>
                             {
                                 Some((pid, start_time))

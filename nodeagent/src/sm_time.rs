@@ -141,12 +141,12 @@ impl<K: Ord + Clone> Meter<K> {
 /// containers every `every`, counted in `gpuslice_slice_sm_seconds_total`, until the agent
 /// exits. A process gone before its sample is read is known from the samples before (pids
 /// seen in the last minute, and only while no other process has the pid).
-/// With `holds`, the SM share's backstop acts on each pass's count ([`crate::throttle`]).
+/// The SM share's backstop, `holds`, acts on each pass's count ([`crate::throttle`]).
 pub(crate) fn run(
     s: &crate::dbus::Shared,
     library: &std::path::Path,
     every: Duration,
-    holds: Option<crate::throttle::ShareBackstop>,
+    holds: crate::throttle::ShareBackstop,
 ) {
     let nvml = match nvml_wrapper::Nvml::builder()
         .lib_path(library.as_os_str())
@@ -160,20 +160,6 @@ pub(crate) fn run(
             return;
         }
     };
-    if let Some(h) = holds
-        .as_ref()
-        .filter(|h| h.action == crate::throttle::ShareAction::Throttle)
-    {
-        match crate::throttle::see_host_cgroups(&h.host_cgroup_namespace) {
-            Ok(true) => {
-                tracing::info!("joined the host's cgroup namespace to find the containers' cgroups")
-            }
-            Ok(false) => {}
-            Err(e) => tracing::warn!(
-                "{e}: containers in cgroups outside the agent's own cgroup namespace cannot be held to their SM share"
-            ),
-        }
-    }
     let mut pass = Pass {
         procs: Procs {
             root: s.proc_root.clone(),
@@ -181,7 +167,7 @@ pub(crate) fn run(
         meter: Meter::default(),
         recent: BTreeMap::new(),
         unsupported: BTreeSet::new(),
-        holds: holds.map(crate::throttle::Holds::new),
+        holds: crate::throttle::Holds::new(holds),
     };
     loop {
         std::thread::sleep(every);
@@ -197,8 +183,8 @@ struct Pass {
     recent: BTreeMap<u32, (String, Instant)>,
     /// GPUs whose driver gives no per-process utilization (warned once).
     unsupported: BTreeSet<String>,
-    /// The SM share's backstop, where it runs.
-    holds: Option<crate::throttle::Holds>,
+    /// The SM share's backstop.
+    holds: crate::throttle::Holds,
 }
 
 impl Pass {
@@ -290,12 +276,11 @@ impl Pass {
                 }
             }
         }
-        if let Some(holds) = &mut self.holds {
-            let meter = &self.meter;
-            holds.pass(s, &claims, &self.procs, &measured, &counted, |uuid| {
+        let meter = &self.meter;
+        self.holds
+            .pass(s, &claims, &self.procs, &measured, &counted, |uuid| {
                 meter.period_us(uuid)
             });
-        }
         s.note_sm_use(&measured, counted);
     }
 }

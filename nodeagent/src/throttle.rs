@@ -34,7 +34,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpuslice_core::{Claim, ClaimState};
+use gpuslice_core::Claim;
 
 use crate::backstop::{Cgroups, Procs};
 use crate::metrics::SliceLabels;
@@ -80,9 +80,6 @@ pub struct ShareBackstop {
     /// The share of the GPU's time (0 to 1) a slice may use beyond its own, on average,
     /// before it is held: the driver's count is right over many periods, not in each.
     pub tolerance: f64,
-    /// The cgroup namespace in which containers' cgroups are found (`/proc/1/ns/cgroup` of
-    /// the host's proc: the host's), joined where the agent's own is another.
-    pub host_cgroup_namespace: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -410,10 +407,12 @@ pub struct Holds {
     announced: BTreeMap<Slice, Instant>,
 }
 
-/// Makes the calling thread see cgroups as the host does: it joins the cgroup namespace
-/// `host` (the host's first process's) where its own is another (an agent in a pod has a
-/// cgroup namespace of its own, in which other pods' cgroups are not below its root and show
-/// as `/../..`). Returns whether it did.
+/// Makes the calling thread, and the threads it starts from then on, see cgroups as the host
+/// does: it joins the cgroup namespace `host` (the host's first process's) where its own is
+/// another (an agent in a pod has a cgroup namespace of its own, in which other pods'
+/// cgroups are not below its root and show as `/../..`, and cannot be found to be frozen).
+/// The agent calls it before it starts any thread, so that every cgroup it reads and
+/// records is read in the same namespace. Returns whether it joined.
 pub fn see_host_cgroups(host: &Path) -> Result<bool, ThrottleError> {
     use std::os::unix::fs::MetadataExt;
     let own = Path::new("/proc/thread-self/ns/cgroup");
@@ -432,7 +431,7 @@ pub fn see_host_cgroups(host: &Path) -> Result<bool, ThrottleError> {
 
 impl Holds {
     /// What the calling thread needs to hold containers: call it on the thread that will
-    /// (after [`see_host_cgroups`]).
+    /// (which sees cgroups as the host does: [`see_host_cgroups`]).
     #[must_use]
     pub fn new(cfg: ShareBackstop) -> Self {
         Self {
@@ -621,15 +620,9 @@ impl Holds {
         }
     }
 
-    /// The freezer of claim `c`'s container: the cgroup of the process it was activated with.
+    /// The freezer of claim `c`'s container: of the cgroup recorded when it was activated.
     fn freeze_file(&self, c: &Claim, procs: &Procs) -> Option<FreezeFile> {
-        let ClaimState::Active { pid, start_time } = c.state else {
-            return None;
-        };
-        if procs.start_time(pid) != Some(start_time) {
-            return None;
-        }
-        let cgroups = procs.cgroups(pid)?;
+        let cgroups = procs.container_cgroups(&c.state)?;
         self.hierarchies.freeze_file(&cgroups, &self.own)
     }
 

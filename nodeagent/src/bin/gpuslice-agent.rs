@@ -151,9 +151,9 @@ struct Args {
     /// agent holds it (the driver's count is right over many periods, not in each).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
     sm_share_tolerance: u32,
-    /// The cgroup namespace in which the containers' cgroups are found and frozen, joined
-    /// where the agent's own is another (an agent in a pod). Default: that of the host's
-    /// first process, `<proc-root>/1/ns/cgroup`.
+    /// The cgroup namespace in which the containers' cgroups are read, recorded and frozen,
+    /// joined at start where the agent's own is another (an agent in a pod). Default: that of
+    /// the host's first process, `<proc-root>/1/ns/cgroup`.
     #[arg(long)]
     host_cgroup_namespace: Option<PathBuf>,
     /// The proc filesystem holding the containers' processes.
@@ -261,7 +261,6 @@ fn main() -> Result<std::process::ExitCode> {
             },
             burst: args.sm_share_burst,
             tolerance: f64::from(args.sm_share_tolerance) / 100.0,
-            host_cgroup_namespace,
         },
         trust: gpuslice_nodeagent::ledger::Trust {
             key: args
@@ -278,6 +277,17 @@ fn main() -> Result<std::process::ExitCode> {
             },
         },
     };
+    // Before any thread starts: every thread then reads cgroups in the host's namespace.
+    match gpuslice_nodeagent::throttle::see_host_cgroups(&host_cgroup_namespace) {
+        Ok(true) => tracing::info!(
+            namespace = %host_cgroup_namespace.display(),
+            "joined the host's cgroup namespace to read the containers' cgroups"
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            "{e}: containers in cgroups outside the agent's own cgroup namespace cannot be held to their SM share"
+        ),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -61,7 +61,7 @@ enum Command {
         #[command(subcommand)]
         command: CdiCommand,
     },
-    /// Record the pid of a claimed container (as the poststart hook does).
+    /// Record the pid of a claimed container (as the runtime wrapper and its createRuntime hook do).
     Activate { container_id: String, pid: u32 },
     /// Release a container's claim (as the poststop hook does).
     Release { container_id: String },

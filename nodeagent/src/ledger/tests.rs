@@ -57,6 +57,30 @@ fn a_claim_writes_the_limits_directory_and_survives_reopening() {
 }
 
 #[test]
+fn the_cgroups_read_at_activation_are_kept_across_reopening_and_a_second_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(dir.path());
+    l.claim("c1", &mem("1Gi"), 1).unwrap();
+    let first = Some("4:memory:/c1\n".to_string());
+    l.activate("c1", 7, 100, first.clone()).unwrap();
+    drop(l);
+    let mut l = open(dir.path());
+    let cgroups = |l: &Ledger| match &l.get("c1").unwrap().state {
+        ClaimState::Active { cgroups, .. } => cgroups.clone(),
+        ClaimState::Pending => panic!("not active"),
+    };
+    assert_eq!(cgroups(&l), first);
+    // The same process reported again after it moved: what was read first stands.
+    l.activate("c1", 7, 100, Some("4:memory:/c1/escape\n".into()))
+        .unwrap();
+    assert_eq!(cgroups(&l), first);
+    // Another process (a restarted container) is read afresh.
+    let second = Some("4:memory:/c1\n0::/c1\n".to_string());
+    l.activate("c1", 8, 200, second.clone()).unwrap();
+    assert_eq!(cgroups(&l), second);
+}
+
+#[test]
 fn a_retried_claim_gets_the_same_answer_and_a_changed_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(dir.path());
