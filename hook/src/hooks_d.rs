@@ -17,7 +17,7 @@ pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
 pub enum Engine {
     /// podman: one precreate hook, which edits the spec as the runtime wrapper does.
     Podman,
-    /// CRI-O: prestart, poststart and poststop hooks.
+    /// CRI-O: prestart (which also reports the pid) and poststop hooks.
     CriO,
 }
 
@@ -28,7 +28,6 @@ pub fn files(engine: Engine, binary: &Path, env: &[String]) -> Vec<(String, Valu
         Engine::Podman => &[("gpuslice-precreate.json", "precreate")],
         Engine::CriO => &[
             ("gpuslice-crio.json", "prestart"),
-            ("gpuslice-crio-poststart.json", "poststart"),
             ("gpuslice-crio-poststop.json", "poststop"),
         ],
     };
@@ -203,7 +202,7 @@ mod tests {
             env: vec![DEFAULT_PATH.to_string()],
         };
         let written = install(&r).unwrap();
-        assert_eq!(written.len(), 3);
+        assert_eq!(written.len(), 2);
         let v: Value =
             serde_json::from_str(&std::fs::read_to_string(&written[0]).unwrap()).unwrap();
         assert_eq!(v["hook"]["path"], "/opt/gpuslice/bin/gpuslice-hook");

@@ -3,10 +3,12 @@
 //! - `precreate` (podman hooks.d): the OCI spec on stdin; claims a slice for a container with
 //!   gpuslice annotations and writes the edited spec to stdout (the same edit as
 //!   `gpuslice-runtime`); any other spec is written back byte for byte;
-//! - `prestart` / `createRuntime`: for engines that can only run hooks, claims the slice and
-//!   injects it imperatively (see [`prestart`]);
-//! - `poststart`: tells the agent the container's pid (`Activate`), the evidence that lets it
-//!   collect the claim when the container is gone;
+//! - `prestart` / `createRuntime`: for engines that can only run hooks, claims the slice,
+//!   injects it imperatively and reports the container's pid (see [`prestart`]);
+//! - `activate` (createRuntime; `poststart` in earlier versions' specs): tells the agent the
+//!   container's pid (`Activate`) before the container's program runs, so that the agent
+//!   reads the container's cgroups before anything in it can move; the pid is also the
+//!   evidence that lets the agent collect the claim when the container is gone;
 //! - `poststop`: releases the claim (`Release`; idempotent);
 //! - `claim-gpu UUID…` (createRuntime) and `release-gpu UUID…` (poststop): the hooks of the
 //!   whole-GPU CDI devices (`gpuslice cdi generate`): the container claims its GPUs whole
@@ -108,7 +110,8 @@ fn run(verb: &str, args: &[String]) -> Result<()> {
                 .with_context(|| format!("container {}: the state has no pid", state.id))?;
             prestart::prestart(&state.id, pid, &state.bundle)?;
         }
-        "poststart" => {
+        // `poststart`: the name the hook had in specs and hooks files of earlier versions.
+        "activate" | "poststart" => {
             let state = read_state()?;
             let pid = state
                 .pid
@@ -297,7 +300,7 @@ fn update_ldcache(bundle: &Path) -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: gpuslice-hook precreate|prestart|createRuntime|poststart [--claim NAME]|poststop|update-ldcache < state.json\n       gpuslice-hook claim-gpu|release-gpu UUID... < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]...";
+const USAGE: &str = "usage: gpuslice-hook precreate|prestart|createRuntime|activate [--claim NAME]|poststop|update-ldcache < state.json\n       gpuslice-hook claim-gpu|release-gpu UUID... < state.json\n       gpuslice-hook install-hooks --dir DIR [--engine podman|cri-o] [--binary PATH] [--env KEY=VALUE]...";
 
 fn main() -> ExitCode {
     let Some(verb) = std::env::args().nth(1) else {

@@ -36,7 +36,9 @@ pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
     else {
         return Ok(());
     };
-    let result = inject_into(pid, &inject::rootfs(&spec, Some(bundle)), &edits, &spec);
+    // The pid is reported here, before the container's program runs (see `activate`).
+    let result = inject_into(pid, &inject::rootfs(&spec, Some(bundle)), &edits, &spec)
+        .and_then(|()| inject::activate(id, pid, &cfg));
     if result.is_err() {
         let _ = inject::release(id, None, &cfg);
     }

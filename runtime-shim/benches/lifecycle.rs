@@ -2,7 +2,7 @@
 //! interleaved in one run: a container without a GPU (pure pass-through) and a GPU container
 //! (claim, spec edit, hooks, release). Containers are created with `--pid-file`, as containerd
 //! and podman create them; a fourth kind, a GPU container created without one (its pid is
-//! reported by a poststart hook), shows what the wrapper's own report saves, and a fifth, a
+//! reported by a createRuntime hook), shows what the wrapper's own report saves, and a fifth, a
 //! GPU container whose wrapper reaches the agent over the bus instead of the agent's private
 //! socket, what the socket saves. Prints medians and the ratio / difference.
 //!

@@ -196,8 +196,8 @@ pub fn remove(dir: &Path, file: &str) -> Result<(), CdiError> {
 
 /// The spec of the slice `edits` were made for (its claim `name`): the device `name` with
 /// every edit the wrapper makes, except the hooks that name the container, which a CDI
-/// device cannot know: its poststart hook reports the pid for the claim `name`
-/// (`gpuslice-hook poststart --claim NAME`), and the claim is released by whoever made it,
+/// device cannot know: its createRuntime hook reports the pid for the claim `name`
+/// (`gpuslice-hook activate --claim NAME`), and the claim is released by whoever made it,
 /// or collected by the agent once the reported process is gone, not at poststop. One
 /// container at a time uses a slice device: a second one's pid replaces the first's.
 #[must_use]
@@ -205,7 +205,7 @@ pub fn slice(name: &str, edits: &Edits, driver_root: &Path) -> Value {
     let mut edits = edits.clone();
     edits.hooks.retain(|h| h.point != HookPoint::Poststop);
     for h in &mut edits.hooks {
-        if h.point == HookPoint::Poststart {
+        if h.point == HookPoint::CreateRuntime {
             h.args.extend(["--claim".to_string(), name.to_string()]);
         }
     }
@@ -364,7 +364,7 @@ mod tests {
                     "deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/host/dev/nvidia0"}],
                     "mounts": [{"hostPath": "/host/run/gpuslice/web", "containerPath": "/run/gpuslice"},
                                {"hostPath": "/hostile/x", "containerPath": "/x"}],
-                    "hooks": [{"hookName": "poststart", "path": "/host/usr/bin/gpuslice-hook"}]
+                    "hooks": [{"hookName": "createRuntime", "path": "/host/usr/bin/gpuslice-hook"}]
                 }),
             )],
             Some(

@@ -16,8 +16,11 @@ pub const INTERCEPTION_LIBRARY: &str = "/usr/lib/gpuslice/libgpuslice.so";
 /// A lifecycle point of the OCI runtime spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookPoint {
+    /// After the runtime made the container (its cgroups included), before its program
+    /// runs: the container's pid is reported here, so that its cgroups are read before
+    /// anything in it can move.
+    CreateRuntime,
     CreateContainer,
-    Poststart,
     Poststop,
 }
 
@@ -26,8 +29,8 @@ impl HookPoint {
     #[must_use]
     pub fn key(self) -> &'static str {
         match self {
+            Self::CreateRuntime => "createRuntime",
             Self::CreateContainer => "createContainer",
-            Self::Poststart => "poststart",
             Self::Poststop => "poststop",
         }
     }
@@ -155,7 +158,7 @@ impl Edits {
             )],
             hooks: vec![
                 hook(HookPoint::CreateContainer, "update-ldcache"),
-                hook(HookPoint::Poststart, "poststart"),
+                hook(HookPoint::CreateRuntime, "activate"),
                 hook(HookPoint::Poststop, "poststop"),
             ],
         })

@@ -121,10 +121,10 @@ pub fn prepare(inv: &Invocation, cfg: &Config) -> Result<bool> {
 pub enum Reporting {
     /// The wrapper: it releases after the runtime's `delete`, so no poststop hook is needed;
     /// with `reports_pid` (the engine asked the runtime for a pid file) it also reports the
-    /// pid after the runtime's `create`, so no poststart hook is needed either. Each hook
+    /// pid after the runtime's `create`, so no createRuntime hook is needed either. Each hook
     /// left out saves a process and a connection to the agent per container.
     ByWrapper { reports_pid: bool },
-    /// Hooks (poststart, poststop): for `run`, which deletes inside the runtime, and for
+    /// Hooks (createRuntime, poststop): for `run`, which deletes inside the runtime, and for
     /// engines that create containers without the wrapper.
     ByHooks,
 }
@@ -416,7 +416,7 @@ fn plan(
     if let Reporting::ByWrapper { reports_pid } = release_by {
         edits.hooks.retain(|h| {
             h.point != crate::edits::HookPoint::Poststop
-                && !(reports_pid && h.point == crate::edits::HookPoint::Poststart)
+                && !(reports_pid && h.point == crate::edits::HookPoint::CreateRuntime)
         });
     }
     Ok(edits)
@@ -433,7 +433,7 @@ pub fn release(id: &str, owner: Option<&str>, cfg: &Config) -> Result<bool> {
     })
 }
 
-/// Reports that container `id` runs as `pid` (what the poststart hook does otherwise).
+/// Reports that container `id` runs as `pid` (what the createRuntime hook does otherwise).
 pub fn activate(id: &str, pid: u32, cfg: &Config) -> Result<()> {
     with_agent(cfg, |agent| async move { agent.activate(id, pid).await }).map(|_| ())
 }

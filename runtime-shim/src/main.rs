@@ -138,7 +138,7 @@ fn run_then_release(
 }
 
 /// Reports the pid of a container the runtime has just created (read from the pid file the
-/// engine asked for), in place of a poststart hook. A container whose pid the agent did not
+/// engine asked for), in place of a createRuntime hook. A container whose pid the agent did not
 /// take is deleted and its slice released: it would otherwise run on a claim the agent
 /// counts as never started.
 fn report_pid(

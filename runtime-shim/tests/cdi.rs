@@ -70,7 +70,7 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
     let out = podman(&node, &args);
     assert!(out.status.success(), "podman run failed:\n{}", text(&out));
     common::assert_gpu_checks(&text(&out));
-    // The poststart hook reported the container's pid for the claim; the claim stays until
+    // The createRuntime hook reported the container's pid for the claim; the claim stays until
     // it is released (or the agent collects it, the process being gone).
     let s = node.status();
     assert_eq!(s.slices.len(), 1, "{s:?}");

@@ -1,5 +1,5 @@
 //! podman with the packaged precreate hook (hooks.d): the hook claims the slice and edits the
-//! spec; runc runs the poststart and poststop hooks it added.
+//! spec; runc runs the createRuntime and poststop hooks it added.
 
 mod common;
 

@@ -1,6 +1,7 @@
-//! An engine that can only run hooks: plain runc with gpuslice-hook as prestart, poststart and
-//! poststop hooks, no wrapper and no spec edit. The prestart hook injects the slice into the
-//! container's mount namespace and opens its cgroup v1 device controller to the GPU.
+//! An engine that can only run hooks: plain runc with gpuslice-hook as prestart and poststop
+//! hooks (CRI-O's hooks.d files), no wrapper and no spec edit. The prestart hook injects the
+//! slice into the container's mount namespace, opens its cgroup v1 device controller to the
+//! GPU and reports the container's pid.
 
 mod common;
 
@@ -24,7 +25,6 @@ fn runc_with_only_the_hooks_gets_the_slice_injected_at_prestart() {
     let hook = |verb: &str| serde_json::json!({"path": binary("gpuslice-hook"), "args": ["gpuslice-hook", verb], "env": env});
     spec["hooks"] = serde_json::json!({
         "prestart": [hook("prestart")],
-        "poststart": [hook("poststart")],
         "poststop": [hook("poststop")],
     });
     std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
@@ -32,6 +32,18 @@ fn runc_with_only_the_hooks_gets_the_slice_injected_at_prestart() {
 
     let out = node.runc(&["create", "--bundle", &b, "hooked1"]);
     assert!(out.status.success(), "create failed: {}", text(&out));
+    // The prestart hook reported the pid before the container's program runs.
+    assert!(
+        matches!(
+            node.status().slices[0].claim.state,
+            gpuslice_core::ClaimState::Active {
+                cgroups: Some(_),
+                ..
+            }
+        ),
+        "{:?}",
+        node.status().slices
+    );
     let out = node.runc(&["start", "hooked1"]);
     assert!(out.status.success(), "start failed: {}", text(&out));
     let s = node.status();

@@ -30,7 +30,7 @@ fn a_gpu_container_run_by_runc_through_the_wrapper_gets_its_slice() {
     assert_eq!(claim.container_id, "gpu1");
     assert!(
         matches!(claim.state, gpuslice_core::ClaimState::Active { .. }),
-        "poststart did not activate: {claim:?}"
+        "the createRuntime hook did not activate: {claim:?}"
     );
     assert_eq!(claim.gpus[0].minor, 0);
 
@@ -496,7 +496,7 @@ fn a_container_sees_only_the_gpu_of_its_slice_through_cuda_and_nvml() {
 }
 
 #[test]
-fn a_create_with_a_pid_file_reports_the_pid_itself_and_the_container_carries_no_poststart_hook() {
+fn a_create_with_a_pid_file_reports_the_pid_itself_and_the_container_carries_no_activation_hook() {
     let node = Node::new();
     let b = node.bundle(
         "pidfile",
@@ -527,7 +527,7 @@ fn a_create_with_a_pid_file_reports_the_pid_itself_and_the_container_carries_no_
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(b.join("config.json")).unwrap()).unwrap();
     assert!(
-        spec["hooks"]["poststart"]
+        spec["hooks"]["createRuntime"]
             .as_array()
             .is_none_or(Vec::is_empty),
         "{}",

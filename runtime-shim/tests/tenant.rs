@@ -712,3 +712,70 @@ fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
     );
     assert!(node.status().slices.is_empty());
 }
+
+#[test]
+fn root_in_the_container_moving_its_first_process_to_a_cgroup_of_its_own_leaves_its_others_charged()
+{
+    let node = Node::with_agent_args(&[
+        "--enforce-interval",
+        "200ms",
+        "--over-limit-action",
+        "kill",
+        "--over-limit-tolerance",
+        "0",
+    ]);
+    // The container's cgroup file system is writable (as for a container run in systemd
+    // mode). Its first process, the one the container was activated with, starts a process
+    // that goes around the library two seconds later (the real driver by its private path,
+    // 512 MiB in a 256 MiB slice), then moves itself into a cgroup of its own in every
+    // hierarchy it can, leaving that process in the container's cgroup above it.
+    let script = "(sleep 2; sleep 600 | /usr/bin/door path 536870912) & \
+        for d in /sys/fs/cgroup/*/; do mkdir -p \"$d\"escape && echo $$ > \"$d\"escape/cgroup.procs; done; \
+        exec sleep 600";
+    let bundle = node.bundle(
+        "mover",
+        &["/bin/sh", "-c", script],
+        &[("gpuslice.io/memory", "256Mi")],
+    );
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for m in spec["mounts"].as_array_mut().unwrap() {
+        if m["type"] == "cgroup" {
+            m["options"] = serde_json::json!(["nosuid", "noexec", "nodev", "relatime", "rw"]);
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
+    start(&node, &bundle.display().to_string(), "mover1");
+    // The move happened: the first process is in a cgroup below the container's.
+    let state: serde_json::Value =
+        serde_json::from_str(&text(&node.runc(&["state", "mover1"]))).unwrap();
+    let init = state["pid"].as_u64().unwrap();
+    let moved = wait_for(Duration::from_secs(5), || {
+        std::fs::read_to_string(format!("/proc/{init}/cgroup"))
+            .is_ok_and(|c| c.contains("/mover1/escape"))
+    });
+    assert!(
+        moved,
+        "{}",
+        std::fs::read_to_string(format!("/proc/{init}/cgroup")).unwrap_or_default()
+    );
+    // The process left in the container's own cgroup is still the container's: caught over
+    // its slice and killed; the first process runs on.
+    let caught = wait_for(Duration::from_secs(10), || {
+        node.agent
+            .log()
+            .lines()
+            .any(|l| l.contains("mover1") && l.contains("over its slice") && l.contains("action=kill"))
+    });
+    assert!(caught, "{}", node.agent.log());
+    let gone = wait_for(Duration::from_secs(5), || {
+        !processes(&node, "mover1")
+            .lines()
+            .any(|l| l.contains("/usr/bin/door") && !l.contains("sh -c"))
+    });
+    assert!(gone, "{}", processes(&node, "mover1"));
+    assert!(std::path::Path::new(&format!("/proc/{init}")).exists());
+    stop(&node, "mover1");
+}
