@@ -667,23 +667,25 @@ fn root_in_the_container_meets_the_wall_on_the_memory_the_driver_takes_by_itself
     stop(&node, "contexts1");
 }
 
-#[test]
-fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
-    // 1 µs a block on the simulated T4s, whose NVML names one process per sixth of a second;
-    // the agent at its defaults (throttle, a tolerance of 10 points) but for a burst of 2 s.
+/// Runs `script` as root in a container `id` of a 30% slice, whose `/door` holds a
+/// `libcuda.so.1` that is the real driver at the private path it is mounted at (so a program
+/// run with `LD_LIBRARY_PATH=/door` launches around the interception library), on an agent at
+/// its defaults but for a burst of 2 s; with `writable_cgroups`, the container's cgroup file
+/// system is mounted read-write. Returns what the container printed and the agent's log.
+fn around_the_pacing(id: &str, script: &str, writable_cgroups: bool) -> (String, String) {
+    // 1 µs a block on the simulated T4s, whose NVML names one process per sixth of a second.
     let node = Node::on(
         gpuslice_testsupport::sim::SimNode::with_kernel_time(2, "T4", None, 1_000),
         &["--sm-share-burst", "2s"],
     );
-    // `spin` finds a libcuda.so.1 of its own first: the real driver at the private path it is
-    // mounted at, so the interception library never sees its launches. Flat out for 13 s,
-    // measured after the first 5 (its burst is spent by then).
-    let script = "SPIN_WARMUP_MS=5000 LD_LIBRARY_PATH=/door exec /usr/bin/spin 1000 13000";
     let bundle = node.bundle(
-        "hog",
+        id,
         &["/bin/sh", "-c", script],
         &[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/cores", "30")],
     );
+    if writable_cgroups {
+        writable_cgroup_mounts(&bundle);
+    }
     let b = bundle.display().to_string();
     copy_program(&node, &b, "spin");
     std::fs::create_dir_all(bundle.join("rootfs/door")).unwrap();
@@ -692,13 +694,19 @@ fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
         bundle.join("rootfs/door/libcuda.so.1"),
     )
     .unwrap();
-    let out = node.wrapper(&["run", "--bundle", &b, "hog1"]);
+    let out = node.wrapper(&["run", "--bundle", &b, &format!("{id}1")]);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    let log = node.agent.log();
+    assert!(node.status().slices.is_empty());
+    (t, node.agent.log())
+}
+
+/// Asserts that `spin` (its output in `t`) kept the GPU busy for the 30% share and the
+/// default 10-point tolerance after its burst, and that the agent held container `id`.
+fn assert_held_to_its_share(id: &str, t: &str, log: &str) {
     let (used, elapsed) = (
-        field::<f64>(&t, "warm_blocks") * 1e-6,
-        field::<f64>(&t, "warm_elapsed_ns") * 1e-9,
+        field::<f64>(t, "warm_blocks") * 1e-6,
+        field::<f64>(t, "warm_elapsed_ns") * 1e-9,
     );
     eprintln!("used {used:.2} s of {elapsed:.2} s");
     assert!(
@@ -707,10 +715,59 @@ fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
     );
     assert!(
         log.lines()
-            .any(|l| l.contains("hog1") && l.contains("beyond its share")),
+            .any(|l| l.contains(id) && l.contains("beyond its share")),
         "{log}"
     );
-    assert!(node.status().slices.is_empty());
+}
+
+/// Mounts the container's cgroup file system read-write (as for a container in systemd mode).
+fn writable_cgroup_mounts(bundle: &std::path::Path) {
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for m in spec["mounts"].as_array_mut().unwrap() {
+        if m["type"] == "cgroup" {
+            m["options"] = serde_json::json!(["nosuid", "noexec", "nodev", "relatime", "rw"]);
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+}
+
+/// Moves the shell running it into a cgroup `escape` below the container's, in every
+/// hierarchy it can.
+const MOVE_FIRST_PROCESS: &str =
+    "for d in /sys/fs/cgroup/*/; do mkdir -p \"$d\"escape && echo $$ > \"$d\"escape/cgroup.procs; done";
+
+#[test]
+fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
+    // `spin` finds a libcuda.so.1 of its own first, so the interception library never sees
+    // its launches. Flat out for 13 s, measured after the first 5 (its burst is spent by
+    // then).
+    let (t, log) = around_the_pacing(
+        "hog",
+        "SPIN_WARMUP_MS=5000 LD_LIBRARY_PATH=/door exec /usr/bin/spin 1000 13000",
+        false,
+    );
+    assert_held_to_its_share("hog1", &t, &log);
+}
+
+#[test]
+fn root_in_the_container_moving_its_first_process_away_from_a_process_launching_around_the_pacing_is_held_whole()
+{
+    // The first process starts the same `spin` in the container's cgroup, then moves itself
+    // into a cgroup below it: the agent freezes the container's cgroup, recorded when it was
+    // activated, and everything below it, not the one the first process went to.
+    let script = format!(
+        "SPIN_WARMUP_MS=5000 LD_LIBRARY_PATH=/door /usr/bin/spin 1000 13000 & {MOVE_FIRST_PROCESS}; \
+         grep freezer /proc/self/cgroup; wait"
+    );
+    let (t, log) = around_the_pacing("shifter", &script, true);
+    assert!(
+        t.lines()
+            .any(|l| l.contains("freezer:") && l.ends_with("/escape")),
+        "the first process did not move: {t}"
+    );
+    assert_held_to_its_share("shifter1", &t, &log);
 }
 
 #[test]
@@ -729,23 +786,15 @@ fn root_in_the_container_moving_its_first_process_to_a_cgroup_of_its_own_leaves_
     // that goes around the library two seconds later (the real driver by its private path,
     // 512 MiB in a 256 MiB slice), then moves itself into a cgroup of its own in every
     // hierarchy it can, leaving that process in the container's cgroup above it.
-    let script = "(sleep 2; sleep 600 | /usr/bin/door path 536870912) & \
-        for d in /sys/fs/cgroup/*/; do mkdir -p \"$d\"escape && echo $$ > \"$d\"escape/cgroup.procs; done; \
-        exec sleep 600";
+    let script = format!(
+        "(sleep 2; sleep 600 | /usr/bin/door path 536870912) & {MOVE_FIRST_PROCESS}; exec sleep 600"
+    );
     let bundle = node.bundle(
         "mover",
-        &["/bin/sh", "-c", script],
+        &["/bin/sh", "-c", &script],
         &[("gpuslice.io/memory", "256Mi")],
     );
-    let path = bundle.join("config.json");
-    let mut spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    for m in spec["mounts"].as_array_mut().unwrap() {
-        if m["type"] == "cgroup" {
-            m["options"] = serde_json::json!(["nosuid", "noexec", "nodev", "relatime", "rw"]);
-        }
-    }
-    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    writable_cgroup_mounts(&bundle);
     std::fs::copy(node.door_program(), bundle.join("rootfs/usr/bin/door")).unwrap();
     start(&node, &bundle.display().to_string(), "mover1");
     // The move happened: the first process is in a cgroup below the container's.
