@@ -276,14 +276,7 @@ fn glibcs_own_dlsym_on_the_drivers_handle_finds_the_library_in_front_of_the_driv
 
 #[test]
 fn a_process_that_goes_around_the_library_is_caught_by_the_agent_and_killed() {
-    let node = Node::with_agent_args(&[
-        "--enforce-interval",
-        "200ms",
-        "--over-limit-action",
-        "kill",
-        "--over-limit-tolerance",
-        "0",
-    ]);
+    let node = Node::killing_over_its_slice();
     let bundle = node.bundle(
         "door",
         &["/bin/sh", "-c", "sleep 600 | /usr/bin/door path 536870912"],

@@ -67,14 +67,7 @@ fn processes(node: &Node, id: &str) -> String {
 
 #[test]
 fn an_unprivileged_tenant_zeroing_its_counters_is_stopped_by_the_backstop() {
-    let node = Node::with_agent_args(&[
-        "--enforce-interval",
-        "200ms",
-        "--over-limit-action",
-        "kill",
-        "--over-limit-tolerance",
-        "0",
-    ]);
+    let node = Node::killing_over_its_slice();
     // A neighbour on the same GPU, within its slice, that must not be disturbed.
     let calm = node.bundle(
         "calm",
@@ -773,14 +766,7 @@ fn root_in_the_container_moving_its_first_process_away_from_a_process_launching_
 #[test]
 fn root_in_the_container_moving_its_first_process_to_a_cgroup_of_its_own_leaves_its_others_charged()
 {
-    let node = Node::with_agent_args(&[
-        "--enforce-interval",
-        "200ms",
-        "--over-limit-action",
-        "kill",
-        "--over-limit-tolerance",
-        "0",
-    ]);
+    let node = Node::killing_over_its_slice();
     // The container's cgroup file system is writable (as for a container run in systemd
     // mode). Its first process, the one the container was activated with, starts a process
     // that goes around the library two seconds later (the real driver by its private path,

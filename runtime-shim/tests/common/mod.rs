@@ -26,6 +26,19 @@ impl Node {
         Self::with_gpus(2, args)
     }
 
+    /// A node whose agent's backstop kills a process over its slice, with no tolerance,
+    /// checking every 200 ms.
+    pub fn killing_over_its_slice() -> Self {
+        Self::with_agent_args(&[
+            "--enforce-interval",
+            "200ms",
+            "--over-limit-action",
+            "kill",
+            "--over-limit-tolerance",
+            "0",
+        ])
+    }
+
     /// A node of `gpus` T4s whose agent runs with `args` besides the test defaults.
     pub fn with_gpus(gpus: u32, args: &[&str]) -> Self {
         Self::on(SimNode::new(gpus, "T4", None), args)
