@@ -67,12 +67,93 @@ pub enum ClaimState {
     /// container's cgroups from then on, wherever the process moves itself later (root in a
     /// container whose cgroup file system is writable can move its first process into a
     /// cgroup of its own and leave the others outside it).
+    /// `earlier`: the other containers reported for the claim before this one and still
+    /// running (a ResourceClaim or a CDI slice device several containers use at once), each
+    /// as recorded.
     Active {
         pid: u32,
         start_time: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroups: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        earlier: Vec<Reported>,
     },
+}
+
+/// A container's process reported for a claim: its pid, start time and cgroups when it was
+/// reported (see [`ClaimState::Active`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reported {
+    pub pid: u32,
+    pub start_time: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<String>,
+}
+
+/// The most containers a claim keeps reported besides the last one (the oldest go first).
+pub const MAX_EARLIER: usize = 64;
+
+impl ClaimState {
+    /// The state once `process` is reported for the claim: it is the last reported, and the
+    /// others are kept in `earlier`. A process reported again keeps the cgroups read the
+    /// first time, before the container's program could move it.
+    #[must_use]
+    pub fn with_reported(&self, process: Reported) -> Self {
+        let mut all = self.reported();
+        let again = all
+            .iter()
+            .position(|r| (r.pid, r.start_time) == (process.pid, process.start_time))
+            .map(|i| all.remove(i));
+        let last = match again {
+            Some(r) if r.cgroups.is_some() => r,
+            _ => process,
+        };
+        let mut earlier: Vec<Reported> = all.into_iter().rev().collect();
+        earlier.drain(..earlier.len().saturating_sub(MAX_EARLIER));
+        Self::Active {
+            pid: last.pid,
+            start_time: last.start_time,
+            cgroups: last.cgroups,
+            earlier,
+        }
+    }
+
+    /// The state without the reported processes `alive` says are gone; the last reported of
+    /// those left is the claim's process. Unchanged where none is left: the claim's process
+    /// is then the evidence that its containers are gone.
+    #[must_use]
+    pub fn without_gone(&self, alive: impl Fn(&Reported) -> bool) -> Self {
+        let left: Vec<Reported> = self.reported().into_iter().filter(|r| alive(r)).collect();
+        let Some((last, others)) = left.split_first() else {
+            return self.clone();
+        };
+        Self::Active {
+            pid: last.pid,
+            start_time: last.start_time,
+            cgroups: last.cgroups.clone(),
+            earlier: others.iter().rev().cloned().collect(),
+        }
+    }
+
+    /// Every container's process reported for the claim, the last reported first.
+    #[must_use]
+    pub fn reported(&self) -> Vec<Reported> {
+        match self {
+            Self::Pending => Vec::new(),
+            Self::Active {
+                pid,
+                start_time,
+                cgroups,
+                earlier,
+            } => std::iter::once(Reported {
+                pid: *pid,
+                start_time: *start_time,
+                cgroups: cgroups.clone(),
+            })
+            .chain(earlier.iter().rev().cloned())
+            .collect(),
+        }
+    }
 }
 
 /// An admitted slice, as the ledger keeps it and as the D-Bus API returns it.
@@ -145,6 +226,71 @@ pub fn validate_container_id(id: &str) -> Result<(), ContainerIdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn process(pid: u32) -> Reported {
+        Reported {
+            pid,
+            start_time: u64::from(pid) * 10,
+            cgroups: Some(format!("0::/c{pid}\n")),
+        }
+    }
+
+    #[test]
+    fn each_container_reported_for_a_claim_is_kept_the_last_first_and_none_twice() {
+        let state = ClaimState::Pending
+            .with_reported(process(1))
+            .with_reported(process(2))
+            .with_reported(process(3));
+        assert_eq!(state.reported(), [process(3), process(2), process(1)]);
+        // Reported again after moving: the reading of the first report stands, and it is the
+        // last reported.
+        let moved = Reported {
+            cgroups: Some("0::/c1/escape\n".into()),
+            ..process(1)
+        };
+        assert_eq!(
+            state.with_reported(moved).reported(),
+            [process(1), process(3), process(2)]
+        );
+        let mut many = ClaimState::Pending;
+        for pid in 0..=u32::try_from(MAX_EARLIER).unwrap() + 5 {
+            many = many.with_reported(process(pid));
+        }
+        assert_eq!(many.reported().len(), MAX_EARLIER + 1);
+        assert_eq!(
+            many.reported().last().unwrap().pid,
+            5,
+            "the oldest went first"
+        );
+    }
+
+    #[test]
+    fn containers_gone_are_forgotten_and_the_last_left_is_the_claims_process() {
+        let state = ClaimState::Pending
+            .with_reported(process(1))
+            .with_reported(process(2))
+            .with_reported(process(3));
+        let left = state.without_gone(|r| r.pid != 3);
+        assert_eq!(left.reported(), [process(2), process(1)]);
+        assert!(matches!(left, ClaimState::Active { pid: 2, .. }));
+        assert_eq!(state.without_gone(|_| false), state, "none left: unchanged");
+        assert_eq!(state.without_gone(|_| true), state);
+    }
+
+    #[test]
+    fn a_claim_recorded_before_several_containers_reads_as_one() {
+        let old = r#"{"state":"active","pid":7,"start_time":70}"#;
+        let state: ClaimState = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            state.reported(),
+            [Reported {
+                pid: 7,
+                start_time: 70,
+                cgroups: None
+            }]
+        );
+        assert_eq!(serde_json::to_string(&state).unwrap(), old);
+    }
 
     #[test]
     fn container_ids_that_could_escape_the_run_directory_are_refused() {

@@ -28,6 +28,6 @@ pub mod topology;
 pub mod usage;
 
 pub use annotations::{AnnotationError, SliceRequest};
-pub use claim::{Claim, ClaimState, GpuGrant};
+pub use claim::{Claim, ClaimState, GpuGrant, Reported};
 pub use inventory::{GpuInfo, GpuLoad};
 pub use policy::Policy;

@@ -85,6 +85,7 @@ fn main() {
                 pid,
                 start_time: procs.start_time(pid).unwrap(),
                 cgroups: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok(),
+                earlier: vec![],
             },
             created_unix_ms: 0,
             assigned_as: None,

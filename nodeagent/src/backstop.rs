@@ -126,28 +126,26 @@ pub struct Procs {
 }
 
 impl Procs {
-    /// The cgroups of the container a claim in `state` was activated for, while its process
-    /// runs (the same pid and start time): those recorded at activation, or for a claim
-    /// recorded without them (by an older agent), its process's now. `None` for a claim not
-    /// active, a process gone, or one in the root cgroups (in no container).
+    /// The cgroups of each container a claim in `state` was activated for, the last reported
+    /// first, while its process runs (the same pid and start time): those recorded when it
+    /// was reported, or for one recorded without them (by an older agent), its process's now.
+    /// A process gone, or one in the root cgroups (in no container), gives none.
     #[must_use]
-    pub fn container_cgroups(&self, state: &ClaimState) -> Option<Cgroups> {
-        let ClaimState::Active {
-            pid,
-            start_time,
-            cgroups,
-        } = state
-        else {
-            return None;
-        };
-        if self.start_time(*pid) != Some(*start_time) {
-            return None;
-        }
-        let cg = match cgroups {
-            Some(text) => Cgroups::parse(text),
-            None => self.cgroups(*pid)?,
-        };
-        (!cg.is_root()).then_some(cg)
+    pub fn container_cgroups(&self, state: &ClaimState) -> Vec<Cgroups> {
+        state
+            .reported()
+            .iter()
+            .filter_map(|r| {
+                if self.start_time(r.pid) != Some(r.start_time) {
+                    return None;
+                }
+                let cg = match &r.cgroups {
+                    Some(text) => Cgroups::parse(text),
+                    None => self.cgroups(r.pid)?,
+                };
+                (!cg.is_root()).then_some(cg)
+            })
+            .collect()
     }
 
     #[must_use]
@@ -283,10 +281,11 @@ pub fn attribute(
     regions: &[(String, FileId)],
 ) -> Vec<Attributed> {
     // The cgroups of each running container, recorded when it was activated (its process
-    // still the same: same start time).
-    let containers: Vec<(&Claim, Cgroups)> = claims
+    // still the same: same start time); a claim several containers use has several.
+    let containers: Vec<(&Claim, Vec<Cgroups>)> = claims
         .iter()
-        .filter_map(|c| Some((c, procs.container_cgroups(&c.state)?)))
+        .map(|c| (c, procs.container_cgroups(&c.state)))
+        .filter(|(_, cgroups)| !cgroups.is_empty())
         .collect();
     samples
         .iter()
@@ -294,7 +293,7 @@ pub fn attribute(
             let cg = procs.cgroups(s.pid)?;
             let by_cgroup = containers
                 .iter()
-                .find(|(_, c)| cg.within(c))
+                .find(|(_, cgroups)| cgroups.iter().any(|c| cg.within(c)))
                 .map(|(claim, _)| claim.container_id.clone());
             let id = by_cgroup.or_else(|| {
                 if regions.is_empty() {
@@ -587,20 +586,63 @@ mod tests {
             pid: me,
             start_time,
             cgroups: cgroups.map(str::to_string),
+            earlier: vec![],
         };
+        let parsed = |text: &str| vec![Cgroups::parse(text)];
         assert_eq!(
             procs.container_cgroups(&active(start, Some("4:memory:/c1\n0::/c1\n"))),
-            Some(Cgroups::parse("4:memory:/c1\n0::/c1\n")),
+            parsed("4:memory:/c1\n0::/c1\n"),
             "not this process's cgroups now"
         );
         assert_eq!(
             procs.container_cgroups(&active(start, None)),
-            procs.cgroups(me).filter(|c| !c.is_root()),
+            procs
+                .cgroups(me)
+                .into_iter()
+                .filter(|c| !c.is_root())
+                .collect::<Vec<_>>(),
             "recorded by an older agent: read now"
         );
-        assert_eq!(procs.container_cgroups(&active(start + 1, Some("4:memory:/c1\n"))), None);
-        assert_eq!(procs.container_cgroups(&active(start, Some("4:memory:/\n0::/\n"))), None);
-        assert_eq!(procs.container_cgroups(&ClaimState::Pending), None);
+        assert!(
+            procs
+                .container_cgroups(&active(start + 1, Some("4:memory:/c1\n")))
+                .is_empty()
+        );
+        assert!(
+            procs
+                .container_cgroups(&active(start, Some("4:memory:/\n0::/\n")))
+                .is_empty()
+        );
+        assert!(procs.container_cgroups(&ClaimState::Pending).is_empty());
+        // The same process reported again keeps what was read first.
+        let two = active(start, Some("4:memory:/c2\n")).with_reported(gpuslice_core::Reported {
+            pid: me,
+            start_time: start,
+            cgroups: None,
+        });
+        assert_eq!(procs.container_cgroups(&two), parsed("4:memory:/c2\n"));
+        // Containers reported for one claim: those running counted, the last first.
+        let shared = ClaimState::Active {
+            pid: me,
+            start_time: start,
+            cgroups: Some("4:memory:/c2\n".into()),
+            earlier: vec![
+                gpuslice_core::Reported {
+                    pid: me,
+                    start_time: start + 1,
+                    cgroups: Some("4:memory:/gone\n".into()),
+                },
+                gpuslice_core::Reported {
+                    pid: me,
+                    start_time: start,
+                    cgroups: Some("4:memory:/c1\n".into()),
+                },
+            ],
+        };
+        assert_eq!(
+            procs.container_cgroups(&shared),
+            [parsed("4:memory:/c2\n"), parsed("4:memory:/c1\n")].concat()
+        );
     }
 
     #[test]

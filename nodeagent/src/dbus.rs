@@ -518,10 +518,8 @@ impl AgentApi {
             // the hooks report it before the container's own program runs, so nothing it
             // does later (moving its first process elsewhere) changes which processes count
             // as the container's.
-            let cgroups = std::fs::read_to_string(
-                s.proc_root.join(pid.to_string()).join("cgroup"),
-            )
-            .ok();
+            let cgroups =
+                std::fs::read_to_string(s.proc_root.join(pid.to_string()).join("cgroup")).ok();
             let claim = s.ledger().activate(&container_id, pid, start, cgroups)?;
             to_json(&claim)
         })

@@ -3,7 +3,9 @@
 //! Evidence, per claim state:
 //! - **Active** (the container's pid was reported: by the runtime wrapper after create, or
 //!   by its createRuntime hook): the claim is released when `/proc/<pid>` is gone, or when
-//!   the process there started at another time than the one recorded (the pid was reused).
+//!   the process there started at another time than the one recorded (the pid was reused);
+//!   the agent first forgets the other containers reported for the claim that are gone and
+//!   makes the last one still running the claim's process, so this is every container gone.
 //! - **Pending** (admitted at create, not yet started): the claim is released once it is older
 //!   than the pending timeout *and* no OCI runtime knows the container: no
 //!   `<root>/<id>/state.json` (runc, crun) or `<root>/<namespace>/<id>/state.json`
@@ -38,15 +40,13 @@ impl Evidence {
         match claim.state {
             ClaimState::Active {
                 pid, start_time, ..
-            } => {
-                match process_start_time(&self.proc_root, pid) {
-                    None => Some(format!("process {pid} has exited")),
-                    Some(t) if t != start_time => {
-                        Some(format!("pid {pid} now belongs to another process"))
-                    }
-                    Some(_) => None,
+            } => match process_start_time(&self.proc_root, pid) {
+                None => Some(format!("process {pid} has exited")),
+                Some(t) if t != start_time => {
+                    Some(format!("pid {pid} now belongs to another process"))
                 }
-            }
+                Some(_) => None,
+            },
             ClaimState::Pending => {
                 let age = Duration::from_millis(now_ms.saturating_sub(claim.created_unix_ms));
                 if age < self.pending_timeout || self.runtime_knows(&claim.container_id) {
@@ -144,6 +144,7 @@ mod tests {
             pid: u32::MAX - 1,
             start_time: 1,
             cgroups: None,
+            earlier: vec![],
         };
         let mut c = claim(gone, 0);
         assert!(e.gone(&c, 0).is_some(), "without an owner it is collected");
@@ -172,6 +173,7 @@ mod tests {
                         pid: me,
                         start_time: start,
                         cgroups: None,
+                        earlier: vec![],
                     },
                     0
                 ),
@@ -186,6 +188,7 @@ mod tests {
                         pid: me,
                         start_time: start + 1,
                         cgroups: None,
+                        earlier: vec![],
                     },
                     0
                 ),
@@ -200,6 +203,7 @@ mod tests {
                         pid: u32::MAX - 1,
                         start_time: 1,
                         cgroups: None,
+                        earlier: vec![],
                     },
                     0
                 ),

@@ -430,27 +430,38 @@ impl Ledger {
             .get(container_id)
             .ok_or_else(|| LedgerError::NotFound(container_id.to_string()))?;
         let mut updated = claim.clone();
-        // The same process reported again (a hook after the wrapper) keeps the cgroups read
-        // first, before the container's program could move it.
-        let cgroups = match &claim.state {
-            ClaimState::Active {
-                pid: p,
-                start_time: t,
-                cgroups: Some(first),
-            } if (*p, *t) == (pid, start_time) => Some(first.clone()),
-            _ => cgroups,
-        };
-        updated.state = ClaimState::Active {
+        updated.state = claim.state.with_reported(gpuslice_core::Reported {
             pid,
             start_time,
             cgroups,
-        };
+        });
         if updated != *claim {
             self.store.put(&updated)?;
             self.claims
                 .insert(container_id.to_string(), updated.clone());
         }
         Ok(updated)
+    }
+
+    /// Forgets the processes reported for each claim that `alive` says are gone (a claim
+    /// several containers use keeps those still running; see [`ClaimState::without_gone`]).
+    pub fn forget_gone(
+        &mut self,
+        alive: impl Fn(&gpuslice_core::Reported) -> bool,
+    ) -> Result<(), LedgerError> {
+        let changed: Vec<Claim> = self
+            .claims
+            .values()
+            .filter_map(|c| {
+                let state = c.state.without_gone(&alive);
+                (state != c.state).then(|| Claim { state, ..c.clone() })
+            })
+            .collect();
+        for c in changed {
+            self.store.put(&c)?;
+            self.claims.insert(c.container_id.clone(), c);
+        }
+        Ok(())
     }
 
     /// Releases the claim of `container_id`; `None` when it held none.

@@ -523,11 +523,7 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                         let first = claims.iter().find_map(|c| match c.state {
                             gpuslice_core::ClaimState::Active {
                                 pid, start_time, ..
-                            }
-                                if c.container_id == v.container_id =>
-                            {
-                                Some((pid, start_time))
-                            }
+                            } if c.container_id == v.container_id => Some((pid, start_time)),
                             _ => None,
                         });
                         if let Some((pid, start)) = first
@@ -657,6 +653,12 @@ pub fn collect_garbage(shared: &Shared, evidence: &Evidence) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut ledger = shared.ledger();
+    // A claim several containers use keeps those still running.
+    if let Err(e) = ledger.forget_gone(|r| {
+        crate::gc::process_start_time(&evidence.proc_root, r.pid) == Some(r.start_time)
+    }) {
+        tracing::error!("failed to forget the containers gone from claims: {e}");
+    }
     let gone: Vec<(String, String)> = ledger
         .claims()
         .filter_map(|c| {

@@ -620,9 +620,10 @@ impl Holds {
         }
     }
 
-    /// The freezer of claim `c`'s container: of the cgroup recorded when it was activated.
+    /// The freezer of claim `c`'s container: of the cgroup recorded when it was activated
+    /// (of a claim several containers use, the one reported last that still runs).
     fn freeze_file(&self, c: &Claim, procs: &Procs) -> Option<FreezeFile> {
-        let cgroups = procs.container_cgroups(&c.state)?;
+        let cgroups = procs.container_cgroups(&c.state).into_iter().next()?;
         self.hierarchies.freeze_file(&cgroups, &self.own)
     }
 

@@ -13,29 +13,34 @@ use futures_util::StreamExt;
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for};
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_within_is_not() {
+/// A simulated A10 and an agent on a bus of its own whose backstop kills a process over its
+/// slice, with no tolerance, every 100 ms; `more`: its other arguments.
+fn killing_over_its_slice(more: &[&str]) -> (SimNode, Bus, Agent) {
     let sim = SimNode::new(1, "A10", None);
     let bus = Bus::start();
+    let mut args = vec![
+        "--enforce-interval",
+        "100ms",
+        "--over-limit-action",
+        "kill",
+        "--over-limit-tolerance",
+        "0",
+    ];
+    args.extend_from_slice(more);
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &args);
+    (sim, bus, agent)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_over_its_slice_behind_the_librarys_back_is_killed_and_one_within_is_not() {
     let api = ApiServer::start();
-    let agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--enforce-interval",
-            "100ms",
-            "--over-limit-action",
-            "kill",
-            "--over-limit-tolerance",
-            "0",
-            "--kube-events",
-            "--kube-api",
-            &api.url,
-            "--node-name",
-            "gpu-node-1",
-        ],
-    );
+    let (sim, bus, agent) = killing_over_its_slice(&[
+        "--kube-events",
+        "--kube-api",
+        &api.url,
+        "--node-name",
+        "gpu-node-1",
+    ]);
     let program = sim.wall_client();
     let p = proxy(&bus.address).await;
     let mut signals = p.receive_over_limit().await.unwrap();
@@ -140,21 +145,7 @@ async fn memory_taken_through_the_graphics_driver_counts_and_a_container_over_it
  {
     // An OpenGL or Vulkan program takes device memory with no CUDA call at all: NVML lists
     // it among the graphics processes, which the agent samples as it does the compute ones.
-    let sim = SimNode::new(1, "A10", None);
-    let bus = Bus::start();
-    let _agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--enforce-interval",
-            "100ms",
-            "--over-limit-action",
-            "kill",
-            "--over-limit-tolerance",
-            "0",
-        ],
-    );
+    let (sim, bus, _agent) = killing_over_its_slice(&[]);
     let p = proxy(&bus.address).await;
     let mut signals = p.receive_over_limit().await.unwrap();
     let mut tampered = p.receive_usage_tampered().await.unwrap();
@@ -204,4 +195,41 @@ async fn memory_taken_through_the_graphics_driver_counts_and_a_container_over_it
     );
     drop(sketcher.stdin.take());
     let _ = sketcher.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_two_containers_use_is_held_to_its_slice_in_both_behind_the_librarys_back() {
+    let (sim, bus, agent) = killing_over_its_slice(&[]);
+    let p = proxy(&bus.address).await;
+    p.claim("shared", ann(&[("gpuslice.io/memory", "256Mi")]))
+        .await
+        .unwrap();
+    // Two containers given the same slice (a ResourceClaim both name), each reporting its
+    // pid: the first holds 512 MiB without the library, the second, reported last, nothing.
+    let (first_cg, second_cg) = (Cgroup::new("shared-first"), Cgroup::new("shared-second"));
+    let mut first = sim.hold(&sim.wall_client(), 512 << 20);
+    first_cg.adopt(first.id());
+    p.activate("shared", first.id()).await.unwrap();
+    let mut second = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    second_cg.adopt(second.id());
+    p.activate("shared", second.id()).await.unwrap();
+    // The first container's process is still the claim's: killed over the slice.
+    let killed = wait_for(Duration::from_secs(3), || {
+        first.try_wait().unwrap().is_some()
+    });
+    assert!(killed, "{}", agent.log());
+    assert!(
+        agent
+            .log()
+            .contains("the driver shows the container over its slice")
+    );
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "the second was killed"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
 }

@@ -198,8 +198,9 @@ pub fn remove(dir: &Path, file: &str) -> Result<(), CdiError> {
 /// every edit the wrapper makes, except the hooks that name the container, which a CDI
 /// device cannot know: its createRuntime hook reports the pid for the claim `name`
 /// (`gpuslice-hook activate --claim NAME`), and the claim is released by whoever made it,
-/// or collected by the agent once the reported process is gone, not at poststop. One
-/// container at a time uses a slice device: a second one's pid replaces the first's.
+/// or collected by the agent once every reported process is gone, not at poststop. Several
+/// containers may use a slice device at once: the agent keeps each one reported while it
+/// runs, and they share the slice.
 #[must_use]
 pub fn slice(name: &str, edits: &Edits, driver_root: &Path) -> Value {
     let mut edits = edits.clone();

@@ -728,8 +728,7 @@ fn writable_cgroup_mounts(bundle: &std::path::Path) {
 
 /// Moves the shell running it into a cgroup `escape` below the container's, in every
 /// hierarchy it can.
-const MOVE_FIRST_PROCESS: &str =
-    "for d in /sys/fs/cgroup/*/; do mkdir -p \"$d\"escape && echo $$ > \"$d\"escape/cgroup.procs; done";
+const MOVE_FIRST_PROCESS: &str = "for d in /sys/fs/cgroup/*/; do mkdir -p \"$d\"escape && echo $$ > \"$d\"escape/cgroup.procs; done";
 
 #[test]
 fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
@@ -746,7 +745,7 @@ fn root_in_the_container_launching_around_the_pacing_is_held_to_its_sm_share() {
 
 #[test]
 fn root_in_the_container_moving_its_first_process_away_from_a_process_launching_around_the_pacing_is_held_whole()
-{
+ {
     // The first process starts the same `spin` in the container's cgroup, then moves itself
     // into a cgroup below it: the agent freezes the container's cgroup, recorded when it was
     // activated, and everything below it, not the one the first process went to.
@@ -799,10 +798,9 @@ fn root_in_the_container_moving_its_first_process_to_a_cgroup_of_its_own_leaves_
     // The process left in the container's own cgroup is still the container's: caught over
     // its slice and killed; the first process runs on.
     let caught = wait_for(Duration::from_secs(10), || {
-        node.agent
-            .log()
-            .lines()
-            .any(|l| l.contains("mover1") && l.contains("over its slice") && l.contains("action=kill"))
+        node.agent.log().lines().any(|l| {
+            l.contains("mover1") && l.contains("over its slice") && l.contains("action=kill")
+        })
     });
     assert!(caught, "{}", node.agent.log());
     let gone = wait_for(Duration::from_secs(5), || {

@@ -74,10 +74,31 @@ fn the_cgroups_read_at_activation_are_kept_across_reopening_and_a_second_report(
     l.activate("c1", 7, 100, Some("4:memory:/c1/escape\n".into()))
         .unwrap();
     assert_eq!(cgroups(&l), first);
-    // Another process (a restarted container) is read afresh.
-    let second = Some("4:memory:/c1\n0::/c1\n".to_string());
+    // Another container reported for the claim is read afresh and the first is kept while
+    // its process lives.
+    let second = Some("4:memory:/c2\n0::/c2\n".to_string());
     l.activate("c1", 8, 200, second.clone()).unwrap();
     assert_eq!(cgroups(&l), second);
+    let pids = |l: &Ledger| -> Vec<u32> {
+        l.get("c1")
+            .unwrap()
+            .state
+            .reported()
+            .iter()
+            .map(|r| r.pid)
+            .collect()
+    };
+    assert_eq!(pids(&l), [8, 7]);
+    drop(l);
+    let mut l = open(dir.path());
+    assert_eq!(pids(&l), [8, 7], "kept across reopening");
+    // The last one gone: the first is the claim's process again, with its first reading.
+    l.forget_gone(|r| r.pid != 8).unwrap();
+    assert_eq!(pids(&l), [7]);
+    assert_eq!(cgroups(&l), first);
+    // All gone: the state stays, the evidence that the containers are gone.
+    l.forget_gone(|_| false).unwrap();
+    assert_eq!(pids(&l), [7]);
 }
 
 #[test]
