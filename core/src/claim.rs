@@ -235,12 +235,16 @@ mod tests {
         }
     }
 
+    /// The state of a claim for which the processes `pids` were reported in turn.
+    fn reported_in_turn(pids: impl IntoIterator<Item = u32>) -> ClaimState {
+        pids.into_iter().fold(ClaimState::Pending, |state, pid| {
+            state.with_reported(process(pid))
+        })
+    }
+
     #[test]
     fn each_container_reported_for_a_claim_is_kept_the_last_first_and_none_twice() {
-        let state = ClaimState::Pending
-            .with_reported(process(1))
-            .with_reported(process(2))
-            .with_reported(process(3));
+        let state = reported_in_turn(1..=3);
         assert_eq!(state.reported(), [process(3), process(2), process(1)]);
         // Reported again after moving: the reading of the first report stands, and it is the
         // last reported.
@@ -252,10 +256,7 @@ mod tests {
             state.with_reported(moved).reported(),
             [process(1), process(3), process(2)]
         );
-        let mut many = ClaimState::Pending;
-        for pid in 0..=u32::try_from(MAX_EARLIER).unwrap() + 5 {
-            many = many.with_reported(process(pid));
-        }
+        let many = reported_in_turn(0..=u32::try_from(MAX_EARLIER).unwrap() + 5);
         assert_eq!(many.reported().len(), MAX_EARLIER + 1);
         assert_eq!(
             many.reported().last().unwrap().pid,
@@ -266,10 +267,7 @@ mod tests {
 
     #[test]
     fn containers_gone_are_forgotten_and_the_last_left_is_the_claims_process() {
-        let state = ClaimState::Pending
-            .with_reported(process(1))
-            .with_reported(process(2))
-            .with_reported(process(3));
+        let state = reported_in_turn(1..=3);
         let left = state.without_gone(|r| r.pid != 3);
         assert_eq!(left.reported(), [process(2), process(1)]);
         assert!(matches!(left, ClaimState::Active { pid: 2, .. }));
