@@ -6,12 +6,12 @@
 //! and acts on a container whose processes together hold more than its slice plus a stated
 //! tolerance: it logs and counts, with `kill` it SIGKILLs the newest of them, and with `stop`
 //! it SIGKILLs the container's first process (its PID namespace's init), which ends the whole
-//! container.
+//! container (of a slice several containers use, each of them holding memory on that GPU).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpuslice_core::{Claim, ClaimState};
+use gpuslice_core::{Claim, ClaimState, Reported};
 
 /// What the agent does to a container over its slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +20,8 @@ pub enum Action {
     Log,
     /// Also SIGKILL the container's newest process holding memory on that GPU.
     Kill,
-    /// Also SIGKILL the container's first process: the kernel ends every process of its PID
+    /// Also SIGKILL the container's first process (of a claim several containers use, that
+    /// of each one holding memory on that GPU): the kernel ends every process of its PID
     /// namespace with it, and the runtime reports the container stopped.
     Stop,
 }
@@ -132,9 +133,18 @@ impl Procs {
     /// A process gone, or one in the root cgroups (in no container), gives none.
     #[must_use]
     pub fn container_cgroups(&self, state: &ClaimState) -> Vec<Cgroups> {
+        self.containers(state)
+            .into_iter()
+            .map(|(_, cg)| cg)
+            .collect()
+    }
+
+    /// As [`Self::container_cgroups`], each with the process the container was reported with.
+    #[must_use]
+    pub fn containers(&self, state: &ClaimState) -> Vec<(Reported, Cgroups)> {
         state
             .reported()
-            .iter()
+            .into_iter()
             .filter_map(|r| {
                 if self.start_time(r.pid) != Some(r.start_time) {
                     return None;
@@ -143,9 +153,29 @@ impl Procs {
                     Some(text) => Cgroups::parse(text),
                     None => self.cgroups(r.pid)?,
                 };
-                (!cg.is_root()).then_some(cg)
+                (!cg.is_root()).then_some((r, cg))
             })
             .collect()
+    }
+
+    /// The processes reported for the containers of a claim in `state` that hold any of
+    /// `pids` (their processes on a GPU): the containers to stop for what those hold. Where
+    /// none of them can be told (each process gone or moved out), the last reported that
+    /// still runs.
+    #[must_use]
+    pub fn containers_holding(&self, state: &ClaimState, pids: &[u32]) -> Vec<Reported> {
+        let containers = self.containers(state);
+        let inside: Vec<Cgroups> = pids.iter().filter_map(|&p| self.cgroups(p)).collect();
+        let holding: Vec<Reported> = containers
+            .iter()
+            .filter(|(_, cg)| inside.iter().any(|p| p.within(cg)))
+            .map(|(r, _)| r.clone())
+            .collect();
+        if holding.is_empty() {
+            containers.into_iter().map(|(r, _)| r).take(1).collect()
+        } else {
+            holding
+        }
     }
 
     #[must_use]

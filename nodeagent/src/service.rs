@@ -520,16 +520,17 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                         }
                     }
                     Action::Stop => {
-                        let first = claims.iter().find_map(|c| match c.state {
-                            gpuslice_core::ClaimState::Active {
-                                pid, start_time, ..
-                            } if c.container_id == v.container_id => Some((pid, start_time)),
-                            _ => None,
-                        });
-                        if let Some((pid, start)) = first
-                            && backstop::kill(&procs, pid, start)
-                        {
-                            acted = Action::Stop;
+                        // Of a claim several containers use, each container holding memory
+                        // there (the last reported may hold none of it).
+                        let firsts = claims
+                            .iter()
+                            .find(|c| c.container_id == v.container_id)
+                            .map(|c| procs.containers_holding(&c.state, &v.pids))
+                            .unwrap_or_default();
+                        for r in firsts {
+                            if backstop::kill(&procs, r.pid, r.start_time) {
+                                acted = Action::Stop;
+                            }
                         }
                     }
                     Action::Log => {}

@@ -27,7 +27,9 @@
 //! the v1 freezer's `freezer.state`. The file is written, never waited on: the kernel
 //! freezes the tasks, and a task that holds off freezing cannot stall the agent. Each
 //! container is recorded in the agent's state directory before it is frozen, so that an
-//! agent that stops, or dies, thaws it (at its next start for one that died).
+//! agent that stops, or dies, thaws it (at its next start for one that died). A claim
+//! several containers use is held whole: each container's cgroup, and that of one reported
+//! while the claim is held, at the next pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -297,12 +299,14 @@ impl Hierarchies {
 }
 
 /// The containers the agent holds frozen, recorded so that they are thawed whatever
-/// becomes of the agent.
+/// becomes of the agent. A claim several containers use is held as one: each of its
+/// containers' cgroups is frozen under the claim's id.
 #[derive(Debug, Default)]
 pub struct Freezer {
-    /// Where each frozen container is recorded (`<id>` holding its freezer file's path).
+    /// Where each claim held is recorded (`<id>` holding its freezer files' paths, a line
+    /// each).
     records: Option<PathBuf>,
-    frozen: BTreeMap<String, FreezeFile>,
+    frozen: BTreeMap<String, Vec<FreezeFile>>,
     /// Set once the agent stops: nothing is frozen any more.
     stopped: bool,
 }
@@ -316,10 +320,16 @@ impl Freezer {
         for entry in std::fs::read_dir(&dir).map_err(io("read", &dir))? {
             let entry = entry.map_err(io("read", &dir))?;
             let record = entry.path();
-            let path = std::fs::read_to_string(&record).map_err(io("read", &record))?;
-            match FreezeFile::new(PathBuf::from(path.trim())).and_then(|f| f.thaw()) {
-                Ok(()) => thawed.push(entry.file_name().to_string_lossy().into_owned()),
-                Err(e) => tracing::warn!("{e}: a container the agent froze may still be"),
+            let paths = std::fs::read_to_string(&record).map_err(io("read", &record))?;
+            let mut all = true;
+            for path in paths.lines().map(str::trim).filter(|p| !p.is_empty()) {
+                if let Err(e) = FreezeFile::new(PathBuf::from(path)).and_then(|f| f.thaw()) {
+                    tracing::warn!("{e}: a container the agent froze may still be");
+                    all = false;
+                }
+            }
+            if all {
+                thawed.push(entry.file_name().to_string_lossy().into_owned());
             }
             std::fs::remove_file(&record).map_err(io("remove", &record))?;
         }
@@ -337,51 +347,93 @@ impl Freezer {
         self.frozen.contains_key(id)
     }
 
-    /// The containers held now.
+    /// The claims held now.
     pub fn held(&self) -> impl Iterator<Item = &String> {
         self.frozen.keys()
     }
 
-    /// Freezes container `id` through `file`, recorded first. False where the cgroup is
-    /// frozen already by someone else (`runc pause`): it is left to them.
-    pub fn hold(&mut self, id: &str, file: FreezeFile) -> Result<bool, ThrottleError> {
-        if self.stopped || self.frozen.contains_key(id) {
-            return Ok(!self.stopped);
-        }
-        if file.is_frozen()? {
+    /// Holds claim `id`: freezes each cgroup of `files` it does not hold yet (a container
+    /// that joined the claim since), recorded first. A cgroup frozen already by someone else
+    /// (`runc pause`) is left to them. Returns whether the agent holds any of the claim's
+    /// cgroups now; an error only where it holds none and one could not be frozen.
+    pub fn hold(&mut self, id: &str, files: &[FreezeFile]) -> Result<bool, ThrottleError> {
+        if self.stopped {
             return Ok(false);
         }
-        if let Some(dir) = &self.records {
-            let record = dir.join(id);
-            std::fs::write(&record, file.path().as_os_str().as_encoded_bytes())
-                .map_err(io("record", &record))?;
+        let mut held = self.frozen.get(id).cloned().unwrap_or_default();
+        let mut new = Vec::new();
+        let mut failed = None;
+        for f in files {
+            if held.contains(f) || new.contains(f) {
+                continue;
+            }
+            match f.is_frozen() {
+                Ok(true) => {}
+                Ok(false) => new.push(f.clone()),
+                Err(e) => failed = failed.or(Some(e)),
+            }
         }
-        if let Err(e) = file.set(true) {
-            self.forget(id);
-            return Err(e);
+        if !new.is_empty() {
+            let all: Vec<FreezeFile> = held.iter().chain(&new).cloned().collect();
+            self.record(id, &all)?;
+            for f in new {
+                match f.set(true) {
+                    Ok(()) => held.push(f),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            self.record(id, &held)?;
         }
-        self.frozen.insert(id.to_string(), file);
+        if held.is_empty() {
+            self.frozen.remove(id);
+            return failed.map_or(Ok(false), Err);
+        }
+        if let Some(e) = failed {
+            tracing::warn!(claim = %id, "{e}: a container of the claim is not held");
+        }
+        self.frozen.insert(id.to_string(), held);
         Ok(true)
     }
 
-    /// Thaws container `id` if it is held, then forgets it.
+    /// Thaws claim `id` if it is held, then forgets it (a cgroup that cannot be thawed stays
+    /// held, to be tried again).
     pub fn release(&mut self, id: &str) -> Result<(), ThrottleError> {
-        let Some(file) = self.frozen.get(id) else {
+        let Some(files) = self.frozen.remove(id) else {
             return Ok(());
         };
-        file.thaw()?;
-        self.frozen.remove(id);
-        self.forget(id);
-        Ok(())
-    }
-
-    fn forget(&self, id: &str) {
-        if let Some(dir) = &self.records {
-            let _ = std::fs::remove_file(dir.join(id));
+        let mut failed = None;
+        let mut left = Vec::new();
+        for f in files {
+            if let Err(e) = f.thaw() {
+                failed = failed.or(Some(e));
+                left.push(f);
+            }
         }
+        let recorded = self.record(id, &left);
+        if !left.is_empty() {
+            self.frozen.insert(id.to_string(), left);
+        }
+        failed.map_or(recorded, Err)
     }
 
-    /// Thaws every container held, and holds none from now on.
+    /// Records `files` as claim `id`'s frozen cgroups; none: forgets it.
+    fn record(&self, id: &str, files: &[FreezeFile]) -> Result<(), ThrottleError> {
+        let Some(dir) = &self.records else {
+            return Ok(());
+        };
+        let record = dir.join(id);
+        if files.is_empty() {
+            let _ = std::fs::remove_file(&record);
+            return Ok(());
+        }
+        let paths: Vec<&[u8]> = files
+            .iter()
+            .map(|f| f.path().as_os_str().as_encoded_bytes())
+            .collect();
+        std::fs::write(&record, paths.join(&b"\n"[..])).map_err(io("record", &record))
+    }
+
+    /// Thaws every claim held, and holds none from now on.
     pub fn stop(&mut self) {
         self.stopped = true;
         let ids: Vec<String> = self.frozen.keys().cloned().collect();
@@ -480,10 +532,9 @@ impl Holds {
                 tracing::error!(container = %id, "{e}");
             }
         }
+        // Every pass: a container that joined a claim held since is held with it.
         for id in over {
-            if !freezer.is_held(id) {
-                self.hold(&mut freezer, claims, procs, id, now);
-            }
+            self.hold(&mut freezer, claims, procs, id, now);
         }
     }
 
@@ -593,7 +644,8 @@ impl Holds {
         }
     }
 
-    /// Freezes container `id`, or says why it cannot (at most once per [`ANNOUNCE_EVERY`]).
+    /// Freezes the containers of claim `id`, or says why it cannot (at most once per
+    /// [`ANNOUNCE_EVERY`]).
     fn hold(
         &mut self,
         freezer: &mut Freezer,
@@ -602,29 +654,38 @@ impl Holds {
         id: &str,
         now: Instant,
     ) {
-        let file = claims
+        let files = claims
             .iter()
             .find(|c| c.container_id == id)
-            .and_then(|c| self.freeze_file(c, procs));
-        let why = match file.map(|f| freezer.hold(id, f)) {
-            Some(Ok(true)) => {
-                tracing::debug!(container = %id, "held: over its SM share");
-                return;
-            }
-            Some(Ok(false)) => return,
-            Some(Err(e)) => e.to_string(),
-            None => "its cgroup is not known (a claim never activated with the container's process, or a process in no cgroup of its own)".to_string(),
-        };
+            .map(|c| self.freeze_files(c, procs))
+            .unwrap_or_default();
+        let was_held = freezer.is_held(id);
+        if files.is_empty() && !was_held {
+            self.cannot_hold(id, "its cgroup is not known (a claim never activated with the container's process, or a process in no cgroup of its own)", now);
+            return;
+        }
+        match freezer.hold(id, &files) {
+            Ok(true) if !was_held => tracing::debug!(container = %id, "held: over its SM share"),
+            Ok(_) => {}
+            Err(e) => self.cannot_hold(id, &e.to_string(), now),
+        }
+    }
+
+    /// Logs why claim `id` cannot be held (at most once per [`ANNOUNCE_EVERY`]).
+    fn cannot_hold(&mut self, id: &str, why: &str, now: Instant) {
         if self.announce(&(id.to_string(), "cannot hold".to_string()), now) {
             tracing::warn!(container = %id, "cannot hold the container over its SM share: {why}");
         }
     }
 
-    /// The freezer of claim `c`'s container: of the cgroup recorded when it was activated
-    /// (of a claim several containers use, the one reported last that still runs).
-    fn freeze_file(&self, c: &Claim, procs: &Procs) -> Option<FreezeFile> {
-        let cgroups = procs.container_cgroups(&c.state).into_iter().next()?;
-        self.hierarchies.freeze_file(&cgroups, &self.own)
+    /// The freezers of claim `c`'s containers: of the cgroups recorded when each was
+    /// activated (a claim several containers use has one for each that still runs).
+    fn freeze_files(&self, c: &Claim, procs: &Procs) -> Vec<FreezeFile> {
+        procs
+            .container_cgroups(&c.state)
+            .iter()
+            .filter_map(|cg| self.hierarchies.freeze_file(cg, &self.own))
+            .collect()
     }
 
     /// Whether to log about `key` now (at most once per [`ANNOUNCE_EVERY`]).

@@ -16,13 +16,18 @@ use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for}
 /// A simulated A10 and an agent on a bus of its own whose backstop kills a process over its
 /// slice, with no tolerance, every 100 ms; `more`: its other arguments.
 fn killing_over_its_slice(more: &[&str]) -> (SimNode, Bus, Agent) {
+    acting_over_its_slice("kill", more)
+}
+
+/// As [`killing_over_its_slice`], with `--over-limit-action action`.
+fn acting_over_its_slice(action: &str, more: &[&str]) -> (SimNode, Bus, Agent) {
     let sim = SimNode::new(1, "A10", None);
     let bus = Bus::start();
     let mut args = vec![
         "--enforce-interval",
         "100ms",
         "--over-limit-action",
-        "kill",
+        action,
         "--over-limit-tolerance",
         "0",
     ];
@@ -229,6 +234,48 @@ async fn a_claim_two_containers_use_is_held_to_its_slice_in_both_behind_the_libr
     assert!(
         second.try_wait().unwrap().is_none(),
         "the second was killed"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_a_claim_two_containers_use_stops_the_container_holding_the_memory() {
+    let (sim, bus, agent) = acting_over_its_slice("stop", &[]);
+    let p = proxy(&bus.address).await;
+    p.claim("stopped", ann(&[("gpuslice.io/memory", "256Mi")]))
+        .await
+        .unwrap();
+    // Two containers given the same slice, each reported with its first process: in the
+    // first, another process holds 512 MiB without the library; the second, reported last,
+    // holds nothing.
+    let (first_cg, second_cg) = (Cgroup::new("stop-first"), Cgroup::new("stop-second"));
+    let sleeper = |cg: &Cgroup| {
+        let c = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        cg.adopt(c.id());
+        c
+    };
+    let mut first = sleeper(&first_cg);
+    p.activate("stopped", first.id()).await.unwrap();
+    let mut hog = sim.hold(&sim.wall_client(), 512 << 20);
+    first_cg.adopt(hog.id());
+    let mut second = sleeper(&second_cg);
+    p.activate("stopped", second.id()).await.unwrap();
+    // The first container is stopped (its first process killed: its PID namespace's init,
+    // whose end ends the rest); the second is left running.
+    let stopped = wait_for(Duration::from_secs(3), || {
+        first.try_wait().unwrap().is_some()
+    });
+    let _ = hog.kill();
+    let _ = hog.wait();
+    assert!(stopped, "{}", agent.log());
+    assert!(agent.log().contains("action=stop"), "{}", agent.log());
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "the second container, holding nothing, was stopped"
     );
     let _ = second.kill();
     let _ = second.wait();

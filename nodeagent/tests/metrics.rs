@@ -540,6 +540,42 @@ async fn a_container_going_around_the_pacing_is_held_to_its_sm_share_and_never_l
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_claim_two_containers_use_is_held_whole_when_one_goes_around_the_pacing() {
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let bus = Bus::start();
+    let agent = Agent::start(&agent_exe(), &bus, &sim, &["--sm-share-burst", "2s"]);
+    let p = proxy(&bus.address).await;
+    // The first container of a 30% slice launches around the library; a second container
+    // given the same slice (a ResourceClaim both name) is reported after it and idles.
+    let (first, mut first_init) = greedy_container(&p, "sm-shared-first").await;
+    let second = Cgroup::new("sm-shared-second");
+    let mut second_init = Command::new("sleep").arg("600").spawn().unwrap();
+    second.adopt(second_init.id());
+    p.activate("greedy", second_init.id()).await.unwrap();
+    let mut spin = spin_around_the_library(&sim, &first, 30_000)
+        .spawn()
+        .unwrap();
+    let held = wait_for(Duration::from_secs(10), || {
+        first.frozen() && second.frozen()
+    });
+    let (first_held, second_held) = (first.frozen(), second.frozen());
+    p.release("greedy").await.unwrap();
+    let thawed = wait_for(Duration::from_secs(1), || {
+        !first.frozen() && !second.frozen()
+    });
+    for c in [&mut spin, &mut first_init, &mut second_init] {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    let log = agent.log();
+    assert!(
+        held,
+        "held: first {first_held}, second {second_held}\n{log}"
+    );
+    assert!(thawed, "still frozen after the claim went\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_agent_in_a_cgroup_namespace_of_its_own_holds_a_container_outside_it() {
     // As in a pod: the agent runs in a cgroup of its own and a cgroup namespace rooted there,
     // in which the container's cgroup is not below the root (it reads `/../…`).

@@ -177,7 +177,7 @@ fn a_hold_is_recorded_before_the_freeze_and_a_new_agent_thaws_what_a_dead_one_le
     assert!(thawed.is_empty());
     let own = Cgroups::parse("0::/agent\n");
     let file = h.freeze_file(&Cgroups::parse("0::/c1\n"), &own).unwrap();
-    assert!(f.hold("c1", file.clone()).unwrap());
+    assert!(f.hold("c1", std::slice::from_ref(&file)).unwrap());
     assert!(f.is_held("c1"));
     assert_eq!(std::fs::read_to_string(file.path()).unwrap(), "1");
     assert_eq!(
@@ -201,18 +201,21 @@ fn a_container_paused_by_someone_else_is_left_to_them_and_a_stopping_agent_thaws
         .freeze_file(&Cgroups::parse("6:freezer:/c1\n0::/\n"), &own)
         .unwrap();
     std::fs::write(paused.path(), "FROZEN\n").unwrap();
-    assert!(!f.hold("c1", paused.clone()).unwrap(), "runc paused it");
+    assert!(
+        !f.hold("c1", std::slice::from_ref(&paused)).unwrap(),
+        "runc paused it"
+    );
     assert!(!f.is_held("c1"));
     let mine = h
         .freeze_file(&Cgroups::parse("6:freezer:/c2/sub\n0::/\n"), &own)
         .unwrap();
-    assert!(f.hold("c2", mine.clone()).unwrap());
+    assert!(f.hold("c2", std::slice::from_ref(&mine)).unwrap());
     assert_eq!(std::fs::read_to_string(mine.path()).unwrap(), "FROZEN");
     f.stop();
     assert_eq!(std::fs::read_to_string(mine.path()).unwrap(), "THAWED");
     assert_eq!(std::fs::read_to_string(paused.path()).unwrap(), "FROZEN\n");
     assert!(
-        !f.hold("c2", mine).unwrap(),
+        !f.hold("c2", &[mine]).unwrap(),
         "a stopped agent holds nothing"
     );
     // A record naming anything but a freezer file is not written to.
@@ -226,13 +229,48 @@ fn a_container_paused_by_someone_else_is_left_to_them_and_a_stopping_agent_thaws
 }
 
 #[test]
+fn a_claim_several_containers_use_is_held_whole_a_container_joining_it_too_and_thawed_whole() {
+    let (dir, h) = fake_cgroupfs();
+    let records = dir.path().join("frozen");
+    let (mut f, _) = Freezer::open(records.clone()).unwrap();
+    let own = Cgroups::parse("6:freezer:/agent\n0::/agent\n");
+    let unified = |c: &str| {
+        h.freeze_file(&Cgroups::parse(&format!("0::/{c}\n")), &own)
+            .unwrap()
+    };
+    let (first, later) = (unified("c1"), unified("c2/sub"));
+    let v1 = h
+        .freeze_file(&Cgroups::parse("6:freezer:/c2/sub\n0::/\n"), &own)
+        .unwrap();
+    let state = |file: &FreezeFile| std::fs::read_to_string(file.path()).unwrap();
+    assert!(f.hold("shared", std::slice::from_ref(&first)).unwrap());
+    // A second container reported for the claim while it is held; the first given again.
+    assert!(f.hold("shared", &[later.clone(), first.clone()]).unwrap());
+    assert_eq!((state(&first), state(&later)), ("1".into(), "1".into()));
+    assert_eq!(
+        std::fs::read_to_string(records.join("shared")).unwrap(),
+        format!("{}\n{}", first.path().display(), later.path().display())
+    );
+    f.release("shared").unwrap();
+    assert_eq!((state(&first), state(&later)), ("0".into(), "0".into()));
+    assert!(!f.is_held("shared") && !records.join("shared").exists());
+    // A dead agent's record of several: the next one thaws each.
+    assert!(f.hold("shared", &[first.clone(), v1.clone()]).unwrap());
+    assert_eq!((state(&first), state(&v1)), ("1".into(), "FROZEN".into()));
+    drop(f);
+    let (_, thawed) = Freezer::open(records).unwrap();
+    assert_eq!(thawed, ["shared"]);
+    assert_eq!((state(&first), state(&v1)), ("0".into(), "THAWED".into()));
+}
+
+#[test]
 fn a_container_whose_cgroup_is_gone_is_thawed_by_forgetting_it() {
     let (dir, h) = fake_cgroupfs();
     let (mut f, _) = Freezer::open(dir.path().join("frozen")).unwrap();
     let file = h
         .freeze_file(&Cgroups::parse("0::/c1\n"), &Cgroups::parse("0::/agent\n"))
         .unwrap();
-    assert!(f.hold("c1", file).unwrap());
+    assert!(f.hold("c1", &[file]).unwrap());
     std::fs::remove_dir_all(dir.path().join("unified/c1")).unwrap();
     f.release("c1").unwrap();
     assert!(!f.is_held("c1"));
