@@ -367,13 +367,19 @@ impl Freezer {
             if held.contains(f) || new.contains(f) {
                 continue;
             }
+            // Frozen by the agent for another claim of the same container (two
+            // ResourceClaims): held for both, thawed once neither holds it.
+            if self.frozen.values().any(|v| v.contains(f)) {
+                held.push(f.clone());
+                continue;
+            }
             match f.is_frozen() {
                 Ok(true) => {}
                 Ok(false) => new.push(f.clone()),
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
-        if !new.is_empty() {
+        if self.frozen.get(id).map_or(0, Vec::len) < held.len() || !new.is_empty() {
             let all: Vec<FreezeFile> = held.iter().chain(&new).cloned().collect();
             self.record(id, &all)?;
             for f in new {
@@ -396,7 +402,7 @@ impl Freezer {
     }
 
     /// Thaws claim `id` if it is held, then forgets it (a cgroup that cannot be thawed stays
-    /// held, to be tried again).
+    /// held, to be tried again; one another claim holds stays frozen for it).
     pub fn release(&mut self, id: &str) -> Result<(), ThrottleError> {
         let Some(files) = self.frozen.remove(id) else {
             return Ok(());
@@ -404,6 +410,9 @@ impl Freezer {
         let mut failed = None;
         let mut left = Vec::new();
         for f in files {
+            if self.frozen.values().any(|v| v.contains(&f)) {
+                continue;
+            }
             if let Err(e) = f.thaw() {
                 failed = failed.or(Some(e));
                 left.push(f);

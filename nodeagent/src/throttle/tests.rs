@@ -264,6 +264,23 @@ fn a_claim_several_containers_use_is_held_whole_a_container_joining_it_too_and_t
 }
 
 #[test]
+fn a_container_two_claims_hold_stays_frozen_until_neither_does() {
+    let (dir, h) = fake_cgroupfs();
+    let (mut f, _) = Freezer::open(dir.path().join("frozen")).unwrap();
+    let file = h
+        .freeze_file(&Cgroups::parse("0::/c1\n"), &Cgroups::parse("0::/agent\n"))
+        .unwrap();
+    let frozen = || std::fs::read_to_string(file.path()).unwrap() == "1";
+    // One container given two ResourceClaims, each over its share.
+    assert!(f.hold("gpu-a", std::slice::from_ref(&file)).unwrap());
+    assert!(f.hold("gpu-b", std::slice::from_ref(&file)).unwrap());
+    f.release("gpu-a").unwrap();
+    assert!(frozen() && f.is_held("gpu-b") && !f.is_held("gpu-a"));
+    f.release("gpu-b").unwrap();
+    assert!(!frozen());
+}
+
+#[test]
 fn a_container_whose_cgroup_is_gone_is_thawed_by_forgetting_it() {
     let (dir, h) = fake_cgroupfs();
     let (mut f, _) = Freezer::open(dir.path().join("frozen")).unwrap();
