@@ -299,8 +299,8 @@ impl FileId {
     }
 }
 
-/// Gives each sample to the active claim whose container holds the process (by cgroups),
-/// else to a claim never activated (a DRA or CLI claim, whose containers the agent does not
+/// Gives each sample to the active claim whose container holds the process (by cgroups; of
+/// a container given several claims, the one with a slice on the sample's GPU), else to a claim never activated (a DRA or CLI claim, whose containers the agent does not
 /// know) whose usage region the process has mapped (`regions`: each such claim's region);
 /// other samples are left out.
 #[must_use]
@@ -321,10 +321,18 @@ pub fn attribute(
         .iter()
         .filter_map(|s| {
             let cg = procs.cgroups(s.pid)?;
-            let by_cgroup = containers
+            let theirs: Vec<&Claim> = containers
                 .iter()
-                .find(|(_, cgroups)| cgroups.iter().any(|c| cg.within(c)))
-                .map(|(claim, _)| claim.container_id.clone());
+                .filter(|(_, cgroups)| cgroups.iter().any(|c| cg.within(c)))
+                .map(|(claim, _)| *claim)
+                .collect();
+            // A container given several claims (ResourceClaims of slices on different GPUs):
+            // the one whose slice is on the sample's GPU.
+            let by_cgroup = theirs
+                .iter()
+                .find(|c| c.gpus.iter().any(|g| g.uuid == s.gpu_uuid))
+                .or(theirs.first())
+                .map(|claim| claim.container_id.clone());
             let id = by_cgroup.or_else(|| {
                 if regions.is_empty() {
                     return None;

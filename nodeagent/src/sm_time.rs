@@ -179,8 +179,10 @@ pub(crate) fn run(
 struct Pass {
     procs: Procs,
     meter: Meter<String>,
-    /// Container of each pid attributed lately, and when.
-    recent: BTreeMap<u32, (String, Instant)>,
+    /// Container of each pid attributed lately on each GPU (pid, GPU uuid), and when: a
+    /// container given claims on two GPUs has its process's time on each counted to the
+    /// claim there.
+    recent: BTreeMap<(u32, String), (String, Instant)>,
     /// GPUs whose driver gives no per-process utilization (warned once).
     unsupported: BTreeSet<String>,
     /// The SM share's backstop.
@@ -240,7 +242,7 @@ impl Pass {
             &live,
             attributed
                 .into_iter()
-                .map(|a| (a.sample.pid, a.container_id)),
+                .map(|a| ((a.sample.pid, a.sample.gpu_uuid), a.container_id)),
             Instant::now(),
         );
         let measured: BTreeSet<(String, String)> = claims
@@ -257,7 +259,10 @@ impl Pass {
             let owned = samples
                 .iter()
                 .map(|u| UtilSample {
-                    owner: self.recent.get(&u.pid).map(|(id, _)| id.clone()),
+                    owner: self
+                        .recent
+                        .get(&(u.pid, uuid.clone()))
+                        .map(|(id, _)| id.clone()),
                     time_stamp_us: u.timestamp,
                     sm_util: u.sm_util,
                 })
@@ -357,18 +362,19 @@ impl RecentUse {
     }
 }
 
-/// Updates which container each pid named lately belongs to: `attributed` as found now; a
-/// pid of a `live` process found in no container is nobody's, whoever had it before; a pid
-/// whose process is gone keeps its container for [`RECENT`] (its last samples come after it).
+/// Updates which container each pid named lately on each GPU belongs to: `attributed` as
+/// found now, by (pid, GPU uuid); a pid of a `live` process found in no container is
+/// nobody's, whoever had it before; a pid whose process is gone keeps its container for
+/// [`RECENT`] (its last samples come after it).
 fn remember(
-    recent: &mut BTreeMap<u32, (String, Instant)>,
+    recent: &mut BTreeMap<(u32, String), (String, Instant)>,
     live: &[u32],
-    attributed: impl IntoIterator<Item = (u32, String)>,
+    attributed: impl IntoIterator<Item = ((u32, String), String)>,
     now: Instant,
 ) {
-    recent.retain(|pid, (_, seen)| now.duration_since(*seen) < RECENT && !live.contains(pid));
-    for (pid, id) in attributed {
-        recent.insert(pid, (id, now));
+    recent.retain(|(pid, _), (_, seen)| now.duration_since(*seen) < RECENT && !live.contains(pid));
+    for (key, id) in attributed {
+        recent.insert(key, (id, now));
     }
 }
 
@@ -458,16 +464,28 @@ mod tests {
     fn a_gone_process_keeps_its_container_for_a_while_and_a_reused_pid_does_not() {
         let t0 = Instant::now();
         let mut recent = BTreeMap::new();
+        let on = |pid: u32, gpu: &str| (pid, gpu.to_string());
         remember(
             &mut recent,
             &[10, 11],
-            [(10, "a".into()), (11, "b".into())],
+            [
+                (on(10, "g"), "a".into()),
+                (on(10, "h"), "a-h".into()),
+                (on(11, "g"), "b".into()),
+            ],
             t0,
         );
         // 10 exited; 11 is now a process of the host (in no container).
         remember(&mut recent, &[11], [], t0 + Duration::from_secs(1));
-        assert_eq!(recent.get(&10).map(|(id, _)| id.as_str()), Some("a"));
-        assert!(!recent.contains_key(&11));
+        assert_eq!(
+            recent.get(&on(10, "g")).map(|(id, _)| id.as_str()),
+            Some("a")
+        );
+        assert_eq!(
+            recent.get(&on(10, "h")).map(|(id, _)| id.as_str()),
+            Some("a-h")
+        );
+        assert!(!recent.contains_key(&on(11, "g")));
         remember(&mut recent, &[], [], t0 + RECENT);
         assert!(recent.is_empty());
     }

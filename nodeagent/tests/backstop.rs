@@ -280,3 +280,80 @@ async fn stopping_a_claim_two_containers_use_stops_the_container_holding_the_mem
     let _ = second.kill();
     let _ = second.wait();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_given_claims_on_two_gpus_is_charged_each_gpu_to_the_claim_there() {
+    let sim = SimNode::new(2, "A10", None);
+    let bus = Bus::start();
+    let agent = Agent::start(
+        &agent_exe(),
+        &bus,
+        &sim,
+        &[
+            "--enforce-interval",
+            "100ms",
+            "--over-limit-action",
+            "kill",
+            "--over-limit-tolerance",
+            "0",
+        ],
+    );
+    let p = proxy(&bus.address).await;
+    for (id, gpu) in [("pair-a", "0"), ("pair-b", "1")] {
+        p.claim(
+            id,
+            ann(&[
+                ("gpuslice.io/memory", "1Gi"),
+                ("gpuslice.io/devices", gpu),
+            ]),
+        )
+        .await
+        .unwrap();
+    }
+    // One container given both slices (two ResourceClaims): each device's createRuntime hook
+    // reports the container's first process for its claim.
+    let cg = Cgroup::new("pair");
+    let mut init = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    cg.adopt(init.id());
+    for id in ["pair-a", "pair-b"] {
+        p.activate(id, init.id()).await.unwrap();
+    }
+    let on_second_gpu = |bytes: u64| {
+        let mut cmd = std::process::Command::new(sim.wall_client());
+        cmd.args(["link", "hold", &bytes.to_string()])
+            .env("LD_LIBRARY_PATH", sim.lib_dir())
+            .env("CUDA_VISIBLE_DEVICES", "1");
+        let (child, line) = gpuslice_testsupport::sim::start_holding(cmd);
+        assert!(line.contains("fit=CUDA_SUCCESS"), "{line}");
+        cg.adopt(child.id());
+        child
+    };
+    // 200 MiB and a context on the second GPU are within pair-b's slice there: left alone
+    // for ten passes (counted against pair-a's, where it has no slice, it was killed).
+    let mut within = on_second_gpu(200 << 20);
+    let killed = wait_for(Duration::from_secs(1), || {
+        within.try_wait().unwrap().is_some()
+    });
+    assert!(!killed, "killed within its slice\n{}", agent.log());
+    // 512 MiB and a context more there are over pair-b's 1 GiB: the newer process is
+    // killed, and the log names pair-b.
+    let mut over = on_second_gpu(512 << 20);
+    let killed = wait_for(Duration::from_secs(3), || {
+        over.try_wait().unwrap().is_some()
+    });
+    let log = agent.log();
+    assert!(killed, "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("the driver shows the container over its slice"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("container=pair-b"), "{line}");
+    assert!(within.try_wait().unwrap().is_none(), "{log}");
+    for c in [&mut within, &mut init] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
