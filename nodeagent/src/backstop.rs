@@ -321,17 +321,22 @@ pub fn attribute(
         .iter()
         .filter_map(|s| {
             let cg = procs.cgroups(s.pid)?;
-            let theirs: Vec<&Claim> = containers
+            let mut theirs = containers
                 .iter()
                 .filter(|(_, cgroups)| cgroups.iter().any(|c| cg.within(c)))
-                .map(|(claim, _)| *claim)
-                .collect();
+                .map(|(claim, _)| *claim);
+            let on_gpu = |c: &&Claim| c.gpus.iter().any(|g| g.uuid == s.gpu_uuid);
             // A container given several claims (ResourceClaims of slices on different GPUs):
             // the one whose slice is on the sample's GPU.
             let by_cgroup = theirs
-                .iter()
-                .find(|c| c.gpus.iter().any(|g| g.uuid == s.gpu_uuid))
-                .or(theirs.first())
+                .next()
+                .map(|first| {
+                    if on_gpu(&first) {
+                        first
+                    } else {
+                        theirs.find(on_gpu).unwrap_or(first)
+                    }
+                })
                 .map(|claim| claim.container_id.clone());
             let id = by_cgroup.or_else(|| {
                 if regions.is_empty() {

@@ -302,10 +302,7 @@ async fn a_container_given_claims_on_two_gpus_is_charged_each_gpu_to_the_claim_t
     for (id, gpu) in [("pair-a", "0"), ("pair-b", "1")] {
         p.claim(
             id,
-            ann(&[
-                ("gpuslice.io/memory", "1Gi"),
-                ("gpuslice.io/devices", gpu),
-            ]),
+            ann(&[("gpuslice.io/memory", "1Gi"), ("gpuslice.io/devices", gpu)]),
         )
         .await
         .unwrap();
