@@ -388,7 +388,11 @@ impl Freezer {
                     Err(e) => failed = failed.or(Some(e)),
                 }
             }
-            self.record(id, &held)?;
+            // The record written above names these and more: a failure here leaves a next
+            // agent thawing a cgroup that was never frozen, nothing held unrecorded.
+            if let Err(e) = self.record(id, &held) {
+                tracing::warn!(claim = %id, "{e}");
+            }
         }
         if held.is_empty() {
             self.frozen.remove(id);

@@ -16,12 +16,12 @@ use gpuslice_testsupport::{agent::Agent, bus::Bus, http, sim::SimNode, wait_for}
 /// A simulated A10 and an agent on a bus of its own whose backstop kills a process over its
 /// slice, with no tolerance, every 100 ms; `more`: its other arguments.
 fn killing_over_its_slice(more: &[&str]) -> (SimNode, Bus, Agent) {
-    acting_over_its_slice("kill", more)
+    acting_over_its_slice(1, "kill", more)
 }
 
-/// As [`killing_over_its_slice`], with `--over-limit-action action`.
-fn acting_over_its_slice(action: &str, more: &[&str]) -> (SimNode, Bus, Agent) {
-    let sim = SimNode::new(1, "A10", None);
+/// As [`killing_over_its_slice`], on `gpus` simulated A10s, with `--over-limit-action action`.
+fn acting_over_its_slice(gpus: u32, action: &str, more: &[&str]) -> (SimNode, Bus, Agent) {
+    let sim = SimNode::new(gpus, "A10", None);
     let bus = Bus::start();
     let mut args = vec![
         "--enforce-interval",
@@ -241,7 +241,7 @@ async fn a_claim_two_containers_use_is_held_to_its_slice_in_both_behind_the_libr
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stopping_a_claim_two_containers_use_stops_the_container_holding_the_memory() {
-    let (sim, bus, agent) = acting_over_its_slice("stop", &[]);
+    let (sim, bus, agent) = acting_over_its_slice(1, "stop", &[]);
     let p = proxy(&bus.address).await;
     p.claim("stopped", ann(&[("gpuslice.io/memory", "256Mi")]))
         .await
@@ -283,21 +283,7 @@ async fn stopping_a_claim_two_containers_use_stops_the_container_holding_the_mem
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_given_claims_on_two_gpus_is_charged_each_gpu_to_the_claim_there() {
-    let sim = SimNode::new(2, "A10", None);
-    let bus = Bus::start();
-    let agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--enforce-interval",
-            "100ms",
-            "--over-limit-action",
-            "kill",
-            "--over-limit-tolerance",
-            "0",
-        ],
-    );
+    let (sim, bus, agent) = acting_over_its_slice(2, "kill", &[]);
     let p = proxy(&bus.address).await;
     for (id, gpu) in [("pair-a", "0"), ("pair-b", "1")] {
         p.claim(
