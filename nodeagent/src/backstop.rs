@@ -300,9 +300,10 @@ impl FileId {
 }
 
 /// Gives each sample to the active claim whose container holds the process (by cgroups; of
-/// a container given several claims, the one with a slice on the sample's GPU), else to a claim never activated (a DRA or CLI claim, whose containers the agent does not
-/// know) whose usage region the process has mapped (`regions`: each such claim's region);
-/// other samples are left out.
+/// a container given several claims, the one with a slice on the sample's GPU), else to a
+/// claim never activated (a DRA or CLI claim, whose containers the agent does not know)
+/// whose usage region the process has mapped (`regions`: each such claim's region); other
+/// samples are left out.
 #[must_use]
 pub fn attribute(
     claims: &[Claim],
