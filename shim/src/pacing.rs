@@ -163,7 +163,7 @@ pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
         loop {
             slot.wait(&gate.queue);
             let place = gate.queue.take_place(slot.depth());
-            if slot.launching() {
+            if slot.launching(&gate.queue) {
                 return Some(Paced(place));
             }
         }

@@ -21,9 +21,19 @@
 //! thread sleeps; `CU_EVENT_DISABLE_TIMING`), recorded on the launch's stream, kept for reuse
 //! per context, and forgotten, never destroyed, with their context (the driver frees them).
 //! Waiting on an event needs no current context (PyTorch waits on events of other devices).
+//!
+//! The thread giving places back also measures how long a launch keeps the GPU: the time from
+//! when the oldest of the process's launches began to run (the last one finishing, or its own
+//! recording where none was queued) to its finishing, per launch found finished. It is
+//! measured only while none of the container's other processes has
+//! launches queued there (their kernels between the process's own would be counted as its
+//! own), and kept until then, falling at once to a shorter time and rising slowly to a
+//! longer one; a window of the cycle ([`crate::slots`]) predicts from it when the container's
+//! queued work will end.
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -67,6 +77,9 @@ struct Inner {
     watched: bool,
     /// The context of the event that thread waits on outside the lock (0: none).
     watching: usize,
+    /// When the oldest pending launch began to run, as far as this process can tell
+    /// (CLOCK_REALTIME µs): the last launch finishing, or its own recording.
+    running_since_us: u64,
 }
 
 /// One paced GPU's launches in this process.
@@ -81,6 +94,9 @@ pub struct Queue {
     recorded: Condvar,
     /// A context's leaving, waiting for the watching thread's wait on one of its events.
     watched_wait_over: Condvar,
+    /// How long one of the process's launches keeps the GPU, in µs ([`Queue::launch_us`]; 0:
+    /// not yet measured).
+    launch_us: AtomicU64,
 }
 
 /// A launch's place in its container's queue on a paced GPU, from before it is paced until
@@ -119,6 +135,7 @@ impl Queue {
             room: Condvar::new(),
             recorded: Condvar::new(),
             watched_wait_over: Condvar::new(),
+            launch_us: AtomicU64::new(0),
         }
     }
 
@@ -142,24 +159,57 @@ impl Queue {
         q.waiting -= 1;
     }
 
-    /// Gives back the places of the oldest launches that have finished.
-    fn give_back_finished(&self, q: &mut Inner, query: CuEventQuery) {
-        let mut gave = false;
+    /// Gives back the places of the oldest launches that have finished; with `timed` (the
+    /// watching thread, which wakes as they finish), measures how long they kept the GPU.
+    fn give_back_finished(&self, q: &mut Inner, query: CuEventQuery, timed: bool) {
+        // Whether the container's queued launches there are all this process's.
+        let alone =
+            timed && self.slice.queued_total(self.gpu) == (q.pending.len() + q.taken) as u64;
+        let (mut finished, mut gone) = (0u64, 0u64);
         while let Some(&r) = q.pending.front() {
             // SAFETY: an event this library created in a context not yet gone.
             match unsafe { query(r.event as CUevent) } {
                 CUDA_ERROR_NOT_READY => break,
-                CUDA_SUCCESS => q.free.push(r),
+                CUDA_SUCCESS => {
+                    q.free.push(r);
+                    finished += 1;
+                }
                 // Not an event any more (its context went unseen): dropped, not destroyed.
                 _ => {}
             }
             q.pending.pop_front();
             self.slice.give_queued(self.gpu);
-            gave = true;
+            gone += 1;
         }
-        if gave {
-            self.wake(q);
+        if gone == 0 {
+            return;
         }
+        let now = crate::pacing::realtime_us();
+        if alone && finished > 0 && q.running_since_us != 0 {
+            self.note_launch_time(now.saturating_sub(q.running_since_us) / finished);
+        }
+        q.running_since_us = now;
+        self.wake(q);
+    }
+
+    /// Takes one measured launch time into the estimate: a shorter one at once, a longer one
+    /// a quarter of the way. Kept low rather than high: a window closed early on too long an
+    /// estimate is time lost, while work that runs past a prediction too short moves the
+    /// window's margin ([`crate::slots`]), which takes it back.
+    fn note_launch_time(&self, us: u64) {
+        let us = us.max(1);
+        let _ = self.launch_us.fetch_update(Relaxed, Relaxed, |before| {
+            Some(if before == 0 || us <= before {
+                us
+            } else {
+                before + (us - before) / 4
+            })
+        });
+    }
+
+    /// How long one of the process's launches keeps the GPU, in µs (0: not measured yet).
+    pub fn launch_us(&self) -> u64 {
+        self.launch_us.load(Relaxed)
     }
 
     /// Takes a place once fewer than `depth` (at most [`DEPTH`]) of the container's launches
@@ -186,7 +236,7 @@ impl Queue {
             }
             if !looked {
                 looked = true;
-                self.give_back_finished(&mut q, query);
+                self.give_back_finished(&mut q, query, false);
                 continue;
             }
             looked = false;
@@ -236,6 +286,9 @@ impl Queue {
             return false;
         }
         r.ctx = ctx;
+        if q.pending.is_empty() {
+            q.running_since_us = crate::pacing::realtime_us();
+        }
         q.pending.push_back(r);
         if !q.watched {
             q.watched = std::thread::Builder::new()
@@ -260,7 +313,7 @@ impl Queue {
         }
         let mut q = self.lock();
         loop {
-            self.give_back_finished(&mut q, query);
+            self.give_back_finished(&mut q, query, true);
             let Some(&oldest) = q.pending.front() else {
                 q = self
                     .recorded
@@ -354,6 +407,14 @@ impl crate::slots::Container for Queue {
     }
 
     fn unfinished(&self) -> bool {
-        self.slice.queued_total(self.gpu) > 0
+        self.queued() > 0
+    }
+
+    fn queued(&self) -> u64 {
+        self.slice.queued_total(self.gpu)
+    }
+
+    fn launch_us(&self) -> u64 {
+        Queue::launch_us(self)
     }
 }

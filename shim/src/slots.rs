@@ -5,21 +5,28 @@
 //! measurement of utilization: the driver's samples name one process per period with the
 //! whole GPU's figure, which cannot tell two busy slices apart.
 //!
-//! Work launched in the window keeps running after it ends (it is queued): once per cycle,
-//! the first launch after the window waits for the context's work, then for the rest of what
-//! the container launched in the window ([`crate::queued`] counts it), and measures how far
-//! it ran past the window's end; launching stops that much (halfway corrected each cycle)
-//! before the end from then on, so the work ends with the window rather than in the next
-//! slice's. Every process of the container measures the same end, so they settle on the
-//! same margin. Where the margin is as long as it may be (three quarters of the window) and
-//! the work still runs past the end, the launches let through at the window's opening alone
+//! Work launched in the window keeps running after it ends (it is queued). Where how long a
+//! launch keeps the GPU is known ([`crate::queued`] measures it), a launch goes only if the
+//! container's queued work, it included, is predicted to end by the window's end; the first
+//! launch that would not closes the window for the process until the next cycle, except alone
+//! at the window's opening (a launch longer than the window cannot end in it; it goes there
+//! rather than later). Until it is known, launching stops
+//! a margin before the end. Once per cycle, the first launch after the window waits for the
+//! context's work, then for the rest of what the container launched in the window, and
+//! measures how far it ran past the window's end. All of it goes into a balance: what ran
+//! past the end is owed (later windows open that much late, a window owed in full is
+//! skipped), what the window left unused is kept, at most a window, and lets a later launch
+//! end that much past the end (at most one launch's time), so that launches that do not divide the window are held to
+//! the share on average. The margin moves by half of how far the work ran past its end, or
+//! past its predicted end where that was later: it takes back what the prediction missed.
+//! Every process of the container measures the same end, so they settle on the same margin.
+//! Where the margin is as long as it may be (three quarters of the window) and the work still
+//! runs past the end unpredicted, the launches let through at the window's opening alone
 //! outlast it (long kernels): the number the container may have unfinished is halved, down
-//! to one, and grows back by one a cycle once the work ends in time. Half of every overrun is
-//! also owed and paid back: later windows open that much late (a window owed in full is
-//! skipped), so that work that cannot end in time (a kernel longer than the window, a
-//! framework's step that does not fit it) is held to the share on average; the other half is
-//! the margin's to take back. A cycle with no launch after its window to measure it is
-//! measured at the next window's first launch while the container's work still runs.
+//! to one, and grows back by one a cycle once the work ends in time. A cycle with no launch
+//! after its window to measure it is measured at the next window's first launch while the
+//! container's work still runs.
+//!
 //! Clocks are CLOCK_REALTIME, the same in every container (time namespaces offset only the
 //! monotonic clocks).
 
@@ -41,6 +48,10 @@ pub trait Container {
     fn wait_until_drained(&self, until_us: u64);
     /// Whether any of them is unfinished.
     fn unfinished(&self) -> bool;
+    /// How many are unfinished or about to be launched.
+    fn queued(&self) -> u64;
+    /// How long one keeps the GPU, in µs, as last measured (0: not measured).
+    fn launch_us(&self) -> u64;
 }
 
 /// One GPU's window in this process.
@@ -55,8 +66,16 @@ pub struct Slot {
     /// [`crate::queued::DEPTH`]: fewer where kernels are so long that that many run past the
     /// window's end whatever the margin.
     depth: AtomicUsize,
-    /// Window time owed: half of how far work ran past the windows' ends, not yet paid back.
-    debt_us: AtomicU64,
+    /// Window time owed (how far work ran past the windows' ends, not yet paid back), or,
+    /// below zero, window time left unused that a launch predicted to end past the window's
+    /// end may take (at most a window).
+    balance_us: AtomicI64,
+    /// The last cycle in which a launch was predicted to end past the window's end, so that
+    /// the window closed early for this process.
+    closed_cycle: AtomicU64,
+    /// When the work let through is predicted to end (CLOCK_REALTIME µs, the latest
+    /// predicted since the last measurement; 0: no prediction).
+    planned_end_us: AtomicU64,
     /// How late the window of one cycle opens, paying debt: `cycle << LATE_BITS | late_us`.
     late: AtomicU64,
     /// The last cycle a launch went in (0: none yet; cycles count from 1970).
@@ -78,7 +97,9 @@ impl Slot {
             margin_us: AtomicI64::new(0),
             measured_cycle: AtomicU64::new(u64::MAX),
             depth: AtomicUsize::new(DEPTH),
-            debt_us: AtomicU64::new(0),
+            balance_us: AtomicI64::new(0),
+            closed_cycle: AtomicU64::new(u64::MAX),
+            planned_end_us: AtomicU64::new(0),
             late: AtomicU64::new(u64::MAX),
             launched_cycle: AtomicU64::new(0),
         }
@@ -97,16 +118,17 @@ impl Slot {
             if seen != u64::MAX && seen >> LATE_BITS == cycle {
                 return seen & mask;
             }
-            let debt = self.debt_us.load(Relaxed);
+            let debt = u64::try_from(self.balance_us.load(Relaxed)).unwrap_or(0);
             let take = debt.min(self.len_us()).min(mask);
             if self
                 .late
                 .compare_exchange(seen, cycle << LATE_BITS | take, Relaxed, Relaxed)
                 .is_ok()
             {
+                let take_i = i64::try_from(take).unwrap_or(0);
                 let _ = self
-                    .debt_us
-                    .fetch_update(Relaxed, Relaxed, |d| Some(d.saturating_sub(take)));
+                    .balance_us
+                    .fetch_update(Relaxed, Relaxed, |b| Some(b - take_i.min(b.max(0))));
                 return take;
             }
         }
@@ -133,15 +155,54 @@ impl Slot {
         (cycle, t, self.late_in(cycle))
     }
 
+    /// Until how far into the cycle launches may go: the window's end where how long a
+    /// launch keeps the GPU is known (each launch's predicted end decides,
+    /// [`Slot::launching`]), else the margin before it.
+    fn open_until(&self, launch_us: u64) -> u64 {
+        if launch_us > 0 {
+            self.len_us()
+        } else {
+            self.open_us()
+        }
+    }
+
     /// Whether a launch may go to the GPU now; if so, it counts as the cycle's (whose work
-    /// a later launch measures).
-    pub fn launching(&self) -> bool {
+    /// a later launch measures). Where how long a launch keeps the GPU is known, the launch
+    /// goes only if the container's queued work, it included, is predicted to end by the
+    /// window's end (less the margin, plus what the window left unused before, at most one
+    /// launch's time), or if it is the only one and the window has just opened (a launch
+    /// longer than the window goes at its opening, not later); otherwise the window closes
+    /// for this process until the next cycle.
+    pub fn launching(&self, container: &impl Container) -> bool {
         let (cycle, t, late) = self.now();
-        let open = late <= t && t < self.open_us();
+        let launch_us = container.launch_us();
+        let open = late <= t
+            && t < self.open_until(launch_us)
+            && self.closed_cycle.load(Relaxed) != cycle
+            && (launch_us == 0 || self.fits(cycle, t, late, launch_us, container.queued().max(1)));
         if open {
             self.launched_cycle.fetch_max(cycle, Relaxed);
         }
         open
+    }
+
+    /// Whether `queued` launches of `launch_us` each (more than 0), starting at `t` into
+    /// `cycle`, end in time (see [`Slot::launching`]); if not, closes the window for this
+    /// cycle.
+    fn fits(&self, cycle: u64, t: u64, late: u64, launch_us: u64, queued: u64) -> bool {
+        let margin = u64::try_from(self.margin_us.load(Relaxed)).unwrap_or(0);
+        let credit = u64::try_from(-self.balance_us.load(Relaxed))
+            .unwrap_or(0)
+            .min(launch_us);
+        let ends = t.saturating_add(queued.saturating_mul(launch_us));
+        let first_at_opening = queued == 1 && t < late + self.len_us() / 8;
+        if ends <= (self.len_us() + credit).saturating_sub(margin) || first_at_opening {
+            let at = self.start_us + cycle * CYCLE_US + ends;
+            self.planned_end_us.fetch_max(at, Relaxed);
+            return true;
+        }
+        self.closed_cycle.store(cycle, Relaxed);
+        false
     }
 
     /// Returns once a launch may go to the GPU: inside this process's part of the window
@@ -158,7 +219,8 @@ impl Slot {
                 continue;
             }
             let last = self.launched_cycle.load(Relaxed);
-            if t < self.open_us() {
+            let closed = self.closed_cycle.load(Relaxed) == cycle;
+            if t < self.open_until(container.launch_us()) && !closed {
                 if last != 0
                     && last < cycle
                     && container.unfinished()
@@ -189,8 +251,10 @@ impl Slot {
     }
 
     /// Waits for the work launched in the window that opened in cycle `cycle` (counted from
-    /// the window's start): this process's, then the container's (`drained`), and moves the
-    /// margin by half of how far it ran past the window's end (or ended before it).
+    /// the window's start): this process's, then the container's (`drained`), and takes how
+    /// far it ran past the window's end (or ended before it) into the balance, and how far
+    /// it ran past its predicted end, where it was predicted to end past the window's, into
+    /// the margin.
     fn measure_overrun(&self, cycle: u64, container: &impl Container) {
         let Some(sync) = real::cuCtxSynchronize() else {
             return;
@@ -199,40 +263,46 @@ impl Slot {
         // current context.
         unsafe { sync() };
         container.wait_until_drained(self.start_us + (cycle + 1) * CYCLE_US);
-        let done = i64::try_from(realtime_us()).unwrap_or(i64::MAX);
-        let end = i64::try_from(cycle * CYCLE_US + self.end_us).unwrap_or(i64::MAX);
-        self.follow_overrun(done - end);
+        let done = realtime_us();
+        let end = self.start_us + cycle * CYCLE_US + self.len_us();
+        let planned = self.planned_end_us.swap(0, Relaxed);
+        let signed = |us: u64| i64::try_from(us).unwrap_or(i64::MAX);
+        let overrun = signed(done) - signed(end);
+        self.follow_overrun(overrun, signed(done) - signed(end.max(planned)));
     }
 
-    /// Moves the margin by half of `overrun_us` (how far the work launched in a window ran
-    /// past its end; below zero where it ended before), and owes the other half of one past
-    /// the end. Where the margin is already as long as it may be and the work still ran past
-    /// the end, the kernels launched at the window's opening alone outlast it: the depth is
-    /// halved. It grows back by one a cycle while the margin is under half its longest and
-    /// the work ends in time.
-    fn follow_overrun(&self, overrun_us: i64) {
-        if let Ok(over) = u64::try_from(overrun_us) {
-            let most = self.len_us() * DEBT_WINDOWS;
-            let _ = self
-                .debt_us
-                .fetch_update(Relaxed, Relaxed, |d| Some((d + over / 2).min(most)));
-        }
-        let most = i64::try_from(self.len_us() * 3 / 4).unwrap_or(0);
+    /// Takes `overrun_us` (how far the work launched in a window ran past its end; below
+    /// zero where it ended before) into the balance: owed in full where positive (later
+    /// windows open that much late), kept as credit, at most a window, where not. Moves
+    /// the margin by half of `unplanned_us` (how far the work ran past the window's end, or
+    /// past its predicted end where that was later). Where the margin is already as long as
+    /// it may be and the work still ran past the end unplanned, the kernels launched at the
+    /// window's opening alone outlast it: the depth is halved. It grows back by one a cycle
+    /// while the margin is under half its longest and the work ends in time.
+    fn follow_overrun(&self, overrun_us: i64, unplanned_us: i64) {
+        let len = i64::try_from(self.len_us()).unwrap_or(i64::MAX);
+        let most_debt = len.saturating_mul(i64::try_from(DEBT_WINDOWS).unwrap_or(1));
+        let _ = self.balance_us.fetch_update(Relaxed, Relaxed, |b| {
+            Some(b.saturating_add(overrun_us).clamp(-len, most_debt))
+        });
+        let most = len * 3 / 4;
         let before = self.margin_us.load(Relaxed);
-        let margin = (before + overrun_us / 2).clamp(0, most);
+        let margin = (before + unplanned_us / 2).clamp(0, most);
         self.margin_us.store(margin, Relaxed);
         let depth = self.depth.load(Relaxed);
-        let depth = if overrun_us > 0 && before >= most {
+        let depth = if unplanned_us > 0 && before >= most {
             (depth / 2).max(1)
-        } else if overrun_us <= 0 && margin < most / 2 {
+        } else if unplanned_us <= 0 && margin < most / 2 {
             (depth + 1).min(DEPTH)
         } else {
             depth
         };
         self.depth.store(depth, Relaxed);
         crate::log::log!(
-            "SM window: the work ran {overrun_us} µs past its end; margin {before} -> {margin} µs, \
-             {depth} launches unfinished at most"
+            "SM window: the work ran {overrun_us} µs past its end ({unplanned_us} µs past its \
+             predicted end); margin {before} -> {margin} µs, {depth} launches unfinished at \
+             most, balance {} µs",
+            self.balance_us.load(Relaxed)
         );
     }
 }
@@ -248,6 +318,12 @@ mod tests {
         fn wait_until_drained(&self, _until_us: u64) {}
         fn unfinished(&self) -> bool {
             false
+        }
+        fn queued(&self) -> u64 {
+            0
+        }
+        fn launch_us(&self) -> u64 {
+            0
         }
     }
 
@@ -266,7 +342,7 @@ mod tests {
     #[test]
     fn an_overrun_the_margin_can_still_take_back_leaves_the_depth_alone() {
         let s = Slot::new(SmWindow { start: 0, len: 10 });
-        s.follow_overrun(4_000);
+        s.follow_overrun(4_000, 4_000);
         assert_eq!((s.margin_us.load(Relaxed), s.depth()), (2_000, DEPTH));
     }
 
@@ -276,7 +352,7 @@ mod tests {
         let s = Slot::new(SmWindow { start: 0, len: 10 });
         let depths: Vec<usize> = (0..8)
             .map(|_| {
-                s.follow_overrun(30_000);
+                s.follow_overrun(30_000, 30_000);
                 s.depth()
             })
             .collect();
@@ -287,7 +363,7 @@ mod tests {
         // The work ends 20 ms early: the margin goes, and the depth grows one a cycle.
         let depths: Vec<usize> = (0..DEPTH)
             .map(|_| {
-                s.follow_overrun(-20_000);
+                s.follow_overrun(-20_000, -20_000);
                 s.depth()
             })
             .collect();
@@ -297,17 +373,59 @@ mod tests {
 
     #[test]
     fn work_run_past_the_window_is_paid_back_by_later_windows_opening_late() {
-        // A 10 ms window whose work ran 50 ms past its end owes 25 ms: the next two windows
+        // A 10 ms window whose work ran 25 ms past its end owes 25 ms: the next two windows
         // are lost whole and the third opens 5 ms late; each cycle's delay is taken once.
         let s = Slot::new(SmWindow { start: 0, len: 10 });
-        s.follow_overrun(50_000);
+        s.follow_overrun(25_000, 25_000);
         let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c)).collect();
         assert_eq!(late, [10_000, 10_000, 10_000, 5_000, 0]);
-        // Ending early owes nothing, and a debt never exceeds ten windows.
-        s.follow_overrun(-5_000);
-        assert_eq!(s.late_in(11), 0);
-        s.follow_overrun(10_000_000);
-        assert_eq!(s.debt_us.load(Relaxed), 10 * 10_000);
+        // Ending early owes nothing and keeps at most a window; a debt never exceeds ten
+        // windows.
+        s.follow_overrun(-8_000, -8_000);
+        s.follow_overrun(-8_000, -8_000);
+        assert_eq!((s.late_in(11), s.balance_us.load(Relaxed)), (0, -10_000));
+        s.follow_overrun(10_000_000, 10_000_000);
+        assert_eq!(s.balance_us.load(Relaxed), 10 * 10_000);
+    }
+
+    #[test]
+    fn a_launch_predicted_to_end_past_the_window_closes_it_for_the_cycle() {
+        // 16 ms launches in a 50 ms window: three fit, the fourth would end at 64 ms.
+        let s = Slot::new(SmWindow { start: 0, len: 50 });
+        assert!(s.fits(3, 0, 0, 16_000, 3));
+        assert!(!s.fits(3, 0, 0, 16_000, 4));
+        assert_eq!(s.closed_cycle.load(Relaxed), 3);
+        assert_eq!(s.planned_end_us.load(Relaxed), 3 * CYCLE_US + 48_000);
+        // The work ended 2 ms before the window's end, as planned: the margin stays at none,
+        // and 2 ms are kept.
+        s.follow_overrun(-2_000, -2_000);
+        assert_eq!(
+            (s.margin_us.load(Relaxed), s.balance_us.load(Relaxed)),
+            (0, -2_000)
+        );
+        // Kept window time lets a launch end that much past the window's end, at most one
+        // launch's time: after 14 ms of it, the fourth fits.
+        s.follow_overrun(-12_000, -12_000);
+        assert!(s.fits(4, 0, 0, 16_000, 4));
+        // Its planned overrun, run as planned, moves no margin, and is paid from what was kept.
+        s.follow_overrun(14_000, 0);
+        assert_eq!(
+            (s.margin_us.load(Relaxed), s.balance_us.load(Relaxed)),
+            (0, 0)
+        );
+    }
+
+    #[test]
+    fn a_launch_longer_than_the_window_goes_alone_at_its_opening_only() {
+        let s = Slot::new(SmWindow { start: 0, len: 10 });
+        assert!(s.fits(1, 500, 0, 16_000, 1), "at the opening, alone");
+        assert!(!s.fits(2, 500, 0, 16_000, 2), "behind another");
+        assert!(
+            !s.fits(3, 6_000, 0, 16_000, 1),
+            "halfway through the window"
+        );
+        // A window opening late, paying debt, opens later for it too.
+        assert!(s.fits(4, 6_500, 6_000, 16_000, 1));
     }
 
     #[test]
@@ -320,7 +438,7 @@ mod tests {
             0,
             "waiting launched nothing"
         );
-        assert!(s.launching());
+        assert!(s.launching(&Idle));
         let cycle = realtime_us() / CYCLE_US;
         assert!((cycle - 1..=cycle).contains(&s.launched_cycle.load(Relaxed)));
     }

@@ -350,6 +350,37 @@ fn kernels_longer_than_the_window_are_held_to_it_on_average() {
 }
 
 #[test]
+fn steps_that_do_not_divide_the_window_are_held_to_it_on_average() {
+    // Steps of four 16 ms kernels in a 50 ms window (the fourth cannot end in it), and
+    // kernels of 45, 35 and 60 ms, each waited for, in windows of 30, 50 and 70 ms: a launch
+    // goes only where the queued work is predicted to end in the window, or with what earlier
+    // windows left unused; what runs past the end is paid back.
+    let shapes = [
+        (50, 16_384, 4),
+        (30, 45_000, 1),
+        (50, 35_000, 1),
+        (70, 60_000, 1),
+    ];
+    let mut setups: Vec<Setup> = shapes
+        .iter()
+        .map(|&(cores, blocks, batch)| {
+            let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+            let mut s = setup_windowed(sim, cores, 0);
+            (s.blocks, s.batch) = (blocks, batch);
+            s
+        })
+        .collect();
+    setups.push(control());
+    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
+    eprintln!("(share, blocks, batch) {shapes:?} and a {CONTROL_WINDOW}% window: busy {busy:.1?}");
+    let usable = usable(busy[shapes.len()]);
+    for (&(cores, blocks, batch), b) in shapes.iter().zip(&busy) {
+        let what = format!("{} ms kernels waited for every {batch}", blocks / 1_000);
+        assert_window_kept(f64::from(cores), *b, usable, &what);
+    }
+}
+
+#[test]
 fn contexts_destroyed_while_their_paced_kernels_run_are_not_waited_on_by_the_library() {
     // The library waits on its events in a thread of its own; no context may go while the
     // driver waits on one of its events (the simulated driver stops a process that does).
