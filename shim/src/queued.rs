@@ -97,6 +97,9 @@ pub struct Queue {
     /// How long one of the process's launches keeps the GPU, in µs ([`Queue::launch_us`]; 0:
     /// not yet measured).
     launch_us: AtomicU64,
+    /// When one of the process's launches was last found finished (CLOCK_REALTIME µs; 0:
+    /// none yet).
+    finished_us: AtomicU64,
 }
 
 /// A launch's place in its container's queue on a paced GPU, from before it is paced until
@@ -136,6 +139,7 @@ impl Queue {
             recorded: Condvar::new(),
             watched_wait_over: Condvar::new(),
             launch_us: AtomicU64::new(0),
+            finished_us: AtomicU64::new(0),
         }
     }
 
@@ -185,6 +189,9 @@ impl Queue {
             return;
         }
         let now = crate::pacing::realtime_us();
+        if finished > 0 {
+            self.finished_us.store(now, Relaxed);
+        }
         if alone && finished > 0 && q.running_since_us != 0 {
             self.note_launch_time(now.saturating_sub(q.running_since_us) / finished);
         }
@@ -416,5 +423,9 @@ impl crate::slots::Container for Queue {
 
     fn launch_us(&self) -> u64 {
         Queue::launch_us(self)
+    }
+
+    fn finished_us(&self) -> Option<u64> {
+        Some(self.finished_us.load(Relaxed)).filter(|&us| us != 0)
     }
 }

@@ -9,12 +9,12 @@
 //! launch keeps the GPU is known ([`crate::queued`] measures it), a launch goes only if the
 //! container's queued work, it included, is predicted to end by the window's end; the first
 //! launch that would not closes the window for the process until the next cycle, except alone
-//! at the window's opening (a launch longer than the window cannot end in it; it goes there
-//! rather than later). Until it is known, launching stops
+//! at the window's opening (its first eighth, at least 2 ms: a launch longer than the window
+//! cannot end in it; it goes there rather than later). Until it is known, launching stops
 //! a margin before the end. Once per cycle, the first launch after the window waits for the
 //! context's work, then for the rest of what the container launched in the window, and
 //! measures how far it ran past the window's end. All of it goes into a balance: what ran
-//! past the end is owed (later windows open that much late, a window owed in full is
+//! past the end before the next window opened is owed (later windows open that much late, a window owed in full is
 //! skipped), what the window left unused is kept, at most a window, and lets a later launch
 //! end that much past the end (at most one launch's time), so that launches that do not divide the window are held to
 //! the share on average. The margin moves by half of how far the work ran past its end, or
@@ -24,8 +24,10 @@
 //! runs past the end unpredicted, the launches let through at the window's opening alone
 //! outlast it (long kernels): the number the container may have unfinished is halved, down
 //! to one, and grows back by one a cycle once the work ends in time. A cycle with no launch
-//! after its window to measure it is measured at the next window's first launch while the
-//! container's work still runs.
+//! after its window to measure it is measured at the next window's first launch: the work
+//! still running is waited for, work that ended meanwhile ended when its last launch did (a
+//! launch let through on credit and waited for runs into the next cycle; uncounted, it was
+//! never paid back).
 //!
 //! Clocks are CLOCK_REALTIME, the same in every container (time namespaces offset only the
 //! monotonic clocks).
@@ -52,6 +54,8 @@ pub trait Container {
     fn queued(&self) -> u64;
     /// How long one keeps the GPU, in µs, as last measured (0: not measured).
     fn launch_us(&self) -> u64;
+    /// When one of them last finished, as far as this process saw (CLOCK_REALTIME µs).
+    fn finished_us(&self) -> Option<u64>;
 }
 
 /// One GPU's window in this process.
@@ -84,6 +88,8 @@ pub struct Slot {
 
 /// Bits of [`Slot::late`] that hold the delay (a window is at most a cycle, 100,000 µs).
 const LATE_BITS: u32 = 20;
+/// How long after the window opens a launch still counts as at its opening, at least.
+const OPENING_US: u64 = 2_000;
 /// The most debt kept, in windows: a kernel of a minute does not shut a slice out for hours.
 const DEBT_WINDOWS: u64 = 10;
 
@@ -186,6 +192,13 @@ impl Slot {
         open
     }
 
+    /// How long after the window opens a launch still counts as at its opening: an eighth
+    /// of the window, at least 2 ms (a thread woken for the opening may run that late on a
+    /// busy machine), at most the window.
+    fn opening_us(&self) -> u64 {
+        (self.len_us() / 8).max(OPENING_US).min(self.len_us())
+    }
+
     /// Whether `queued` launches of `launch_us` each (more than 0), starting at `t` into
     /// `cycle`, end in time (see [`Slot::launching`]); if not, closes the window for this
     /// cycle.
@@ -195,21 +208,24 @@ impl Slot {
             .unwrap_or(0)
             .min(launch_us);
         let ends = t.saturating_add(queued.saturating_mul(launch_us));
-        let first_at_opening = queued == 1 && t < late + self.len_us() / 8;
+        let first_at_opening = queued == 1 && t < late + self.opening_us();
         if ends <= (self.len_us() + credit).saturating_sub(margin) || first_at_opening {
             let at = self.start_us + cycle * CYCLE_US + ends;
             self.planned_end_us.fetch_max(at, Relaxed);
             return true;
         }
         self.closed_cycle.store(cycle, Relaxed);
+        // The window was wanted: what it left unused is measured and kept.
+        self.launched_cycle.fetch_max(cycle, Relaxed);
         false
     }
 
     /// Returns once a launch may go to the GPU: inside this process's part of the window
     /// (then [`Slot::launching`] tells whether it still is, once the launch has its place).
     /// Once a cycle, the first launch after the window measures how far the work launched in
-    /// it ran past its end ([`Slot::measure_overrun`]); where none came and the container's
-    /// work still runs when the next window opens, its first launch measures it.
+    /// it ran past its end ([`Slot::measure_overrun`]); where none came, the next window's
+    /// first launch measures it: waiting for the work where it still runs, else taking when
+    /// the container's last launch finished.
     pub fn wait(&self, container: &impl Container) {
         loop {
             let (cycle, t, late) = self.now();
@@ -221,12 +237,16 @@ impl Slot {
             let last = self.launched_cycle.load(Relaxed);
             let closed = self.closed_cycle.load(Relaxed) == cycle;
             if t < self.open_until(container.launch_us()) && !closed {
-                if last != 0
-                    && last < cycle
-                    && container.unfinished()
-                    && self.claim_measurement(last)
-                {
-                    self.measure_overrun(last, container);
+                if last != 0 && last < cycle && self.claim_measurement(last) {
+                    // A window no launch after it measured: its work still runs, or ended
+                    // when the container's last launch finished.
+                    if container.unfinished() {
+                        self.measure_overrun(last, container);
+                    } else if let Some(done) = container.finished_us()
+                        && done >= self.start_us + last * CYCLE_US
+                    {
+                        self.ended(last, done);
+                    }
                     continue;
                 }
                 return;
@@ -263,11 +283,19 @@ impl Slot {
         // current context.
         unsafe { sync() };
         container.wait_until_drained(self.start_us + (cycle + 1) * CYCLE_US);
-        let done = realtime_us();
+        self.ended(cycle, realtime_us());
+    }
+
+    /// The work launched in the window that opened in `cycle` ended at `done` (CLOCK_REALTIME
+    /// µs): how far past the window's end, and past its predicted end, is followed. Owed is
+    /// only what ran before the next window opens: time in its own next window is the
+    /// slice's, counted there as used.
+    fn ended(&self, cycle: u64, done: u64) {
         let end = self.start_us + cycle * CYCLE_US + self.len_us();
         let planned = self.planned_end_us.swap(0, Relaxed);
         let signed = |us: u64| i64::try_from(us).unwrap_or(i64::MAX);
-        let overrun = signed(done) - signed(end);
+        let next_opens = end + (CYCLE_US - self.len_us());
+        let overrun = signed(done.min(next_opens)) - signed(end);
         self.follow_overrun(overrun, signed(done) - signed(end.max(planned)));
     }
 
@@ -324,6 +352,9 @@ mod tests {
         }
         fn launch_us(&self) -> u64 {
             0
+        }
+        fn finished_us(&self) -> Option<u64> {
+            None
         }
     }
 
@@ -395,6 +426,11 @@ mod tests {
         assert!(s.fits(3, 0, 0, 16_000, 3));
         assert!(!s.fits(3, 0, 0, 16_000, 4));
         assert_eq!(s.closed_cycle.load(Relaxed), 3);
+        assert_eq!(
+            s.launched_cycle.load(Relaxed),
+            3,
+            "a window refused is measured, as one launched in"
+        );
         assert_eq!(s.planned_end_us.load(Relaxed), 3 * CYCLE_US + 48_000);
         // The work ended 2 ms before the window's end, as planned: the margin stays at none,
         // and 2 ms are kept.
@@ -413,6 +449,18 @@ mod tests {
             (s.margin_us.load(Relaxed), s.balance_us.load(Relaxed)),
             (0, 0)
         );
+    }
+
+    #[test]
+    fn only_work_run_before_the_next_window_opens_is_owed() {
+        // A 70 ms window whose work ended 20 ms into the next cycle: 30 ms of the other
+        // slices' time are owed, the 20 ms in its own next window are its own.
+        let s = Slot::new(SmWindow { start: 0, len: 70 });
+        s.ended(5, 5 * CYCLE_US + 120_000);
+        assert_eq!(s.balance_us.load(Relaxed), 30_000);
+        // Work that ended in the window keeps what it left unused.
+        s.ended(6, 6 * CYCLE_US + 20_000);
+        assert_eq!(s.balance_us.load(Relaxed), -20_000);
     }
 
     #[test]
