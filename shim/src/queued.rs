@@ -24,12 +24,12 @@
 //!
 //! The thread giving places back also measures how long a launch keeps the GPU: the time from
 //! when the oldest of the process's launches began to run (the last one finishing, or its own
-//! recording where none was queued) to its finishing, per launch found finished. It is
-//! measured only while none of the container's other processes has
-//! launches queued there (their kernels between the process's own would be counted as its
-//! own), and kept until then, falling at once to a shorter time and rising slowly to a
-//! longer one; a window of the cycle ([`crate::slots`]) predicts from it when the container's
-//! queued work will end.
+//! recording where none was queued) to its finishing, per launch found finished. It measures
+//! only while none of the container's other processes has launches queued there (their
+//! kernels between the process's own would be counted as its own); the estimate falls at once
+//! to a shorter time and rises slowly to a longer one. A window of the cycle
+//! ([`crate::slots`]) predicts from it when the container's queued work will end, and takes
+//! when the process's last launch finished as the end of a window's work it did not wait for.
 
 use std::collections::VecDeque;
 use std::ffi::c_uint;

@@ -14,11 +14,12 @@
 //! a margin before the end. Once per cycle, the first launch after the window waits for the
 //! context's work, then for the rest of what the container launched in the window, and
 //! measures how far it ran past the window's end. All of it goes into a balance: what ran
-//! past the end before the next window opened is owed (later windows open that much late, a window owed in full is
-//! skipped), what the window left unused is kept, at most a window, and lets a later launch
-//! end that much past the end (at most one launch's time), so that launches that do not divide the window are held to
-//! the share on average. The margin moves by half of how far the work ran past its end, or
-//! past its predicted end where that was later: it takes back what the prediction missed.
+//! past the end before the next window opened is owed (later windows open that much late, a
+//! window owed in full is skipped), what the window left unused is kept, at most a window,
+//! and lets a later launch end that much past the end (at most one launch's time), so that
+//! launches that do not divide the window are held to the share on average. The margin moves
+//! by half of how far the work ran past its end, or past its predicted end where that was
+//! later: it takes back what the prediction missed.
 //! Every process of the container measures the same end, so they settle on the same margin.
 //! Where the margin is as long as it may be (three quarters of the window) and the work still
 //! runs past the end unpredicted, the launches let through at the window's opening alone
