@@ -166,9 +166,6 @@ impl Queue {
     /// Gives back the places of the oldest launches that have finished; with `timed` (the
     /// watching thread, which wakes as they finish), measures how long they kept the GPU.
     fn give_back_finished(&self, q: &mut Inner, query: CuEventQuery, timed: bool) {
-        // Whether the container's queued launches there are all this process's.
-        let alone =
-            timed && self.slice.queued_total(self.gpu) == (q.pending.len() + q.taken) as u64;
         let (mut finished, mut gone) = (0u64, 0u64);
         while let Some(&r) = q.pending.front() {
             // SAFETY: an event this library created in a context not yet gone.
@@ -192,7 +189,10 @@ impl Queue {
         if finished > 0 {
             self.finished_us.store(now, Relaxed);
         }
-        if alone && finished > 0 && q.running_since_us != 0 {
+        // Timed only where the container's queued launches there are all this process's
+        // (counted after the finished ones went: all of them, as before, or not).
+        let alone = || self.slice.queued_total(self.gpu) == (q.pending.len() + q.taken) as u64;
+        if timed && finished > 0 && q.running_since_us != 0 && alone() {
             self.note_launch_time(now.saturating_sub(q.running_since_us) / finished);
         }
         q.running_since_us = now;
@@ -411,10 +411,6 @@ impl crate::slots::Container for Queue {
             }
             std::thread::sleep(DRAIN_POLL.min(Duration::from_micros(until_us - now)));
         }
-    }
-
-    fn unfinished(&self) -> bool {
-        self.queued() > 0
     }
 
     fn queued(&self) -> u64 {

@@ -49,10 +49,12 @@ pub trait Container {
     /// Returns once none of the container's launches there is unfinished, or at `until_us`
     /// (CLOCK_REALTIME).
     fn wait_until_drained(&self, until_us: u64);
-    /// Whether any of them is unfinished.
-    fn unfinished(&self) -> bool;
     /// How many are unfinished or about to be launched.
     fn queued(&self) -> u64;
+    /// Whether any of them is unfinished.
+    fn unfinished(&self) -> bool {
+        self.queued() > 0
+    }
     /// How long one keeps the GPU, in µs, as last measured (0: not measured).
     fn launch_us(&self) -> u64;
     /// When one of them last finished, as far as this process saw (CLOCK_REALTIME µs).
@@ -295,7 +297,7 @@ impl Slot {
         let end = self.start_us + cycle * CYCLE_US + self.len_us();
         let planned = self.planned_end_us.swap(0, Relaxed);
         let signed = |us: u64| i64::try_from(us).unwrap_or(i64::MAX);
-        let next_opens = end + (CYCLE_US - self.len_us());
+        let next_opens = self.start_us + (cycle + 1) * CYCLE_US;
         let overrun = signed(done.min(next_opens)) - signed(end);
         self.follow_overrun(overrun, signed(done) - signed(end.max(planned)));
     }
@@ -345,9 +347,6 @@ mod tests {
 
     impl Container for Idle {
         fn wait_until_drained(&self, _until_us: u64) {}
-        fn unfinished(&self) -> bool {
-            false
-        }
         fn queued(&self) -> u64 {
             0
         }
