@@ -226,11 +226,12 @@ async fn a_claim_two_containers_use_is_held_to_its_slice_in_both_behind_the_libr
         first.try_wait().unwrap().is_some()
     });
     assert!(killed, "{}", agent.log());
-    assert!(
-        agent
-            .log()
-            .contains("the driver shows the container over its slice")
-    );
+    if let Err(log) = agent.log_once_it_says(
+        "the driver shows the container over its slice",
+        Duration::from_secs(2),
+    ) {
+        panic!("killed, but the agent never said why:\n{log}");
+    }
     assert!(
         second.try_wait().unwrap().is_none(),
         "the second was killed"
@@ -272,7 +273,9 @@ async fn stopping_a_claim_two_containers_use_stops_the_container_holding_the_mem
     let _ = hog.kill();
     let _ = hog.wait();
     assert!(stopped, "{}", agent.log());
-    assert!(agent.log().contains("action=stop"), "{}", agent.log());
+    if let Err(log) = agent.log_once_it_says("action=stop", Duration::from_secs(2)) {
+        panic!("stopped, but the agent never said so:\n{log}");
+    }
     assert!(
         second.try_wait().unwrap().is_none(),
         "the second container, holding nothing, was stopped"
@@ -327,8 +330,13 @@ async fn a_container_given_claims_on_two_gpus_is_charged_each_gpu_to_the_claim_t
     let killed = wait_for(Duration::from_secs(3), || {
         over.try_wait().unwrap().is_some()
     });
-    let log = agent.log();
-    assert!(killed, "{log}");
+    assert!(killed, "{}", agent.log());
+    let log = agent
+        .log_once_it_says(
+            "the driver shows the container over its slice",
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|log| panic!("killed, but the agent never said why:\n{log}"));
     let line = log
         .lines()
         .find(|l| l.contains("the driver shows the container over its slice"))

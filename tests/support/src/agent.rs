@@ -173,6 +173,21 @@ impl Agent {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The agent's log once it holds `text`, waiting up to `timeout` (the agent acts first and
+    /// logs what it did after, so a test that saw the act may read the log a moment early);
+    /// the log as it was where it never did.
+    pub fn log_once_it_says(&self, text: &str, timeout: Duration) -> Result<String, String> {
+        let mut log = String::new();
+        if crate::wait_for(timeout, || {
+            log = self.log();
+            log.contains(text)
+        }) {
+            Ok(log)
+        } else {
+            Err(log)
+        }
+    }
+
     /// SIGKILL, as a crash at an arbitrary instant.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
