@@ -5,6 +5,7 @@
 
 pub mod prepare;
 pub mod publish;
+pub mod request;
 pub mod server;
 
 /// The kubelet's plugin APIs, compiled from `proto/` (kept unchanged from kubernetes/kubelet).

@@ -1,6 +1,7 @@
-//! Preparing a ResourceClaim: read it from the API server, claim each device result allocated
-//! to this node through the agent (claim `dra-<claim uid>-<n>`, owned by the plugin), write
-//! each claim's CDI spec, and answer with the CDI device names. Unpreparing releases them.
+//! Preparing a ResourceClaim: read it from the API server, claim the device results of each
+//! of its requests allocated to this node as one slice through the agent (claim
+//! `dra-<claim uid>-<n>`, `n` the request's first result, owned by the plugin), write each
+//! slice's CDI spec, and answer with the CDI device names. Unpreparing releases them.
 //! Both are idempotent: the kubelet retries, and the plugin may have been restarted between.
 
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use gpuslice_runtime_shim::config::Config;
 use gpuslice_runtime_shim::nvidia_env::Capabilities;
 use gpuslice_runtime_shim::{cdi, inject};
 use kube::api::{Api, ApiResource, DynamicObject};
+
+use crate::request::SliceOfRequest;
 use serde_json::Value;
 
 /// What a prepared device result is, for the kubelet.
@@ -49,7 +52,8 @@ pub fn owner() -> String {
     )
 }
 
-/// The agent claim of the `n`th device result of the ResourceClaim `uid`.
+/// The agent claim of the request whose first device result is the `n`th of the
+/// ResourceClaim `uid`.
 #[must_use]
 pub fn claim_id(uid: &str, n: usize) -> String {
     format!("dra-{uid}-{n}")
@@ -89,8 +93,10 @@ impl Plugin {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let mut prepared = Vec::new();
-        let mut claimed = Vec::new();
+        // The results of each request, in the order of their first result: one slice holds
+        // them all (a request for two GPUs is one container's two GPUs, and a container sees
+        // one slice).
+        let mut requests: Vec<(&str, Vec<(usize, &Value)>)> = Vec::new();
         for (n, result) in results.iter().enumerate() {
             if result["driver"].as_str() != Some(crate::DRIVER) {
                 continue;
@@ -102,38 +108,54 @@ impl Plugin {
                     self.node
                 ));
             }
-            let id = claim_id(uid, n);
-            match self.prepare_result(&id, result).await {
+            let request = result["request"].as_str().unwrap_or_default();
+            match requests.iter_mut().find(|(r, _)| *r == request) {
+                Some((_, of_request)) => of_request.push((n, result)),
+                None => requests.push((request, vec![(n, result)])),
+            }
+        }
+        let mut prepared = Vec::new();
+        let mut claimed = Vec::new();
+        for (request, of_request) in &requests {
+            let id = claim_id(uid, of_request[0].0);
+            match self.prepare_request(&id, request, of_request).await {
                 Ok(p) => {
                     claimed.push(id);
-                    prepared.push(p);
+                    prepared.extend(p);
                 }
                 Err(e) => {
                     // Fail closed: nothing of a claim that cannot be prepared whole is held.
                     for id in claimed.iter().chain([&id]) {
                         let _ = self.agent.release_as(&owner(), id).await;
                     }
-                    return Err(format!("ResourceClaim {namespace}/{name}: {e}"));
+                    return Err(format!(
+                        "ResourceClaim {namespace}/{name}: request {request:?}: {e}"
+                    ));
                 }
             }
         }
         Ok(prepared)
     }
 
-    /// Claims one device result through the agent and writes its CDI spec.
-    async fn prepare_result(&self, id: &str, result: &Value) -> Result<Prepared, String> {
-        let device = result["device"].as_str().unwrap_or_default();
-        let index = device
-            .strip_prefix("gpu-")
-            .and_then(|i| i.parse::<u32>().ok())
-            .ok_or_else(|| {
-                format!("device {device:?} is not one this driver publishes (gpu-<index>)")
-            })?;
-        let index = index.to_string();
-        let mut annotations = vec![("gpuslice.io/devices", index.as_str())];
-        let consumed = &result["consumedCapacity"];
-        let memory = consumed["memory"].as_str().map(str::to_string);
-        let cores = consumed["cores"].as_str().map(str::to_string);
+    /// Claims the device results of one request as one slice through the agent and writes its
+    /// CDI spec. The first result names the CDI device, the others none: a container given
+    /// the request gets the slice once.
+    async fn prepare_request(
+        &self,
+        id: &str,
+        request: &str,
+        results: &[(usize, &Value)],
+    ) -> Result<Vec<Prepared>, String> {
+        let gpus = SliceOfRequest::of(results).map_err(|e| e.to_string())?;
+        let devices = gpus
+            .indexes
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let memory = gpus.consumed.memory.map(|b| b.to_string());
+        let cores = gpus.consumed.cores.map(|c| c.to_string());
+        let mut annotations = vec![("gpuslice.io/devices", devices.as_str())];
         if let Some(m) = &memory {
             annotations.push(("gpuslice.io/memory", m));
         }
@@ -155,16 +177,25 @@ impl Plugin {
         cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::SLICE_KIND, id), &spec)
             .map_err(|e| e.to_string())?;
-        Ok(Prepared {
-            request_names: result["request"]
-                .as_str()
-                .map(|r| vec![r.to_string()])
-                .unwrap_or_default(),
-            pool_name: self.node.clone(),
-            device_name: device.to_string(),
-            cdi_device_ids: vec![format!("{}={id}", cdi::SLICE_KIND)],
-            share_id: result["shareID"].as_str().map(str::to_string),
-        })
+        Ok(results
+            .iter()
+            .enumerate()
+            .map(|(i, (_, result))| Prepared {
+                request_names: if request.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![request.to_string()]
+                },
+                pool_name: self.node.clone(),
+                device_name: result["device"].as_str().unwrap_or_default().to_string(),
+                cdi_device_ids: if i == 0 {
+                    vec![format!("{}={id}", cdi::SLICE_KIND)]
+                } else {
+                    Vec::new()
+                },
+                share_id: result["shareID"].as_str().map(str::to_string),
+            })
+            .collect())
     }
 
     /// Releases the slices of claims the API server no longer has (deleted while the kubelet

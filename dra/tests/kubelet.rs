@@ -346,6 +346,112 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
+    let node = Node::new(2);
+    let uid = format!(
+        "0b6e3c9a-{:04x}-4000-8000-000000000002",
+        std::process::id() & 0xffff
+    );
+    // `count: 2` of 2Gi each: kube-scheduler leaves one result per GPU, both of request gpu.
+    let mut pair = allocated_claim("pair", &uid, 0, "2Gi");
+    let mut second = pair["status"]["allocation"]["devices"]["results"][0].clone();
+    second["device"] = json!("gpu-1");
+    second["consumedCapacity"]["memory"] = json!("2048Mi");
+    pair["status"]["allocation"]["devices"]["results"]
+        .as_array_mut()
+        .unwrap()
+        .push(second);
+    node.api.put_resource_claim(pair);
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim(&uid, "pair")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let prepared = &answer.claims[&uid];
+    assert_eq!(prepared.error, "");
+    let named: Vec<(&str, &[String])> = prepared
+        .devices
+        .iter()
+        .map(|d| (d.device_name.as_str(), d.cdi_device_ids.as_slice()))
+        .collect();
+    let id = format!("dra-{uid}-0");
+    assert_eq!(
+        named,
+        [
+            ("gpu-0", &[format!("gpuslice.io/slice={id}")][..]),
+            ("gpu-1", &[][..])
+        ]
+    );
+    // One slice holds both GPUs.
+    let status = node.status();
+    let slices = status["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), 1, "{status}");
+    let gpus: Vec<(u64, u64)> = slices[0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["index"].as_u64().unwrap(),
+                g["memory_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(gpus, [(0, 2 * GIB), (1, 2 * GIB)]);
+
+    // The container is given every CDI device of the claim's devices, as the kubelet passes
+    // them: it sees both GPUs, and fills each to its wall.
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    std::fs::copy(
+        rootfs::wall_program(node.work.path()),
+        rootfs.join("usr/bin/wall"),
+    )
+    .unwrap();
+    let r = rootfs.display().to_string();
+    let room = (2u64 << 30) - node.sim.spec.gpus[0].context_bytes;
+    let script = format!(
+        "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; \
+         for d in 0 1; do echo gpu=$d; CUDA_VISIBLE_DEVICES=$d /usr/bin/wall procaddr alloc {room}; done"
+    );
+    let mut args: Vec<String> = rootfs::PODMAN_RUN.iter().map(|a| a.to_string()).collect();
+    for d in &prepared.devices {
+        for c in &d.cdi_device_ids {
+            args.extend(["--device".to_string(), c.clone()]);
+        }
+    }
+    args.extend(["--rootfs", &r, "/bin/sh", "-c", &script].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = podman(node.work.path(), &args);
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{t}");
+    for g in &node.sim.spec.gpus {
+        assert!(t.contains(&format!("{}, 2048 MiB", g.uuid)), "{t}");
+    }
+    let (first, second) = t
+        .split_once("gpu=0")
+        .and_then(|(_, rest)| rest.split_once("gpu=1"))
+        .unwrap_or_else(|| panic!("{t}"));
+    for (d, seen) in [(0, first), (1, second)] {
+        for want in [
+            "fit=CUDA_SUCCESS",
+            "free_at_fit=0 ",
+            "over=CUDA_ERROR_OUT_OF_MEMORY",
+        ] {
+            assert!(seen.contains(want), "GPU {d}: {want:?} not in {t}");
+        }
+    }
+    drop(plugin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refused_and_holds_nothing()
  {
     let node = Node::new(1);
@@ -353,10 +459,11 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
         .put_resource_claim(allocated_claim("huge", "uid-huge", 0, "64Gi"));
     node.api
         .put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
-    // Two devices: the first fits, the second does not; nothing of the claim may stay held.
+    // Two requests: the first fits, the second does not; nothing of the claim may stay held.
     let mut half = allocated_claim("half", "uid-half", 0, "1Gi");
     let mut second = half["status"]["allocation"]["devices"]["results"][0].clone();
     second["consumedCapacity"]["memory"] = json!("64Gi");
+    second["request"] = json!("big");
     half["status"]["allocation"]["devices"]["results"]
         .as_array_mut()
         .unwrap()
