@@ -405,6 +405,19 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
 
     // The container is given every CDI device of the claim's devices, as the kubelet passes
     // them: it sees both GPUs, and fills each to its wall.
+    let ids: Vec<String> = prepared
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    fills_each_gpu_to_its_wall(&node, &ids, "");
+    drop(plugin);
+}
+
+/// Runs a container given the CDI devices `ids` on a node of two GPUs, `prelude` first: it
+/// must see both behind a 2 GiB wall, fill each to it and be refused beyond. Returns what
+/// the container wrote.
+fn fills_each_gpu_to_its_wall(node: &Node, ids: &[String], prelude: &str) -> String {
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     std::fs::copy(
         rootfs::wall_program(node.work.path()),
@@ -414,14 +427,12 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
     let r = rootfs.display().to_string();
     let room = (2u64 << 30) - node.sim.spec.gpus[0].context_bytes;
     let script = format!(
-        "/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; \
+        "{prelude}\n/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; \\
          for d in 0 1; do echo gpu=$d; CUDA_VISIBLE_DEVICES=$d /usr/bin/wall procaddr alloc {room}; done"
     );
     let mut args: Vec<String> = rootfs::PODMAN_RUN.iter().map(|a| a.to_string()).collect();
-    for d in &prepared.devices {
-        for c in &d.cdi_device_ids {
-            args.extend(["--device".to_string(), c.clone()]);
-        }
+    for id in ids {
+        args.extend(["--device".to_string(), id.clone()]);
     }
     args.extend(["--rootfs", &r, "/bin/sh", "-c", &script].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -447,6 +458,73 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
         ] {
             assert!(seen.contains(want), "GPU {d}: {want:?} not in {t}");
         }
+    }
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_given_two_claims_runs_behind_the_wall_of_each() {
+    let node = Node::new(2);
+    let uid = |n: u32| {
+        format!(
+            "0b6e3c9a-{:04x}-4000-8000-00000000001{n}",
+            std::process::id() & 0xffff
+        )
+    };
+    // Two ResourceClaims (a pod's two claims, both named by one container), on GPUs 0 and 1.
+    for gpu in [0, 1] {
+        node.api.put_resource_claim(allocated_claim(
+            &format!("half-{gpu}"),
+            &uid(gpu),
+            gpu,
+            "2Gi",
+        ));
+    }
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim(&uid(0), "half-0"), claim(&uid(1), "half-1")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = Vec::new();
+    for gpu in [0, 1] {
+        let prepared = &answer.claims[&uid(gpu)];
+        assert_eq!(prepared.error, "");
+        ids.extend(
+            prepared
+                .devices
+                .iter()
+                .flat_map(|d| d.cdi_device_ids.clone()),
+        );
+    }
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 2);
+    // Each slice's directory is mounted at /run/gpuslice/<claim>; the library finds both.
+    // Root in the container plants limits of 15 GB per GPU where a container directory
+    // would be, and as one more beside the mounted ones: only mounts count.
+    let big: String = node
+        .sim
+        .spec
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            format!(
+                "gpu.{i}.uuid={}\\ngpu.{i}.memory_bytes=15000000000\\n",
+                g.uuid
+            )
+        })
+        .collect();
+    let prelude = format!(
+        "for d in /run/gpuslice /run/gpuslice/planted; do mkdir -p $d && \
+         printf 'version=1\\ncontainer_id=planted\\ngpus=2\\n{big}' > $d/limits && echo planted $d; done"
+    );
+    let t = fills_each_gpu_to_its_wall(&node, &ids, &prelude);
+    for planted in ["planted /run/gpuslice\n", "planted /run/gpuslice/planted\n"] {
+        assert!(t.contains(planted), "{planted:?} not in {t}");
     }
     drop(plugin);
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::driver::DriverFiles;
-use crate::edits::{Edits, HookPoint};
+use crate::edits::{CONTAINER_RUN_DIR, Edits, HookPoint};
 
 /// The vendor part of every gpuslice CDI kind.
 pub const VENDOR: &str = "gpuslice.io";
@@ -200,10 +200,20 @@ pub fn remove(dir: &Path, file: &str) -> Result<(), CdiError> {
 /// (`gpuslice-hook activate --claim NAME`), and the claim is released by whoever made it,
 /// or collected by the agent once every reported process is gone, not at poststop. Several
 /// containers may use a slice device at once: the agent keeps each one reported while it
-/// runs, and they share the slice.
+/// runs, and they share the slice. The slice's directory is mounted at
+/// `/run/gpuslice/NAME`, not `/run/gpuslice`: a container may be given several slice devices
+/// (two ResourceClaims), and the interception library finds each there.
 #[must_use]
 pub fn slice(name: &str, edits: &Edits, driver_root: &Path) -> Value {
     let mut edits = edits.clone();
+    let own_dir = format!("{CONTAINER_RUN_DIR}/{name}");
+    for m in &mut edits.mounts {
+        if let Some(rest) = m.destination.strip_prefix(CONTAINER_RUN_DIR)
+            && (rest.is_empty() || rest.starts_with('/'))
+        {
+            m.destination = format!("{own_dir}{rest}");
+        }
+    }
     edits.hooks.retain(|h| h.point != HookPoint::Poststop);
     for h in &mut edits.hooks {
         if h.point == HookPoint::CreateRuntime {

@@ -65,8 +65,12 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     let r = rootfs.display().to_string();
     let device = format!("gpuslice.io/slice={name}");
+    // The slice device mounts its directory at /run/gpuslice/<claim>.
+    let checks = format!("RUN_DIR=/run/gpuslice/{name}\n{CHECKS}");
     let mut args = RUN.to_vec();
-    args.extend(["--device", &device, "--rootfs", &r, "/bin/sh", "-c", CHECKS]);
+    args.extend([
+        "--device", &device, "--rootfs", &r, "/bin/sh", "-c", &checks,
+    ]);
     let out = podman(&node, &args);
     assert!(out.status.success(), "podman run failed:\n{}", text(&out));
     common::assert_gpu_checks(&text(&out));

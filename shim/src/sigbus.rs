@@ -1,7 +1,8 @@
 //! The usage region is a file of the container's, which a process of the container can
 //! truncate; every other process that maps it would then die of SIGBUS at its next access.
-//! A SIGBUS handler, installed when the region is mapped, replaces the mapping with private
-//! zeroed memory and marks the region lost: the process lives on with its wall closed (every
+//! A SIGBUS handler, installed when the first region is mapped (a container given several
+//! slices maps one region per slice), replaces the faulting region's mapping with private
+//! zeroed memory and marks the regions lost: the process lives on with its wall closed (every
 //! charge fails), and the agent reports the truncated region. A fault anywhere else goes to
 //! the disposition that was there before.
 
@@ -9,8 +10,12 @@ use std::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-static BASE: AtomicUsize = AtomicUsize::new(0);
-static LEN: AtomicUsize = AtomicUsize::new(0);
+/// Most mappings guarded (a slice has at least one GPU, a container at most this many).
+const MAPPINGS: usize = gpuslice_core::usage::MAX_GPUS;
+/// The guarded mappings, each published by its length after its base (0: not yet).
+static BASE: [AtomicUsize; MAPPINGS] = [const { AtomicUsize::new(0) }; MAPPINGS];
+static LEN: [AtomicUsize; MAPPINGS] = [const { AtomicUsize::new(0) }; MAPPINGS];
+static GUARDED: AtomicUsize = AtomicUsize::new(0);
 static LOST: AtomicBool = AtomicBool::new(false);
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
@@ -19,10 +24,15 @@ pub fn region_lost() -> bool {
     LOST.load(Ordering::Acquire)
 }
 
-/// Guards the shared mapping at `base` of `len` bytes.
-pub fn protect(base: *mut u8, len: usize) {
-    LEN.store(len, Ordering::Release);
-    BASE.store(base as usize, Ordering::Release);
+/// Guards the shared mapping at `base` of `len` bytes; false where as many are guarded as
+/// can be.
+pub fn protect(base: *mut u8, len: usize) -> bool {
+    let i = GUARDED.fetch_add(1, Ordering::AcqRel);
+    if i >= MAPPINGS {
+        return false;
+    }
+    BASE[i].store(base as usize, Ordering::Release);
+    LEN[i].store(len, Ordering::Release);
     PREVIOUS.get_or_init(|| {
         // SAFETY: zeroed sigaction structs are valid; `handler` has the SA_SIGINFO signature;
         // sigaction only reads the new action and writes the old one.
@@ -36,15 +46,22 @@ pub fn protect(base: *mut u8, len: usize) {
             old
         }
     });
+    true
 }
 
 /// Only async-signal-safe work: atomics, mmap, sigaction, and the previous handler.
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let (base, len) = (BASE.load(Ordering::Acquire), LEN.load(Ordering::Acquire));
-    if base != 0 && addr >= base && addr < base + len {
-        // SAFETY: replaces exactly the region's own mapping (page-aligned, `len` bytes) with
+    for i in 0..MAPPINGS {
+        let (len, base) = (
+            LEN[i].load(Ordering::Acquire),
+            BASE[i].load(Ordering::Acquire),
+        );
+        if len == 0 || addr < base || addr >= base + len {
+            continue;
+        }
+        // SAFETY: replaces exactly a region's own mapping (page-aligned, `len` bytes) with
         // anonymous memory at the same address, so that every pointer into it stays valid.
         let p = unsafe {
             libc::mmap(
@@ -60,6 +77,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mu
             LOST.store(true, Ordering::Release);
             return;
         }
+        break;
     }
     let previous = PREVIOUS.get().copied();
     match previous {

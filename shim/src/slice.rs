@@ -1,12 +1,17 @@
 //! The container's slice as this process sees it: limits read once from the limits file, the
 //! usage region mapped shared, this process's slot in it, and what this process holds.
 //!
-//! The limits file is `/run/gpuslice/limits`, mounted read-only by the runtime. Only where
-//! there is no container directory (neither that file nor the usage region beside it) may
-//! `GPUSLICE_LIMITS` name one (for use outside containers); the usage region is the file
-//! `usage` beside it. A limits file that cannot be read or parsed, one missing from a container
-//! directory (its host directory was removed under the container), or a usage region that
-//! cannot be mapped, closes the wall: every allocation fails.
+//! The limits file is `/run/gpuslice/limits`, in the container's directory the runtime mounts
+//! read-only at `/run/gpuslice`. A slice given as a CDI device (a DRA claim's request, a slice
+//! of `gpuslice cdi`) has its directory mounted at `/run/gpuslice/<claim>` instead, so that a
+//! container given several has each: every directory mounted there is one part of the slice,
+//! its GPUs after the parts before it, each part with its own usage region and this process's
+//! slot in it. Only mounts count (the container can make directories, not mounts). Only where
+//! there is no container directory (neither that file nor the usage region beside it, nor a
+//! mounted one) may `GPUSLICE_LIMITS` name one (for use outside containers); the usage region
+//! is the file `usage` beside it. A limits file that cannot be read or parsed, one missing from
+//! a container directory (its host directory was removed under the container), or a usage
+//! region that cannot be mapped, closes the wall: every allocation fails.
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -64,11 +69,39 @@ pub struct Primary {
     pub ctx: usize,
 }
 
+/// One container directory's part of the slice: its usage region, this process's slot in
+/// it, and the slot locks.
+struct Part {
+    /// The slice position of the part's first GPU; its others follow, in its limits' order.
+    first: usize,
+    /// None where the region could not be mapped (the part's GPUs are refused everything).
+    region: Option<Region>,
+    /// The slot locks; None where the region could not be mapped.
+    locks: Option<FileLocks>,
+    slot: AtomicUsize,
+    /// When `used` last reaped, in seconds of the monotonic clock (0: never).
+    last_reap: AtomicU64,
+}
+
+impl Part {
+    fn new(first: usize, region: Option<Region>, locks: Option<FileLocks>) -> Self {
+        Self {
+            first,
+            region,
+            locks,
+            slot: AtomicUsize::new(NO_SLOT),
+            last_reap: AtomicU64::new(0),
+        }
+    }
+}
+
 pub struct Slice {
+    /// Every part's GPUs, in the order of the parts.
     pub gpus: Vec<GpuLimit>,
     /// Some GPU of the slice has a share of its SMs: its launches are paced.
     pub paced: bool,
-    region: Option<Region>,
+    /// Ordered by their first position.
+    parts: Vec<Part>,
     /// Device ordinal → position + 1; 0 not looked up yet; -1 not part of the slice.
     positions: [AtomicI32; ORDINALS],
     nvml_positions: Mutex<HashMap<usize, Option<usize>>>,
@@ -84,15 +117,10 @@ pub struct Slice {
     pub reserves: Mutex<crate::hooks::pool_reserve::Reserves>,
     /// What this process holds per GPU, to restore into a new slot if it ever loses its own.
     held: [AtomicU64; usage::MAX_GPUS],
-    slot: AtomicUsize,
-    /// This process's pid as it sees it, recorded in its slot for reporting.
+    /// This process's pid as it sees it, recorded in its slots for reporting.
     pid: AtomicU32,
     /// Tells a forked child (by any fork) from the process that set it.
     mark: ForkMark,
-    /// The slot locks; None where the region could not be mapped.
-    locks: Option<FileLocks>,
-    /// When `used` last reaped, in seconds of the monotonic clock (0: never).
-    last_reap: AtomicU64,
 }
 
 /// Seconds of CLOCK_MONOTONIC_COARSE (read through the vDSO: no system call).
@@ -109,56 +137,126 @@ pub fn get() -> Option<&'static Slice> {
 
 fn load() -> Option<Slice> {
     crate::log::init();
-    let dir = Path::new(CONTAINER_RUN_DIR);
-    let mounted = dir.join(limits::FILE_NAME);
-    let in_container =
-        mounted.symlink_metadata().is_ok() || dir.join(usage::FILE_NAME).symlink_metadata().is_ok();
-    let path = if in_container {
-        mounted
-    } else {
-        PathBuf::from(std::env::var_os("GPUSLICE_LIMITS")?)
+    let paths = match container_limits(Path::new(CONTAINER_RUN_DIR)) {
+        Some(paths) => paths,
+        None => vec![PathBuf::from(std::env::var_os("GPUSLICE_LIMITS")?)],
     };
-    let limits = std::fs::read_to_string(&path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| Limits::parse(&t).map_err(|e| e.to_string()));
-    let limits = match limits {
-        Ok(l) => l,
-        Err(e) => {
-            log!(
-                "limits file {}: {e}; every allocation will fail",
-                path.display()
-            );
-            return Some(Slice::new(Vec::new(), None, None));
-        }
-    };
-    let region_path = path.with_file_name(usage::FILE_NAME);
-    let region = match map_region(&region_path, limits.gpus.len()) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            log!(
-                "usage region {}: {e}; every allocation will fail",
-                region_path.display()
-            );
-            None
-        }
-    };
-    log!(
-        "container {}: {}",
-        limits.container_id,
-        limits
-            .gpus
-            .iter()
-            .map(|g| format!("{} {} bytes", g.uuid, g.memory_bytes))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let mut gpus = Vec::new();
+    let mut parts = Vec::new();
+    for path in &paths {
+        let limits = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Limits::parse(&t).map_err(|e| e.to_string()))
+            .and_then(|l| {
+                if gpus.len() + l.gpus.len() > usage::MAX_GPUS {
+                    Err(format!(
+                        "{} GPUs with the slices before it, more than the {} a container may hold",
+                        gpus.len() + l.gpus.len(),
+                        usage::MAX_GPUS
+                    ))
+                } else {
+                    Ok(l)
+                }
+            });
+        let limits = match limits {
+            Ok(l) => l,
+            Err(e) => {
+                log!(
+                    "limits file {}: {e}; every allocation will fail",
+                    path.display()
+                );
+                return Some(Slice::new(Vec::new(), Vec::new()));
+            }
+        };
+        let region_path = path.with_file_name(usage::FILE_NAME);
+        let region = match map_region(&region_path, limits.gpus.len()) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                log!(
+                    "usage region {}: {e}; every allocation will fail",
+                    region_path.display()
+                );
+                None
+            }
+        };
+        log!(
+            "container {}: {}",
+            limits.container_id,
+            limits
+                .gpus
+                .iter()
+                .map(|g| format!("{} {} bytes", g.uuid, g.memory_bytes))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let locks = region.is_some().then(|| FileLocks::open(&region_path));
+        parts.push(Part::new(gpus.len(), region, locks));
+        gpus.extend(limits.gpus);
+    }
     // SAFETY: registering plain extern "C" functions without arguments.
     unsafe {
         pthread_atfork(None, None, Some(after_fork_in_child));
         libc::atexit(at_exit);
     }
-    let locks = region.is_some().then(|| FileLocks::open(&region_path));
-    Some(Slice::new(limits.gpus, region, locks))
+    Some(Slice::new(gpus, parts))
+}
+
+/// The limits files of the container directories under `dir`, as the mount table shows them:
+/// `dir` itself where it is mounted, else every directory mounted right under it, in the order
+/// of their names; else `dir` where it holds a limits file or a usage region all the same (a
+/// directory whose mount is not shown). None: not in a container.
+fn container_limits(dir: &Path) -> Option<Vec<PathBuf>> {
+    // Outside a container there is usually no such directory: no mount table to read.
+    dir.symlink_metadata().ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounted = mounted_under(&mountinfo, dir);
+    if mounted.iter().any(|m| m == dir) {
+        return Some(vec![dir.join(limits::FILE_NAME)]);
+    }
+    mounted.retain(|m| m.is_dir());
+    if !mounted.is_empty() {
+        return Some(mounted.iter().map(|m| m.join(limits::FILE_NAME)).collect());
+    }
+    let in_container = dir.join(limits::FILE_NAME).symlink_metadata().is_ok()
+        || dir.join(usage::FILE_NAME).symlink_metadata().is_ok();
+    in_container.then(|| vec![dir.join(limits::FILE_NAME)])
+}
+
+/// The mount points of `mountinfo` that are `dir` or right under it, sorted, once each.
+fn mounted_under(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_point(point)))
+        .filter(|point| point == dir || point.parent() == Some(dir))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// A mount point as the kernel writes it in mountinfo (space, tab, newline and backslash as
+/// `\` and three octal digits).
+fn unescape_mount_point(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 unsafe extern "C" {
@@ -179,16 +277,18 @@ unsafe extern "C" fn after_fork_in_child() {
     }
 }
 
-/// Gives the slot back at exit, unless this is a forked child that never took one (its slot
-/// index is its parent's).
+/// Gives the slots back at exit, unless this is a forked child that never took one (its slot
+/// indexes are its parent's).
 extern "C" fn at_exit() {
     if let Some(Some(s)) = SLICE.get() {
-        let slot = s.slot.load(Ordering::SeqCst);
         if s.mark.token() == 0 {
             return;
         }
-        if let (Some(r), Some(locks), true) = (&s.region, &s.locks, slot != NO_SLOT) {
-            r.release(slot, locks);
+        for p in &s.parts {
+            let slot = p.slot.load(Ordering::SeqCst);
+            if let (Some(r), Some(locks), true) = (&p.region, &p.locks, slot != NO_SLOT) {
+                r.release(slot, locks);
+            }
         }
     }
 }
@@ -240,7 +340,9 @@ fn map_region(path: &Path, gpus: usize) -> Result<Region, String> {
     // SAFETY: a fresh page-aligned shared mapping of `len` bytes, never unmapped, accessed
     // only through Region's atomics.
     let region = unsafe { Region::new(base.cast(), len) }.map_err(|e| format!("{e:?}"))?;
-    crate::sigbus::protect(base.cast(), len);
+    if !crate::sigbus::protect(base.cast(), len) {
+        return Err("more usage regions than this process guards".into());
+    }
     let share_path = path.with_file_name(gpuslice_core::held::FILE_NAME);
     let share = match crate::driver_share::DriverShare::map(&share_path, gpus, region.slots()) {
         Ok(s) => Some(s),
@@ -270,13 +372,13 @@ fn own_start_time() -> u64 {
 }
 
 impl Slice {
-    fn new(gpus: Vec<GpuLimit>, region: Option<Region>, locks: Option<FileLocks>) -> Self {
+    fn new(gpus: Vec<GpuLimit>, parts: Vec<Part>) -> Self {
         let mark = ForkMark::new();
         mark.renew();
         Self {
             paced: gpus.iter().any(|g| crate::pacing::is_share(g.cores)),
             gpus,
-            region,
+            parts,
             positions: [const { AtomicI32::new(0) }; ORDINALS],
             nvml_positions: Mutex::new(HashMap::new()),
             charges: Mutex::new(HashMap::new()),
@@ -286,12 +388,18 @@ impl Slice {
             graphs: Mutex::new(crate::hooks::graph::Books::default()),
             reserves: Mutex::new(crate::hooks::pool_reserve::Reserves::default()),
             held: [const { AtomicU64::new(0) }; usage::MAX_GPUS],
-            slot: AtomicUsize::new(NO_SLOT),
             pid: AtomicU32::new(std::process::id()),
             mark,
-            locks,
-            last_reap: AtomicU64::new(0),
         }
+    }
+
+    /// The part slice position `gpu` is in, and its position there.
+    fn part(&self, gpu: usize) -> Option<(&Part, usize)> {
+        if gpu >= self.gpus.len() {
+            return None;
+        }
+        let part = self.parts.iter().rev().find(|p| p.first <= gpu)?;
+        Some((part, gpu - part.first))
     }
 
     fn position_of_uuid(&self, uuid: &str) -> Option<usize> {
@@ -333,10 +441,17 @@ impl Slice {
     /// The container's processes that use the driver (this one included), as NVML names them
     /// ([`Region::pids`]).
     pub fn pids(&self) -> Vec<u32> {
-        let mut pids = self.region.as_ref().map(Region::pids).unwrap_or_default();
+        let mut pids: Vec<u32> = Vec::new();
+        for p in self.parts.iter().filter_map(|p| p.region.as_ref()) {
+            for pid in p.pids() {
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
         // A process without a slot yet is named by its own pid (right outside a container).
         let me = std::process::id();
-        if self.slot.load(Ordering::SeqCst) == NO_SLOT && !pids.contains(&me) {
+        if !pids.contains(&me) {
             pids.push(me);
         }
         pids
@@ -363,28 +478,31 @@ impl Slice {
         }
         let (token, mine) = self.mark.renew();
         if mine {
-            self.slot.store(NO_SLOT, Ordering::SeqCst);
             self.pid.store(std::process::id(), Ordering::SeqCst);
             for h in &self.held {
                 h.store(0, Ordering::SeqCst);
             }
-            if let Some(l) = &self.locks {
-                l.reopen();
+            for p in &self.parts {
+                p.slot.store(NO_SLOT, Ordering::SeqCst);
+                if let Some(l) = &p.locks {
+                    l.reopen();
+                }
             }
         }
         token
     }
 
-    fn my_slot(&self, region: &Region, locks: &FileLocks) -> Option<usize> {
+    fn my_slot(&self, part: &Part, region: &Region, locks: &FileLocks) -> Option<usize> {
         let pid = self.pid.load(Ordering::SeqCst);
-        let slot = self.slot.load(Ordering::SeqCst);
+        let slot = part.slot.load(Ordering::SeqCst);
         if slot != NO_SLOT && region.owns(slot, pid) {
             return Some(slot);
         }
         let slot = region.claim(pid, own_start_time(), locks).ok()?;
-        if self.slot.swap(slot, Ordering::SeqCst) != NO_SLOT {
+        if part.slot.swap(slot, Ordering::SeqCst) != NO_SLOT {
             // The old slot was rewritten under us: carry what we hold over.
-            for (g, h) in self.held.iter().enumerate().take(region.gpus()) {
+            let held = self.held.iter().skip(part.first).take(region.gpus());
+            for (g, h) in held.enumerate() {
                 let _ = region.charge(slot, g, h.load(Ordering::SeqCst), u64::MAX, locks);
             }
         }
@@ -394,16 +512,17 @@ impl Slice {
     /// Charges `bytes` on slice position `gpu` if the container stays within its limit.
     pub fn charge(&self, gpu: usize, bytes: u64) -> bool {
         self.this_process();
-        let (Some(region), Some(locks), Some(limit)) =
-            (&self.region, &self.locks, self.gpus.get(gpu))
-        else {
+        let Some(((part, local), limit)) = self.part(gpu).zip(self.gpus.get(gpu)) else {
+            return false;
+        };
+        let (Some(region), Some(locks)) = (&part.region, &part.locks) else {
             return false;
         };
         if crate::sigbus::region_lost() {
             log!("the usage region was truncated under this process; every allocation fails");
             return false;
         }
-        let Some(slot) = self.my_slot(region, locks) else {
+        let Some(slot) = self.my_slot(part, region, locks) else {
             log!("no free slot in the usage region");
             return false;
         };
@@ -412,7 +531,7 @@ impl Slice {
         if let Some(share) = region.driver_share() {
             share.checking();
             if region
-                .total(gpu)
+                .total(local)
                 .saturating_add(bytes)
                 .saturating_add(crate::driver_share::NEAR)
                 > limit.memory_bytes
@@ -421,14 +540,14 @@ impl Slice {
             }
             share.charging();
         }
-        if region.charge(slot, gpu, bytes, limit.memory_bytes, locks) {
+        if region.charge(slot, local, bytes, limit.memory_bytes, locks) {
             self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
             true
         } else {
             log!(
                 "refused {bytes} bytes on {}: {} of {} in use",
                 limit.uuid,
-                region.total(gpu),
+                region.total(local),
                 limit.memory_bytes
             );
             false
@@ -439,9 +558,10 @@ impl Slice {
     /// already, which the next allocation must find in the total.
     pub fn charge_anyway(&self, gpu: usize, bytes: u64) {
         self.this_process();
-        if let (Some(region), Some(locks)) = (&self.region, &self.locks)
-            && let Some(slot) = self.my_slot(region, locks)
-            && region.charge(slot, gpu, bytes, u64::MAX, locks)
+        if let Some((part, local)) = self.part(gpu)
+            && let (Some(region), Some(locks)) = (&part.region, &part.locks)
+            && let Some(slot) = self.my_slot(part, region, locks)
+            && region.charge(slot, local, bytes, u64::MAX, locks)
         {
             self.held[gpu].fetch_add(bytes, Ordering::SeqCst);
         }
@@ -449,9 +569,12 @@ impl Slice {
 
     pub fn refund(&self, gpu: usize, bytes: u64) {
         self.this_process();
-        let slot = self.slot.load(Ordering::SeqCst);
-        if let (Some(region), true) = (&self.region, slot != NO_SLOT) {
-            region.refund(slot, gpu, bytes);
+        let Some((part, local)) = self.part(gpu) else {
+            return;
+        };
+        let slot = part.slot.load(Ordering::SeqCst);
+        if let (Some(region), true) = (&part.region, slot != NO_SLOT) {
+            region.refund(slot, local, bytes);
             let _ = self.held[gpu].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
                 Some(v.saturating_sub(bytes))
             });
@@ -463,28 +586,31 @@ impl Slice {
     /// each; programs may ask for memory info often). An allocation that meets the limit
     /// always reaps.
     pub fn used(&self, gpu: usize) -> u64 {
-        match &self.region {
+        let Some((part, local)) = self.part(gpu) else {
+            return 0;
+        };
+        match &part.region {
             Some(r) => {
-                self.reap_now_and_then(r);
-                r.total(gpu)
+                self.reap_now_and_then(part, r);
+                r.total(local)
             }
             None => 0,
         }
     }
 
-    /// Reaps dead processes' slots, at most once a second.
-    fn reap_now_and_then(&self, r: &Region) {
+    /// Reaps dead processes' slots of a part, at most once a second.
+    fn reap_now_and_then(&self, part: &Part, r: &Region) {
         let now = coarse_seconds();
-        let last = self.last_reap.load(Ordering::Relaxed);
+        let last = part.last_reap.load(Ordering::Relaxed);
         if (last == 0 || now > last)
-            && self
+            && part
                 .last_reap
                 .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-            && let Some(locks) = &self.locks
+            && let Some(locks) = &part.locks
         {
             self.this_process();
-            let slot = self.slot.load(Ordering::SeqCst);
+            let slot = part.slot.load(Ordering::SeqCst);
             r.reap((slot != NO_SLOT).then_some(slot), locks);
         }
     }
@@ -495,27 +621,32 @@ impl Slice {
     /// process's own bound still holds.
     pub fn take_queued(&self, gpu: usize, most: u64) -> bool {
         self.this_process();
-        let (Some(region), Some(locks)) = (&self.region, &self.locks) else {
+        let Some((part, local)) = self.part(gpu) else {
+            return true;
+        };
+        let (Some(region), Some(locks)) = (&part.region, &part.locks) else {
             return true;
         };
         if crate::sigbus::region_lost() {
             return true;
         }
-        let Some(slot) = self.my_slot(region, locks) else {
+        let Some(slot) = self.my_slot(part, region, locks) else {
             return true;
         };
-        if region.take_queued(slot, gpu, most) {
+        if region.take_queued(slot, local, most) {
             return true;
         }
-        self.reap_now_and_then(region);
+        self.reap_now_and_then(part, region);
         false
     }
 
     /// The container's places for launches queued on slice position `gpu` that are taken (0
     /// where there is no region to count in).
     pub fn queued_total(&self, gpu: usize) -> u64 {
-        match &self.region {
-            Some(r) if !crate::sigbus::region_lost() => r.queued_total(gpu),
+        match self.part(gpu) {
+            Some((part, local)) if !crate::sigbus::region_lost() => {
+                part.region.as_ref().map_or(0, |r| r.queued_total(local))
+            }
             _ => 0,
         }
     }
@@ -523,11 +654,14 @@ impl Slice {
     /// Gives back a place [`Slice::take_queued`] took: its launch finished, or never went.
     pub fn give_queued(&self, gpu: usize) {
         self.this_process();
-        let slot = self.slot.load(Ordering::SeqCst);
-        if let (Some(region), true) = (&self.region, slot != NO_SLOT)
+        let Some((part, local)) = self.part(gpu) else {
+            return;
+        };
+        let slot = part.slot.load(Ordering::SeqCst);
+        if let (Some(region), true) = (&part.region, slot != NO_SLOT)
             && !crate::sigbus::region_lost()
         {
-            region.give_queued(slot, gpu);
+            region.give_queued(slot, local);
         }
     }
 
@@ -674,4 +808,46 @@ fn nvml_uuid(dev: nvmlDevice_t) -> Option<String> {
     // SAFETY: NUL-terminated within the buffer on success.
     let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
     Some(s.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 0:21 / / rw,relatime - overlay overlay rw
+31 22 0:40 /gpuslice/dra-b-0 /run/gpuslice/dra-b-0 ro,nosuid,nodev,noexec - tmpfs tmpfs rw
+32 31 0:40 /gpuslice/dra-b-0/usage /run/gpuslice/dra-b-0/usage rw,nosuid,nodev,noexec - tmpfs tmpfs rw
+33 22 0:40 /gpuslice/dra-a-0 /run/gpuslice/dra-a-0 ro,nosuid,nodev,noexec - tmpfs tmpfs rw
+34 22 0:40 /gpuslice/x /run/gpuslice-other ro - tmpfs tmpfs rw
+35 22 0:40 /gpuslice/y /run/gpuslice/with\\040space ro - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn every_directory_mounted_right_under_the_run_directory_is_a_part_in_name_order() {
+        let found = mounted_under(MOUNTINFO, Path::new("/run/gpuslice"));
+        assert_eq!(
+            found,
+            [
+                "/run/gpuslice/dra-a-0",
+                "/run/gpuslice/dra-b-0",
+                "/run/gpuslice/with space"
+            ]
+            .map(PathBuf::from)
+        );
+    }
+
+    #[test]
+    fn the_run_directory_mounted_itself_is_found_as_itself() {
+        let one = "40 22 0:40 /gpuslice/web /run/gpuslice ro - tmpfs tmpfs rw\n\
+                   41 40 0:40 /gpuslice/web/usage /run/gpuslice/usage rw - tmpfs tmpfs rw\n";
+        let found = mounted_under(one, Path::new("/run/gpuslice"));
+        assert!(found.contains(&PathBuf::from("/run/gpuslice")), "{found:?}");
+    }
+
+    #[test]
+    fn mount_points_are_unescaped_as_the_kernel_escapes_them() {
+        assert_eq!(unescape_mount_point(r"/a\040b\011c\134d"), "/a b\tc\\d");
+        assert_eq!(unescape_mount_point(r"/plain\0x"), r"/plain\0x");
+    }
 }

@@ -252,8 +252,11 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// Checks run inside a GPU container; each prints a line the tests look for.
+/// Checks run inside a GPU container; each prints a line the tests look for. The
+/// container's directory is `$RUN_DIR`, `/run/gpuslice` unless set (a CDI slice device's is
+/// `/run/gpuslice/<claim>`).
 pub const CHECKS: &str = r#"
+RUN_DIR=${RUN_DIR:-/run/gpuslice}
 for d in nvidia0 nvidia1 nvidiactl nvidia-uvm nvidia-uvm-tools; do
   if [ -c /dev/$d ]; then echo "dev $d present"; else echo "dev $d absent"; fi
 done
@@ -262,10 +265,10 @@ cat /dev/nvidia0 2>&1 | sed 's/^/open nvidia0: /'
 [ -f /usr/lib/gpuslice/libgpuslice.so ] && echo "interception library mounted"
 [ -f /usr/lib/gpuslice/driver/libgpuslice-driver-cuda.so.1 ] && echo "real driver under its private name"
 (true > /usr/lib/x86_64-linux-gnu/libcuda.so.1) 2>/dev/null && echo "driver front replaced" || echo "driver front kept"
-grep memory_bytes /run/gpuslice/limits
-touch /run/gpuslice/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
-busybox mkfifo /run/gpuslice/planted 2>/dev/null && echo "planted in run dir" || echo "run dir closed to new files"
-busybox ln -s /etc/passwd /run/gpuslice/usage.link 2>/dev/null && echo "linked in run dir" || echo "run dir closed to links"
+grep memory_bytes $RUN_DIR/limits
+touch $RUN_DIR/limits 2>/dev/null && echo "limits writable" || echo "limits read-only"
+busybox mkfifo $RUN_DIR/planted 2>/dev/null && echo "planted in run dir" || echo "run dir closed to new files"
+busybox ln -s /etc/passwd $RUN_DIR/usage.link 2>/dev/null && echo "linked in run dir" || echo "run dir closed to links"
 /usr/bin/nvidia-smi -L
 /usr/bin/nvidia-smi --query-gpu=memory.total --format=csv,noheader | sed 's/^/slice memory /'
 "#;
