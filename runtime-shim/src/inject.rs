@@ -164,11 +164,24 @@ pub fn claim_and_plan(
 ) -> Result<Option<Edits>> {
     let mut ann = spec::annotations(spec);
     let env = spec::env(spec);
-    let from_env = request_from_env(id, &mut ann, &env, cfg)?;
+    // A container given slice devices by CDI has its GPUs: the device's NVIDIA_VISIBLE_DEVICES
+    // names them for tools, and asks for nothing more.
+    let given = spec::slices_given(spec);
+    let from_env = if given.is_empty() {
+        request_from_env(id, &mut ann, &env, cfg)?
+    } else {
+        None
+    };
     // Checked here first so that a malformed request fails without a round trip; the agent
     // checks again and is the authority.
     if annotations::parse(&ann)?.is_none() {
         return Ok(None);
+    }
+    if let Some(name) = given.first() {
+        bail!(
+            "container {id}: already given the slice {name} by its CDI device ({}={name}), and its annotations ask for another: ask for its GPUs one way",
+            crate::cdi::SLICE_KIND
+        );
     }
     let capabilities =
         nvidia_env::capabilities(&env).map_err(|e| anyhow!("container {id}: {e}"))?;

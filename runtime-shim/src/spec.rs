@@ -61,6 +61,21 @@ pub fn env(spec: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The claims whose slice directories the spec mounts already, right under
+/// `/run/gpuslice` (where a CDI slice device mounts its own: [`crate::cdi::slice`]).
+#[must_use]
+pub fn slices_given(spec: &Value) -> Vec<String> {
+    let prefix = format!("{}/", crate::edits::CONTAINER_RUN_DIR);
+    spec["mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["destination"].as_str()?.strip_prefix(&prefix))
+        .filter(|name| !name.is_empty() && !name.contains('/'))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Whether a Kubernetes runtime (containerd's CRI plugin or CRI-O) created the container:
 /// they write the container's type into its annotations.
 #[must_use]

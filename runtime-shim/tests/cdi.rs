@@ -176,3 +176,53 @@ fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_
         "the whole GPU was given back at poststop: {s:?}"
     );
 }
+
+#[test]
+fn a_slice_device_given_to_a_container_the_wrapper_creates_is_not_asked_for_again() {
+    let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
+    let name = format!("cdi-wrapped-{}", std::process::id());
+    let out = gpuslice(
+        &node,
+        &[
+            "claim",
+            &name,
+            "-a",
+            "gpuslice.io/memory=2Gi",
+            "--cdi",
+            "--cdi-dir",
+            CDI_DIR,
+        ],
+    );
+    let _file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
+    assert!(out.status.success(), "{}", text(&out));
+    // podman with the wrapper as its runtime: the device's NVIDIA_VISIBLE_DEVICES names the
+    // slice's GPU, which outside Kubernetes asks the wrapper for that GPU whole.
+    let _etc = common::EtcConfig::install_for(&node);
+    let wrapper = binary("gpuslice-runtime");
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    let r = rootfs.display().to_string();
+    let device = format!("gpuslice.io/slice={name}");
+    let checks = format!("RUN_DIR=/run/gpuslice/{name}\n{CHECKS}");
+    let run = |extra: &[&str]| {
+        let mut args = RUN.to_vec();
+        args.extend(["--device", &device]);
+        args.extend(extra);
+        args.extend(["--rootfs", &r, "/bin/sh", "-c", &checks]);
+        common::podman(&node, &["--runtime".as_ref(), wrapper.as_os_str()], &args)
+    };
+    let out = run(&[]);
+    assert!(out.status.success(), "podman run failed:\n{}", text(&out));
+    common::assert_gpu_checks(&text(&out));
+    assert_eq!(node.status().slices.len(), 1, "only the device's slice");
+    // Annotations asking for a slice besides the device's: refused, naming both.
+    let out = run(&["--annotation", "gpuslice.io/memory=1Gi"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("already given the slice {name}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(node.status().slices.len(), 1, "{:?}", node.status());
+    let out = gpuslice(&node, &["release", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+}

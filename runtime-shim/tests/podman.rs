@@ -97,55 +97,11 @@ fn podman_run_with_gpuslice_annotations_gets_the_slice_through_the_precreate_hoo
     assert!(node.status().slices.is_empty());
 }
 
-/// `/etc/gpuslice/runtime.json` written for the length of a test and put back as it was:
-/// podman starts its OCI runtime with an environment of its own, so the wrapper it runs
-/// reads the operator's file. An exclusive lock keeps tests that write it apart.
-struct EtcConfig {
-    previous: Option<Vec<u8>>,
-    _lock: std::fs::File,
-}
-
-const ETC_CONFIG: &str = "/etc/gpuslice/runtime.json";
-
-impl EtcConfig {
-    fn install(config: &serde_json::Value) -> Self {
-        let lock = std::fs::File::create("/run/gpuslice-test-etc-config.lock").unwrap();
-        lock.lock().unwrap();
-        let previous = std::fs::read(ETC_CONFIG).ok();
-        std::fs::create_dir_all("/etc/gpuslice").unwrap();
-        std::fs::write(ETC_CONFIG, config.to_string()).unwrap();
-        Self {
-            previous,
-            _lock: lock,
-        }
-    }
-}
-
-impl Drop for EtcConfig {
-    fn drop(&mut self) {
-        match &self.previous {
-            Some(bytes) => {
-                let _ = std::fs::write(ETC_CONFIG, bytes);
-            }
-            None => {
-                let _ = std::fs::remove_file(ETC_CONFIG);
-                let _ = std::fs::remove_dir("/etc/gpuslice");
-            }
-        }
-    }
-}
-
 #[test]
 fn podman_run_with_the_wrapper_as_its_runtime_gets_the_slice_and_gives_it_back() {
     let node = Node::new();
     // Everything the tests otherwise pass in the environment, as an operator writes the file.
-    let mut config = node.sim.runtime_config();
-    config["runtime"] = "runc".into();
-    config["run_dir"] = node.agent.run_dir.display().to_string().into();
-    config["bus_address"] = node.bus.address.clone().into();
-    config["interception_library"] = node.interception_library.display().to_string().into();
-    config["hook"] = binary("gpuslice-hook").display().to_string().into();
-    let _etc = EtcConfig::install(&config);
+    let _etc = common::EtcConfig::install_for(&node);
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     let r = rootfs.display().to_string();
     let wrapper = binary("gpuslice-runtime");

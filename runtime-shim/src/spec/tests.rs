@@ -161,3 +161,20 @@ fn the_environment_entry_replaces_the_images_and_other_gpus_are_masked() {
     apply(&mut spec, &edits()).unwrap();
     assert_eq!(spec, once);
 }
+
+#[test]
+fn the_slices_given_are_the_directories_mounted_right_under_the_run_directory() {
+    let mut spec = base();
+    spec["mounts"] = json!([
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/run/gpuslice/web-1", "source": "/run/gpuslice/web-1"},
+        {"destination": "/run/gpuslice/web-1/usage", "source": "/run/gpuslice/web-1/usage"},
+        {"destination": "/run/gpuslice/dra-x-0", "source": "/run/gpuslice/dra-x-0"},
+        {"destination": "/run/gpuslice-other", "source": "/tmp"}
+    ]);
+    assert_eq!(slices_given(&spec), ["web-1", "dra-x-0"]);
+    // The wrapper's own mount at /run/gpuslice is not a device's.
+    apply(&mut spec, &edits()).unwrap();
+    assert_eq!(slices_given(&spec), ["web-1", "dra-x-0"]);
+    assert!(slices_given(&base()).is_empty());
+}
