@@ -202,24 +202,26 @@ fn load() -> Option<Slice> {
 }
 
 /// The limits files of the container directories under `dir`, as the mount table shows them:
-/// `dir` itself where it is mounted, else every directory mounted right under it, in the order
-/// of their names; else `dir` where it holds a limits file or a usage region all the same (a
-/// directory whose mount is not shown). None: not in a container.
+/// `dir` itself where it is mounted and holds a limits file or a usage region, else every
+/// directory mounted right under it, in the order of their names; else `dir` where it holds a
+/// limits file or a usage region all the same (a directory whose mount is not shown). None:
+/// not in a container (on a node the agent's own run directory may be mounted there, empty
+/// of both).
 fn container_limits(dir: &Path) -> Option<Vec<PathBuf>> {
     // Outside a container there is usually no such directory: no mount table to read.
     dir.symlink_metadata().ok()?;
+    let own = dir.join(limits::FILE_NAME).symlink_metadata().is_ok()
+        || dir.join(usage::FILE_NAME).symlink_metadata().is_ok();
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut mounted = mounted_under(&mountinfo, dir);
-    if mounted.iter().any(|m| m == dir) {
+    if own && mounted.iter().any(|m| m == dir) {
         return Some(vec![dir.join(limits::FILE_NAME)]);
     }
-    mounted.retain(|m| m.is_dir());
+    mounted.retain(|m| m != dir && m.is_dir());
     if !mounted.is_empty() {
         return Some(mounted.iter().map(|m| m.join(limits::FILE_NAME)).collect());
     }
-    let in_container = dir.join(limits::FILE_NAME).symlink_metadata().is_ok()
-        || dir.join(usage::FILE_NAME).symlink_metadata().is_ok();
-    in_container.then(|| vec![dir.join(limits::FILE_NAME)])
+    own.then(|| vec![dir.join(limits::FILE_NAME)])
 }
 
 /// The mount points of `mountinfo` that are `dir` or right under it, sorted, once each.

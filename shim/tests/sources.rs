@@ -141,3 +141,34 @@ fn the_environment_never_overrides_the_limits_file_the_runtime_mounted() {
     assert!(text.contains("fit=CUDA_SUCCESS"), "{text}");
     assert!(text.contains("over=CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
 }
+
+#[test]
+fn on_a_node_whose_run_directory_is_mounted_the_environment_names_the_slice_outside_containers() {
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    // The agent's run directory as packaged (a tmpfs at /run/gpuslice, one directory per
+    // container in it, none of them mounted), in a mount namespace of its own: a process on
+    // the host is in no container, and its slice is the one the environment names.
+    let script = r#"mount -t tmpfs tmpfs /run && mkdir /run/gpuslice \
+        && mount -t tmpfs tmpfs /run/gpuslice && mkdir /run/gpuslice/some-container \
+        && exec "$@""#;
+    let out = slice
+        .command(std::path::Path::new("unshare"))
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&slice.wall)
+        .args(["link", "alloc", &slice.remaining().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains(&format!("total={} ", 64 * MIB)), "{text}");
+    assert!(text.contains("fit=CUDA_SUCCESS"), "{text}");
+    assert!(text.contains("over=CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+}
