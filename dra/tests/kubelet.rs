@@ -190,6 +190,17 @@ fn allocated_claim(name: &str, uid: &str, index: u32, memory: &str) -> serde_jso
     })
 }
 
+/// Adds to `claim`'s results a copy of its first, as `change` makes it.
+fn add_result_like_the_first(
+    claim: &mut serde_json::Value,
+    change: impl FnOnce(&mut serde_json::Value),
+) {
+    let results = &mut claim["status"]["allocation"]["devices"]["results"];
+    let mut result = results[0].clone();
+    change(&mut result);
+    results.as_array_mut().unwrap().push(result);
+}
+
 fn podman(work: &Path, args: &[&str]) -> Output {
     rootfs::podman(work, &[], args)
 }
@@ -354,13 +365,10 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
     );
     // `count: 2` of 2Gi each: kube-scheduler leaves one result per GPU, both of request gpu.
     let mut pair = allocated_claim("pair", &uid, 0, "2Gi");
-    let mut second = pair["status"]["allocation"]["devices"]["results"][0].clone();
-    second["device"] = json!("gpu-1");
-    second["consumedCapacity"]["memory"] = json!("2048Mi");
-    pair["status"]["allocation"]["devices"]["results"]
-        .as_array_mut()
-        .unwrap()
-        .push(second);
+    add_result_like_the_first(&mut pair, |second| {
+        second["device"] = json!("gpu-1");
+        second["consumedCapacity"]["memory"] = json!("2048Mi");
+    });
     node.api.put_resource_claim(pair);
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
@@ -539,13 +547,10 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
         .put_resource_claim(allocated_claim("other", "uid-now", 0, "1Gi"));
     // Two requests: the first fits, the second does not; nothing of the claim may stay held.
     let mut half = allocated_claim("half", "uid-half", 0, "1Gi");
-    let mut second = half["status"]["allocation"]["devices"]["results"][0].clone();
-    second["consumedCapacity"]["memory"] = json!("64Gi");
-    second["request"] = json!("big");
-    half["status"]["allocation"]["devices"]["results"]
-        .as_array_mut()
-        .unwrap()
-        .push(second);
+    add_result_like_the_first(&mut half, |second| {
+        second["consumedCapacity"]["memory"] = json!("64Gi");
+        second["request"] = json!("big");
+    });
     node.api.put_resource_claim(half);
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;

@@ -36,15 +36,14 @@ fn podman(node: &Node, args: &[&str]) -> Output {
 
 const RUN: [&str; 8] = rootfs::PODMAN_RUN;
 
-#[test]
-fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_released() {
-    let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
-    let name = format!("cdi-slice-{}", std::process::id());
+/// Claims a 2 GiB slice `name` with `gpuslice claim --cdi`; the spec file goes with the
+/// returned guard.
+fn claim_with_cdi(node: &Node, name: &str) -> CdiFile {
     let out = gpuslice(
-        &node,
+        node,
         &[
             "claim",
-            &name,
+            name,
             "-a",
             "gpuslice.io/memory=2Gi",
             "--cdi",
@@ -54,6 +53,14 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
     );
     let file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
     assert!(out.status.success(), "{}", text(&out));
+    file
+}
+
+#[test]
+fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_released() {
+    let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
+    let name = format!("cdi-slice-{}", std::process::id());
+    let file = claim_with_cdi(&node, &name);
     let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(&file.0).unwrap()).unwrap();
     gpuslice_testsupport::cdi::assert_valid(&spec);
     assert_eq!(spec["kind"], "gpuslice.io/slice");
@@ -181,20 +188,7 @@ fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_
 fn a_slice_device_given_to_a_container_the_wrapper_creates_is_not_asked_for_again() {
     let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
     let name = format!("cdi-wrapped-{}", std::process::id());
-    let out = gpuslice(
-        &node,
-        &[
-            "claim",
-            &name,
-            "-a",
-            "gpuslice.io/memory=2Gi",
-            "--cdi",
-            "--cdi-dir",
-            CDI_DIR,
-        ],
-    );
-    let _file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
-    assert!(out.status.success(), "{}", text(&out));
+    let _file = claim_with_cdi(&node, &name);
     // podman with the wrapper as its runtime: the device's NVIDIA_VISIBLE_DEVICES names the
     // slice's GPU, which outside Kubernetes asks the wrapper for that GPU whole.
     let _etc = common::EtcConfig::install_for(&node);

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::{MIB, Slice};
@@ -99,6 +100,30 @@ fn a_limits_file_that_cannot_be_parsed_closes_the_wall() {
     );
 }
 
+/// Fills `slice` to its end with the wall program, run by `script` in a mount namespace of
+/// its own (`"$@"` is the program) with `env` set; fails unless the wall is the slice's.
+fn fills_the_slice_from_a_mount_namespace(slice: &Slice, script: &str, env: &[(&str, &Path)]) {
+    let mut cmd = slice.command(Path::new("unshare"));
+    cmd.envs(env.iter().copied())
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&slice.wall)
+        .args(["link", "alloc", &slice.remaining().to_string()]);
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains(&format!("total={} ", 64 * MIB)), "{text}");
+    assert!(text.contains("fit=CUDA_SUCCESS"), "{text}");
+    assert!(text.contains("over=CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+}
+
 #[test]
 fn the_environment_never_overrides_the_limits_file_the_runtime_mounted() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
@@ -115,60 +140,28 @@ fn the_environment_never_overrides_the_limits_file_the_runtime_mounted() {
         }],
     };
     std::fs::write(other.path().join("limits"), bigger.render()).unwrap();
-    // The slice's directory mounted at /run/gpuslice, in a mount namespace of its own.
+    // The slice's directory mounted at /run/gpuslice.
     let script = r#"mount -t tmpfs tmpfs /run && mkdir /run/gpuslice \
         && mount --bind "$SLICE_DIR" /run/gpuslice && exec "$@""#;
-    let out = slice
-        .command(std::path::Path::new("unshare"))
-        .env("GPUSLICE_LIMITS", other.path().join("limits"))
-        .env("SLICE_DIR", slice.dir.path())
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(&slice.wall)
-        .args(["link", "alloc", &slice.remaining().to_string()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
-    assert!(text.contains(&format!("total={} ", 64 * MIB)), "{text}");
-    assert!(text.contains("fit=CUDA_SUCCESS"), "{text}");
-    assert!(text.contains("over=CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+    let limits = other.path().join("limits");
+    fills_the_slice_from_a_mount_namespace(
+        &slice,
+        script,
+        &[
+            ("GPUSLICE_LIMITS", &limits),
+            ("SLICE_DIR", slice.dir.path()),
+        ],
+    );
 }
 
 #[test]
 fn on_a_node_whose_run_directory_is_mounted_the_environment_names_the_slice_outside_containers() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     // The agent's run directory as packaged (a tmpfs at /run/gpuslice, one directory per
-    // container in it, none of them mounted), in a mount namespace of its own: a process on
-    // the host is in no container, and its slice is the one the environment names.
+    // container in it, none of them mounted): a process on the host is in no container, and
+    // its slice is the one the environment names.
     let script = r#"mount -t tmpfs tmpfs /run && mkdir /run/gpuslice \
         && mount -t tmpfs tmpfs /run/gpuslice && mkdir /run/gpuslice/some-container \
         && exec "$@""#;
-    let out = slice
-        .command(std::path::Path::new("unshare"))
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(&slice.wall)
-        .args(["link", "alloc", &slice.remaining().to_string()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
-    assert!(text.contains(&format!("total={} ", 64 * MIB)), "{text}");
-    assert!(text.contains("fit=CUDA_SUCCESS"), "{text}");
-    assert!(text.contains("over=CUDA_ERROR_OUT_OF_MEMORY"), "{text}");
+    fills_the_slice_from_a_mount_namespace(&slice, script, &[]);
 }
