@@ -12,9 +12,9 @@ use gpuslice_runtime_shim::config::Config;
 use gpuslice_runtime_shim::nvidia_env::Capabilities;
 use gpuslice_runtime_shim::{cdi, inject};
 use kube::api::{Api, ApiResource, DynamicObject};
+use serde_json::Value;
 
 use crate::request::SliceOfRequest;
-use serde_json::Value;
 
 /// What a prepared device result is, for the kubelet.
 #[derive(Debug, Clone, PartialEq, Eq)]
