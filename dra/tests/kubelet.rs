@@ -285,13 +285,7 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     gpuslice_testsupport::cdi::assert_valid(&spec);
 
     // The runtime injects the CDI device: the container sees GPU 1 behind a 2 GiB wall.
-    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
-    std::fs::copy(
-        rootfs::wall_program(node.work.path()),
-        rootfs.join("usr/bin/wall"),
-    )
-    .unwrap();
-    let r = rootfs.display().to_string();
+    let r = rootfs_with_wall(&node);
     let cdi_device = device.cdi_device_ids[0].clone();
     // The process's context is charged to the slice: what is left of it is the slice less
     // one context.
@@ -422,17 +416,22 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
     drop(plugin);
 }
 
-/// Runs a container given the CDI devices `ids` on a node of two GPUs, `prelude` first: it
-/// must see both behind a 2 GiB wall, fill each to it and be refused beyond. Returns what
-/// the container wrote.
-fn fills_each_gpu_to_its_wall(node: &Node, ids: &[String], prelude: &str) -> String {
+/// A busybox root file system with `nvidia-smi` and the wall program, by its path.
+fn rootfs_with_wall(node: &Node) -> String {
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
     std::fs::copy(
         rootfs::wall_program(node.work.path()),
         rootfs.join("usr/bin/wall"),
     )
     .unwrap();
-    let r = rootfs.display().to_string();
+    rootfs.display().to_string()
+}
+
+/// Runs a container given the CDI devices `ids` on a node of two GPUs, `prelude` first: it
+/// must see both behind a 2 GiB wall, fill each to it and be refused beyond. Returns what
+/// the container wrote.
+fn fills_each_gpu_to_its_wall(node: &Node, ids: &[String], prelude: &str) -> String {
+    let r = rootfs_with_wall(node);
     let room = (2u64 << 30) - node.sim.spec.gpus[0].context_bytes;
     let script = format!(
         "{prelude}\n/usr/bin/nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader; \\
