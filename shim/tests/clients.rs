@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Facts, MIB, Slice, cache_dir, python, torch_python};
+use common::{Facts, MIB, Slice, cache_dir, client_script, python, torch_python};
 
 const GIB: u64 = 1 << 30;
 
@@ -54,13 +54,6 @@ fn runtime11() -> PathBuf {
 
 fn script() -> PathBuf {
     client_script("wall.py")
-}
-
-/// The client program `name` in `tests/clients`.
-fn client_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/clients")
-        .join(name)
 }
 
 /// Runs `cmd` to its end, which must be a success, and returns what it printed.

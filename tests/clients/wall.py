@@ -28,6 +28,8 @@ stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc; WALL_R
 it makes green contexts until refused, then allocates; WALL_RAISE=module: it loads modules
 whose global variable takes BYTES (cuModuleLoadData). WALL_RESET=1: the
 runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_reset: the first).
+WALL_DEVICE=N: the bindings, numba and nvml clients use device N (default 0); the nvml client
+also prints every device's total (totals, comma-separated, in index order).
 """
 import os
 import sys
@@ -42,6 +44,11 @@ def settle():
     time.sleep(float(os.environ.get("WALL_SETTLE_S", "0")))
 
 
+def device():
+    """The device index the client uses: WALL_DEVICE, or 0."""
+    return int(os.environ.get("WALL_DEVICE", "0"))
+
+
 def bindings(mode, size):
     from cuda.bindings import driver as cu
 
@@ -52,7 +59,7 @@ def bindings(mode, size):
         return rest
 
     check(cu.cuInit(0))
-    dev, = check(cu.cuDeviceGet(0))
+    dev, = check(cu.cuDeviceGet(device()))
     ctx, = check(cu.cuDevicePrimaryCtxRetain(dev))
     check(cu.cuCtxSetCurrent(ctx))
     free, total = check(cu.cuMemGetInfo())
@@ -199,6 +206,8 @@ def numba(mode, size):
     from numba import cuda
     from numba.cuda.cudadrv.driver import CudaAPIError
 
+    if "WALL_DEVICE" in os.environ:
+        cuda.select_device(device())
     free, total = cuda.current_context().get_memory_info()
     settle()
     held, error = [], ""
@@ -426,8 +435,9 @@ def nvml(_mode, _size):
     import pynvml
 
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    SEEN["totals"] = ",".join(str(pynvml.nvmlDeviceGetMemoryInfo(h).total) for h in handles)
+    info = pynvml.nvmlDeviceGetMemoryInfo(handles[device()])
     return info.total, info.free, [], "", pynvml.nvmlShutdown
 
 

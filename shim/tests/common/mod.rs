@@ -187,6 +187,13 @@ pub fn torch_python() -> PathBuf {
     cached_python("GPUSLICE_TORCH_PYTHON", "torch", "torch")
 }
 
+/// The client program `name` in `tests/clients`.
+pub fn client_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/clients")
+        .join(name)
+}
+
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

@@ -1,0 +1,168 @@
+//! A container given several slices, as CDI slice devices give them (each slice's directory
+//! mounted right under `/run/gpuslice`): real CUDA software (cuda-bindings, numba-cuda,
+//! nvidia-ml-py) sees on each GPU the slice it was given and meets that slice's wall, processes
+//! charge each GPU to its own slice, and a region truncated under a process closes the wall of
+//! that process and kills nothing.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Facts, MIB, Running, Slice, client_script, python, write_slice};
+use gpuslice_core::limits::{GpuLimit, Limits};
+
+const GIB: u64 = 1 << 30;
+/// The slice of GPU 1.
+const SECOND: u64 = 512 * MIB;
+
+/// A slice of 1 GiB of GPU 0 (directory `a`) and one of 512 MiB of GPU 1 (directory `b`).
+struct TwoSlices {
+    first: Slice,
+    second: tempfile::TempDir,
+}
+
+impl TwoSlices {
+    fn new() -> Self {
+        let first = Slice::new(GIB, 0);
+        let second = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            container_id: "second-slice".into(),
+            gpus: vec![GpuLimit {
+                uuid: first.sim.spec.gpus[1].uuid.clone(),
+                memory_bytes: SECOND,
+                cores: 0,
+                context_bytes: 0,
+                window: None,
+            }],
+        };
+        write_slice(second.path(), &limits);
+        Self { first, second }
+    }
+
+    /// `program` in a mount namespace of its own where both directories are mounted under
+    /// `/run/gpuslice` as a container's runtime mounts them, and nothing names a slice in the
+    /// environment.
+    fn command(&self, program: &Path) -> Command {
+        let script = r#"mount -t tmpfs tmpfs /run && mkdir -p /run/gpuslice/a /run/gpuslice/b \
+            && mount --bind "$SLICE_A" /run/gpuslice/a && mount --bind "$SLICE_B" /run/gpuslice/b \
+            && exec "$@""#;
+        let mut cmd = self.first.command(Path::new("unshare"));
+        cmd.env_remove("GPUSLICE_LIMITS")
+            .env("SLICE_A", self.first.dir.path())
+            .env("SLICE_B", self.second.path())
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(program);
+        cmd
+    }
+
+    /// The client `name` of `tests/clients/wall.py` in `mode` with `bytes`, on `device`.
+    fn client(&self, name: &str, mode: &str, bytes: u64, device: usize) -> Command {
+        let mut cmd = self.command(&python());
+        cmd.arg(client_script("wall.py"))
+            .args([name, mode, &bytes.to_string()])
+            .env("WALL_DEVICE", device.to_string());
+        cmd
+    }
+
+    /// Runs the client to its end, which must be a success, and returns what it saw.
+    fn fill(&self, name: &str, chunk: u64, device: usize) -> Facts {
+        let out = self.client(name, "fill", chunk, device).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} on GPU {device}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Facts::parse(&text)
+    }
+}
+
+#[test]
+fn real_cuda_software_sees_on_each_gpu_the_slice_it_was_given_and_meets_its_wall() {
+    let slices = TwoSlices::new();
+    let f = slices.fill("nvml", 0, 1);
+    assert_eq!(
+        f.get("totals"),
+        format!("{GIB},{SECOND}"),
+        "nvidia-ml-py: {:?}",
+        f.0
+    );
+    assert_eq!(f.num("free"), SECOND, "{:?}", f.0);
+    let f = slices.fill("numba", 100 * MIB, 1);
+    assert_eq!(
+        (f.num("total"), f.num("free")),
+        (SECOND, SECOND),
+        "{:?}",
+        f.0
+    );
+    assert_eq!(f.num("chunks"), 5, "numba on GPU 1: {:?}", f.0);
+    assert_eq!(
+        f.get("error"),
+        "CudaAPIError:CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        f.0
+    );
+    let f = slices.fill("bindings", 64 * MIB, 0);
+    assert_eq!(f.num("total"), GIB, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 16, "cuda-bindings on GPU 0: {:?}", f.0);
+    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+}
+
+#[test]
+fn what_a_process_holds_on_one_gpu_is_charged_to_that_gpus_slice_only() {
+    let slices = TwoSlices::new();
+    let holder = Running::start(slices.client("numba", "hold", 600 * MIB, 0));
+    assert_eq!(holder.facts.num("chunks"), 1, "{:?}", holder.facts.0);
+    // Another process of the container: GPU 1's slice is whole, GPU 0's is less the hold.
+    let f = slices.fill("bindings", 8 * MIB, 1);
+    assert_eq!((f.num("free"), f.num("chunks")), (SECOND, 64), "{:?}", f.0);
+    let f = slices.fill("bindings", 8 * MIB, 0);
+    assert_eq!(
+        (f.num("free"), f.num("chunks")),
+        (424 * MIB, 53),
+        "{:?}",
+        f.0
+    );
+    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    holder.finish();
+    assert_eq!(slices.first.usage().totals(), vec![0]);
+}
+
+#[test]
+fn a_region_truncated_under_a_process_of_two_slices_closes_its_wall_and_kills_it_not() {
+    let slices = TwoSlices::new();
+    let holder = Running::start(slices.client("bindings", "hold", 64 * MIB, 1));
+    assert_eq!(holder.facts.num("chunks"), 1, "{:?}", holder.facts.0);
+    let region = slices.second.path().join(gpuslice_core::usage::FILE_NAME);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&region)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // The holder frees its 64 MiB through the truncated region (the second mapping it
+    // holds) and exits normally.
+    holder.finish();
+    // A process mapping the truncated region gets nothing on that GPU, not even a context;
+    // the other slice is untouched.
+    let out = slices
+        .client("bindings", "fill", 64 * MIB, 1)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("RuntimeError: CUDA_ERROR_OUT_OF_MEMORY"),
+        "GPU 1 after the truncation: {out:?}"
+    );
+    let f = slices.fill("bindings", 64 * MIB, 0);
+    assert_eq!(f.num("chunks"), 16, "GPU 0 after the truncation: {:?}", f.0);
+}
