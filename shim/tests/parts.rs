@@ -1,6 +1,6 @@
 //! A container given several slices, as CDI slice devices give them (each slice's directory
 //! mounted right under `/run/gpuslice`): real CUDA software (cuda-bindings, numba-cuda,
-//! nvidia-ml-py) sees on each GPU the slice it was given and meets that slice's wall, processes
+//! nvidia-ml-py, PyTorch) sees on each GPU the slice it was given and meets that slice's wall, processes
 //! charge each GPU to its own slice, and a region truncated under a process closes the wall of
 //! that process and kills nothing.
 
@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Facts, MIB, Running, Slice, client_script, python, write_slice};
+use common::{Facts, MIB, Running, Slice, client_script, python, torch_python, write_slice};
 use gpuslice_core::limits::{GpuLimit, Limits};
 
 const GIB: u64 = 1 << 30;
@@ -66,7 +66,12 @@ impl TwoSlices {
 
     /// The client `name` of `tests/clients/wall.py` in `mode` with `bytes`, on `device`.
     fn client(&self, name: &str, mode: &str, bytes: u64, device: usize) -> Command {
-        let mut cmd = self.command(&python());
+        let python = if name == "torch" {
+            torch_python()
+        } else {
+            python()
+        };
+        let mut cmd = self.command(&python);
         cmd.arg(client_script("wall.py"))
             .args([name, mode, &bytes.to_string()])
             .env("WALL_DEVICE", device.to_string());
@@ -115,6 +120,18 @@ fn real_cuda_software_sees_on_each_gpu_the_slice_it_was_given_and_meets_its_wall
     assert_eq!(f.num("total"), GIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 16, "cuda-bindings on GPU 0: {:?}", f.0);
     assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+}
+
+#[test]
+fn pytorch_on_the_second_gpu_sees_its_slice_runs_a_graph_and_stops_at_its_limit() {
+    let slices = TwoSlices::new();
+    let f = slices.fill("torch", 64 * MIB, 1);
+    let what = format!("{:?}", f.0);
+    assert_eq!((f.num("total"), f.num("free")), (SECOND, SECOND), "{what}");
+    assert_eq!(f.num("props_total"), SECOND, "{what}");
+    assert_eq!(f.get("graph"), "1", "{what}");
+    assert_eq!(f.num("chunks"), 8, "{what}");
+    assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
 }
 
 #[test]

@@ -28,7 +28,7 @@ stack or the device malloc heap (cuCtxSetLimit) instead of by cuMemAlloc; WALL_R
 it makes green contexts until refused, then allocates; WALL_RAISE=module: it loads modules
 whose global variable takes BYTES (cuModuleLoadData). WALL_RESET=1: the
 runtime client fills, calls cudaDeviceReset, and fills again (chunks_before_reset: the first).
-WALL_DEVICE=N: the bindings, numba and nvml clients use device N (default 0); the nvml client
+WALL_DEVICE=N: the bindings, numba, torch and nvml clients use device N (default 0); the nvml client
 also prints every device's total (totals, comma-separated, in index order).
 """
 import os
@@ -371,9 +371,10 @@ def runtime(path, api, mode, size):
 def torch_client(mode, size):
     import torch
 
+    torch.cuda.set_device(device())
     free, total = torch.cuda.mem_get_info()
     # The device's memory as PyTorch's device properties report it (cudaGetDeviceProperties).
-    print(f"props_total={torch.cuda.get_device_properties(0).total_memory}", end=" ")
+    print(f"props_total={torch.cuda.get_device_properties(device()).total_memory}", end=" ")
     a = torch.ones(1 << 20, device="cuda")
     b = a + 1
     # A captured CUDA graph: warm-up on a side stream, capture, replay.
