@@ -324,6 +324,26 @@ async fn a_claim_prepared_through_the_kubelets_grpc_runs_in_podman_behind_its_wa
     ] {
         assert!(t.contains(want), "{want:?} not in {t}");
     }
+    // A privileged container given the claim's device (a pod whose securityContext says
+    // `privileged`) is not started: it could mount its own limits over the slice's.
+    let privileged = [
+        &rootfs::PODMAN_RUN[..],
+        &[
+            "--privileged",
+            "--device",
+            &cdi_device,
+            "--rootfs",
+            &r,
+            "/bin/true",
+        ],
+    ]
+    .concat();
+    let out = podman(node.work.path(), &privileged);
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && t.contains("but is privileged (it has CAP_SYS_ADMIN)"),
+        "{out:?}"
+    );
     // The container has exited; the claim lives until the kubelet unprepares it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);

@@ -91,6 +91,19 @@ fn claim_argument(args: &[String]) -> Result<Option<String>> {
     }
 }
 
+/// Fails where the container given the slice device of `claim` is privileged: with
+/// `CAP_SYS_ADMIN` it could mount over the slice's directory, and with every device allowed
+/// open every GPU (`allow_privileged` in the runtime configuration lets it through).
+fn refuse_privileged_device(id: &str, claim: &str, bundle: &std::path::Path) -> Result<()> {
+    let path = bundle.join("config.json");
+    let spec: serde_json::Value = std::fs::read(&path)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| Ok(serde_json::from_slice(&b)?))
+        .with_context(|| format!("container {id}: cannot read its spec {}", path.display()))?;
+    let what = format!("is given the slice {claim} by its CDI device");
+    gpuslice_runtime_shim::inject::refuse_privileged(id, &what, &spec, &config()?)
+}
+
 /// The claim a container holds on whole GPUs given by CDI: its id and the first GPU's UUID,
 /// so that each `gpuslice.io/gpu` device a container gets is its own claim.
 fn whole_gpu_claim(container: &str, uuids: &[String]) -> String {
@@ -116,8 +129,13 @@ fn run(verb: &str, args: &[String]) -> Result<()> {
             let pid = state
                 .pid
                 .with_context(|| format!("container {}: the state has no pid", state.id))?;
-            // A CDI slice device names its claim, which is not the container's id.
-            let claim = claim_argument(args)?.unwrap_or(state.id.clone());
+            // A CDI slice device names its claim, which is not the container's id. Nothing
+            // looked at the container before (annotations are checked when they are claimed).
+            let device_claim = claim_argument(args)?;
+            if let Some(claim) = &device_claim {
+                refuse_privileged_device(&state.id, claim, &state.bundle)?;
+            }
+            let claim = device_claim.unwrap_or(state.id.clone());
             rt.block_on(async {
                 agent()
                     .await?

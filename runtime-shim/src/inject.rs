@@ -151,6 +151,27 @@ pub fn claim_and_edit(
     Ok(true)
 }
 
+/// Fails where the container `id` of `spec` is privileged (it could step out of any slice)
+/// and the configuration does not give privileged containers a slice anyway; `what` says
+/// what it asks for, in the message.
+pub fn refuse_privileged(
+    id: &str,
+    what: &str,
+    spec: &serde_json::Value,
+    cfg: &Config,
+) -> Result<()> {
+    match spec::privileged(spec) {
+        Some(why) if !cfg.allow_privileged => bail!(
+            "container {id} {what} but is privileged ({why}): it could step out of any slice, so it gets none (set \"allow_privileged\": true in {} to give privileged containers a slice anyway)",
+            cfg.source.as_ref().map_or_else(
+                || crate::config::DEFAULT_CONFIG.to_string(),
+                |p| p.display().to_string()
+            )
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Claims a slice for container `id` (created by `owner`, when the caller knows it: see
 /// [`Invocation::owner`]) from the annotations of `spec` and returns what the container must
 /// get; `None` when it asks for no GPU. On failure after the claim, the claim is released.
@@ -213,17 +234,7 @@ pub fn claim_and_plan(
             required_arch = Some((driver, inventory));
         }
     }
-    if let Some(why) = spec::privileged(spec)
-        && !cfg.allow_privileged
-    {
-        bail!(
-            "container {id} asks for a GPU slice but is privileged ({why}): it could step out of any slice, so it gets none (set \"allow_privileged\": true in {} to give privileged containers a slice anyway)",
-            cfg.source.as_ref().map_or_else(
-                || crate::config::DEFAULT_CONFIG.to_string(),
-                |p| p.display().to_string()
-            )
-        );
-    }
+    refuse_privileged(id, "asks for a GPU slice", spec, cfg)?;
     let borrowed: HashMap<&str, &str> = ann.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let started = std::time::Instant::now();
     let json = with_agent(cfg, |agent| async move {

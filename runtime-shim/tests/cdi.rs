@@ -185,6 +185,54 @@ fn a_whole_gpu_from_the_generated_spec_is_claimed_through_the_agent_and_refused_
 }
 
 #[test]
+fn a_privileged_container_given_a_slice_device_is_not_started() {
+    let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
+    let name = format!("cdi-privileged-{}", std::process::id());
+    let _file = claim_with_cdi(&node, &name);
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[]);
+    let r = rootfs.display().to_string();
+    let device = format!("gpuslice.io/slice={name}");
+    let run = |extra: &[&str]| {
+        let mut args = RUN.to_vec();
+        args.extend(["--device", &device]);
+        args.extend(extra);
+        args.extend(["--rootfs", &r, "/bin/sh", "-c", "echo started"]);
+        podman(&node, &args)
+    };
+    // With CAP_SYS_ADMIN a tenant could mount its own limits over the slice's directory;
+    // privileged, it could also open every GPU.
+    for (flags, why) in [
+        (&["--privileged"][..], "it has CAP_SYS_ADMIN"),
+        (&["--cap-add", "SYS_ADMIN"], "it has CAP_SYS_ADMIN"),
+        (
+            &["--device-cgroup-rule", "a *:* rwm"],
+            "its device cgroup allows every device",
+        ),
+    ] {
+        let out = run(flags);
+        assert!(!out.status.success(), "{flags:?}: {}", text(&out));
+        assert!(!text(&out).contains("started"), "{flags:?}: {}", text(&out));
+        let refusal =
+            format!("is given the slice {name} by its CDI device but is privileged ({why})");
+        assert!(text(&out).contains(&refusal), "{flags:?}: {}", text(&out));
+    }
+    let s = node.status();
+    assert!(
+        !matches!(
+            s.slices[0].claim.state,
+            gpuslice_core::ClaimState::Active { .. }
+        ),
+        "no privileged container's pid was reported for the claim: {s:?}"
+    );
+    // The device itself is fine: a container without the privilege starts on it.
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("started"), "{}", text(&out));
+    let out = gpuslice(&node, &["release", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
 fn a_slice_device_given_to_a_container_the_wrapper_creates_is_not_asked_for_again() {
     let node = Node::with_agent_args(&["--cdi-dir", CDI_DIR]);
     let name = format!("cdi-wrapped-{}", std::process::id());
