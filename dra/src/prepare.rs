@@ -1,14 +1,18 @@
 //! Preparing a ResourceClaim: read it from the API server, claim the device results of each
 //! of its requests allocated to this node as one slice through the agent (claim
 //! `dra-<claim uid>-<n>`, `n` the request's first result, owned by the plugin), write each
-//! slice's CDI spec, and answer with the CDI device names. Unpreparing releases them.
+//! slice's CDI spec, and answer with the CDI device names. Unpreparing releases them. A
+//! request with `adminAccess` claims nothing: its GPUs are given as they are (a
+//! `gpuslice.io/admin` CDI device the plugin writes and removes).
 //! Both are idempotent: the kubelet retries, and the plugin may have been restarted between.
 
 use std::path::PathBuf;
 
 use gpuslice_agent_api::AgentProxy;
 use gpuslice_core::Claim;
+use gpuslice_core::inventory::Inventory;
 use gpuslice_runtime_shim::config::Config;
+use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
 use gpuslice_runtime_shim::nvidia_env::Capabilities;
 use gpuslice_runtime_shim::{cdi, inject};
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -118,7 +122,15 @@ impl Plugin {
         let mut claimed = Vec::new();
         for (request, of_request) in &requests {
             let id = claim_id(uid, of_request[0].0);
-            match self.prepare_request(&id, request, of_request).await {
+            let admin = of_request
+                .iter()
+                .any(|(_, r)| r["adminAccess"].as_bool() == Some(true));
+            let result = if admin {
+                self.prepare_admin(&id, request, of_request).await
+            } else {
+                self.prepare_request(&id, request, of_request).await
+            };
+            match result {
                 Ok(p) => {
                     claimed.push(id);
                     prepared.extend(p);
@@ -127,6 +139,7 @@ impl Plugin {
                     // Fail closed: nothing of a claim that cannot be prepared whole is held.
                     for id in claimed.iter().chain([&id]) {
                         let _ = self.agent.release_as(&owner(), id).await;
+                        self.remove_admin_spec(id);
                     }
                     return Err(format!(
                         "ResourceClaim {namespace}/{name}: request {request:?}: {e}"
@@ -177,25 +190,74 @@ impl Plugin {
         cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::SLICE_KIND, id), &spec)
             .map_err(|e| e.to_string())?;
-        Ok(results
-            .iter()
-            .enumerate()
-            .map(|(i, (_, result))| Prepared {
-                request_names: if request.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![request.to_string()]
-                },
-                pool_name: self.node.clone(),
-                device_name: result["device"].as_str().unwrap_or_default().to_string(),
-                cdi_device_ids: if i == 0 {
-                    vec![format!("{}={id}", cdi::SLICE_KIND)]
-                } else {
-                    Vec::new()
-                },
-                share_id: result["shareID"].as_str().map(str::to_string),
-            })
-            .collect())
+        Ok(prepared_results(
+            &self.node,
+            request,
+            results,
+            cdi::SLICE_KIND,
+            id,
+        ))
+    }
+
+    /// Gives the GPUs of a request with `adminAccess` (Kubernetes allocates them beside the
+    /// claims already on them, to an administrator's namespace) as they are: a CDI device of
+    /// their device nodes and the driver's files, claiming nothing from the agent, so the
+    /// slices there keep their GPUs and nothing holds this container to a wall.
+    async fn prepare_admin(
+        &self,
+        id: &str,
+        request: &str,
+        results: &[(usize, &Value)],
+    ) -> Result<Vec<Prepared>, String> {
+        let text = self.agent.inventory().await.map_err(|e| e.to_string())?;
+        let inventory: Inventory = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let mut gpus: Vec<(String, u32)> = Vec::new();
+        for &(n, result) in results {
+            let index = crate::request::device_index(n, result).map_err(|e| e.to_string())?;
+            let gpu = inventory
+                .gpus
+                .iter()
+                .find(|g| g.index == index)
+                .ok_or_else(|| format!("result {n}: this node has no gpu-{index}"))?;
+            if !gpus.iter().any(|(uuid, _)| *uuid == gpu.uuid) {
+                gpus.push((gpu.uuid.clone(), gpu.minor));
+            }
+        }
+        let mut driver = DriverFiles::discover(
+            &DriverRoot::new(&self.runtime.driver_root),
+            Capabilities::all(),
+        )
+        .map_err(|e| e.to_string())?;
+        driver.mounts.extend(self.runtime.extra_bind_mounts());
+        let mut spec = cdi::admin(id, &driver, &gpus).map_err(|e| e.to_string())?;
+        cdi::rebase(&mut spec, &self.host_root);
+        cdi::write(&self.cdi_dir, &cdi::file_name(cdi::ADMIN_KIND, id), &spec)
+            .map_err(|e| e.to_string())?;
+        Ok(prepared_results(
+            &self.node,
+            request,
+            results,
+            cdi::ADMIN_KIND,
+            id,
+        ))
+    }
+
+    /// Removes the administrative-access spec of `id`, if there is one (the agent, which
+    /// removes a slice's spec with its claim, knows nothing of these).
+    fn remove_admin_spec(&self, id: &str) {
+        let _ = cdi::remove(&self.cdi_dir, &cdi::file_name(cdi::ADMIN_KIND, id));
+    }
+
+    /// The ids of the administrative-access specs in the CDI directory.
+    fn admin_specs(&self) -> Vec<String> {
+        let prefix = cdi::file_name(cdi::ADMIN_KIND, "");
+        let prefix = prefix.trim_end_matches(".json");
+        std::fs::read_dir(&self.cdi_dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter_map(|f| Some(f.strip_prefix(prefix)?.strip_suffix(".json")?.to_string()))
+            .collect()
     }
 
     /// Releases the slices of claims the API server no longer has (deleted while the kubelet
@@ -212,22 +274,25 @@ impl Plugin {
             .collect();
         let text = self.agent.list_slices().await.map_err(|e| e.to_string())?;
         let slices: Vec<Value> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+        let gone = |id: &str| claim_uid(id).is_some_and(|u| !live.contains(u));
         let mut released = Vec::new();
         for s in slices {
             if s["owner"].as_str() != Some(owner().as_str()) {
                 continue;
             }
             let id = s["container_id"].as_str().unwrap_or_default();
-            let uid = id
-                .strip_prefix("dra-")
-                .and_then(|rest| rest.rsplit_once('-'))
-                .map(|(uid, _)| uid);
-            if uid.is_some_and(|u| !live.contains(u)) {
+            if gone(id) {
                 self.agent
                     .release_as(&owner(), id)
                     .await
                     .map_err(|e| format!("releasing {id}: {e}"))?;
                 released.push(id.to_string());
+            }
+        }
+        for id in self.admin_specs() {
+            if gone(&id) {
+                self.remove_admin_spec(&id);
+                released.push(id);
             }
         }
         Ok(released)
@@ -247,6 +312,48 @@ impl Plugin {
                     .map_err(|e| format!("releasing {id}: {e}"))?;
             }
         }
+        for id in self.admin_specs() {
+            if id.starts_with(&prefix) {
+                self.remove_admin_spec(&id);
+            }
+        }
         Ok(())
     }
+}
+
+/// The uid of the ResourceClaim whose request the agent claim (or admin spec) `id` holds.
+fn claim_uid(id: &str) -> Option<&str> {
+    id.strip_prefix("dra-")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .map(|(uid, _)| uid)
+}
+
+/// What the kubelet is told of a request's `results`: the first names the CDI device `id`
+/// of `kind`, the others none, so a container given the request gets its device once.
+fn prepared_results(
+    node: &str,
+    request: &str,
+    results: &[(usize, &Value)],
+    kind: &str,
+    id: &str,
+) -> Vec<Prepared> {
+    results
+        .iter()
+        .enumerate()
+        .map(|(i, (_, result))| Prepared {
+            request_names: if request.is_empty() {
+                Vec::new()
+            } else {
+                vec![request.to_string()]
+            },
+            pool_name: node.to_string(),
+            device_name: result["device"].as_str().unwrap_or_default().to_string(),
+            cdi_device_ids: if i == 0 {
+                vec![format!("{kind}={id}")]
+            } else {
+                Vec::new()
+            },
+            share_id: result["shareID"].as_str().map(str::to_string),
+        })
+        .collect()
 }

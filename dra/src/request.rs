@@ -90,7 +90,8 @@ impl SliceOfRequest {
     }
 }
 
-fn device_index(n: usize, result: &Value) -> Result<u32, RequestError> {
+/// The index of the GPU result `n` names (`gpu-<index>`).
+pub(crate) fn device_index(n: usize, result: &Value) -> Result<u32, RequestError> {
     let device = result["device"].as_str().unwrap_or_default();
     device
         .strip_prefix("gpu-")

@@ -800,3 +800,107 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
     assert!(node.status()["slices"].as_array().unwrap().is_empty());
     drop(plugin);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing() {
+    let node = Node::new(2);
+    let tag = std::process::id() & 0xffff;
+    let uid = format!("ad000c2e-{tag:04x}-4000-8000-000000000001");
+    node.api
+        .put_resource_claim(allocated_claim("tenant", &uid, 1, "2Gi"));
+    // An administrator's claim on the same GPU (`adminAccess`, in a namespace labelled for
+    // it): kube-scheduler allocates it beside the tenant's, consuming nothing.
+    let admin = format!("ad000c2e-{tag:04x}-4000-8000-000000000002");
+    let mut claimed = whole_gpu_claim("admin", &admin, 1);
+    claimed["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = json!(true);
+    claimed["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = json!(true);
+    node.api.put_resource_claim(claimed);
+    let plugin = node.plugin(&["--publish-interval", "1"]);
+    let mut dra = kubelet(&plugin).await;
+    let answer = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim(&uid, "tenant"), claim(&admin, "admin")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        answer.claims.values().all(|c| c.error.is_empty()),
+        "{answer:?}"
+    );
+    let id = format!("dra-{admin}-0");
+    let device = &answer.claims[&admin].devices[0];
+    assert_eq!(device.cdi_device_ids, [format!("gpuslice.io/admin={id}")]);
+    // Nothing claimed: the tenant's slice is the GPU's only one.
+    let status = node.status();
+    let slices = status["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), 1, "{status}");
+    assert_eq!(slices[0]["container_id"], format!("dra-{uid}-0"));
+    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-admin-{id}.json"));
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
+    gpuslice_testsupport::cdi::assert_valid(&spec);
+
+    // The administrator's container sees that GPU, whole, with the real driver.
+    let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
+    let r = rootfs.display().to_string();
+    let cdi_device = device.cdi_device_ids[0].clone();
+    let args = [
+        &rootfs::PODMAN_RUN[..],
+        &[
+            "--device",
+            &cdi_device,
+            "--rootfs",
+            &r,
+            "/usr/bin/nvidia-smi",
+            "--query-gpu=uuid,memory.total",
+            "--format=csv,noheader",
+        ],
+    ]
+    .concat();
+    let out = podman(node.work.path(), &args);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        t.trim(),
+        format!("{}, 15360 MiB", node.sim.spec.gpus[1].uuid),
+        "{out:?}"
+    );
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
+
+    // Unprepared, its spec goes; the tenant's slice stays.
+    let done = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: vec![claim(&admin, "admin")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(done.claims[&admin].error, "");
+    assert!(!spec_file.exists());
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
+    // Prepared again and then deleted while its pod could not be unprepared: the plugin
+    // removes the spec as it releases the slices of deleted claims.
+    let again = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: vec![claim(&admin, "admin")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.claims[&admin].error, "");
+    assert!(spec_file.exists());
+    node.api.delete_resource_claim("default", "admin");
+    assert!(
+        wait_for(Duration::from_secs(10), || !spec_file.exists()),
+        "the spec of the deleted admin claim is still there"
+    );
+    assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
+    let _ = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: vec![claim(&uid, "tenant")],
+        })
+        .await
+        .unwrap();
+    drop(plugin);
+}

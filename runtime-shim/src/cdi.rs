@@ -9,6 +9,8 @@
 //!   the edits the runtime wrapper makes (the limits directory, the fronts, the interception
 //!   library), written beside the others in `/var/run/cdi` and removed when the claim is
 //!   released.
+//! - `gpuslice.io/admin`: GPUs a DRA request allocated for administrative access ([`admin`]),
+//!   written and removed by the DRA plugin: no claim, no hook, no wall.
 //!
 //! The spec's `cdiVersion` is the lowest that has every field used, as the CDI library
 //! computes it, so that older engines (podman 4.3, whose CDI library predates the later
@@ -27,6 +29,9 @@ pub const VENDOR: &str = "gpuslice.io";
 pub const GPU_KIND: &str = "gpuslice.io/gpu";
 /// Slices the agent admitted.
 pub const SLICE_KIND: &str = gpuslice_core::layout::CDI_SLICE_KIND;
+/// GPUs given for administrative access (a DRA request with `adminAccess`): whole, beside
+/// whatever holds them, outside every wall.
+pub const ADMIN_KIND: &str = "gpuslice.io/admin";
 /// Where specs that describe the node are kept.
 pub const STATIC_DIR: &str = "/etc/cdi";
 /// Where specs that last as long as a claim are written.
@@ -331,6 +336,40 @@ pub fn whole_gpus(
         GPU_KIND,
         devices,
         Some(container_edits(&common, root)),
+    ))
+}
+
+/// The spec of device `name` giving the GPUs `gpus` (UUID, minor) for administrative access,
+/// as Kubernetes defines it for a request with `adminAccess` in a namespace an administrator
+/// labelled for it (to look at GPUs in use: `nvidia-smi`, a monitoring agent): their device
+/// nodes, the control devices and the driver's files (the real libraries), and
+/// `NVIDIA_VISIBLE_DEVICES`; no hook claims them, so the slices and whole GPUs the agent
+/// holds there stay as they are, and nothing holds the container to any of them.
+pub fn admin(
+    name: &str,
+    driver: &DriverFiles,
+    gpus: &[(String, u32)],
+) -> Result<Value, crate::driver::DriverError> {
+    let mut devices = driver.control_devices.clone();
+    for (_, minor) in gpus {
+        devices.push(driver.gpu_device(*minor)?);
+    }
+    let uuids: Vec<&str> = gpus.iter().map(|(u, _)| u.as_str()).collect();
+    let edits = Edits {
+        devices,
+        mounts: driver.mounts.clone(),
+        hooks: Vec::new(),
+        masked_paths: Vec::new(),
+        env: vec![format!(
+            "{}={}",
+            crate::nvidia_env::VISIBLE_DEVICES,
+            uuids.join(",")
+        )],
+    };
+    Ok(spec(
+        ADMIN_KIND,
+        vec![(name.to_string(), container_edits(&edits, &driver.root.root))],
+        None,
     ))
 }
 
