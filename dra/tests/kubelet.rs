@@ -146,7 +146,7 @@ fn claim(uid: &str, name: &str) -> v1::Claim {
 }
 
 /// The DRA service (v1) the plugin's registration names, as the kubelet reaches it.
-async fn kubelet(plugin: &Plugin) -> v1::dra_plugin_client::DraPluginClient<Channel> {
+async fn kubelet(plugin: &Plugin) -> Kubelet {
     let mut registration = reg::registration_client::RegistrationClient::new(
         channel(plugin.registration_socket()).await,
     );
@@ -199,6 +199,34 @@ fn add_result_like_the_first(
     let mut result = results[0].clone();
     change(&mut result);
     results.as_array_mut().unwrap().push(result);
+}
+
+type Kubelet = v1::dra_plugin_client::DraPluginClient<Channel>;
+
+/// NodePrepareResources (v1) for `claims`, as the kubelet calls it.
+async fn prepare_claims(
+    dra: &mut Kubelet,
+    claims: &[v1::Claim],
+) -> v1::NodePrepareResourcesResponse {
+    dra.node_prepare_resources(v1::NodePrepareResourcesRequest {
+        claims: claims.to_vec(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// NodeUnprepareResources (v1) for `claims`.
+async fn unprepare_claims(
+    dra: &mut Kubelet,
+    claims: &[v1::Claim],
+) -> v1::NodeUnprepareResourcesResponse {
+    dra.node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+        claims: claims.to_vec(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
 }
 
 fn podman(work: &Path, args: &[&str]) -> Output {
@@ -386,13 +414,7 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
     node.api.put_resource_claim(pair);
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&uid, "pair")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(&mut dra, &[claim(&uid, "pair")]).await;
     let prepared = &answer.claims[&uid];
     assert_eq!(prepared.error, "");
     let named: Vec<(&str, &[String])> = prepared
@@ -509,13 +531,11 @@ async fn a_container_given_two_claims_runs_behind_the_wall_of_each() {
     }
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&uid(0), "half-0"), claim(&uid(1), "half-1")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(
+        &mut dra,
+        &[claim(&uid(0), "half-0"), claim(&uid(1), "half-1")],
+    )
+    .await;
     let mut ids = Vec::new();
     for gpu in [0, 1] {
         let prepared = &answer.claims[&uid(gpu)];
@@ -573,17 +593,15 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
     node.api.put_resource_claim(half);
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![
-                claim("uid-huge", "huge"),
-                claim("uid-then", "other"),
-                claim("uid-half", "half"),
-            ],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(
+        &mut dra,
+        &[
+            claim("uid-huge", "huge"),
+            claim("uid-then", "other"),
+            claim("uid-half", "half"),
+        ],
+    )
+    .await;
     let huge = &answer.claims["uid-huge"].error;
     assert!(
         huge.contains("ResourceClaim default/huge") && huge.contains("64Gi"),
@@ -708,13 +726,7 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
         .put_resource_claim(allocated_claim("kept", &kept, 0, "1Gi"));
     let plugin = node.plugin(&["--publish-interval", "1"]);
     let mut dra = kubelet(&plugin).await;
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&uid, "gone"), claim(&kept, "kept")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(&mut dra, &[claim(&uid, "gone"), claim(&kept, "kept")]).await;
     assert!(
         answer.claims.values().all(|c| c.error.is_empty()),
         "{answer:?}"
@@ -736,12 +748,7 @@ async fn the_slices_of_a_claim_the_api_server_no_longer_has_are_released() {
         format!("dra-{kept}-0")
     );
     assert!(!spec_file.exists());
-    let _ = dra
-        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![claim(&kept, "kept")],
-        })
-        .await
-        .unwrap();
+    unprepare_claims(&mut dra, &[claim(&kept, "kept")]).await;
     drop(plugin);
 }
 
@@ -757,13 +764,7 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
     let whole = claim(&uid, "whole");
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![whole.clone()],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(&mut dra, std::slice::from_ref(&whole)).await;
     assert_eq!(answer.claims[&uid].error, "");
     assert_eq!(answer.claims[&uid].devices[0].share_id, None);
     let before = node.status();
@@ -781,21 +782,9 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
     // Another claim for the same GPU is refused while it is held.
     node.api
         .put_resource_claim(allocated_claim("late", "uid-late", 0, "1Gi"));
-    let late = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim("uid-late", "late")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let late = prepare_claims(&mut dra, &[claim("uid-late", "late")]).await;
     assert!(!late.claims["uid-late"].error.is_empty(), "{late:?}");
-    let done = dra
-        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![whole],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let done = unprepare_claims(&mut dra, &[whole]).await;
     assert_eq!(done.claims[&uid].error, "");
     assert!(node.status()["slices"].as_array().unwrap().is_empty());
     drop(plugin);
@@ -817,13 +806,7 @@ async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing(
     node.api.put_resource_claim(claimed);
     let plugin = node.plugin(&["--publish-interval", "1"]);
     let mut dra = kubelet(&plugin).await;
-    let answer = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&uid, "tenant"), claim(&admin, "admin")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = prepare_claims(&mut dra, &[claim(&uid, "tenant"), claim(&admin, "admin")]).await;
     assert!(
         answer.claims.values().all(|c| c.error.is_empty()),
         "{answer:?}"
@@ -869,25 +852,13 @@ async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing(
     assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
 
     // Unprepared, its spec goes; the tenant's slice stays.
-    let done = dra
-        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![claim(&admin, "admin")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let done = unprepare_claims(&mut dra, &[claim(&admin, "admin")]).await;
     assert_eq!(done.claims[&admin].error, "");
     assert!(!spec_file.exists());
     assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
     // Prepared again and then deleted while its pod could not be unprepared: the plugin
     // removes the spec as it releases the slices of deleted claims.
-    let again = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: vec![claim(&admin, "admin")],
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let again = prepare_claims(&mut dra, &[claim(&admin, "admin")]).await;
     assert_eq!(again.claims[&admin].error, "");
     assert!(spec_file.exists());
     node.api.delete_resource_claim("default", "admin");
@@ -896,11 +867,6 @@ async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing(
         "the spec of the deleted admin claim is still there"
     );
     assert_eq!(node.status()["slices"].as_array().unwrap().len(), 1);
-    let _ = dra
-        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: vec![claim(&uid, "tenant")],
-        })
-        .await
-        .unwrap();
+    unprepare_claims(&mut dra, &[claim(&uid, "tenant")]).await;
     drop(plugin);
 }

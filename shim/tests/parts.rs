@@ -47,19 +47,10 @@ impl TwoSlices {
         let script = r#"mount -t tmpfs tmpfs /run && mkdir -p /run/gpuslice/a /run/gpuslice/b \
             && mount --bind "$SLICE_A" /run/gpuslice/a && mount --bind "$SLICE_B" /run/gpuslice/b \
             && exec "$@""#;
-        let mut cmd = self.first.command(Path::new("unshare"));
+        let mut cmd = self.first.in_mount_namespace(script);
         cmd.env_remove("GPUSLICE_LIMITS")
             .env("SLICE_A", self.first.dir.path())
             .env("SLICE_B", self.second.path())
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                script,
-                "sh",
-            ])
             .arg(program);
         cmd
     }
@@ -159,13 +150,7 @@ fn a_region_truncated_under_a_process_of_two_slices_closes_its_wall_and_kills_it
     let slices = TwoSlices::new();
     let holder = Running::start(slices.client("bindings", "hold", 64 * MIB, 1));
     assert_eq!(holder.facts.num("chunks"), 1, "{:?}", holder.facts.0);
-    let region = slices.second.path().join(gpuslice_core::usage::FILE_NAME);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&region)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    common::truncate(&slices.second.path().join(gpuslice_core::usage::FILE_NAME));
     // The holder frees its 64 MiB through the truncated region (the second mapping it
     // holds) and exits normally.
     holder.finish();

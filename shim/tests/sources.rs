@@ -103,19 +103,12 @@ fn a_limits_file_that_cannot_be_parsed_closes_the_wall() {
 /// Fills `slice` to its end with the wall program, run by `script` in a mount namespace of
 /// its own (`"$@"` is the program) with `env` set; fails unless the wall is the slice's.
 fn fills_the_slice_from_a_mount_namespace(slice: &Slice, script: &str, env: &[(&str, &Path)]) {
-    let mut cmd = slice.command(Path::new("unshare"));
-    cmd.envs(env.iter().copied())
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(&slice.wall)
-        .args(["link", "alloc", &slice.remaining().to_string()]);
+    let mut cmd = slice.in_mount_namespace(script);
+    cmd.envs(env.iter().copied()).arg(&slice.wall).args([
+        "link",
+        "alloc",
+        &slice.remaining().to_string(),
+    ]);
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");

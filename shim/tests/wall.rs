@@ -498,13 +498,7 @@ fn a_killed_process_gives_its_memory_back_even_mid_update() {
 fn a_usage_region_truncated_under_running_processes_closes_their_wall_and_kills_none() {
     let slice = Slice::new(64 * MIB, 0);
     let holder = slice.start("hold", 16 * MIB);
-    let region = slice.dir.path().join(gpuslice_core::usage::FILE_NAME);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&region)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    common::truncate(&slice.dir.path().join(gpuslice_core::usage::FILE_NAME));
     // The holder frees its 16 MiB (touching the truncated region) and exits normally, where
     // SIGBUS used to end it.
     holder.finish();

@@ -79,6 +79,22 @@ impl Slice {
         c
     }
 
+    /// `unshare` running `script` in a mount namespace of its own with this slice's
+    /// environment; the caller adds the program and its arguments (`"$@"` in `script`).
+    pub fn in_mount_namespace(&self, script: &str) -> Command {
+        let mut c = self.command(Path::new("unshare"));
+        c.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ]);
+        c
+    }
+
     /// Runs the wall program to its end and returns what it printed.
     pub fn wall(&self, mode: &str, path: &str, bytes: u64) -> Facts {
         let out = self
@@ -106,6 +122,16 @@ impl Slice {
         let bytes = std::fs::read(self.dir.path().join(usage::FILE_NAME)).unwrap();
         UsageSnapshot::parse(&bytes).unwrap()
     }
+}
+
+/// Truncates the file at `path` to nothing, as a process of the container could.
+pub fn truncate(path: &Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
 }
 
 /// `key=value` pairs printed on one line.
