@@ -118,6 +118,11 @@ impl Plugin {
                 None => requests.push((request, vec![(n, result)])),
             }
         }
+        let names: Vec<&str> = requests.iter().map(|(r, _)| *r).collect();
+        let allocation = &object.data["status"]["allocation"]["devices"];
+        if let Some(why) = configured(&allocation["config"], &names).filter(|_| !names.is_empty()) {
+            return Err(format!("ResourceClaim {namespace}/{name}: {why}"));
+        }
         let mut prepared = Vec::new();
         let mut claimed = Vec::new();
         for (request, of_request) in &requests {
@@ -321,6 +326,44 @@ impl Plugin {
     }
 }
 
+/// Why the allocation's `config` cannot be honoured, if it cannot: opaque parameters for this
+/// driver, from the claim or its DeviceClass, for any of `requests` (an entry naming no
+/// request is for all). A slice is asked for by its capacity requests (`memory`, `cores`)
+/// and there is nothing else to set, so parameters meant for it are refused rather than left
+/// unread.
+fn configured(config: &Value, requests: &[&str]) -> Option<String> {
+    config
+        .as_array()?
+        .iter()
+        .enumerate()
+        .find_map(|(i, entry)| {
+            let opaque = &entry["opaque"];
+            if opaque["driver"].as_str() != Some(crate::DRIVER) {
+                return None;
+            }
+            let named: Vec<&str> = entry["requests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let applies = named.is_empty()
+                || named.iter().any(|n| {
+                    requests
+                        .iter()
+                        .any(|r| r == n || r.split_once('/').is_some_and(|(main, _)| main == *n))
+                });
+            applies.then(|| {
+                let source = entry["source"].as_str().unwrap_or("the claim");
+                format!(
+                    "config {i} (source {source}) gives driver {} the opaque parameters {}, and it takes none: a slice is asked for by the capacity requests memory and cores",
+                    crate::DRIVER,
+                    opaque["parameters"]
+                )
+            })
+        })
+}
+
 /// The uid of the ResourceClaim whose request the agent claim (or admin spec) `id` holds.
 fn claim_uid(id: &str) -> Option<&str> {
     id.strip_prefix("dra-")
@@ -356,4 +399,37 @@ fn prepared_results(
             share_id: result["shareID"].as_str().map(str::to_string),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn opaque(driver: &str, requests: &[&str]) -> Value {
+        json!({"source": "FromClaim", "requests": requests,
+               "opaque": {"driver": driver, "parameters": {"sharing": "mps"}}})
+    }
+
+    #[test]
+    fn opaque_parameters_for_this_driver_are_refused_naming_them() {
+        let config = json!([opaque("other.example.com", &[]), opaque("gpuslice.io", &[])]);
+        let why = configured(&config, &["gpu"]).unwrap();
+        assert!(why.starts_with("config 1 (source FromClaim)"), "{why}");
+        assert!(why.contains(r#"{"sharing":"mps"}"#), "{why}");
+    }
+
+    #[test]
+    fn opaque_parameters_count_only_for_the_requests_they_name() {
+        let config = json!([opaque("gpuslice.io", &["other"])]);
+        assert_eq!(configured(&config, &["gpu"]), None);
+        // A subrequest of a prioritized list is named by its main request.
+        let config = json!([opaque("gpuslice.io", &["gpu"])]);
+        assert!(configured(&config, &["gpu/small"]).is_some());
+        assert_eq!(
+            configured(&json!([opaque("other.example.com", &["gpu"])]), &["gpu"]),
+            None
+        );
+        assert_eq!(configured(&Value::Null, &["gpu"]), None);
+    }
 }

@@ -591,6 +591,13 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
         second["request"] = json!("big");
     });
     node.api.put_resource_claim(half);
+    // Opaque parameters for the driver, which takes none: refused, not left unread.
+    let mut configured = allocated_claim("configured", "uid-configured", 0, "1Gi");
+    configured["status"]["allocation"]["devices"]["config"] = json!([{
+        "source": "FromClaim", "requests": ["gpu"],
+        "opaque": {"driver": "gpuslice.io", "parameters": {"sharing": "time-slicing"}}
+    }]);
+    node.api.put_resource_claim(configured);
     let plugin = node.plugin(&[]);
     let mut dra = kubelet(&plugin).await;
     let answer = prepare_claims(
@@ -599,9 +606,16 @@ async fn a_claim_that_does_not_fit_in_whole_or_in_part_or_was_replaced_is_refuse
             claim("uid-huge", "huge"),
             claim("uid-then", "other"),
             claim("uid-half", "half"),
+            claim("uid-configured", "configured"),
         ],
     )
     .await;
+    let configured = &answer.claims["uid-configured"].error;
+    assert!(
+        configured.contains("ResourceClaim default/configured: config 0 (source FromClaim)")
+            && configured.contains("time-slicing"),
+        "{configured}"
+    );
     let huge = &answer.claims["uid-huge"].error;
     assert!(
         huge.contains("ResourceClaim default/huge") && huge.contains("64Gi"),
