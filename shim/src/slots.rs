@@ -14,8 +14,10 @@
 //! a margin before the end. Once per cycle, the first launch after the window waits for the
 //! context's work, then for the rest of what the container launched in the window, and
 //! measures how far it ran past the window's end. All of it goes into a balance: what ran
-//! past the end before the next window opened is owed (later windows open that much late, a
-//! window owed in full is skipped), what the window left unused is kept, at most a window,
+//! past the end outside the slice's own later windows (a kernel longer than the cycle runs
+//! through them) is owed (later windows open that much late, a window owed in full is
+//! skipped; a window the work still running took pays nothing), what the window left
+//! unused is kept, at most a window,
 //! and lets a later launch end that much past the end (at most one launch's time), so that
 //! launches that do not divide the window are held to the share on average. The margin moves
 //! by half of how far the work ran past its end, or past its predicted end where that was
@@ -87,14 +89,18 @@ pub struct Slot {
     late: AtomicU64,
     /// The last cycle a launch went in (0: none yet; cycles count from 1970).
     launched_cycle: AtomicU64,
+    /// When the work measured last ended (CLOCK_REALTIME µs; 0: none measured).
+    ran_until_us: AtomicU64,
 }
 
 /// Bits of [`Slot::late`] that hold the delay (a window is at most a cycle, 100,000 µs).
 const LATE_BITS: u32 = 20;
 /// How long after the window opens a launch still counts as at its opening, at least.
 const OPENING_US: u64 = 2_000;
-/// The most debt kept, in windows: a kernel of a minute does not shut a slice out for hours.
-const DEBT_WINDOWS: u64 = 10;
+/// The most debt kept, in windows (three seconds of them): enough for a kernel of a third of
+/// a second in a 10% window, of a second and more in 30%; a kernel of a minute does not shut
+/// a slice out for hours (the agent's hold takes over there).
+const DEBT_WINDOWS: u64 = 30;
 
 impl Slot {
     #[must_use]
@@ -111,6 +117,7 @@ impl Slot {
             planned_end_us: AtomicU64::new(0),
             late: AtomicU64::new(u64::MAX),
             launched_cycle: AtomicU64::new(0),
+            ran_until_us: AtomicU64::new(0),
         }
     }
 
@@ -118,14 +125,20 @@ impl Slot {
         self.end_us - self.start_us
     }
 
-    /// How late the window opens in `cycle`: the debt, up to the window's length, taken once
-    /// per cycle, whoever asks first.
-    fn late_in(&self, cycle: u64) -> u64 {
+    /// How late the window opens in `cycle`, asked `t` into it: the debt, up to the window's
+    /// length, taken once per cycle, whoever asks first. A window gone by idle pays it; one
+    /// the work launched before still ran through was the slice's own ([`Slot::ended`]) and
+    /// pays nothing.
+    fn late_in(&self, cycle: u64, t: u64) -> u64 {
         let mask = (1u64 << LATE_BITS) - 1;
+        let opened = self.start_us + cycle * CYCLE_US;
         loop {
             let seen = self.late.load(Relaxed);
             if seen != u64::MAX && seen >> LATE_BITS == cycle {
                 return seen & mask;
+            }
+            if t >= self.len_us() && self.ran_until_us.load(Relaxed) > opened {
+                return 0;
             }
             let debt = u64::try_from(self.balance_us.load(Relaxed)).unwrap_or(0);
             let take = debt.min(self.len_us()).min(mask);
@@ -157,11 +170,16 @@ impl Slot {
     /// Where now falls: the cycle (counted from the window's start), the time into it, and
     /// how late the window opens in it.
     fn now(&self) -> (u64, u64, u64) {
+        let (cycle, t) = self.cycle_now();
+        (cycle, t, self.late_in(cycle, t))
+    }
+
+    /// The cycle now falls in (counted from the window's start) and the time into it.
+    fn cycle_now(&self) -> (u64, u64) {
         // Time counted from the window's start, so that a window ending with the cycle is
         // measured like any other.
         let since = realtime_us().saturating_sub(self.start_us);
-        let (cycle, t) = (since / CYCLE_US, since % CYCLE_US);
-        (cycle, t, self.late_in(cycle))
+        (since / CYCLE_US, since % CYCLE_US)
     }
 
     /// Until how far into the cycle launches may go: the window's end where how long a
@@ -231,27 +249,29 @@ impl Slot {
     /// the container's last launch finished.
     pub fn wait(&self, container: &impl Container) {
         loop {
-            let (cycle, t, late) = self.now();
+            let (cycle, t) = self.cycle_now();
+            let last = self.launched_cycle.load(Relaxed);
+            if last != 0 && last < cycle && self.claim_measurement(last) {
+                // A window no launch after it measured: its work still runs, or ended when
+                // the container's last launch finished. Measured before this cycle's window
+                // is placed, so that what it owes delays this window too.
+                if container.unfinished() {
+                    self.measure_overrun(last, container);
+                } else if let Some(done) = container.finished_us()
+                    && done >= self.start_us + last * CYCLE_US
+                {
+                    self.ended(last, done);
+                }
+                continue;
+            }
+            let late = self.late_in(cycle, t);
             if t < late {
                 // Paying debt: the window opens late.
                 std::thread::sleep(Duration::from_micros(late - t));
                 continue;
             }
-            let last = self.launched_cycle.load(Relaxed);
             let closed = self.closed_cycle.load(Relaxed) == cycle;
             if t < self.open_until(container.launch_us()) && !closed {
-                if last != 0 && last < cycle && self.claim_measurement(last) {
-                    // A window no launch after it measured: its work still runs, or ended
-                    // when the container's last launch finished.
-                    if container.unfinished() {
-                        self.measure_overrun(last, container);
-                    } else if let Some(done) = container.finished_us()
-                        && done >= self.start_us + last * CYCLE_US
-                    {
-                        self.ended(last, done);
-                    }
-                    continue;
-                }
                 return;
             }
             if last == cycle && self.claim_measurement(cycle) {
@@ -291,14 +311,22 @@ impl Slot {
 
     /// The work launched in the window that opened in `cycle` ended at `done` (CLOCK_REALTIME
     /// µs): how far past the window's end, and past its predicted end, is followed. Owed is
-    /// only what ran before the next window opens: time in its own next window is the
-    /// slice's, counted there as used.
+    /// what ran outside the slice's own windows: time in its later windows (the next, or
+    /// several where the work ran longer than a cycle) is the slice's, used there.
     fn ended(&self, cycle: u64, done: u64) {
-        let end = self.start_us + cycle * CYCLE_US + self.len_us();
+        let opened = self.start_us + cycle * CYCLE_US;
+        let end = opened + self.len_us();
         let planned = self.planned_end_us.swap(0, Relaxed);
         let signed = |us: u64| i64::try_from(us).unwrap_or(i64::MAX);
-        let next_opens = self.start_us + (cycle + 1) * CYCLE_US;
-        let overrun = signed(done.min(next_opens)) - signed(end);
+        // Time in the slice's own later windows (the next cycles' until `done`) is its own.
+        let ran = done.saturating_sub(opened);
+        let (cycles, into_last) = (ran / CYCLE_US, ran % CYCLE_US);
+        let own_later = match cycles {
+            0 => 0,
+            n => (n - 1) * self.len_us() + into_last.min(self.len_us()),
+        };
+        let overrun = signed(done) - signed(end) - signed(own_later);
+        self.ran_until_us.fetch_max(done, Relaxed);
         self.follow_overrun(overrun, signed(done) - signed(end.max(planned)));
     }
 
@@ -408,15 +436,44 @@ mod tests {
         // are lost whole and the third opens 5 ms late; each cycle's delay is taken once.
         let s = Slot::new(SmWindow { start: 0, len: 10 });
         s.follow_overrun(25_000, 25_000);
-        let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c)).collect();
+        let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c, 0)).collect();
         assert_eq!(late, [10_000, 10_000, 10_000, 5_000, 0]);
-        // Ending early owes nothing and keeps at most a window; a debt never exceeds ten
+        // Ending early owes nothing and keeps at most a window; a debt never exceeds thirty
         // windows.
         s.follow_overrun(-8_000, -8_000);
         s.follow_overrun(-8_000, -8_000);
-        assert_eq!((s.late_in(11), s.balance_us.load(Relaxed)), (0, -10_000));
+        assert_eq!((s.late_in(11, 0), s.balance_us.load(Relaxed)), (0, -10_000));
         s.follow_overrun(10_000_000, 10_000_000);
-        assert_eq!(s.balance_us.load(Relaxed), 10 * 10_000);
+        assert_eq!(s.balance_us.load(Relaxed), 30 * 10_000);
+    }
+
+    #[test]
+    fn a_window_the_work_ran_through_pays_nothing_back_and_one_gone_by_idle_does() {
+        // Work launched in cycle 2's 10 ms window ended 40 ms into cycle 3: 130 ms past the
+        // window's end, 10 of them in cycle 3's window, its own; 120 ms owed. Asked after its
+        // end, cycle 3's window takes none of the debt; the next ones open late instead.
+        let s = Slot::new(SmWindow { start: 0, len: 10 });
+        s.ended(2, 3 * CYCLE_US + 40_000);
+        assert_eq!(s.balance_us.load(Relaxed), 120_000);
+        assert_eq!(s.late_in(3, 50_000), 0);
+        assert_eq!(s.late_in(4, 0), 10_000);
+        // Cycle 5's window went by with nothing running: it paid, as a late one does.
+        assert_eq!(s.late_in(5, 50_000), 10_000);
+        assert_eq!(s.balance_us.load(Relaxed), 100_000);
+    }
+
+    #[test]
+    fn only_the_slices_own_later_windows_are_not_owed_by_work_longer_than_the_cycle() {
+        // A 30 ms window whose kernel ran 200 ms from the window's opening: the windows of the
+        // next cycle were its own (30 ms), the rest past its end is owed (140 ms).
+        let s = Slot::new(SmWindow { start: 0, len: 30 });
+        s.ended(5, 5 * CYCLE_US + 200_000);
+        assert_eq!(s.balance_us.load(Relaxed), 140_000);
+        // Ending 20 ms into the second window after: both later windows are counted as own
+        // up to there.
+        let s = Slot::new(SmWindow { start: 0, len: 30 });
+        s.ended(5, 5 * CYCLE_US + 220_000);
+        assert_eq!(s.balance_us.load(Relaxed), 220_000 - 30_000 - 50_000);
     }
 
     #[test]

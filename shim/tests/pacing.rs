@@ -350,6 +350,35 @@ fn kernels_longer_than_the_window_are_held_to_it_on_average() {
 }
 
 #[test]
+fn kernels_longer_than_the_cycle_are_held_to_the_share_on_average() {
+    // One kernel at a time, each running through one or two more cycles (150 to 250 ms of a
+    // 100 ms cycle): the slice's own windows it ran through are its own, the rest of its run
+    // past its window is owed, and later windows are skipped to pay it back.
+    let kernels_ms = [200u32, 150, 200, 250];
+    let mut setups: Vec<Setup> = LEVELS
+        .iter()
+        .zip(kernels_ms)
+        .map(|(&cores, ms)| {
+            let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
+            let mut s = setup_windowed(std::sync::Arc::new(sim), cores, 0);
+            (s.blocks, s.batch) = (ms * 1_000, 1);
+            s
+        })
+        .collect();
+    setups.push(control());
+    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
+    eprintln!(
+        "kernels of {kernels_ms:?} ms in windows of {LEVELS:?}% and a {CONTROL_WINDOW}% window: \
+         busy {busy:.1?}"
+    );
+    let usable = usable(busy[LEVELS.len()]);
+    for ((share, ms), b) in LEVELS.iter().zip(kernels_ms).zip(&busy) {
+        let what = format!("with kernels of {ms} ms");
+        assert_window_kept(f64::from(*share), *b, usable, &what);
+    }
+}
+
+#[test]
 fn steps_that_do_not_divide_the_window_are_held_to_it_on_average() {
     // Steps of four 16 ms kernels in a 50 ms window (the fourth cannot end in it), and
     // kernels of 45, 35 and 60 ms, each waited for, in windows of 30, 50 and 70 ms: a launch
