@@ -12,7 +12,6 @@ use gpuslice_agent_api::AgentProxy;
 use gpuslice_core::Claim;
 use gpuslice_core::inventory::Inventory;
 use gpuslice_runtime_shim::config::Config;
-use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
 use gpuslice_runtime_shim::nvidia_env::Capabilities;
 use gpuslice_runtime_shim::{cdi, inject};
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -119,8 +118,8 @@ impl Plugin {
             }
         }
         let names: Vec<&str> = requests.iter().map(|(r, _)| *r).collect();
-        let allocation = &object.data["status"]["allocation"]["devices"];
-        if let Some(why) = configured(&allocation["config"], &names).filter(|_| !names.is_empty()) {
+        let config = &object.data["status"]["allocation"]["devices"]["config"];
+        if let Some(why) = configured(config, &names) {
             return Err(format!("ResourceClaim {namespace}/{name}: {why}"));
         }
         let mut prepared = Vec::new();
@@ -228,12 +227,10 @@ impl Plugin {
                 gpus.push((gpu.uuid.clone(), gpu.minor));
             }
         }
-        let mut driver = DriverFiles::discover(
-            &DriverRoot::new(&self.runtime.driver_root),
-            Capabilities::all(),
-        )
-        .map_err(|e| e.to_string())?;
-        driver.mounts.extend(self.runtime.extra_bind_mounts());
+        let driver = self
+            .runtime
+            .driver_files(Capabilities::all())
+            .map_err(|e| e.to_string())?;
         let mut spec = cdi::admin(id, &driver, &gpus).map_err(|e| e.to_string())?;
         cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::ADMIN_KIND, id), &spec)
@@ -328,10 +325,13 @@ impl Plugin {
 
 /// Why the allocation's `config` cannot be honoured, if it cannot: opaque parameters for this
 /// driver, from the claim or its DeviceClass, for any of `requests` (an entry naming no
-/// request is for all). A slice is asked for by its capacity requests (`memory`, `cores`)
+/// request is for all; none prepared here, nothing to refuse). A slice is asked for by its capacity requests (`memory`, `cores`)
 /// and there is nothing else to set, so parameters meant for it are refused rather than left
 /// unread.
 fn configured(config: &Value, requests: &[&str]) -> Option<String> {
+    if requests.is_empty() {
+        return None;
+    }
     config
         .as_array()?
         .iter()
@@ -431,5 +431,6 @@ mod tests {
             None
         );
         assert_eq!(configured(&Value::Null, &["gpu"]), None);
+        assert_eq!(configured(&json!([opaque("gpuslice.io", &[])]), &[]), None);
     }
 }

@@ -94,14 +94,17 @@ fn claim_argument(args: &[String]) -> Result<Option<String>> {
 /// Fails where the container given the slice device of `claim` is privileged: with
 /// `CAP_SYS_ADMIN` it could mount over the slice's directory, and with every device allowed
 /// open every GPU (`allow_privileged` in the runtime configuration lets it through).
-fn refuse_privileged_device(id: &str, claim: &str, bundle: &std::path::Path) -> Result<()> {
-    let path = bundle.join("config.json");
-    let spec: serde_json::Value = std::fs::read(&path)
-        .map_err(anyhow::Error::from)
-        .and_then(|b| Ok(serde_json::from_slice(&b)?))
-        .with_context(|| format!("container {id}: cannot read its spec {}", path.display()))?;
+fn refuse_privileged_device(id: &str, claim: &str, bundle: &Path) -> Result<()> {
+    let spec = read_spec(bundle).with_context(|| format!("container {id}"))?;
     let what = format!("is given the slice {claim} by its CDI device");
     gpuslice_runtime_shim::inject::refuse_privileged(id, &what, &spec, &config()?)
+}
+
+/// The container's OCI spec, `config.json` in its bundle.
+pub(crate) fn read_spec(bundle: &Path) -> Result<serde_json::Value> {
+    let path = bundle.join("config.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 /// The claim a container holds on whole GPUs given by CDI: its id and the first GPU's UUID,
@@ -290,8 +293,7 @@ fn edit_for_precreate(spec: &mut serde_json::Value) -> Result<bool> {
 /// Runs the host's ldconfig on the container's root filesystem when it has a linker cache (createContainer hooks run in
 /// the container's mount namespace, with its mounts in place, before it pivots into it).
 fn update_ldcache(bundle: &Path) -> Result<()> {
-    let spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)?;
+    let spec = read_spec(bundle)?;
     let root = spec["root"]["path"]
         .as_str()
         .context("config.json has no root.path")?;

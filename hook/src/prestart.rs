@@ -27,9 +27,7 @@ pub struct MountPlan {
 
 /// Claims the slice and injects it into the container `id` whose init process is `pid`.
 pub fn prestart(id: &str, pid: u32, bundle: &Path) -> Result<()> {
-    let spec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)
-            .context("config.json is not JSON")?;
+    let spec = crate::read_spec(bundle)?;
     let cfg = crate::config()?;
     let Some(edits) =
         inject::claim_and_plan(id, None, &spec, Some(bundle), Reporting::ByHooks, &cfg)?

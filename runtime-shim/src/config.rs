@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::driver::BindMount;
+use crate::driver::{BindMount, DriverError, DriverFiles, DriverRoot};
+use crate::nvidia_env::Capabilities;
 
 pub const DEFAULT_CONFIG: &str = "/etc/gpuslice/runtime.json";
 
@@ -248,6 +249,14 @@ impl Config {
     #[must_use]
     pub fn extra_bind_mounts(&self) -> Vec<BindMount> {
         self.extra_mounts.iter().map(BindMount::from).collect()
+    }
+
+    /// The driver's files for `capabilities` under the driver root, and the bind mounts every
+    /// GPU container gets besides.
+    pub fn driver_files(&self, capabilities: Capabilities) -> Result<DriverFiles, DriverError> {
+        let mut driver = DriverFiles::discover(&DriverRoot::new(&self.driver_root), capabilities)?;
+        driver.mounts.extend(self.extra_bind_mounts());
+        Ok(driver)
     }
 
     /// The low-level runtime's executable: a path as given, or the first match in PATH that

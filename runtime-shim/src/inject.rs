@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::driver::{DriverFiles, DriverRoot};
+use crate::driver::DriverRoot;
 use crate::edits::{Edits, HostPaths};
 use anyhow::{Context, Result, anyhow, bail};
 use gpuslice_agent_api::{self as client, AgentProxy};
@@ -396,8 +396,7 @@ pub fn edits_for(
             cfg.interception_library.display()
         );
     }
-    let mut driver = DriverFiles::discover(&DriverRoot::new(&cfg.driver_root), capabilities)?;
-    driver.mounts.extend(cfg.extra_bind_mounts());
+    let driver = cfg.driver_files(capabilities)?;
     let host = HostPaths {
         container_dir: cfg.run_dir.join(&claim.container_id),
         interception_library: cfg.interception_library.clone(),

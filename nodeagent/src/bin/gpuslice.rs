@@ -362,12 +362,9 @@ fn write_slice_spec(claim: &Claim, dir: &std::path::Path) -> Result<std::path::P
 /// The CDI spec of the node's whole GPUs, from the agent's inventory and the runtime
 /// configuration.
 fn whole_gpu_spec(inventory: &gpuslice_core::inventory::Inventory) -> Result<serde_json::Value> {
-    use gpuslice_runtime_shim::driver::{DriverFiles, DriverRoot};
     use gpuslice_runtime_shim::{cdi, config::Config, nvidia_env::Capabilities};
     let cfg = Config::load()?;
-    let mut driver =
-        DriverFiles::discover(&DriverRoot::new(&cfg.driver_root), Capabilities::all())?;
-    driver.mounts.extend(cfg.extra_bind_mounts());
+    let driver = cfg.driver_files(Capabilities::all())?;
     let gpus: Vec<(u32, String, u32)> = inventory
         .gpus
         .iter()
