@@ -3,7 +3,8 @@
 //! numba-cuda and nvidia-ml-py (installed by `scripts/cuda-clients` and
 //! `scripts/reference-driver`) each see the slice in their own memory query and meet their own
 //! out-of-memory error at the limit; two processes of one slice share it; cuda-bindings'
-//! conditional graphs meet the wall and the share's refusals. Each run's
+//! conditional graphs meet the wall and the share's refusals; PyTorch, CuPy and numba-cuda copy
+//! through page-locked host memory, which the slice does not count. Each run's
 //! unmodelled driver calls are listed in the test output.
 
 mod common;
@@ -113,6 +114,35 @@ fn print_unmodelled(name: &str, log: &Path) {
         "{name}: unmodelled driver calls {:?}",
         gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(log).unwrap_or_default())
     );
+}
+
+#[test]
+fn pytorch_cupy_and_numba_copy_through_page_locked_memory_which_takes_nothing_of_the_slice() {
+    let slice = Slice::new(GIB, 0);
+    for client in ["torch", "cupy", "numba"] {
+        let python = if client == "torch" {
+            torch_python()
+        } else {
+            python()
+        };
+        let log = slice
+            .dir
+            .path()
+            .join(format!("unmodelled-pinned-{client}.log"));
+        let text = script_output(
+            slice
+                .command(&python)
+                .arg(client_script("pinned.py"))
+                .args([client, &(4 * MIB).to_string()])
+                .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
+        );
+        print_unmodelled(client, &log);
+        let f = Facts::parse(&text);
+        let what = format!("{client}: {:?}", f.0);
+        assert_eq!((f.get("pinned"), f.get("same")), ("1", "1"), "{what}");
+        assert_eq!(f.num("taken"), 0, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
 }
 
 #[test]

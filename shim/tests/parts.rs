@@ -1,8 +1,8 @@
 //! A container given several slices, as CDI slice devices give them (each slice's directory
 //! mounted right under `/run/gpuslice`): real CUDA software (cuda-bindings, numba-cuda,
-//! nvidia-ml-py, PyTorch) sees on each GPU the slice it was given and meets that slice's wall, processes
-//! charge each GPU to its own slice, and a region truncated under a process closes the wall of
-//! that process and kills nothing.
+//! nvidia-ml-py, PyTorch, CuPy) sees on each GPU the slice it was given, meets that slice's
+//! wall and moves data between the two GPUs, processes charge each GPU to its own slice, and
+//! a region truncated under a process closes the wall of that process and kills nothing.
 
 mod common;
 
@@ -123,6 +123,39 @@ fn pytorch_on_the_second_gpu_sees_its_slice_runs_a_graph_and_stops_at_its_limit(
     assert_eq!(f.get("graph"), "1", "{what}");
     assert_eq!(f.num("chunks"), 8, "{what}");
     assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
+}
+
+#[test]
+fn pytorch_and_cupy_move_data_between_the_gpus_of_two_slices_each_copy_charged_where_it_is() {
+    let slices = TwoSlices::new();
+    let n = 4 * MIB;
+    for client in ["torch", "cupy"] {
+        let python = if client == "torch" {
+            torch_python()
+        } else {
+            python()
+        };
+        let out = slices
+            .command(&python)
+            .arg(client_script("peers.py"))
+            .args([client, &n.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{client}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let f = Facts::parse(&text);
+        let what = format!("{client}: {:?}", f.0);
+        assert_eq!((f.get("can"), f.get("same")), ("1", "1"), "{what}");
+        assert_eq!((f.num("total0"), f.num("total1")), (GIB, SECOND), "{what}");
+        // Two copies on GPU 0, one on GPU 1, each in its own slice (PyTorch's caching
+        // allocator takes 20 MiB segments for them).
+        assert!((2 * n..=40 * MIB).contains(&f.num("used0")), "{what}");
+        assert!((n..=20 * MIB).contains(&f.num("used1")), "{what}");
+    }
 }
 
 #[test]

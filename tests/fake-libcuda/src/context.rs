@@ -75,6 +75,20 @@ fn top() -> CUcontext {
     STACK.with(|s| s.borrow().last().copied().unwrap_or(0)) as CUcontext
 }
 
+/// The device ordinal of a live context.
+pub(crate) fn ordinal_of(ctx: CUcontext) -> Option<CUdevice> {
+    live(ctx).ok().map(|c| c.ordinal)
+}
+
+/// A live context that is not a primary one nobody retains.
+pub(crate) fn active(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
+    let c = live(ctx)?;
+    if !c.active.load(Ordering::Acquire) {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    Ok(c)
+}
+
 /// The calling thread's current context handle (null for none).
 pub(crate) fn current_handle() -> CUcontext {
     top()
@@ -203,6 +217,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     }
     crate::export_table::context_destroyed(ctx);
     crate::stream::context_destroyed(ctx);
+    crate::peer::context_destroyed(ctx);
     // SAFETY: the pointer was in LIVE, so it is a Box from ctx_alloc, dropped only here.
     let c = unsafe { Box::from_raw(ctx.cast::<Ctx>()) };
     uncharge_context(d, c.node_index);
@@ -260,6 +275,7 @@ fn primary_destroyed(d: &Driver, ctx: CUcontext, c: &Ctx) {
     c.active.store(false, Ordering::Release);
     crate::export_table::context_destroyed(ctx);
     crate::stream::context_destroyed(ctx);
+    crate::peer::context_destroyed(ctx);
     uncharge_context(d, c.node_index);
     drop_limit_reserve(d, c);
     d.free_context_allocations(ctx as usize);

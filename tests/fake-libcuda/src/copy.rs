@@ -426,17 +426,21 @@ const POINTER_DEVICE_ORDINAL: c_int = 9;
 const POINTER_RANGE_START_ADDR: c_int = 11;
 const POINTER_RANGE_SIZE: c_int = 12;
 const POINTER_MAPPED: c_int = 13;
+const MEMORYTYPE_HOST: c_uint = 1;
 const MEMORYTYPE_DEVICE: c_uint = 2;
 
-/// One attribute of a device pointer; `CUDA_ERROR_INVALID_VALUE` for memory this process did
-/// not allocate (host memory is not registered with the simulated driver).
+/// One attribute of a device pointer, or of page-locked host memory; `CUDA_ERROR_INVALID_VALUE`
+/// for memory the driver does not know (host memory neither allocated nor registered by it).
 unsafe fn pointer_attribute(
     data: *mut c_void,
     attribute: c_int,
     ptr: CUdeviceptr,
 ) -> Result<(), CUresult> {
     let d = state::get()?;
-    let (base, len, index) = allocation_of(d, ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let Some((base, len, index)) = allocation_of(d, ptr) else {
+        // SAFETY: as the caller's.
+        return unsafe { pinned_attribute(data, attribute, ptr) };
+    };
     let ordinal = d
         .visible
         .iter()
@@ -456,6 +460,32 @@ unsafe fn pointer_attribute(
         POINTER_DEVICE_ORDINAL => out(data.cast::<c_int>(), ordinal),
         POINTER_RANGE_START_ADDR => out(data.cast::<u64>(), base),
         POINTER_RANGE_SIZE => out(data.cast::<usize>(), len as usize),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// One attribute of page-locked host memory ([`crate::host`]): host memory of the context it
+/// was pinned in, mapped at the same address for the device; `CUDA_ERROR_INVALID_VALUE` for
+/// memory the driver does not know.
+unsafe fn pinned_attribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: CUdeviceptr,
+) -> Result<(), CUresult> {
+    let (base, p) = crate::host::range_of(ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let ctx = crate::host::context_of(&p);
+    match attribute {
+        POINTER_CONTEXT => out(data.cast::<CUcontext>(), ctx),
+        POINTER_MEMORY_TYPE => out(data.cast::<c_uint>(), MEMORYTYPE_HOST),
+        POINTER_DEVICE_POINTER | POINTER_HOST_POINTER => out(data.cast::<u64>(), ptr),
+        POINTER_MAPPED => out(data.cast::<c_int>(), 1),
+        POINTER_SYNC_MEMOPS | POINTER_IS_MANAGED => out(data.cast::<c_int>(), 0),
+        POINTER_BUFFER_ID | POINTER_RANGE_START_ADDR => out(data.cast::<u64>(), base as u64),
+        POINTER_DEVICE_ORDINAL => out(
+            data.cast::<c_int>(),
+            crate::context::ordinal_of(ctx).ok_or(CUDA_ERROR_INVALID_VALUE)?,
+        ),
+        POINTER_RANGE_SIZE => out(data.cast::<usize>(), p.len),
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }

@@ -33,6 +33,32 @@ fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
 }
 
 #[test]
+fn page_locked_host_memory_is_host_memory_the_device_maps_and_takes_no_device_memory() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "hostmem", &["cuda"]);
+    let log = sim.root().join("unmodelled.log");
+    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
+    // 1 invalid value, 201 invalid context, 712 already registered, 713 not registered;
+    // memory type 1 is host memory.
+    for fact in [
+        "no_context=201",
+        "alloc=0 alloc_bad_flags=1 device_memory_taken=0 flags=2",
+        "device_pointer=0 same_address=1",
+        "type=1 ordinal=0 owner=1 size=1048576",
+        "round_trip=1 free_host=0 free_again=1 unknown_type=1",
+        "register=0 register_again=712 registered_type=1 unified_copy=0 free_registered=1",
+        "unregister_inside=713 unregister=0 unregister_again=713",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    assert!(
+        !log.exists(),
+        "an unmodelled call: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+#[test]
 fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "occupancy", &["cuda"]);
