@@ -5,23 +5,25 @@
 //! and the interception library charges the globals before the driver is asked to load the
 //! module. An image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF
 //! cubin (as long as the furthest of its header tables, sections and segments), or
-//! NUL-terminated PTX text. Fat binary entries compressed by `nvcc` (LZ4 or Zstandard) are
-//! not read: their globals are not found. The fat binary's layout is undocumented; as public
+//! NUL-terminated PTX text. Fat binary entries compressed by `nvcc` (LZ4 or Zstandard,
+//! [`crate::compressed`]) are read for the device the module is loaded on, those the driver
+//! would pick for its architecture. The fat binary's layout is undocumented; as public
 //! reimplementations of the driver describe it: a 16-byte header (magic, version, header
 //! size, size of the entries), then entries of a header (kind 1 PTX, 2 ELF; its own size; the
-//! payload's size; flags at byte 40) followed by the payload.
+//! payload's size; the architecture at byte 28; flags at byte 40) followed by the payload.
 
 // Reading an image a C caller passed by pointer is an FFI edge.
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
 
+use crate::compressed;
+
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// The wrapper the CUDA runtime registers a fat binary by (`__fatBinC_Wrapper_t`).
 const FATBIN_WRAPPER_MAGIC: u32 = 0x466_243B1;
 const ENTRY_PTX: u16 = 1;
 const ENTRY_ELF: u16 = 2;
-const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -76,9 +78,91 @@ pub unsafe fn bytes<'a>(image: *const u8) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(image, len) }
 }
 
+/// One entry of a fat binary, as its header describes it.
+struct Entry<'a> {
+    kind: u16,
+    /// The architecture it is for, as 10 × major + minor (86: compute capability 8.6).
+    arch: u32,
+    flags: u64,
+    /// Its payload, compressed or not.
+    payload: &'a [u8],
+    /// Its size uncompressed, for a compressed one.
+    size: u64,
+}
+
+impl Entry<'_> {
+    fn compressed(&self) -> bool {
+        self.flags & (compressed::LZ4 | compressed::ZSTD) != 0
+    }
+}
+
+/// The entries of the fat binary `image`, in its order.
+fn entries(image: &[u8]) -> Vec<Entry<'_>> {
+    let mut out = Vec::new();
+    let mut at = usize::from(u16_at(image, 6).unwrap_or(16));
+    while let (Some(kind), Some(header), Some(padded)) = (
+        u16_at(image, at),
+        u32_at(image, at + 4),
+        u64_at(image, at + 8),
+    ) {
+        let payload = at + header as usize;
+        let end = payload.saturating_add(padded as usize);
+        let flags = u64_at(image, at + 40).unwrap_or(0);
+        let entry = Entry {
+            kind,
+            arch: u32_at(image, at + 28).unwrap_or(0),
+            flags,
+            payload: image.get(payload..end).unwrap_or_default(),
+            size: u64_at(image, at + 56).unwrap_or(0),
+        };
+        if entry.compressed() {
+            // The compressed data alone, without the padding after it.
+            let len = u32_at(image, at + 16).unwrap_or(0) as usize;
+            out.push(Entry {
+                payload: entry.payload.get(..len).unwrap_or_default(),
+                ..entry
+            });
+        } else {
+            out.push(entry);
+        }
+        if header == 0 || end <= at {
+            break;
+        }
+        at = end;
+    }
+    out
+}
+
+/// The compressed entries the driver would load for a device of architecture `arch`: the ELF
+/// cubins of the newest architecture of the device's major version not newer than the device
+/// (a cubin runs on later minor versions of its major one), or where there is none, the PTX of
+/// the newest architecture not newer than the device (which the driver compiles).
+fn compressed_for<'a, 'e>(entries: &'e [Entry<'a>], arch: u32) -> Vec<&'e Entry<'a>> {
+    let runs = |e: &Entry<'_>| e.kind == ENTRY_ELF && e.arch / 10 == arch / 10 && e.arch <= arch;
+    let compiles = |e: &Entry<'_>| e.kind == ENTRY_PTX && e.arch <= arch;
+    let pick = |fits: &dyn Fn(&Entry<'_>) -> bool| {
+        let best = entries.iter().filter(|e| fits(e)).map(|e| e.arch).max()?;
+        Some(
+            entries
+                .iter()
+                .filter(|e| fits(e) && e.arch == best && e.compressed())
+                .collect(),
+        )
+    };
+    pick(&runs).or_else(|| pick(&compiles)).unwrap_or_default()
+}
+
 /// Calls `ptx` with the text of each PTX image or uncompressed fat binary PTX entry, and
-/// `elf` with each ELF cubin, in the image's order.
-fn for_each_entry(image: &[u8], mut ptx: impl FnMut(&str), mut elf: impl FnMut(&[u8])) {
+/// `elf` with each ELF cubin, in the image's order; then, for a device of architecture `arch`
+/// (10 × major + minor), with the compressed entries the driver would load for it,
+/// decompressed. Without `arch`, compressed entries are not read (decompressing every
+/// architecture's would take far longer than the load: cuBLAS's fat binaries hold 2.7 GB).
+fn for_each_entry(
+    image: &[u8],
+    arch: Option<u32>,
+    mut ptx: impl FnMut(&str),
+    mut elf: impl FnMut(&[u8]),
+) {
     if !image.starts_with(ELF_MAGIC)
         && u32_at(image, 0) != Some(FATBIN_MAGIC)
         && let Ok(text) = std::str::from_utf8(image)
@@ -87,30 +171,26 @@ fn for_each_entry(image: &[u8], mut ptx: impl FnMut(&str), mut elf: impl FnMut(&
     } else if image.starts_with(ELF_MAGIC) {
         elf(image);
     } else if u32_at(image, 0) == Some(FATBIN_MAGIC) {
-        let mut at = usize::from(u16_at(image, 6).unwrap_or(16));
-        while let (Some(kind), Some(header), Some(size)) = (
-            u16_at(image, at),
-            u32_at(image, at + 4),
-            u64_at(image, at + 8),
-        ) {
-            let payload = at + header as usize;
-            let end = payload.saturating_add(size as usize);
-            let flags = u64_at(image, at + 40).unwrap_or(0);
-            if flags & ENTRY_COMPRESSED == 0
-                && let Some(entry) = image.get(payload..end)
+        let entries = entries(image);
+        let mut read = |kind: u16, payload: &[u8]| {
+            if kind == ENTRY_ELF {
+                elf(payload);
+            } else if kind == ENTRY_PTX
+                && let Ok(text) = std::str::from_utf8(payload)
             {
-                if kind == ENTRY_ELF {
-                    elf(entry);
-                } else if kind == ENTRY_PTX
-                    && let Ok(text) = std::str::from_utf8(entry)
-                {
-                    ptx(text.trim_end_matches('\0'));
-                }
+                ptx(text.trim_end_matches('\0'));
             }
-            if header == 0 || end <= at {
-                break;
+        };
+        for e in entries.iter().filter(|e| !e.compressed()) {
+            read(e.kind, e.payload);
+        }
+        for e in arch
+            .map(|a| compressed_for(&entries, a))
+            .unwrap_or_default()
+        {
+            if let Some(payload) = compressed::decompress(e.flags, e.payload, e.size) {
+                read(e.kind, &payload);
             }
-            at = end;
         }
     }
 }
@@ -153,14 +233,16 @@ fn elf_extent(elf: &[u8]) -> usize {
     end
 }
 
-/// Global variables (name → bytes) that the image defines: in its uncompressed ELF cubins, or
-/// declared in its PTX text (`.global` declarations), a fat binary's PTX entries included
-/// (the same variable in several entries counts once).
+/// Global variables (name → bytes) that the image defines: in its ELF cubins, or declared in
+/// its PTX text (`.global` declarations), a fat binary's PTX entries included (the same
+/// variable in several entries counts once); a fat binary's compressed entries are read for a
+/// device of architecture `arch` ([`for_each_entry`]).
 #[must_use]
-pub fn globals(image: &[u8]) -> HashMap<String, u64> {
+pub fn globals(image: &[u8], arch: Option<u32>) -> HashMap<String, u64> {
     let found = std::cell::RefCell::new(HashMap::new());
     for_each_entry(
         image,
+        arch,
         |text| ptx_globals(text, &mut found.borrow_mut()),
         |elf| elf_globals(elf, &mut found.borrow_mut()),
     );
@@ -172,9 +254,9 @@ pub fn globals(image: &[u8]) -> HashMap<String, u64> {
 /// size, or its frame size where larger); in PTX, the `.local` arrays an `.entry` declares.
 /// A kernel in several entries (one per architecture) gets its largest figure. The driver
 /// backs this for every thread that can be resident on the device, growing the context's
-/// per-thread stack at a launch that needs more.
+/// per-thread stack at a launch that needs more. Compressed entries as for [`globals`].
 #[must_use]
-pub fn kernel_local_bytes(image: &[u8]) -> HashMap<String, u64> {
+pub fn kernel_local_bytes(image: &[u8], arch: Option<u32>) -> HashMap<String, u64> {
     let found = std::cell::RefCell::new(HashMap::new());
     let keep = |name: String, bytes: u64| {
         let mut f = found.borrow_mut();
@@ -183,6 +265,7 @@ pub fn kernel_local_bytes(image: &[u8]) -> HashMap<String, u64> {
     };
     for_each_entry(
         image,
+        arch,
         |text| ptx_entry_locals(text, keep),
         |elf| elf_stack_sizes(elf, keep),
     );
@@ -191,8 +274,8 @@ pub fn kernel_local_bytes(image: &[u8]) -> HashMap<String, u64> {
 
 /// Bytes of all the global variables the image defines ([`globals`]).
 #[must_use]
-pub fn declared_bytes(image: &[u8]) -> u64 {
-    globals(image)
+pub fn declared_bytes(image: &[u8], arch: Option<u32>) -> u64 {
+    globals(image, arch)
         .values()
         .fold(0u64, |sum, b| sum.saturating_add(*b))
 }
@@ -380,11 +463,119 @@ mod tests {
         fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
         fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
         fatbin.extend_from_slice(&entries);
-        let found = globals(&fatbin);
+        let found = globals(&fatbin, None);
         assert_eq!(found.get("table"), Some(&4096), "{found:?}");
-        assert_eq!(found.len(), 1, "a compressed entry is not read: {found:?}");
+        assert_eq!(
+            found.len(),
+            1,
+            "a compressed entry is not read without an architecture: {found:?}"
+        );
         // SAFETY: a whole fat binary in memory.
         assert_eq!(unsafe { bytes(fatbin.as_ptr()) }.len(), fatbin.len());
+    }
+
+    /// A compressed fat binary entry for `arch`: `compressed` holds `size` bytes.
+    fn compressed_entry(
+        kind: u16,
+        flags: u64,
+        arch: u32,
+        compressed: &[u8],
+        size: usize,
+    ) -> Vec<u8> {
+        let padded = compressed.len().next_multiple_of(8);
+        let mut e = entry(
+            kind,
+            flags,
+            &[compressed, &vec![0; padded - compressed.len()]].concat(),
+        );
+        e[16..20].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
+        e[28..32].copy_from_slice(&arch.to_le_bytes());
+        e[56..64].copy_from_slice(&(size as u64).to_le_bytes());
+        e
+    }
+
+    fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
+        let entries = entries.concat();
+        let mut fatbin = vec![0u8; 16];
+        fatbin[0..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
+        fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
+        fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+        fatbin.extend_from_slice(&entries);
+        fatbin
+    }
+
+    #[test]
+    fn compressed_entries_are_read_for_the_architecture_the_driver_would_load() {
+        let ptx = |name: &str, bytes: u32| {
+            format!(
+                ".version 8.0\n.target sm_80\n.address_size 64\n.visible .global .b8 {name}[{bytes}];\n\0"
+            )
+        };
+        let (lz4, zstd) = (ptx("in_lz4", 4096), ptx("in_zstd", 8192));
+        let image = fatbin(&[
+            compressed_entry(
+                ENTRY_PTX,
+                compressed::LZ4,
+                80,
+                &lz4_flex::block::compress(lz4.as_bytes()),
+                lz4.len(),
+            ),
+            compressed_entry(
+                ENTRY_PTX,
+                compressed::ZSTD,
+                80,
+                &ruzstd::encoding::compress_to_vec(
+                    zstd.as_bytes(),
+                    ruzstd::encoding::CompressionLevel::Fastest,
+                ),
+                zstd.len(),
+            ),
+        ]);
+        assert!(
+            globals(&image, None).is_empty(),
+            "not read without an architecture"
+        );
+        let found = globals(&image, Some(86));
+        assert_eq!(found.get("in_lz4"), Some(&4096), "{found:?}");
+        assert_eq!(found.get("in_zstd"), Some(&8192), "{found:?}");
+        assert!(
+            globals(&image, Some(75)).is_empty(),
+            "PTX for a newer device is not read"
+        );
+    }
+
+    #[test]
+    fn the_driver_loads_the_newest_cubin_of_the_devices_major_version_else_ptx() {
+        let entry = |kind, arch, flags| Entry {
+            kind,
+            arch,
+            flags,
+            payload: &[],
+            size: 0,
+        };
+        let z = compressed::ZSTD;
+        let entries = [
+            entry(ENTRY_ELF, 75, 0),
+            entry(ENTRY_ELF, 80, z),
+            entry(ENTRY_ELF, 86, z),
+            entry(ENTRY_ELF, 90, z),
+            entry(ENTRY_PTX, 80, z),
+        ];
+        let picked = |arch| -> Vec<(u16, u32)> {
+            compressed_for(&entries, arch)
+                .iter()
+                .map(|e| (e.kind, e.arch))
+                .collect()
+        };
+        assert_eq!(picked(86), vec![(ENTRY_ELF, 86)]);
+        assert_eq!(picked(89), vec![(ENTRY_ELF, 86)]);
+        assert_eq!(picked(80), vec![(ENTRY_ELF, 80)]);
+        assert_eq!(picked(90), vec![(ENTRY_ELF, 90)]);
+        // The uncompressed cubin is the one loaded: nothing compressed is read.
+        assert_eq!(picked(75), vec![]);
+        assert_eq!(picked(70), vec![]);
+        // No cubin runs on compute capability 12: the driver compiles the newest PTX.
+        assert_eq!(picked(120), vec![(ENTRY_PTX, 80)]);
     }
 
     #[test]
@@ -395,7 +586,7 @@ mod tests {
                    .global .align 4 .f32 grid[4][8] = {0.0};\n\
                    .extern .global .b8 elsewhere[64];\n\
                    .visible .entry k() {\n ld.global.u32 %r1, [counter];\n ret;\n}\n";
-        let found = globals(ptx.as_bytes());
+        let found = globals(ptx.as_bytes(), None);
         assert_eq!(found.get("blob"), Some(&1_048_576));
         assert_eq!(found.get("counter"), Some(&4));
         assert_eq!(found.get("grid"), Some(&128));
@@ -411,11 +602,11 @@ mod tests {
                    \t.reg .b64 %SP;\n st.local.u32 [%rd1], %r1;\n ret;\n}\n\
                    .func helper()\n{\n .local .align 4 .b8 __local_depot1[512];\n ret;\n}\n\
                    .visible .entry _Z5smallPi(\n .param .u64 p\n)\n{\n ret;\n}\n";
-        let found = kernel_local_bytes(ptx.as_bytes());
+        let found = kernel_local_bytes(ptx.as_bytes(), None);
         assert_eq!(found.get("_Z3bigPii"), Some(&16_384), "{found:?}");
         assert_eq!(found.get("_Z5smallPi"), Some(&0), "{found:?}");
         assert_eq!(found.len(), 2, "a .func is not a kernel: {found:?}");
-        assert_eq!(globals(ptx.as_bytes()).get("table"), Some(&64));
+        assert_eq!(globals(ptx.as_bytes(), None).get("table"), Some(&64));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! Field names are the headers' in snake case; handles are opaque pointers.
 #![allow(non_camel_case_types)]
 
+pub mod compressed;
 pub mod cuda;
 pub mod image;
 pub mod nvml;

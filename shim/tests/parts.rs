@@ -121,7 +121,9 @@ fn pytorch_on_the_second_gpu_sees_its_slice_runs_a_graph_and_stops_at_its_limit(
     assert_eq!((f.num("total"), f.num("free")), (SECOND, SECOND), "{what}");
     assert_eq!(f.num("props_total"), SECOND, "{what}");
     assert_eq!(f.get("graph"), "1", "{what}");
-    assert_eq!(f.num("chunks"), 8, "{what}");
+    // Less the global variables of the modules of its kernels (charged with them): the
+    // eighth 64 MiB chunk would bring the slice past its 512 MiB.
+    assert_eq!(f.num("chunks"), 7, "{what}");
     assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
 }
 

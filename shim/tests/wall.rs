@@ -271,6 +271,67 @@ fn a_modules_global_variables_are_charged_before_the_driver_loads_it() {
     assert_eq!(slice.usage().totals(), vec![0]);
 }
 
+/// A fat binary of one PTX entry for compute capability 7.0 declaring a global of `bytes`,
+/// compressed as `nvcc` compresses entries: an LZ4 block (flag 0x2000) or a Zstandard frame
+/// (0x8000), the compressed size at bytes 16..20 and the uncompressed one at 56..64.
+fn compressed_module(bytes: u64, zstd: bool) -> Vec<u8> {
+    let ptx = format!(
+        ".version 7.0\n.target sm_70\n.address_size 64\n\
+         .visible .global .align 8 .b8 wall_blob[{bytes}];\n\0"
+    );
+    let (flags, data) = if zstd {
+        let data = ruzstd::encoding::compress_to_vec(
+            ptx.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        (0x8000u64, data)
+    } else {
+        (0x2000u64, lz4_flex::block::compress(ptx.as_bytes()))
+    };
+    let padded = data.len().next_multiple_of(8);
+    let mut entry = vec![0u8; 64];
+    entry[0..2].copy_from_slice(&1u16.to_le_bytes()); // PTX
+    entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+    entry[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
+    entry[16..20].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    entry[28..32].copy_from_slice(&70u32.to_le_bytes());
+    entry[40..48].copy_from_slice(&flags.to_le_bytes());
+    entry[56..64].copy_from_slice(&(ptx.len() as u64).to_le_bytes());
+    entry.extend_from_slice(&data);
+    entry.resize(64 + padded, 0);
+    let mut image = vec![0u8; 16];
+    image[0..4].copy_from_slice(&0xBA55_ED50u32.to_le_bytes());
+    image[4..6].copy_from_slice(&1u16.to_le_bytes());
+    image[6..8].copy_from_slice(&16u16.to_le_bytes());
+    image[8..16].copy_from_slice(&(entry.len() as u64).to_le_bytes());
+    image.extend_from_slice(&entry);
+    image
+}
+
+#[test]
+fn a_compressed_modules_global_variables_are_charged_before_the_driver_loads_it() {
+    let slice = Slice::new(66 * MIB, 2 * MIB);
+    let r = slice.remaining();
+    for zstd in [false, true] {
+        let fits = slice.dir.path().join("fits.fatbin");
+        let over = slice.dir.path().join("over.fatbin");
+        std::fs::write(&fits, compressed_module(r / 2, zstd)).unwrap();
+        std::fs::write(&over, compressed_module(r + 1, zstd)).unwrap();
+        let env = [
+            ("WALL_MODULE_IMAGE", fits.as_path()),
+            ("WALL_MODULE_IMAGE_OVER", over.as_path()),
+        ];
+        let f = slice.wall_in("link", "module_image", r, &env);
+        let what = format!("zstd {zstd}: {:?}", f.0);
+        assert_eq!(f.get("fit"), "CUDA_SUCCESS", "{what}");
+        assert_eq!(f.num("free_at_fit"), r - r / 2, "{what}");
+        assert_eq!(f.num("after_unload"), r, "{what}");
+        assert_eq!(f.get("over"), "CUDA_ERROR_OUT_OF_MEMORY", "{what}");
+        assert_eq!(f.num("end_free"), r, "{what}");
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
 #[test]
 fn threads_raising_one_limit_at_once_leave_it_charged_exactly_what_it_holds() {
     let slice = Slice::new(66 * MIB, 2 * MIB);

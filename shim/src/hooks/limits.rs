@@ -41,7 +41,7 @@ fn key(ctx: CUcontext, limit: c_int) -> u64 {
     (ctx as u64).wrapping_mul(4).wrapping_add(limit as u64)
 }
 
-fn attribute(dev: CUdevice, attribute: c_int) -> Option<u64> {
+pub(super) fn attribute(dev: CUdevice, attribute: c_int) -> Option<u64> {
     let f = real::cuDeviceGetAttribute()?;
     let mut v: c_int = 0;
     // SAFETY: cuDeviceGetAttribute writes one int.

@@ -1,12 +1,13 @@
 //! Modules: the driver allocates a module's global variables (`__device__` data) in device
 //! memory when it loads the module, through calls that are not allocation calls, so a module
 //! declaring a large global would take memory past the slice. The globals the image declares
-//! ([`gpuslice_cuda_abi::image::globals`]: PTX declarations and uncompressed ELF cubins, in a
-//! fat binary every entry's, each name once) are charged before the driver is asked to load
+//! ([`gpuslice_cuda_abi::image::globals`]: PTX declarations and ELF cubins, in a fat binary
+//! every uncompressed entry's and the compressed ones the driver would load on the current
+//! device, decompressed, each name once) are charged before the driver is asked to load
 //! it, and the load is refused with `CUDA_ERROR_OUT_OF_MEMORY` (the driver's answer when
 //! they do not fit) where the slice has no room. The charge goes back at unload, or with the
-//! context a module was loaded into. What an image does not show (compressed entries, code,
-//! the driver's own buffers) is charged from the driver's figure at the agent's next sample.
+//! context a module was loaded into. What an image does not show (code, the driver's own
+//! buffers) is charged from the driver's figure at the agent's next sample.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -16,7 +17,17 @@ use super::{charged_in, real_or_return, uncharged};
 use crate::ffi::*;
 use crate::slice::{self, Kind};
 
-/// Bytes of global variables the image at `data` declares.
+/// The architecture (10 × major + minor) of the device of the current context, for which the
+/// driver picks a fat binary's entries; None outside a slice (nothing is charged there) or
+/// without a current context (a library loaded then is charged from the driver's figure).
+fn current_arch() -> Option<u32> {
+    let dev = slice::get()?.current_device().ok()?;
+    let major = super::limits::attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = super::limits::attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    u32::try_from(10 * major + minor).ok()
+}
+
+/// Bytes of global variables the image at `data` declares for the current device.
 ///
 /// # Safety
 /// `data` is null or a module image as `cuModuleLoadData` takes one.
@@ -25,11 +36,11 @@ unsafe fn declared(data: *const c_void) -> u64 {
         return 0;
     }
     // SAFETY: a module image, per the caller.
-    image::declared_bytes(unsafe { image::bytes(data.cast()) })
+    image::declared_bytes(unsafe { image::bytes(data.cast()) }, current_arch())
 }
 
-/// Bytes of global variables the module file at `path` declares (0 where it cannot be read:
-/// the driver then fails to load it too).
+/// Bytes of global variables the module file at `path` declares for the current device (0
+/// where it cannot be read: the driver then fails to load it too).
 fn declared_in_file(path: *const c_char) -> u64 {
     if path.is_null() {
         return 0;
@@ -38,7 +49,7 @@ fn declared_in_file(path: *const c_char) -> u64 {
     // SAFETY: a NUL-terminated path, per the API.
     let path = unsafe { std::ffi::CStr::from_ptr(path) };
     std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes()))
-        .map_or(0, |data| image::declared_bytes(&data))
+        .map_or(0, |data| image::declared_bytes(&data, current_arch()))
 }
 
 /// Loads through `call` what declares `bytes` of globals into the current context, charged

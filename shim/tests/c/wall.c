@@ -19,7 +19,8 @@
  * REMAINING each by cuMemAlloc, cuMemAllocAsync and a raised heap, resets the primary context
  * (as cudaDeviceReset does), retains it again and fits REMAINING; "green" makes green
  * contexts, "interop" OpenGL and VDPAU interop contexts, "ctx_gone" leaves memory in contexts it destroys and "heap_race" sets a limit from
- * eight threads at once, "module" loads modules with global variables, "local" launches
+ * eight threads at once, "module" loads modules with global variables, "module_image" the
+ * module images of two files (see there), "local" launches
  * kernels with more local memory than the stack holds (see there), "local_race" does that
  * from eight threads at once. With WALL_CONTEXTS=N in the environment, N more contexts
  * are created first (and kept), and how many the driver gave is printed; with
@@ -195,6 +196,19 @@ static const char *ptx_with_global(size_t bytes) {
              ".version 7.0\n.target sm_75\n.address_size 64\n"
              ".visible .global .align 8 .b8 wall_blob[%zu];\n", bytes);
     return ptx;
+}
+
+/* The whole file at `path` (NULL where it cannot be read). */
+static void *read_file(const char *path) {
+    FILE *f = path ? fopen(path, "rb") : 0;
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *data = malloc((size_t)n + 1);
+    if (data && fread(data, 1, (size_t)n, f) != (size_t)n) { free(data); data = 0; }
+    fclose(f);
+    return data;
 }
 
 /* PTX text with two kernels whose threads need `fits` and `over` bytes of local memory. */
@@ -623,6 +637,19 @@ int main(int argc, char **argv) {
         A.cuCtxDestroy(own);
         A.cuCtxSetCurrent(ctx);
         printf("after_ctx=%zu ", free_now());
+    } else if (!strcmp(path, "module_image")) {
+        /* The module images in the files WALL_MODULE_IMAGE ("fit", then unloaded:
+         * "after_unload") and WALL_MODULE_IMAGE_OVER ("over"), by cuModuleLoadData. */
+        void *m = 0;
+        void *fits = read_file(getenv("WALL_MODULE_IMAGE"));
+        void *too_big = read_file(getenv("WALL_MODULE_IMAGE_OVER"));
+        if (!fits || !too_big) { printf("error=module_image\n"); return 1; }
+        fit = A.cuModuleLoadData(&m, fits);
+        free_at_fit = free_now();
+        if (!fit) A.cuModuleUnload(m);
+        printf("after_unload=%zu ", free_now());
+        over = A.cuModuleLoadData(&m, too_big);
+        if (!over) A.cuModuleUnload(m);
     } else if (!strcmp(path, "heap_race")) {
         /* Eight threads set the malloc heap of one context at once, 300 times each, to sizes
          * up to a quarter past REMAINING (some refused). After: what the slice shows free is

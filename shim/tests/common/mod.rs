@@ -97,9 +97,15 @@ impl Slice {
 
     /// Runs the wall program to its end and returns what it printed.
     pub fn wall(&self, mode: &str, path: &str, bytes: u64) -> Facts {
+        self.wall_in(mode, path, bytes, &[])
+    }
+
+    /// As [`Slice::wall`], with more of the environment.
+    pub fn wall_in(&self, mode: &str, path: &str, bytes: u64, env: &[(&str, &Path)]) -> Facts {
         let out = self
             .command(&self.wall)
             .args([mode, path, &bytes.to_string()])
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

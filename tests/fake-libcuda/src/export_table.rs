@@ -4,8 +4,9 @@
 //! per-context data, and verifies the driver with an integrity check whose answer it computes
 //! itself. NVIDIA does not document these tables; their UUIDs, layouts and the check's inputs
 //! are as public reimplementations of the driver (the ZLUDA project) describe them. An entry
-//! the simulation leaves empty is NULL, as in those descriptions; a UUID it does not know
-//! answers `CUDA_ERROR_INVALID_VALUE` and is counted with the unmodelled calls.
+//! the simulation leaves empty is NULL, as in those descriptions, except where a caller calls
+//! it unchecked (the tools' thread-local state, below); a UUID it does not know answers
+//! `CUDA_ERROR_INVALID_VALUE` and is counted with the unmodelled calls.
 //!
 //! Tables that start with their own size in bytes have it in slot 0.
 
@@ -47,7 +48,23 @@ static CUDART_INTERFACE: Table<13> = Table([
     load_compilers as *const c_void,
 ]);
 
-static TOOLS_TLS: Table<4> = Table([size_of_table::<4>(), NULL, NULL, NULL]);
+/// Tools' thread-local state (what profilers attached to the process keep per thread): not
+/// simulated. Its entries answer `CUDA_ERROR_NOT_SUPPORTED`, counted with the unmodelled
+/// calls, rather than being NULL: cuBLAS calls the second without checking it (a NULL entry
+/// crashed the process) and reports `CUBLAS_STATUS_NOT_SUPPORTED` on the error. Handing out a
+/// zeroed block of state instead leads cuBLAS on to a table no description covers
+/// (`21318c60-9714-3248-8ca6-41ff7324c8f2`), so cuBLAS's GEMMs do not run on the simulated
+/// node either way.
+static TOOLS_TLS: Table<4> = Table([
+    size_of_table::<4>(),
+    tools_tls_unmodelled as *const c_void,
+    tools_tls_unmodelled as *const c_void,
+    tools_tls_unmodelled as *const c_void,
+]);
+
+extern "C" fn tools_tls_unmodelled() -> CUresult {
+    crate::unmodelled("cuGetExportTable(tools thread-local state)")
+}
 
 static TOOLS_RUNTIME_CALLBACK_HOOKS: Table<7> = Table([
     size_of_table::<7>(),

@@ -230,6 +230,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     guard(|| {
+        // Freeing nothing does nothing, as with the driver (cuBLAS's cublasCreate does it).
+        if dptr == 0 {
+            return Ok(());
+        }
         if graph_memory::release(dptr)? {
             return Ok(());
         }

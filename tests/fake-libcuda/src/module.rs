@@ -65,8 +65,14 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
         }
         // SAFETY: an image as this call takes one.
         let bytes = unsafe { image::bytes(image.cast()) };
-        let (sizes, locals) = (image::globals(bytes), image::kernel_local_bytes(bytes));
         let d = state::get()?;
+        // The entries for this device's architecture, decompressed where nvcc compressed them.
+        let (major, minor) = d.spec.gpus[index].compute_capability;
+        let arch = Some(10 * major + minor);
+        let (sizes, locals) = (
+            image::globals(bytes, arch),
+            image::kernel_local_bytes(bytes, arch),
+        );
         let mut globals = HashMap::new();
         for (name, size) in sizes {
             let bytes = usize::try_from(size.max(1)).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
@@ -255,6 +261,13 @@ static FUNCTION_SETTINGS: std::sync::LazyLock<
 /// the two a program may set.
 const FUNC_MAX_DYNAMIC_SHARED: c_int = 8;
 const FUNC_CARVEOUT: c_int = 9;
+/// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH`: a kernel's cluster shape,
+/// set before launch on GPUs with thread block clusters (compute capability 9.0 on).
+const FUNC_CLUSTER_SHAPE: std::ops::RangeInclusive<c_int> = 11..=13;
+/// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+const FUNC_NON_PORTABLE_CLUSTER: c_int = 14;
+/// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`.
+const FUNC_CLUSTER_POLICY: c_int = 15;
 
 /// Registers per thread the simulation reports for every kernel.
 const REGISTERS_PER_THREAD: c_int = 32;
@@ -289,7 +302,13 @@ fn function_attribute(
         7 => 0,      // CACHE_MODE_CA
         FUNC_MAX_DYNAMIC_SHARED => set(FUNC_MAX_DYNAMIC_SHARED)?.unwrap_or(49_152),
         FUNC_CARVEOUT => set(FUNC_CARVEOUT)?.unwrap_or(-1),
-        10..=15 => 0, // the cluster attributes
+        a if FUNC_CLUSTER_SHAPE.contains(&a)
+            || a == FUNC_NON_PORTABLE_CLUSTER
+            || a == FUNC_CLUSTER_POLICY =>
+        {
+            set(a)?.unwrap_or(0)
+        }
+        10 => 0, // CLUSTER_SIZE_MUST_BE_SET
         _ => return Err(CUDA_ERROR_INVALID_VALUE),
     })
 }
@@ -317,9 +336,15 @@ pub extern "C" fn cuFuncSetAttribute(
         let ctx = crate::current_ctx()?;
         let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
         let optin = crate::attributes::value(gpu, 97).unwrap_or(49_152);
+        // Thread block clusters: compute capability 9.0 on, at most 8 blocks (16 where the
+        // kernel allows a non-portable size).
+        let clusters = gpu.compute_capability.0 >= 9;
         let valid = match attribute {
             FUNC_MAX_DYNAMIC_SHARED => (0..=optin).contains(&value),
             FUNC_CARVEOUT => (-1..=100).contains(&value),
+            a if FUNC_CLUSTER_SHAPE.contains(&a) => clusters && (0..=16).contains(&value),
+            FUNC_NON_PORTABLE_CLUSTER => clusters && (0..=1).contains(&value),
+            FUNC_CLUSTER_POLICY => clusters && (0..=2).contains(&value),
             _ => false,
         };
         if !valid {
@@ -377,6 +402,35 @@ fn blocks_per_sm(
         .min(by_registers)
         .min(by_smem)
         .max(0))
+}
+
+/// The dynamic shared memory each of `blocks` blocks of `block_size` threads of `f` can have
+/// with all of them resident on one SM: the SM's shared memory shared among them, less what
+/// each block reserves and declares itself, at most what one block may opt in to; 0 where
+/// that many blocks cannot be resident at all (threads, registers, blocks per SM).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+    smem: *mut usize,
+    f: crate::paths::CUfunction,
+    blocks: c_int,
+    block_size: c_int,
+) -> crate::CUresult {
+    guard(|| {
+        if blocks <= 0 || block_size <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = crate::current_ctx()?;
+        let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+        let attr = |a| i64::from(crate::attributes::value(gpu, a).unwrap_or(0));
+        let fit_otherwise = blocks_per_sm(f, block_size, 0)?;
+        let own = i64::from(function_attribute(f, 1)?); // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        let available = if blocks > fit_otherwise {
+            0
+        } else {
+            (attr(81) / i64::from(blocks) - attr(111) - own).clamp(0, (attr(97) - own).max(0))
+        };
+        out(smem, usize::try_from(available).unwrap_or(0))
+    })
 }
 
 #[unsafe(no_mangle)]

@@ -66,9 +66,28 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     // Compute capability 8.6: 1536 threads and 16 blocks an SM, 99 KiB of opt-in shared
     // memory a block; 256-thread blocks are limited by threads to 6 an SM; 768 is the
     // largest block keeping all 1536 threads resident, 2 an SM on 72 SMs.
+    let mut lines = text.lines();
     assert_eq!(
-        text.trim(),
-        "threads=1024 regs=32 ptx=86 set=0 too_much=1 dynamic=65536 blocks256=6 block=768 grid=144"
+        lines.next(),
+        Some(
+            "threads=1024 regs=32 ptx=86 set=0 too_much=1 dynamic=65536 blocks256=6 block=768 grid=144"
+        )
+    );
+    // 100 KiB of shared memory an SM, 1 KiB reserved a block, 99 KiB at most a block: one
+    // block gets 99 KiB, two 49 KiB each; seven blocks of 256 threads are more than an SM's
+    // 1536 threads. No thread block clusters before compute capability 9.0.
+    assert_eq!(
+        lines.next(),
+        Some("smem1=101376 smem2=50176 smem7=0 non_portable=1 width=1 non_portable_now=0")
+    );
+    let sim = SimNode::new(1, "H100", None);
+    let exe = common::compile(&sim, "occupancy", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // Compute capability 9.0: 228 KiB an SM, 227 KiB at most a block, 2048 threads an SM
+    // (seven blocks of 256 fit, 32 KiB less the reserve each); clusters may be set.
+    assert_eq!(
+        text.lines().nth(1),
+        Some("smem1=232448 smem2=115712 smem7=32329 non_portable=0 width=0 non_portable_now=1")
     );
 }
 
