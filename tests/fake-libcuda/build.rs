@@ -17,6 +17,7 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
 
     println!("cargo:rerun-if-changed=src");
+    println!("cargo:rerun-if-changed=../reference");
     let reference = Path::new("../reference");
     let symbols = read(&reference.join("libcuda.symbols"));
     // The reference driver's table, and the newer entry points modelled beyond it.

@@ -270,6 +270,28 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     })
 }
 
+/// CUDA 12.3's variant, with the data of each dependency edge (`edges`): none, as there are
+/// no dependencies. A caller asking `cuGetProcAddress` for version 12.3 or later calls it
+/// with this signature; given `_v2`, its count went where the edges' address should be.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    s: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const *mut c_void,
+    edges: *mut *const c_void,
+    count: *mut usize,
+) -> CUresult {
+    // SAFETY: the same contract, the edges' address apart.
+    let r = unsafe { cuStreamGetCaptureInfo_v2(s, status, id, graph, deps, count) };
+    if r == CUDA_SUCCESS && !edges.is_null() {
+        // SAFETY: non-null, per the API a pointer the caller owns.
+        unsafe { edges.write(std::ptr::null()) };
+    }
+    r
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo(
     s: CUstream,
@@ -539,6 +561,7 @@ per_thread! {
     cuStreamBeginCapture_ptsz => cuStreamBeginCapture(s: CUstream);
     cuStreamGetCaptureInfo_ptsz => cuStreamGetCaptureInfo(s: CUstream, status: *mut c_int, id: *mut u64);
     cuStreamGetCaptureInfo_v2_ptsz => cuStreamGetCaptureInfo_v2(s: CUstream, status: *mut c_int, id: *mut u64, graph: *mut *mut c_void, deps: *mut *const *mut c_void, count: *mut usize);
+    cuStreamGetCaptureInfo_v3_ptsz => cuStreamGetCaptureInfo_v3(s: CUstream, status: *mut c_int, id: *mut u64, graph: *mut *mut c_void, deps: *mut *const *mut c_void, edges: *mut *const c_void, count: *mut usize);
     cuStreamEndCapture_ptsz => cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void);
     cuStreamIsCapturing_ptsz => cuStreamIsCapturing(s: CUstream, status: *mut c_int);
     cuStreamGetPriority_ptsz => cuStreamGetPriority(s: CUstream, priority: *mut c_int);

@@ -92,6 +92,19 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
 }
 
 #[test]
+fn a_caller_asking_for_cuda_12_3_gets_the_capture_query_with_edge_data() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "capture_info", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // Status 1 is capturing; no dependencies, no edges. Given the CUDA 11.3 variant (without
+    // the edges' address), the count went into the edges' place and stayed 12345.
+    assert_eq!(
+        text.trim(),
+        "lookup=0 found=0 info=0 status=1 has_graph=1 deps_null=1 edges_null=1 count=0"
+    );
+}
+
+#[test]
 fn a_captured_graph_replays_its_work_at_each_launch() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "graphs", &["cuda"]);
