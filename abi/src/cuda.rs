@@ -33,6 +33,7 @@ pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_IMAGE: CUresult = 200;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_MAP_FAILED: CUresult = 205;
 pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
 pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
 pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CUresult = 217;
@@ -173,6 +174,15 @@ impl CUdevResource {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CUuuid {
     pub bytes: [c_char; 16],
+}
+
+pub const CU_IPC_HANDLE_SIZE: usize = 64;
+
+/// An interprocess memory handle: opaque bytes the exporting driver fills in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUipcMemHandle {
+    pub reserved: [c_char; CU_IPC_HANDLE_SIZE],
 }
 
 #[repr(C)]

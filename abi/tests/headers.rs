@@ -93,6 +93,8 @@ fn checks() -> Vec<Check> {
     }
     size!(CUuuid);
     field!(CUuuid, bytes, "bytes");
+    size!(CUipcMemHandle);
+    field!(CUipcMemHandle, reserved, "reserved");
     size!(CUDA_ARRAY_DESCRIPTOR);
     field!(CUDA_ARRAY_DESCRIPTOR, width, "Width");
     field!(CUDA_ARRAY_DESCRIPTOR, height, "Height");
@@ -361,6 +363,8 @@ fn checks() -> Vec<Check> {
     constant!(CUDA_ERROR_INVALID_CONTEXT);
     constant!(CUDA_ERROR_UNSUPPORTED_LIMIT);
     constant!(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+    constant!(CUDA_ERROR_MAP_FAILED);
+    constant!(CU_IPC_HANDLE_SIZE);
     constant!(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
     constant!(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
     constant!(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);

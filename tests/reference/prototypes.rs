@@ -29,6 +29,8 @@ enum Ty {
     Int { size: usize, signed: bool },
     /// An opaque handle: a pointer whose pointee is not compared.
     Handle,
+    /// A structure passed by value, of this many bytes.
+    Struct { size: usize },
     /// A pointer to this many bytes (0: to `c_void`, anything).
     Pointer { pointee: usize, at_most: bool },
 }
@@ -57,6 +59,9 @@ fn scalar(name: &str) -> Option<Ty> {
         "CUcontext" | "CUstream" | "CUevent" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
         | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx"
         | "CUdevResourceDesc" | "CUmodule" | "CUlibrary" | "nvmlDevice_t" => Some(Ty::Handle),
+        "CUipcMemHandle" => Some(Ty::Struct {
+            size: gpuslice_cuda_abi::cuda::CU_IPC_HANDLE_SIZE,
+        }),
         _ => None,
     }
 }
@@ -75,6 +80,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         | "CUlibrary" | "nvmlDevice_t" => (8, false),
         "CUdevResource" => (size_of::<CUdevResource>(), false),
         "CUuuid" => (size_of::<CUuuid>(), false),
+        "CUipcMemHandle" => (size_of::<CUipcMemHandle>(), false),
         "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),
         "CUDA_ARRAY3D_DESCRIPTOR" => (size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), false),
         "CUDA_ARRAY_MEMORY_REQUIREMENTS" => (size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS>(), false),
@@ -348,6 +354,7 @@ pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {
                     !h.pointer && h.size == *size && (h.is_enum || h.signed == *signed)
                 }
                 Ty::Handle => h.pointer && h.size == 8,
+                Ty::Struct { size } => !h.pointer && h.size == *size,
                 Ty::Pointer { pointee: 0, .. } => h.pointer,
                 Ty::Pointer {
                     pointee,

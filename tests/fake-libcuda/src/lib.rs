@@ -21,6 +21,7 @@ mod graph_memory;
 mod graph_memset;
 mod green;
 mod host;
+mod ipc;
 mod legacy_launch;
 mod module;
 mod paths;
@@ -233,6 +234,10 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         // Freeing nothing does nothing, as with the driver (cuBLAS's cublasCreate does it).
         if dptr == 0 {
             return Ok(());
+        }
+        // Memory opened from another process goes back by cuIpcCloseMemHandle only.
+        if ipc::is_imported(dptr) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
         }
         if graph_memory::release(dptr)? {
             return Ok(());

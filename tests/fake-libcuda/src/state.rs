@@ -328,6 +328,7 @@ impl Driver {
         let a = inner.allocs.remove(&ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: `ptr`/`len` is a mapping this library made in `allocate` and still owns.
         unsafe { libc::munmap(ptr as *mut libc::c_void, a.len) };
+        crate::ipc::freed(ptr);
         self.uncharge(&mut inner, a.index, a.charge);
         Ok(())
     }

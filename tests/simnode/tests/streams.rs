@@ -59,6 +59,30 @@ fn page_locked_host_memory_is_host_memory_the_device_maps_and_takes_no_device_me
 }
 
 #[test]
+fn device_memory_exported_by_one_process_is_opened_read_and_written_by_another() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "ipc", &["cuda"]);
+    let log = sim.root().join("unmodelled.log");
+    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
+    // 1 invalid value, 201 invalid context, 400 invalid handle. The opener takes no memory of
+    // its own for it, gets the same address when it opens the handle twice, and frees it by
+    // closing it as often as it opened it, not by cuMemFree.
+    for fact in [
+        "export=0 export_inside=1 open_own=201",
+        "open=0 opener_taken=0 open_again=0 same=1 seen=1",
+        "free_imported=1 close=0 close_last=0 close_again=1 bad_handle=400",
+        "written_back=1 free=0",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    assert!(
+        !log.exists(),
+        "an unmodelled call: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+#[test]
 fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "occupancy", &["cuda"]);
