@@ -185,6 +185,13 @@ pub struct CUipcMemHandle {
     pub reserved: [c_char; CU_IPC_HANDLE_SIZE],
 }
 
+/// An interprocess event handle: opaque bytes the exporting driver fills in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUipcEventHandle {
+    pub reserved: [c_char; CU_IPC_HANDLE_SIZE],
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CUDA_ARRAY_DESCRIPTOR {

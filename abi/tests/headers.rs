@@ -95,6 +95,8 @@ fn checks() -> Vec<Check> {
     field!(CUuuid, bytes, "bytes");
     size!(CUipcMemHandle);
     field!(CUipcMemHandle, reserved, "reserved");
+    size!(CUipcEventHandle);
+    field!(CUipcEventHandle, reserved, "reserved");
     size!(CUDA_ARRAY_DESCRIPTOR);
     field!(CUDA_ARRAY_DESCRIPTOR, width, "Width");
     field!(CUDA_ARRAY_DESCRIPTOR, height, "Height");

@@ -4,8 +4,8 @@
 //! `scripts/reference-driver`) each see the slice in their own memory query and meet their own
 //! out-of-memory error at the limit; two processes of one slice share it; cuda-bindings'
 //! conditional graphs meet the wall and the share's refusals; PyTorch, CuPy and numba-cuda copy
-//! through page-locked host memory, which the slice does not count; CuPy shares device memory
-//! between two processes of a slice. Each run's
+//! through page-locked host memory, which the slice does not count; CuPy and PyTorch share
+//! device memory between processes of a slice. Each run's
 //! unmodelled driver calls are listed in the test output.
 
 mod common;
@@ -147,23 +147,34 @@ fn pytorch_cupy_and_numba_copy_through_page_locked_memory_which_takes_nothing_of
 }
 
 #[test]
-fn cupy_shares_device_memory_between_two_processes_of_a_slice_charged_to_the_exporter() {
+fn cupy_and_pytorch_share_device_memory_between_processes_of_a_slice_charged_to_the_exporter() {
     let slice = Slice::new(GIB, 0);
-    let log = slice.dir.path().join("unmodelled-ipc.log");
-    let text = script_output(
-        slice
-            .command(&python())
-            .arg(client_script("ipc.py"))
-            .arg((4 * MIB).to_string())
-            .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
-    );
-    print_unmodelled("ipc", &log);
-    let f = Facts::parse(&text);
-    let what = format!("{:?}", f.0);
-    assert_eq!((f.get("seen"), f.get("written_back")), ("1", "1"), "{what}");
-    assert_eq!(f.get("closed"), "1", "{what}");
-    // The opener's slice shows nothing more taken: the memory is the exporter's.
-    assert_eq!(f.num("opener_taken"), 0, "{what}");
+    for client in ["cupy", "torch"] {
+        let (python, extra) = if client == "torch" {
+            (torch_python(), Some("torch"))
+        } else {
+            (python(), None)
+        };
+        let log = slice
+            .dir
+            .path()
+            .join(format!("unmodelled-ipc-{client}.log"));
+        let text = script_output(
+            slice
+                .command(&python)
+                .arg(client_script("ipc.py"))
+                .arg((4 * MIB).to_string())
+                .args(extra)
+                .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
+        );
+        print_unmodelled(client, &log);
+        let f = Facts::parse(&text);
+        let what = format!("{client}: {:?}", f.0);
+        assert_eq!((f.get("seen"), f.get("written_back")), ("1", "1"), "{what}");
+        assert_eq!(f.get("closed"), "1", "{what}");
+        // The opener's slice shows nothing more taken: the memory is the exporter's.
+        assert_eq!(f.num("opener_taken"), 0, "{what}");
+    }
     assert_eq!(slice.usage().totals(), vec![0]);
 }
 

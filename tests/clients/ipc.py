@@ -1,9 +1,11 @@
-"""Device memory shared between two processes by CUDA's interprocess handles, as CuPy gives
-them (cudaIpcGetMemHandle, cudaIpcOpenMemHandle): this process fills an allocation and
-exports it, a second process opens the handle, reads the memory, writes into it, and closes
-it; this process then reads what the other wrote.
+"""Device memory shared between two processes by CUDA's interprocess handles: this process
+fills an allocation and shares it, a second process opens it, reads the memory, writes into
+it, and lets it go; this process then reads what the other wrote.
 
-Usage: ipc.py BYTES
+Usage: ipc.py BYTES [torch]
+  With CuPy (cudaIpcGetMemHandle, cudaIpcOpenMemHandle), or with torch: a CUDA tensor sent
+  to a process started by torch.multiprocessing (spawn), which shares its memory and an
+  interprocess event the receiver waits for.
 Prints key=value pairs on one line: seen (the opener read what was written, 1 or 0),
 written_back (this process reads what the opener wrote), opener_taken (how much the opener's
 free memory fell while it held the memory open: it is the exporter's), closed (the opener
@@ -32,9 +34,43 @@ def opener():
     print(f"seen={seen} opener_taken={taken} closed=1", flush=True)
 
 
+def torch_receiver(inbox, outbox):
+    import torch
+
+    free = torch.cuda.mem_get_info()[0]
+    t = inbox.get()
+    taken = free - torch.cuda.mem_get_info()[0]
+    seen = int(bool((t.cpu() == 7).all()))
+    t.copy_(torch.full(t.shape, 9, dtype=torch.uint8))
+    torch.cuda.synchronize()
+    del t
+    outbox.put(f"seen={seen} opener_taken={taken} closed=1")
+    inbox.get()
+
+
+def torch_sender(n):
+    import torch
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    # A copy from the host (the simulated GPU runs no kernels, so no fill kernel).
+    t = torch.from_numpy(np.full(n, 7, dtype=np.uint8)).cuda()
+    receiver = ctx.Process(target=torch_receiver, args=(inbox, outbox))
+    receiver.start()
+    inbox.put(t)
+    line = outbox.get(timeout=120)
+    written_back = int(bool((t.cpu() == 9).all()))
+    inbox.put(None)
+    receiver.join(timeout=60)
+    print(line, f"written_back={written_back}")
+
+
 def main():
     if sys.argv[1] == "open":
         return opener()
+    if sys.argv[2:] == ["torch"]:
+        return torch_sender(int(sys.argv[1]))
     import cupy
 
     n = int(sys.argv[1])

@@ -59,7 +59,7 @@ fn scalar(name: &str) -> Option<Ty> {
         "CUcontext" | "CUstream" | "CUevent" | "CUmemoryPool" | "CUarray" | "CUmipmappedArray"
         | "CUfunction" | "CUgraph" | "CUgraphExec" | "CUgraphNode" | "CUgreenCtx"
         | "CUdevResourceDesc" | "CUmodule" | "CUlibrary" | "nvmlDevice_t" => Some(Ty::Handle),
-        "CUipcMemHandle" => Some(Ty::Struct {
+        "CUipcMemHandle" | "CUipcEventHandle" => Some(Ty::Struct {
             size: gpuslice_cuda_abi::cuda::CU_IPC_HANDLE_SIZE,
         }),
         _ => None,
@@ -81,6 +81,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         "CUdevResource" => (size_of::<CUdevResource>(), false),
         "CUuuid" => (size_of::<CUuuid>(), false),
         "CUipcMemHandle" => (size_of::<CUipcMemHandle>(), false),
+        "CUipcEventHandle" => (size_of::<CUipcEventHandle>(), false),
         "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),
         "CUDA_ARRAY3D_DESCRIPTOR" => (size_of::<CUDA_ARRAY3D_DESCRIPTOR>(), false),
         "CUDA_ARRAY_MEMORY_REQUIREMENTS" => (size_of::<CUDA_ARRAY_MEMORY_REQUIREMENTS>(), false),

@@ -1,8 +1,11 @@
-//! Legacy interprocess memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle_v2`,
+//! Legacy interprocess memory and events. Memory (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle_v2`,
 //! `cuIpcCloseMemHandle`): a process exports an allocation of `cuMemAlloc` as a handle,
 //! another process opens the handle and maps the same memory at an address of its own. The
 //! memory stays the exporter's: it is charged to the exporter, and the importer's usage
-//! record does not count it, as NVML reports the real driver's processes.
+//! record does not count it, as NVML reports the real driver's processes. Events
+//! (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`): an event made with
+//! `CU_EVENT_INTERPROCESS` is opened in another process as an event of its own that shares
+//! its record time, so that a wait there waits for what the exporter recorded.
 //!
 //! Simulated device memory is private host memory, so exporting an allocation moves it into
 //! a memfd at the same address (its contents copied, pages never written left unbacked); the
@@ -16,7 +19,12 @@ use std::ffi::{c_char, c_uint, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use gpuslice_cuda_abi::cuda::{CU_IPC_HANDLE_SIZE, CUDA_ERROR_MAP_FAILED, CUipcMemHandle};
+use std::sync::atomic::AtomicU64;
+
+use gpuslice_cuda_abi::cuda::{
+    CU_EVENT_DISABLE_TIMING, CU_IPC_HANDLE_SIZE, CUDA_ERROR_MAP_FAILED, CUevent, CUipcEventHandle,
+    CUipcMemHandle,
+};
 
 use crate::codes::*;
 use crate::state::{self, Allocation};
@@ -279,5 +287,127 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
             state::get()?.free(dptr)?;
         }
         Ok(())
+    })
+}
+
+/// Marks an event handle this driver made ("GSEV").
+const EVENT_MAGIC: u32 = 0x4753_4556;
+
+/// One word of memory shared between processes (an interprocess event's record time): the
+/// first word of a memfd page, mapped.
+pub(crate) struct SharedWord {
+    word: std::ptr::NonNull<AtomicU64>,
+    /// Kept open by the process that made it, for the others to open through `/proc`.
+    fd: OwnedFd,
+}
+
+// SAFETY: the word is an atomic in a shared mapping that lives as long as this value.
+unsafe impl Send for SharedWord {}
+// SAFETY: as above; every access is atomic.
+unsafe impl Sync for SharedWord {}
+
+impl SharedWord {
+    /// A new word, 0.
+    pub(crate) fn new() -> Result<Self, CUresult> {
+        // SAFETY: memfd_create with a static NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"gpuslice-sim-event".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        // SAFETY: a descriptor just created and owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on the descriptor just created.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) } != 0 {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        Self::map(fd)
+    }
+
+    /// The word another process made, by its descriptor there.
+    fn open(pid: u32, fd: i32) -> Result<Self, CUresult> {
+        let path = format!("/proc/{pid}/fd/{fd}\0");
+        // SAFETY: a NUL-terminated path.
+        let raw = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if raw < 0 {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        // SAFETY: a descriptor just opened and owned by nothing else.
+        Self::map(unsafe { OwnedFd::from_raw_fd(raw) })
+    }
+
+    fn map(fd: OwnedFd) -> Result<Self, CUresult> {
+        // SAFETY: a new shared mapping of the memfd's first page.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(CUDA_ERROR_MAP_FAILED);
+        }
+        let word = std::ptr::NonNull::new(p.cast::<AtomicU64>()).ok_or(CUDA_ERROR_MAP_FAILED)?;
+        Ok(Self { word, fd })
+    }
+
+    pub(crate) fn word(&self) -> &AtomicU64 {
+        // SAFETY: the mapping made in `map`, page-aligned, unmapped only on drop.
+        unsafe { self.word.as_ref() }
+    }
+}
+
+impl Drop for SharedWord {
+    fn drop(&mut self) {
+        // SAFETY: the page mapped in `map`; no reference to the word outlives this value.
+        unsafe { libc::munmap(self.word.as_ptr().cast(), 4096) };
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcGetEventHandle(
+    handle: *mut CUipcEventHandle,
+    e: CUevent,
+) -> CUresult {
+    guard(|| {
+        let ev = crate::stream::event(e)?;
+        if !ev.interprocess() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let word = ev.share()?;
+        let mut b = [0u8; CU_IPC_HANDLE_SIZE];
+        b[0..4].copy_from_slice(&EVENT_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+        b[8..12].copy_from_slice(&word.fd.as_raw_fd().to_le_bytes());
+        out(
+            handle,
+            CUipcEventHandle {
+                reserved: b.map(|x| x as c_char),
+            },
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuIpcOpenEventHandle(
+    e: *mut CUevent,
+    handle: CUipcEventHandle,
+) -> CUresult {
+    guard(|| {
+        current_ctx()?;
+        let b = handle.reserved.map(|x| x as u8);
+        let field = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
+        if field(0) != EVENT_MAGIC {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        if field(4) == std::process::id() {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        let word = SharedWord::open(field(4), field(8) as i32)?;
+        let flags = crate::stream::EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+        out(e, crate::stream::new_event(flags, Some(word))?)
     })
 }

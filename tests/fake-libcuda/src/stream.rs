@@ -53,8 +53,62 @@ pub struct Event {
     ctx: usize,
     /// Monotonic nanoseconds of the last record, 0 before any.
     recorded_ns: AtomicU64,
+    /// Where the record time lives once the event is shared with other processes
+    /// ([`crate::ipc`]), in place of `recorded_ns`.
+    shared: std::sync::OnceLock<crate::ipc::SharedWord>,
     /// Threads waiting for it in `cuEventSynchronize`.
     waiters: AtomicU32,
+}
+
+/// `CU_EVENT_INTERPROCESS`.
+pub(crate) const EVENT_INTERPROCESS: c_uint = 0x4;
+
+impl Event {
+    /// Monotonic nanoseconds of its last record (in every process sharing it), 0 before any.
+    fn recorded(&self) -> &AtomicU64 {
+        self.shared.get().map_or(&self.recorded_ns, |w| w.word())
+    }
+
+    pub(crate) fn interprocess(&self) -> bool {
+        self.flags & EVENT_INTERPROCESS != 0
+    }
+
+    /// The shared word its record time lives in, made (with its time so far) on first use.
+    pub(crate) fn share(&self) -> Result<&crate::ipc::SharedWord, CUresult> {
+        if self.shared.get().is_none() {
+            let word = crate::ipc::SharedWord::new()?;
+            word.word()
+                .store(self.recorded_ns.load(Ordering::Acquire), Ordering::Release);
+            // Another thread sharing it at once made one too: theirs is kept.
+            let _ = self.shared.set(word);
+        }
+        self.shared.get().ok_or(CUDA_ERROR_UNKNOWN)
+    }
+}
+
+/// Registers a new event of the current context; `shared`: another process's event opened
+/// here ([`crate::ipc`]).
+pub(crate) fn new_event(
+    flags: c_uint,
+    shared: Option<crate::ipc::SharedWord>,
+) -> Result<CUevent, CUresult> {
+    let ctx = current_ctx()?;
+    let cell = std::sync::OnceLock::new();
+    if let Some(word) = shared {
+        let _ = cell.set(word);
+    }
+    let ev = Box::into_raw(Box::new(Event {
+        flags,
+        ctx: std::ptr::from_ref(ctx) as usize,
+        recorded_ns: AtomicU64::new(0),
+        shared: cell,
+        waiters: AtomicU32::new(0),
+    }));
+    EVENTS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .insert(ev as usize);
+    Ok(ev.cast())
 }
 
 static STREAMS: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
@@ -77,7 +131,7 @@ fn stream(s: CUstream) -> Result<Option<&'static Stream>, CUresult> {
     Ok(Some(unsafe { &*s.cast::<Stream>() }))
 }
 
-fn event(e: CUevent) -> Result<&'static Event, CUresult> {
+pub(crate) fn event(e: CUevent) -> Result<&'static Event, CUresult> {
     if e.is_null()
         || !EVENTS
             .lock()
@@ -413,18 +467,11 @@ pub unsafe extern "C" fn cuStreamAddCallback(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(e: *mut CUevent, flags: c_uint) -> CUresult {
     guard(|| {
-        let ctx = current_ctx()?;
-        let ev = Box::into_raw(Box::new(Event {
-            flags,
-            ctx: std::ptr::from_ref(ctx) as usize,
-            recorded_ns: AtomicU64::new(0),
-            waiters: AtomicU32::new(0),
-        }));
-        EVENTS
-            .lock()
-            .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .insert(ev as usize);
-        out(e, ev.cast())
+        // An interprocess event keeps no timing, as the driver requires.
+        if flags & EVENT_INTERPROCESS != 0 && flags & EVENT_DISABLE_TIMING == 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(e, new_event(flags, None)?)
     })
 }
 
@@ -457,7 +504,7 @@ pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
         let wait = crate::state::get()?.until_idle(ctx.node_index);
         let at = gpuslice_simnode::procs::monotonic_ns()
             + u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
-        ev.recorded_ns.store(at.max(1), Ordering::Release);
+        ev.recorded().store(at.max(1), Ordering::Release);
         Ok(())
     })
 }
@@ -471,7 +518,7 @@ pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: c_uint
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
     guard(|| {
-        let at = event(e)?.recorded_ns.load(Ordering::Acquire);
+        let at = event(e)?.recorded().load(Ordering::Acquire);
         if at > gpuslice_simnode::procs::monotonic_ns() {
             return Err(CUDA_ERROR_NOT_READY);
         }
@@ -484,7 +531,7 @@ pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     guard(|| {
         let ev = event(e)?;
         ev.waiters.fetch_add(1, Ordering::AcqRel);
-        let at = ev.recorded_ns.load(Ordering::Acquire);
+        let at = ev.recorded().load(Ordering::Acquire);
         let now = gpuslice_simnode::procs::monotonic_ns();
         if at > now {
             std::thread::sleep(std::time::Duration::from_nanos(at - now));
@@ -532,8 +579,8 @@ pub unsafe extern "C" fn cuEventElapsedTime(
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         let (ta, tb) = (
-            a.recorded_ns.load(Ordering::Acquire),
-            b.recorded_ns.load(Ordering::Acquire),
+            a.recorded().load(Ordering::Acquire),
+            b.recorded().load(Ordering::Acquire),
         );
         if ta == 0 || tb == 0 {
             return Err(CUDA_ERROR_INVALID_HANDLE);

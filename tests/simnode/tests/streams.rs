@@ -59,7 +59,7 @@ fn page_locked_host_memory_is_host_memory_the_device_maps_and_takes_no_device_me
 }
 
 #[test]
-fn device_memory_exported_by_one_process_is_opened_read_and_written_by_another() {
+fn device_memory_and_events_exported_by_one_process_are_opened_by_another() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "ipc", &["cuda"]);
     let log = sim.root().join("unmodelled.log");
@@ -67,8 +67,13 @@ fn device_memory_exported_by_one_process_is_opened_read_and_written_by_another()
     // 1 invalid value, 201 invalid context, 400 invalid handle. The opener takes no memory of
     // its own for it, gets the same address when it opens the handle twice, and frees it by
     // closing it as often as it opened it, not by cuMemFree.
+    // Events: interprocess ones keep no timing (1 for one that would), a plain event has no
+    // handle, and the opener's copy of a recorded one is complete.
     for fact in [
         "export=0 export_inside=1 open_own=201",
+        "interprocess_timed=1 event_plain=1 create_shared=0 event_export=0 event_record=0",
+        "open_own_event=201",
+        "open_event=0 query_event=0",
         "open=0 opener_taken=0 open_again=0 same=1 seen=1",
         "free_imported=1 close=0 close_last=0 close_again=1 bad_handle=400",
         "written_back=1 free=0",

@@ -1,6 +1,7 @@
-/* Device memory shared between processes by interprocess handles. Run without arguments it
- * exports an allocation and runs itself again as the opener ("open HEX"), which prints what
- * it found; then it prints its own findings. Prints key=value pairs. */
+/* Device memory and an event shared between processes by interprocess handles. Run without
+ * arguments it exports an allocation and an event and runs itself again as the opener ("open
+ * HEX EVENT_HEX"), which prints what it found; then it prints its own findings. Prints
+ * key=value pairs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,13 @@
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char reserved[64]; } CUipcEventHandle;
+typedef void *CUevent;
+int cuEventCreate(CUevent *, unsigned);
+int cuEventRecord(CUevent, void *);
+int cuEventQuery(CUevent);
+int cuIpcGetEventHandle(CUipcEventHandle *, CUevent);
+int cuIpcOpenEventHandle(CUevent *, CUipcEventHandle);
 int cuInit(unsigned);
 int cuDevicePrimaryCtxRetain(CUcontext *, int);
 int cuCtxSetCurrent(CUcontext);
@@ -24,9 +32,18 @@ int cuIpcCloseMemHandle(CUdeviceptr);
 
 enum { N = 1 << 20 };
 
-static int opener(const char *hex) {
+static void unhex(const char *hex, char *out) {
+    for (int i = 0; i < 64; i++) sscanf(hex + 2 * i, "%2hhx", (unsigned char *)&out[i]);
+}
+
+static int opener(const char *hex, const char *event_hex) {
     CUipcMemHandle h;
-    for (int i = 0; i < 64; i++) sscanf(hex + 2 * i, "%2hhx", (unsigned char *)&h.reserved[i]);
+    unhex(hex, h.reserved);
+    CUipcEventHandle eh;
+    unhex(event_hex, eh.reserved);
+    CUevent ev = 0;
+    printf("open_event=%d ", cuIpcOpenEventHandle(&ev, eh));
+    printf("query_event=%d ", cuEventQuery(ev));
     size_t before = 0, after = 0, total = 0;
     cuMemGetInfo_v2(&before, &total);
     CUdeviceptr p = 0, again = 0;
@@ -53,7 +70,7 @@ static int opener(const char *hex) {
 int main(int argc, char **argv) {
     CUcontext ctx;
     if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) { printf("error=init\n"); return 1; }
-    if (argc == 3 && !strcmp(argv[1], "open")) return opener(argv[2]);
+    if (argc == 4 && !strcmp(argv[1], "open")) return opener(argv[2], argv[3]);
     CUdeviceptr p = 0;
     static unsigned char buf[N];
     memset(buf, 0x5a, N);
@@ -64,12 +81,22 @@ int main(int argc, char **argv) {
     printf("export_inside=%d ", cuIpcGetMemHandle(&h, p + 16));
     CUdeviceptr own = 0;
     printf("open_own=%d ", cuIpcOpenMemHandle_v2(&own, h, 1));
-    char hex[129];
+    CUevent plain = 0, shared = 0, own_event = 0;
+    CUipcEventHandle eh;
+    cuEventCreate(&plain, 0);
+    printf("interprocess_timed=%d ", cuEventCreate(&own_event, 0x4));
+    printf("event_plain=%d ", cuIpcGetEventHandle(&eh, plain));
+    printf("create_shared=%d ", cuEventCreate(&shared, 0x6 /* interprocess, no timing */));
+    printf("event_export=%d ", cuIpcGetEventHandle(&eh, shared));
+    printf("event_record=%d ", cuEventRecord(shared, 0));
+    printf("open_own_event=%d ", cuIpcOpenEventHandle(&own_event, eh));
+    char hex[129], event_hex[129];
     for (int i = 0; i < 64; i++) sprintf(hex + 2 * i, "%02x", (unsigned char)h.reserved[i]);
+    for (int i = 0; i < 64; i++) sprintf(event_hex + 2 * i, "%02x", (unsigned char)eh.reserved[i]);
     fflush(stdout);
     pid_t child = fork();
     if (child == 0) {
-        execl(argv[0], argv[0], "open", hex, (char *)0);
+        execl(argv[0], argv[0], "open", hex, event_hex, (char *)0);
         _exit(127);
     }
     int status = 0;
