@@ -8,82 +8,64 @@ use gpuslice_testsupport::sim::SimNode;
 #[test]
 fn streams_events_copies_and_pointer_queries_behave_as_on_an_idle_gpu() {
     let sim = SimNode::new(1, "A10", None);
-    let exe = common::compile(&sim, "streams", &["cuda"]);
-    let log = sim.root().join("unmodelled.log");
-    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
     // 1 invalid value, 400 invalid handle.
-    for fact in [
-        "create=0 priority=-5 stream_ctx=1 query=0",
-        "host_fn=0 ran=1",
-        "record=0 h2d=0 d2d=0 d2h=0 same=1 wait=0 query_event=0 sync_event=0 elapsed=0 ms_ok=1",
-        "fill=0 word=deadbeef",
-        "outside=1",
-        "memtype=2 ordinal=0 range=0 base_ok=1 size=4096 host_ptr_attr=1",
-        "copy2d=0,0 rows_ok=1 fill2d=0 row2=7 past=1",
-        "destroyed_event=400",
-        "destroyed_stream=400",
-    ] {
-        assert!(text.contains(fact), "{fact}: {text}");
-    }
-    assert!(
-        !log.exists(),
-        "an unmodelled call: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+    common::run_checking(
+        &sim,
+        "streams",
+        &[
+            "create=0 priority=-5 stream_ctx=1 query=0",
+            "host_fn=0 ran=1",
+            "record=0 h2d=0 d2d=0 d2h=0 same=1 wait=0 query_event=0 sync_event=0 elapsed=0 ms_ok=1",
+            "fill=0 word=deadbeef",
+            "outside=1",
+            "memtype=2 ordinal=0 range=0 base_ok=1 size=4096 host_ptr_attr=1",
+            "copy2d=0,0 rows_ok=1 fill2d=0 row2=7 past=1",
+            "destroyed_event=400",
+            "destroyed_stream=400",
+        ],
     );
 }
 
 #[test]
 fn page_locked_host_memory_is_host_memory_the_device_maps_and_takes_no_device_memory() {
     let sim = SimNode::new(1, "A10", None);
-    let exe = common::compile(&sim, "hostmem", &["cuda"]);
-    let log = sim.root().join("unmodelled.log");
-    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
     // 1 invalid value, 201 invalid context, 712 already registered, 713 not registered;
     // memory type 1 is host memory.
-    for fact in [
-        "no_context=201",
-        "alloc=0 alloc_bad_flags=1 device_memory_taken=0 flags=2",
-        "device_pointer=0 same_address=1",
-        "type=1 ordinal=0 owner=1 size=1048576",
-        "round_trip=1 free_host=0 free_again=1 unknown_type=1",
-        "register=0 register_again=712 registered_type=1 unified_copy=0 free_registered=1",
-        "unregister_inside=713 unregister=0 unregister_again=713",
-    ] {
-        assert!(text.contains(fact), "{fact}: {text}");
-    }
-    assert!(
-        !log.exists(),
-        "an unmodelled call: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+    common::run_checking(
+        &sim,
+        "hostmem",
+        &[
+            "no_context=201",
+            "alloc=0 alloc_bad_flags=1 device_memory_taken=0 flags=2",
+            "device_pointer=0 same_address=1",
+            "type=1 ordinal=0 owner=1 size=1048576",
+            "round_trip=1 free_host=0 free_again=1 unknown_type=1",
+            "register=0 register_again=712 registered_type=1 unified_copy=0 free_registered=1",
+            "unregister_inside=713 unregister=0 unregister_again=713",
+        ],
     );
 }
 
 #[test]
 fn device_memory_and_events_exported_by_one_process_are_opened_by_another() {
     let sim = SimNode::new(1, "A10", None);
-    let exe = common::compile(&sim, "ipc", &["cuda"]);
-    let log = sim.root().join("unmodelled.log");
-    let text = common::run(&sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
     // 1 invalid value, 201 invalid context, 400 invalid handle. The opener takes no memory of
     // its own for it, gets the same address when it opens the handle twice, and frees it by
     // closing it as often as it opened it, not by cuMemFree.
     // Events: interprocess ones keep no timing (1 for one that would), a plain event has no
     // handle, and the opener's copy of a recorded one is complete.
-    for fact in [
-        "export=0 export_inside=1 open_own=201",
-        "interprocess_timed=1 event_plain=1 create_shared=0 event_export=0 event_record=0",
-        "open_own_event=201",
-        "open_event=0 query_event=0",
-        "open=0 opener_taken=0 open_again=0 same=1 seen=1",
-        "free_imported=1 close=0 close_last=0 close_again=1 bad_handle=400",
-        "written_back=1 free=0",
-    ] {
-        assert!(text.contains(fact), "{fact}: {text}");
-    }
-    assert!(
-        !log.exists(),
-        "an unmodelled call: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
+    common::run_checking(
+        &sim,
+        "ipc",
+        &[
+            "export=0 export_inside=1 open_own=201",
+            "interprocess_timed=1 event_plain=1 create_shared=0 event_export=0 event_record=0",
+            "open_own_event=201",
+            "open_event=0 query_event=0",
+            "open=0 opener_taken=0 open_again=0 same=1 seen=1",
+            "free_imported=1 close=0 close_last=0 close_again=1 bad_handle=400",
+            "written_back=1 free=0",
+        ],
     );
 }
 

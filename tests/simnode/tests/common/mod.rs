@@ -37,3 +37,20 @@ pub fn run(sim: &SimNode, program: &Path, env: &[(&str, &Path)]) -> String {
     assert!(out.status.success(), "{}: {text}", program.display());
     text
 }
+
+/// Builds and runs `tests/c/<name>.c` on `sim` (linked with libcuda), and checks that what it
+/// printed holds each of `facts` and that it made no call the simulated driver does not
+/// model.
+pub fn run_checking(sim: &SimNode, name: &str, facts: &[&str]) {
+    let exe = compile(sim, name, &["cuda"]);
+    let log = sim.root().join("unmodelled.log");
+    let text = run(sim, &exe, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
+    for fact in facts {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    assert!(
+        !log.exists(),
+        "an unmodelled call: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
