@@ -22,6 +22,7 @@ mod graph_memset;
 mod green;
 mod host;
 mod ipc;
+mod kernels;
 mod legacy_launch;
 mod module;
 mod paths;

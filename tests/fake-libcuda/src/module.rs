@@ -154,13 +154,36 @@ pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
         let mut locals = FUNCTION_LOCALS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         for (_, f) in md.functions.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain() {
             locals.remove(&f);
-            // SAFETY: a Box<u8> made by cuModuleGetFunction, freed only here.
-            drop(unsafe { Box::from_raw(f as *mut u8) });
+            // SAFETY: a Box<CString> made by cuModuleGetFunction, freed only here.
+            drop(unsafe { Box::from_raw(f as *mut std::ffi::CString) });
         }
         // SAFETY: it was registered: a Box from cuModuleLoadData, dropped only here.
         drop(unsafe { Box::from_raw(m.cast::<Module>()) });
         Ok(())
     })
+}
+
+/// The name of the kernel of function handle `f`, one this library gave out and has not
+/// unloaded.
+pub(crate) fn function_name(f: CUfunction) -> Result<&'static CStr, CUresult> {
+    if f.is_null()
+        || !FUNCTION_LOCALS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .contains_key(&(f as usize))
+    {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    // SAFETY: a Box<CString> made by cuModuleGetFunction and not yet freed (it is known).
+    Ok(unsafe { &*(f as *const std::ffi::CString) }.as_c_str())
+}
+
+/// The kernels module `m` defines, by name (those its image shows: PTX entries, cubin
+/// functions), in the order of their names.
+pub(crate) fn kernel_names(m: CUmodule) -> Result<Vec<String>, CUresult> {
+    let mut names: Vec<String> = module(m)?.locals.keys().cloned().collect();
+    names.sort();
+    Ok(names)
 }
 
 fn name_arg(name: *const c_char) -> Result<String, CUresult> {
@@ -185,12 +208,16 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         let md = module(m)?;
         let name = name_arg(name)?;
         let local = md.locals.get(&name).copied().unwrap_or(0);
+        // The handle points at the kernel's name ([`function_name`]).
         let handle = *md
             .functions
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .entry(name)
-            .or_insert_with(|| Box::into_raw(Box::new(0u8)) as usize);
+            .entry(name.clone())
+            .or_insert_with(|| {
+                let name = std::ffi::CString::new(name).unwrap_or_default();
+                Box::into_raw(Box::new(name)) as usize
+            });
         if local > 0 {
             ANY_LOCAL.store(true, std::sync::atomic::Ordering::Release);
         }

@@ -70,6 +70,22 @@ fn device_memory_and_events_exported_by_one_process_are_opened_by_another() {
 }
 
 #[test]
+fn a_modules_kernels_are_counted_named_and_enumerated_as_cuda_12_4_drivers_do() {
+    let sim = SimNode::new(1, "A10", None);
+    // Kernels in the order of their names; 400 invalid handle, 1 invalid value.
+    common::run_checking(
+        &sim,
+        "kernels",
+        &[
+            "count=0 functions=2 enumerate=0 names=alpha,beta rest_null=1",
+            "is_loaded=0 loaded=1 load=0 name_bogus=400",
+            "kernel_name=0 kernel=beta kernels=2",
+            "register=0 unregister=0 unregister_again=1 proc_found=1",
+        ],
+    );
+}
+
+#[test]
 fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "occupancy", &["cuda"]);
