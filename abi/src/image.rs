@@ -153,13 +153,14 @@ fn compressed_for<'a, 'e>(entries: &'e [Entry<'a>], arch: u32) -> Vec<&'e Entry<
 }
 
 /// Calls `ptx` with the text of each PTX image or uncompressed fat binary PTX entry, and
-/// `elf` with each ELF cubin, in the image's order; then, for a device of architecture `arch`
-/// (10 × major + minor), with the compressed entries the driver would load for it,
-/// decompressed. Without `arch`, compressed entries are not read (decompressing every
-/// architecture's would take far longer than the load: cuBLAS's fat binaries hold 2.7 GB).
+/// `elf` with each ELF cubin, in the image's order; then, where the fat binary has compressed
+/// entries, with those the driver would load on a device of architecture `arch()` (10 ×
+/// major + minor), decompressed. `arch` is asked only then; where it answers None,
+/// compressed entries are not read (decompressing every architecture's would take far
+/// longer than the load: cuBLAS's fat binaries hold 2.7 GB).
 fn for_each_entry(
     image: &[u8],
-    arch: Option<u32>,
+    arch: impl FnOnce() -> Option<u32>,
     mut ptx: impl FnMut(&str),
     mut elf: impl FnMut(&[u8]),
 ) {
@@ -184,6 +185,7 @@ fn for_each_entry(
         for e in entries.iter().filter(|e| !e.compressed()) {
             read(e.kind, e.payload);
         }
+        let arch = entries.iter().any(Entry::compressed).then(arch).flatten();
         for e in arch
             .map(|a| compressed_for(&entries, a))
             .unwrap_or_default()
@@ -236,9 +238,9 @@ fn elf_extent(elf: &[u8]) -> usize {
 /// Global variables (name → bytes) that the image defines: in its ELF cubins, or declared in
 /// its PTX text (`.global` declarations), a fat binary's PTX entries included (the same
 /// variable in several entries counts once); a fat binary's compressed entries are read for a
-/// device of architecture `arch` ([`for_each_entry`]).
+/// device of architecture `arch()` ([`for_each_entry`]).
 #[must_use]
-pub fn globals(image: &[u8], arch: Option<u32>) -> HashMap<String, u64> {
+pub fn globals(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> HashMap<String, u64> {
     let found = std::cell::RefCell::new(HashMap::new());
     for_each_entry(
         image,
@@ -249,32 +251,46 @@ pub fn globals(image: &[u8], arch: Option<u32>) -> HashMap<String, u64> {
     found.into_inner()
 }
 
-/// The local memory each thread of each kernel the image defines needs (name → bytes): in
-/// an ELF cubin, the stack the compiler sized for the function (`.nv.info`'s minimum stack
-/// size, or its frame size where larger); in PTX, the `.local` arrays an `.entry` declares.
-/// A kernel in several entries (one per architecture) gets its largest figure. The driver
-/// backs this for every thread that can be resident on the device, growing the context's
-/// per-thread stack at a launch that needs more. Compressed entries as for [`globals`].
+/// What a driver loading an image sets up for it: its global variables ([`globals`]) and the
+/// local memory each thread of each of its kernels needs (name → bytes).
+#[derive(Debug, Default)]
+pub struct Contents {
+    pub globals: HashMap<String, u64>,
+    /// In an ELF cubin, the stack the compiler sized for the function (`.nv.info`'s minimum
+    /// stack size, or its frame size where larger); in PTX, the `.local` arrays an `.entry`
+    /// declares. A kernel in several entries (one per architecture) gets its largest figure.
+    /// The driver backs this for every thread that can be resident on the device, growing
+    /// the context's per-thread stack at a launch that needs more.
+    pub kernel_locals: HashMap<String, u64>,
+}
+
+/// The image's [`Contents`], its entries read (and compressed ones decompressed) once.
 #[must_use]
-pub fn kernel_local_bytes(image: &[u8], arch: Option<u32>) -> HashMap<String, u64> {
-    let found = std::cell::RefCell::new(HashMap::new());
+pub fn contents(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> Contents {
+    let found = std::cell::RefCell::new(Contents::default());
     let keep = |name: String, bytes: u64| {
         let mut f = found.borrow_mut();
-        let e = f.entry(name).or_insert(0);
+        let e = f.kernel_locals.entry(name).or_insert(0);
         *e = (*e).max(bytes);
     };
     for_each_entry(
         image,
         arch,
-        |text| ptx_entry_locals(text, keep),
-        |elf| elf_stack_sizes(elf, keep),
+        |text| {
+            ptx_globals(text, &mut found.borrow_mut().globals);
+            ptx_entry_locals(text, keep);
+        },
+        |elf| {
+            elf_globals(elf, &mut found.borrow_mut().globals);
+            elf_stack_sizes(elf, keep);
+        },
     );
     found.into_inner()
 }
 
 /// Bytes of all the global variables the image defines ([`globals`]).
 #[must_use]
-pub fn declared_bytes(image: &[u8], arch: Option<u32>) -> u64 {
+pub fn declared_bytes(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> u64 {
     globals(image, arch)
         .values()
         .fold(0u64, |sum, b| sum.saturating_add(*b))
@@ -463,7 +479,7 @@ mod tests {
         fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
         fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
         fatbin.extend_from_slice(&entries);
-        let found = globals(&fatbin, None);
+        let found = globals(&fatbin, || None);
         assert_eq!(found.get("table"), Some(&4096), "{found:?}");
         assert_eq!(
             found.len(),
@@ -532,14 +548,14 @@ mod tests {
             ),
         ]);
         assert!(
-            globals(&image, None).is_empty(),
+            globals(&image, || None).is_empty(),
             "not read without an architecture"
         );
-        let found = globals(&image, Some(86));
+        let found = globals(&image, || Some(86));
         assert_eq!(found.get("in_lz4"), Some(&4096), "{found:?}");
         assert_eq!(found.get("in_zstd"), Some(&8192), "{found:?}");
         assert!(
-            globals(&image, Some(75)).is_empty(),
+            globals(&image, || Some(75)).is_empty(),
             "PTX for a newer device is not read"
         );
     }
@@ -586,7 +602,7 @@ mod tests {
                    .global .align 4 .f32 grid[4][8] = {0.0};\n\
                    .extern .global .b8 elsewhere[64];\n\
                    .visible .entry k() {\n ld.global.u32 %r1, [counter];\n ret;\n}\n";
-        let found = globals(ptx.as_bytes(), None);
+        let found = globals(ptx.as_bytes(), || None);
         assert_eq!(found.get("blob"), Some(&1_048_576));
         assert_eq!(found.get("counter"), Some(&4));
         assert_eq!(found.get("grid"), Some(&128));
@@ -602,11 +618,11 @@ mod tests {
                    \t.reg .b64 %SP;\n st.local.u32 [%rd1], %r1;\n ret;\n}\n\
                    .func helper()\n{\n .local .align 4 .b8 __local_depot1[512];\n ret;\n}\n\
                    .visible .entry _Z5smallPi(\n .param .u64 p\n)\n{\n ret;\n}\n";
-        let found = kernel_local_bytes(ptx.as_bytes(), None);
+        let found = contents(ptx.as_bytes(), || None).kernel_locals;
         assert_eq!(found.get("_Z3bigPii"), Some(&16_384), "{found:?}");
         assert_eq!(found.get("_Z5smallPi"), Some(&0), "{found:?}");
         assert_eq!(found.len(), 2, "a .func is not a kernel: {found:?}");
-        assert_eq!(globals(ptx.as_bytes(), None).get("table"), Some(&64));
+        assert_eq!(globals(ptx.as_bytes(), || None).get("table"), Some(&64));
     }
 
     #[test]

@@ -117,28 +117,33 @@ fn print_unmodelled(name: &str, log: &Path) {
     );
 }
 
+/// Runs `tests/clients/<script>` with `args` (the first the client: `torch` runs in PyTorch's
+/// environment) in `slice` to its end, which must be a success; prints its unmodelled driver
+/// calls and returns what it printed.
+fn script_facts(slice: &Slice, script: &str, args: &[&str]) -> Facts {
+    let python = if args[0] == "torch" {
+        torch_python()
+    } else {
+        python()
+    };
+    let name = format!("{}-{}", script.trim_end_matches(".py"), args[0]);
+    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
+    let text = script_output(
+        slice
+            .command(&python)
+            .arg(client_script(script))
+            .args(args)
+            .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
+    );
+    print_unmodelled(&name, &log);
+    Facts::parse(&text)
+}
+
 #[test]
 fn pytorch_cupy_and_numba_copy_through_page_locked_memory_which_takes_nothing_of_the_slice() {
     let slice = Slice::new(GIB, 0);
     for client in ["torch", "cupy", "numba"] {
-        let python = if client == "torch" {
-            torch_python()
-        } else {
-            python()
-        };
-        let log = slice
-            .dir
-            .path()
-            .join(format!("unmodelled-pinned-{client}.log"));
-        let text = script_output(
-            slice
-                .command(&python)
-                .arg(client_script("pinned.py"))
-                .args([client, &(4 * MIB).to_string()])
-                .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
-        );
-        print_unmodelled(client, &log);
-        let f = Facts::parse(&text);
+        let f = script_facts(&slice, "pinned.py", &[client, &(4 * MIB).to_string()]);
         let what = format!("{client}: {:?}", f.0);
         assert_eq!((f.get("pinned"), f.get("same")), ("1", "1"), "{what}");
         assert_eq!(f.num("taken"), 0, "{what}");
@@ -150,25 +155,7 @@ fn pytorch_cupy_and_numba_copy_through_page_locked_memory_which_takes_nothing_of
 fn cupy_and_pytorch_share_device_memory_between_processes_of_a_slice_charged_to_the_exporter() {
     let slice = Slice::new(GIB, 0);
     for client in ["cupy", "torch"] {
-        let (python, extra) = if client == "torch" {
-            (torch_python(), Some("torch"))
-        } else {
-            (python(), None)
-        };
-        let log = slice
-            .dir
-            .path()
-            .join(format!("unmodelled-ipc-{client}.log"));
-        let text = script_output(
-            slice
-                .command(&python)
-                .arg(client_script("ipc.py"))
-                .arg((4 * MIB).to_string())
-                .args(extra)
-                .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
-        );
-        print_unmodelled(client, &log);
-        let f = Facts::parse(&text);
+        let f = script_facts(&slice, "ipc.py", &[client, &(4 * MIB).to_string()]);
         let what = format!("{client}: {:?}", f.0);
         assert_eq!((f.get("seen"), f.get("written_back")), ("1", "1"), "{what}");
         assert_eq!(f.get("closed"), "1", "{what}");

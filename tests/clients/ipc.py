@@ -2,10 +2,10 @@
 fills an allocation and shares it, a second process opens it, reads the memory, writes into
 it, and lets it go; this process then reads what the other wrote.
 
-Usage: ipc.py BYTES [torch]
-  With CuPy (cudaIpcGetMemHandle, cudaIpcOpenMemHandle), or with torch: a CUDA tensor sent
-  to a process started by torch.multiprocessing (spawn), which shares its memory and an
-  interprocess event the receiver waits for.
+Usage: ipc.py CLIENT BYTES
+  CLIENT  cupy (cudaIpcGetMemHandle, cudaIpcOpenMemHandle) or torch (a CUDA tensor sent to a
+          process started by torch.multiprocessing (spawn), which shares its memory and an
+          interprocess event the receiver waits for)
 Prints key=value pairs on one line: seen (the opener read what was written, 1 or 0),
 written_back (this process reads what the opener wrote), opener_taken (how much the opener's
 free memory fell while it held the memory open: it is the exporter's), closed (the opener
@@ -69,11 +69,11 @@ def torch_sender(n):
 def main():
     if sys.argv[1] == "open":
         return opener()
-    if sys.argv[2:] == ["torch"]:
-        return torch_sender(int(sys.argv[1]))
+    client, n = sys.argv[1], int(sys.argv[2])
+    if client == "torch":
+        return torch_sender(n)
     import cupy
 
-    n = int(sys.argv[1])
     # A copy from the host (the simulated GPU runs no kernels, so no fill kernel).
     a = cupy.asarray(np.full(n, 7, dtype=np.uint8))
     cupy.cuda.Device().synchronize()

@@ -18,8 +18,9 @@ use crate::ffi::*;
 use crate::slice::{self, Kind};
 
 /// The architecture (10 × major + minor) of the device of the current context, for which the
-/// driver picks a fat binary's entries; None outside a slice (nothing is charged there) or
-/// without a current context (a library loaded then is charged from the driver's figure).
+/// driver picks a fat binary's compressed entries (asked only for an image that has some);
+/// None outside a slice (nothing is charged there) or without a current context (a library
+/// loaded then is charged from the driver's figure).
 fn current_arch() -> Option<u32> {
     let dev = slice::get()?.current_device().ok()?;
     let major = super::limits::attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
@@ -36,7 +37,7 @@ unsafe fn declared(data: *const c_void) -> u64 {
         return 0;
     }
     // SAFETY: a module image, per the caller.
-    image::declared_bytes(unsafe { image::bytes(data.cast()) }, current_arch())
+    image::declared_bytes(unsafe { image::bytes(data.cast()) }, current_arch)
 }
 
 /// Bytes of global variables the module file at `path` declares for the current device (0
@@ -49,7 +50,7 @@ fn declared_in_file(path: *const c_char) -> u64 {
     // SAFETY: a NUL-terminated path, per the API.
     let path = unsafe { std::ffi::CStr::from_ptr(path) };
     std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes()))
-        .map_or(0, |data| image::declared_bytes(&data, current_arch()))
+        .map_or(0, |data| image::declared_bytes(&data, current_arch))
 }
 
 /// Loads through `call` what declares `bytes` of globals into the current context, charged

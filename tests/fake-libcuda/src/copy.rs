@@ -473,7 +473,7 @@ unsafe fn pinned_attribute(
     ptr: CUdeviceptr,
 ) -> Result<(), CUresult> {
     let (base, p) = crate::host::range_of(ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let ctx = crate::host::context_of(&p);
+    let ctx = p.ctx as CUcontext;
     match attribute {
         POINTER_CONTEXT => out(data.cast::<CUcontext>(), ctx),
         POINTER_MEMORY_TYPE => out(data.cast::<c_uint>(), MEMORYTYPE_HOST),

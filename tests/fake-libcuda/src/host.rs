@@ -18,7 +18,7 @@ use gpuslice_cuda_abi::cuda::{
 };
 
 use crate::codes::*;
-use crate::{CUcontext, CUdeviceptr, CUresult, guard, out};
+use crate::{CUdeviceptr, CUresult, guard, out};
 
 /// A page-locked range, by its first address.
 #[derive(Clone, Copy)]
@@ -185,9 +185,4 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, p: *mut c_void) -
         let (_, e) = range_of(p as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         out(flags, e.flags)
     })
-}
-
-/// The context a page-locked range was pinned in.
-pub(crate) fn context_of(p: &Pinned) -> CUcontext {
-    p.ctx as CUcontext
 }

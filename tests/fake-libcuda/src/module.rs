@@ -68,11 +68,10 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
         let d = state::get()?;
         // The entries for this device's architecture, decompressed where nvcc compressed them.
         let (major, minor) = d.spec.gpus[index].compute_capability;
-        let arch = Some(10 * major + minor);
-        let (sizes, locals) = (
-            image::globals(bytes, arch),
-            image::kernel_local_bytes(bytes, arch),
-        );
+        let image::Contents {
+            globals: sizes,
+            kernel_locals: locals,
+        } = image::contents(bytes, || Some(10 * major + minor));
         let mut globals = HashMap::new();
         for (name, size) in sizes {
             let bytes = usize::try_from(size.max(1)).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
