@@ -1,6 +1,7 @@
 //! What a module image declares: its length, the sizes of the global variables its cubins
 //! define, which the driver allocates in device memory when it loads the module, and the
-//! local memory each thread of each of its kernels needs. The simulated driver allocates the
+//! local memory each thread of each of its kernels needs (and, where asked, their parameter
+//! layouts: [`crate::params`]). The simulated driver allocates the
 //! globals (and `cuModuleGetGlobal` answers) and reports the kernels' local memory from this,
 //! and the interception library charges the globals before the driver is asked to load the
 //! module. An image is a fat binary (magic `0xBA55ED50`, holding PTX and ELF cubins), an ELF
@@ -18,6 +19,7 @@
 use std::collections::HashMap;
 
 use crate::compressed;
+use crate::params::{self, Param};
 
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// The wrapper the CUDA runtime registers a fat binary by (`__fatBinC_Wrapper_t`).
@@ -26,11 +28,11 @@ const ENTRY_PTX: u16 = 1;
 const ENTRY_ELF: u16 = 2;
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
@@ -262,16 +264,37 @@ pub struct Contents {
     /// The driver backs this for every thread that can be resident on the device, growing
     /// the context's per-thread stack at a launch that needs more.
     pub kernel_locals: HashMap<String, u64>,
+    /// Each kernel's parameter layout ([`params`]), where asked for ([`contents_with_params`]):
+    /// the first entry that describes the kernel gives it (every architecture's is the same).
+    pub kernel_params: HashMap<String, Vec<Param>>,
 }
 
-/// The image's [`Contents`], its entries read (and compressed ones decompressed) once.
+/// The image's [`Contents`] but its kernels' parameters, its entries read (and compressed ones
+/// decompressed) once.
 #[must_use]
 pub fn contents(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> Contents {
+    read_contents(image, arch, false)
+}
+
+/// The image's [`Contents`], its kernels' parameter layouts included.
+#[must_use]
+pub fn contents_with_params(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> Contents {
+    read_contents(image, arch, true)
+}
+
+fn read_contents(image: &[u8], arch: impl FnOnce() -> Option<u32>, with_params: bool) -> Contents {
     let found = std::cell::RefCell::new(Contents::default());
     let keep = |name: String, bytes: u64| {
         let mut f = found.borrow_mut();
         let e = f.kernel_locals.entry(name).or_insert(0);
         *e = (*e).max(bytes);
+    };
+    let keep_params = |name: String, layout: Vec<Param>| {
+        found
+            .borrow_mut()
+            .kernel_params
+            .entry(name)
+            .or_insert(layout);
     };
     for_each_entry(
         image,
@@ -279,10 +302,16 @@ pub fn contents(image: &[u8], arch: impl FnOnce() -> Option<u32>) -> Contents {
         |text| {
             ptx_globals(text, &mut found.borrow_mut().globals);
             ptx_entry_locals(text, keep);
+            if with_params {
+                params::ptx_params(text, keep_params);
+            }
         },
         |elf| {
             elf_globals(elf, &mut found.borrow_mut().globals);
             elf_stack_sizes(elf, keep);
+            if with_params {
+                params::elf_params(elf, keep_params);
+            }
         },
     );
     found.into_inner()

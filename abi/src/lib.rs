@@ -10,3 +10,4 @@ pub mod compressed;
 pub mod cuda;
 pub mod image;
 pub mod nvml;
+pub mod params;

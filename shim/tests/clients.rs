@@ -152,6 +152,29 @@ fn pytorch_cupy_and_numba_copy_through_page_locked_memory_which_takes_nothing_of
 }
 
 #[test]
+fn cuda_core_reads_its_kernels_parameter_layouts_from_cubin_and_ptx_in_a_slice() {
+    let slice = Slice::new(GIB, 0);
+    let f = script_facts(&slice, "params.py", &["cuda.core"]);
+    // C's layout: each parameter at the next offset its alignment allows (the structure
+    // { char; double; } is 16 bytes aligned to 8, float4 16 aligned to 16).
+    for kind in ["cubin", "ptx"] {
+        let what = format!("{kind}: {:?}", f.0);
+        assert_eq!(
+            f.get(&format!("{kind}_scalars")),
+            "0:8,8:8,16:4,24:8,32:1,34:2,40:8",
+            "{what}"
+        );
+        assert_eq!(
+            f.get(&format!("{kind}_aggregates")),
+            "0:16,16:16,32:4",
+            "{what}"
+        );
+        assert_eq!(f.get(&format!("{kind}_none")), "0", "{what}");
+    }
+    assert_eq!(f.get("launched"), "1", "{:?}", f.0);
+}
+
+#[test]
 fn cupy_and_pytorch_share_device_memory_between_processes_of_a_slice_charged_to_the_exporter() {
     let slice = Slice::new(GIB, 0);
     for client in ["cupy", "torch"] {

@@ -139,3 +139,38 @@ pub extern "C" fn cuDeviceUnregisterAsyncNotification(
         }
     })
 }
+
+/// Where parameter `index` of a kernel lies in its parameter block, as its image lays it out
+/// (an ELF cubin's `.nv.info` records; PTX's parameter list). `CUDA_ERROR_INVALID_VALUE` for
+/// an index past the last parameter, as the driver answers it (callers count parameters so).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    f: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    guard(|| {
+        if offset.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let param = crate::module::function_param(f, index)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let to_usize = |v: u64| usize::try_from(v).map_err(|_| CUDA_ERROR_INVALID_VALUE);
+        out(offset, to_usize(param.offset)?)?;
+        if !size.is_null() {
+            out(size, to_usize(param.size)?)?;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuKernelGetParamInfo(
+    kernel: CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    // SAFETY: the same contract; a kernel is its function here.
+    unsafe { cuFuncGetParamInfo(kernel, index, offset, size) }
+}

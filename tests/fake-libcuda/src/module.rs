@@ -8,17 +8,19 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{LazyLock, Mutex};
 
 use gpuslice_cuda_abi::image;
+use gpuslice_cuda_abi::params::Param;
 
 use crate::codes::*;
 use crate::paths::{CUfunction, CUmodule};
 use crate::{CUdeviceptr, CUresult, current_ctx, guard, out, state};
 
 /// A loaded module: its global variables, allocated on its context's device at load (as the
-/// driver does), the local memory each thread of each of its kernels needs, and the function
-/// handles given out for it.
+/// driver does), the local memory each thread of each of its kernels needs, their parameter
+/// layouts, and the function handles given out for it.
 struct Module {
     globals: HashMap<String, (CUdeviceptr, usize)>,
     locals: HashMap<String, u64>,
+    params: HashMap<String, Vec<Param>>,
     functions: Mutex<HashMap<String, usize>>,
 }
 
@@ -26,6 +28,10 @@ static MODULES: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(|| Mutex::new(Ha
 
 /// The per-thread local memory of every function handle given out, by handle.
 static FUNCTION_LOCALS: LazyLock<Mutex<HashMap<usize, u64>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The parameter layout of every function handle given out whose image described it.
+static FUNCTION_PARAMS: LazyLock<Mutex<HashMap<usize, Vec<Param>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Whether any function handle given out needs local memory (until then launches skip the
@@ -71,7 +77,8 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
         let image::Contents {
             globals: sizes,
             kernel_locals: locals,
-        } = image::contents(bytes, || Some(10 * major + minor));
+            kernel_params: params,
+        } = image::contents_with_params(bytes, || Some(10 * major + minor));
         let mut globals = HashMap::new();
         for (name, size) in sizes {
             let bytes = usize::try_from(size.max(1)).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
@@ -90,6 +97,7 @@ pub unsafe extern "C" fn cuModuleLoadData(m: *mut CUmodule, image: *const c_void
         let handle = Box::into_raw(Box::new(Module {
             globals,
             locals,
+            params,
             functions: Mutex::new(HashMap::new()),
         }));
         MODULES
@@ -151,8 +159,10 @@ pub extern "C" fn cuModuleUnload(m: CUmodule) -> CUresult {
             let _ = d.free(*p);
         }
         let mut locals = FUNCTION_LOCALS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let mut params = FUNCTION_PARAMS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         for (_, f) in md.functions.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain() {
             locals.remove(&f);
+            params.remove(&f);
             // SAFETY: a Box<CString> made by cuModuleGetFunction, freed only here.
             drop(unsafe { Box::from_raw(f as *mut std::ffi::CString) });
         }
@@ -175,6 +185,17 @@ pub(crate) fn function_name(f: CUfunction) -> Result<&'static CStr, CUresult> {
     }
     // SAFETY: a Box<CString> made by cuModuleGetFunction and not yet freed (it is known).
     Ok(unsafe { &*(f as *const std::ffi::CString) }.as_c_str())
+}
+
+/// Parameter `index` of function `f` (a handle given out here): None where `f` has fewer
+/// parameters, or its image did not describe them.
+pub(crate) fn function_param(f: CUfunction, index: usize) -> Result<Option<Param>, CUresult> {
+    function_name(f)?;
+    Ok(FUNCTION_PARAMS
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .get(&(f as usize))
+        .and_then(|layout| layout.get(index).copied()))
 }
 
 /// The kernels module `m` defines, by name (those its image shows: PTX entries, cubin
@@ -207,6 +228,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         let md = module(m)?;
         let name = name_arg(name)?;
         let local = md.locals.get(&name).copied().unwrap_or(0);
+        let layout = md.params.get(&name).cloned();
         // The handle points at the kernel's name ([`function_name`]).
         let handle = *md
             .functions
@@ -224,6 +246,12 @@ pub unsafe extern "C" fn cuModuleGetFunction(
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .insert(handle, local);
+        if let Some(layout) = layout {
+            FUNCTION_PARAMS
+                .lock()
+                .map_err(|_| CUDA_ERROR_UNKNOWN)?
+                .insert(handle, layout);
+        }
         out(f, handle as CUfunction)
     })
 }

@@ -70,9 +70,11 @@ fn device_memory_and_events_exported_by_one_process_are_opened_by_another() {
 }
 
 #[test]
-fn a_modules_kernels_are_counted_named_and_enumerated_as_cuda_12_4_drivers_do() {
+fn a_modules_kernels_are_counted_named_enumerated_and_their_parameters_laid_out_as_cuda_12_4_drivers_do()
+ {
     let sim = SimNode::new(1, "A10", None);
-    // Kernels in the order of their names; 400 invalid handle, 1 invalid value.
+    // Kernels in the order of their names, parameters as ptxas lays them out; 400 invalid
+    // handle, 1 invalid value (also for the index past the last parameter).
     common::run_checking(
         &sim,
         "kernels",
@@ -80,7 +82,9 @@ fn a_modules_kernels_are_counted_named_and_enumerated_as_cuda_12_4_drivers_do() 
             "count=0 functions=2 enumerate=0 names=alpha,beta rest_null=1",
             "is_loaded=0 loaded=1 load=0 name_bogus=400",
             "kernel_name=0 kernel=beta kernels=2",
-            "register=0 unregister=0 unregister_again=1 proc_found=1",
+            "register=0 unregister=0 unregister_again=1 params=0:8,8:4,16:12",
+            "past_last=1 untouched=7 no_size=0 offset=8 no_offset=1",
+            "kernel=0 kernel_offset=16 param_bogus=400 proc_found=1",
         ],
     );
 }

@@ -1,5 +1,6 @@
 /* What CUDA 12.3 and 12.4 drivers tell about a module's kernels, and their notifications.
  * Prints key=value pairs. */
+#include <stddef.h>
 #include <stdio.h>
 
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUlibrary, *CUkernel, *CUasyncCallbackHandle;
@@ -17,6 +18,9 @@ int cuFuncGetName(const char **, CUfunction);
 int cuKernelGetName(const char **, CUkernel);
 int cuFuncIsLoaded(int *, CUfunction);
 int cuFuncLoad(CUfunction);
+int cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+int cuFuncGetParamInfo(CUfunction, size_t, size_t *, size_t *);
+int cuKernelGetParamInfo(CUkernel, size_t, size_t *, size_t *);
 int cuDeviceRegisterAsyncNotification(int, CUasyncCallback, void *, CUasyncCallbackHandle *);
 int cuDeviceUnregisterAsyncNotification(int, CUasyncCallbackHandle);
 int cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
@@ -51,6 +55,26 @@ int main(void) {
     printf("register=%d ", cuDeviceRegisterAsyncNotification(0, never, 0, &h));
     printf("unregister=%d ", cuDeviceUnregisterAsyncNotification(0, h));
     printf("unregister_again=%d ", cuDeviceUnregisterAsyncNotification(0, h));
+    /* Parameter layouts: a pointer, a 32-bit integer, a 12-byte array aligned to 8. */
+    static const char params[] = ".version 7.8\n.target sm_86\n.address_size 64\n"
+                                 ".visible .entry gamma(.param .u64 g0, .param .u32 g1,\n"
+                                 "    .param .align 8 .b8 g2[12]) { ret; }\n";
+    CUmodule pm; CUfunction g = 0; CUlibrary plib; CUkernel gk = 0;
+    size_t off[3] = {0}, size[3] = {0}, past = 7;
+    if (cuModuleLoadData(&pm, params) || cuModuleGetFunction(&g, pm, "gamma")
+        || cuLibraryLoadData(&plib, params, 0, 0, 0, 0, 0, 0) || cuLibraryGetKernel(&gk, plib, "gamma")) {
+        printf("error=params\n"); return 1;
+    }
+    for (int i = 0; i < 3; i++) cuFuncGetParamInfo(g, i, &off[i], &size[i]);
+    printf("params=%zu:%zu,%zu:%zu,%zu:%zu ", off[0], size[0], off[1], size[1], off[2], size[2]);
+    printf("past_last=%d ", cuFuncGetParamInfo(g, 3, &past, &past));
+    printf("untouched=%zu ", past);
+    printf("no_size=%d ", cuFuncGetParamInfo(g, 1, &past, NULL));
+    printf("offset=%zu ", past);
+    printf("no_offset=%d ", cuFuncGetParamInfo(g, 0, NULL, &past));
+    printf("kernel=%d ", cuKernelGetParamInfo(gk, 2, &past, NULL));
+    printf("kernel_offset=%zu ", past);
+    printf("param_bogus=%d ", cuFuncGetParamInfo((CUfunction)&count, 0, &past, NULL));
     void *fn = 0;
     int found = -1;
     cuGetProcAddress_v2("cuFuncGetName", &fn, 12030, 0, &found);
