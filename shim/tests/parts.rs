@@ -131,7 +131,13 @@ fn pytorch_on_the_second_gpu_sees_its_slice_runs_a_graph_and_stops_at_its_limit(
 fn pytorch_and_cupy_move_data_between_the_gpus_of_two_slices_each_copy_charged_where_it_is() {
     let slices = TwoSlices::new();
     let n = 4 * MIB;
-    for client in ["torch", "cupy"] {
+    // PyTorch with its caching allocator and with the driver's stream-ordered one, which
+    // gives the other GPU access to its pool (cudaMemPoolSetAccess) before the copy.
+    for (client, allocator) in [
+        ("torch", "native"),
+        ("torch", "cudaMallocAsync"),
+        ("cupy", "native"),
+    ] {
         let python = if client == "torch" {
             torch_python()
         } else {
@@ -141,6 +147,7 @@ fn pytorch_and_cupy_move_data_between_the_gpus_of_two_slices_each_copy_charged_w
             .command(&python)
             .arg(client_script("peers.py"))
             .args([client, &n.to_string()])
+            .env("PYTORCH_CUDA_ALLOC_CONF", format!("backend:{allocator}"))
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -150,13 +157,13 @@ fn pytorch_and_cupy_move_data_between_the_gpus_of_two_slices_each_copy_charged_w
             String::from_utf8_lossy(&out.stderr)
         );
         let f = Facts::parse(&text);
-        let what = format!("{client}: {:?}", f.0);
+        let what = format!("{client} ({allocator}): {:?}", f.0);
         assert_eq!((f.get("can"), f.get("same")), ("1", "1"), "{what}");
         assert_eq!((f.num("total0"), f.num("total1")), (GIB, SECOND), "{what}");
         // Two copies on GPU 0, one on GPU 1, each in its own slice (PyTorch's caching
-        // allocator takes 20 MiB segments for them).
+        // allocator takes 20 MiB segments for them, the driver's pools 32 MiB steps).
         assert!((2 * n..=40 * MIB).contains(&f.num("used0")), "{what}");
-        assert!((n..=20 * MIB).contains(&f.num("used1")), "{what}");
+        assert!((n..=32 * MIB).contains(&f.num("used1")), "{what}");
     }
 }
 

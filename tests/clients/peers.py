@@ -5,7 +5,9 @@ back, and reads each copy back.
 Usage: peers.py CLIENT BYTES
   CLIENT  torch (tensor.to between devices: PyTorch enables peer access and copies
           device to device) or cupy (MemoryPointer.copy_from_device between devices: CuPy
-          enables peer access and copies by unified addressing)
+          enables peer access and copies by unified addressing); PyTorch's allocator is
+          the one PYTORCH_CUDA_ALLOC_CONF names (backend:cudaMallocAsync gives the other GPU
+          access to the driver's pool first)
 Prints key=value pairs on one line: can (the client's own peer-access query, 1 or 0), same
 (every copy read back equal to what was sent), total0, total1 (each GPU's memory as the
 client reads it), used0, used1 (how much each GPU's free memory fell while the copies

@@ -38,6 +38,16 @@ pub struct Pool {
     node_index: usize,
 }
 
+/// The node GPU a pool allocates on; `pool` is a handle this library gave out (the API's
+/// contract, which the driver does not check either).
+pub(crate) fn pool_node_index(pool: CUmemoryPool) -> Result<usize, CUresult> {
+    if pool.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: a pool from cuMemPoolCreate or a default pool, per the API's contract.
+    Ok(unsafe { &*pool.cast::<Pool>() }.node_index)
+}
+
 pub(crate) fn element_size(format: c_int) -> Result<u64, CUresult> {
     Ok(match format {
         0x01 | 0x08 => 1,

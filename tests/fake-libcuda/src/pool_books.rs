@@ -1,5 +1,8 @@
-//! What each memory pool holds, and its attributes (`cuMemPoolSetAttribute`,
-//! `cuMemPoolGetAttribute`, `cuMemPoolTrimTo`). A pool takes device memory in steps of
+//! What each memory pool holds, its attributes (`cuMemPoolSetAttribute`,
+//! `cuMemPoolGetAttribute`, `cuMemPoolTrimTo`) and which devices may read and write it
+//! (`cuMemPoolSetAccess`, `cuMemPoolGetAccess`: the pool's own device always both, every
+//! other device what was last set for it, nothing at first; every GPU of the node reaches
+//! every other here, as with peer access). A pool takes device memory in steps of
 //! [`STEP`], as the real driver's does: what it reserves is what is allocated from it rounded
 //! up to a whole step, and, of what was freed, as much as its release threshold lets it keep
 //! (the real driver gives the rest back when the stream synchronizes; here at the free). The
@@ -8,6 +11,8 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{LazyLock, Mutex};
+
+use gpuslice_cuda_abi::cuda::{CU_MEM_LOCATION_TYPE_DEVICE, CUmemAccessDesc, CUmemLocation};
 
 use crate::codes::*;
 use crate::{CUdeviceptr, CUresult, guard, state};
@@ -137,6 +142,7 @@ pub(crate) fn freed(ptr: CUdeviceptr) -> Result<(), CUresult> {
 /// `pool` was destroyed: it gives back all it reserved (its allocations must have been
 /// freed).
 pub(crate) fn destroyed(pool: usize) -> Result<(), CUresult> {
+    access()?.retain(|(p, _), _| *p != pool);
     if let Some(mut b) = books()?.remove(&pool) {
         b.used = 0;
         b.release_to(0)?;
@@ -244,5 +250,85 @@ pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) 
             b.release_to(min_bytes_to_keep as u64)?;
         }
         Ok(())
+    })
+}
+
+/// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `_READ` and `_READWRITE`.
+const ACCESS_NONE: c_int = 0;
+const ACCESS_READ: c_int = 1;
+const ACCESS_READWRITE: c_int = 3;
+
+/// The access set for other devices than its own, by pool and node GPU.
+type Access = HashMap<(usize, usize), c_int>;
+static ACCESS: LazyLock<Mutex<Access>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn access() -> Result<std::sync::MutexGuard<'static, Access>, CUresult> {
+    ACCESS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)
+}
+
+/// The node GPU a location names: a device of this process.
+fn location_index(location: &CUmemLocation) -> Result<usize, CUresult> {
+    if location.typ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    state::get()?.node_index(location.id)
+}
+
+/// Sets which devices may read or write the pool's allocations. Every descriptor is checked
+/// before any is applied; one for the pool's own device changes nothing (it always has both).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolSetAccess(
+    pool: CUmemoryPool,
+    map: *const CUmemAccessDesc,
+    count: usize,
+) -> CUresult {
+    guard(|| {
+        let own = crate::paths::pool_node_index(pool)?;
+        if map.is_null() && count > 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let descs = if count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller's array of `count` descriptors, non-null.
+            unsafe { std::slice::from_raw_parts(map, count) }
+        };
+        let mut wanted = Vec::with_capacity(descs.len());
+        for d in descs {
+            if !matches!(d.flags, ACCESS_NONE | ACCESS_READ | ACCESS_READWRITE) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            wanted.push((location_index(&d.location)?, d.flags));
+        }
+        let mut set = access()?;
+        for (index, flags) in wanted.into_iter().filter(|(i, _)| *i != own) {
+            set.insert((pool as usize, index), flags);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemPoolGetAccess(
+    flags: *mut c_int,
+    pool: CUmemoryPool,
+    location: *mut CUmemLocation,
+) -> CUresult {
+    guard(|| {
+        let own = crate::paths::pool_node_index(pool)?;
+        if location.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: non-null, the caller's location.
+        let index = location_index(unsafe { &*location })?;
+        let granted = if index == own {
+            ACCESS_READWRITE
+        } else {
+            access()?
+                .get(&(pool as usize, index))
+                .copied()
+                .unwrap_or(ACCESS_NONE)
+        };
+        crate::out(flags, granted)
     })
 }

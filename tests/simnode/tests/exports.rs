@@ -130,6 +130,23 @@ fn two_gpus_of_the_node_access_each_others_memory_once_peer_access_is_enabled() 
 }
 
 #[test]
+fn a_pools_memory_is_reached_by_its_own_device_and_by_the_others_its_access_was_set_for() {
+    let sim = SimNode::new(2, "A10", None);
+    // Flags: 0 none, 1 read, 3 read and write; 1 invalid value, 101 invalid device (a
+    // negative figure is an error code from cuMemPoolGetAccess).
+    common::run_checking(
+        &sim,
+        "pool_access",
+        &[
+            "own=3 other=0 set_rw=0 other_rw=3 default_other=0 set_ro=0 other_ro=1",
+            "bad_flags=1 bad_type=1 bad_dev=101 still_ro=1",
+            "set_own=0 own_after=3 set_none=0 other_none=0",
+            "set_default=0 default_rw=3 get_bad_dev=-101",
+        ],
+    );
+}
+
+#[test]
 fn the_newer_entry_points_answer_at_the_versions_the_headers_give_them() {
     // Each row of proc-address-newer.tsv names a PFN_<name>_v<version> of the CUDA 12.9
     // headers, and the symbol is exported by the simulated driver.
