@@ -528,6 +528,19 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
     })
 }
 
+/// Profiling the current context (`cudaProfilerStart`, `torch.cuda.profiler.start`, numba's
+/// `cuda.profile_start`): with no profiler attached, as here, the driver does nothing and
+/// succeeds; it needs a current context.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStart() -> CUresult {
+    guard(|| current_ctx().map(|_| ()))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuProfilerStop() -> CUresult {
+    guard(|| current_ctx().map(|_| ()))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
     guard(|| out(flags, current_ctx()?.flags.load(Ordering::Relaxed)))

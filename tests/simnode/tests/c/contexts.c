@@ -18,6 +18,9 @@ int cuCtxGetLimit(size_t *, int);
 
 static CUcontext current(void) { CUcontext c = (CUcontext)1; cuCtxGetCurrent(&c); return c; }
 
+int cuProfilerStart(void);
+int cuProfilerStop(void);
+
 int main(void) {
     CUcontext a = 0, p = 0, popped = 0;
     unsigned flags = 9; int active = 9, dev = -1;
@@ -40,9 +43,12 @@ int main(void) {
     printf("pop=%d popped_primary=%d back_to_created=%d ", r, popped == p, current() == a);
     cuCtxGetDevice(&dev);
     printf("device_after_pop=%d ", dev);
+    printf("profile_start=%d ", cuProfilerStart());
+    printf("profile_stop=%d ", cuProfilerStop());
     r = cuCtxSetCurrent(0);
     printf("set_null=%d empty=%d ", r, current() == 0);
     printf("pop_empty=%d ", cuCtxPopCurrent_v2(&popped));
+    printf("profile_no_context=%d ", cuProfilerStart());
     printf("destroy=%d ", cuCtxDestroy_v2(a));
     r = cuCtxSetCurrent(a);
     printf("set_destroyed=%d ", r);
