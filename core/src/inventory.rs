@@ -28,6 +28,47 @@ pub struct GpuInfo {
     /// CUDA compute capability, `major.minor` (`8.6`), when the driver tells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<String>,
+    /// The product brand NVML reports, as `NVIDIA_REQUIRE_*`'s `brand` names it (`nvidia`,
+    /// `tesla`, `geforce`, ...: [`BRANDS`]), when the driver tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brand: Option<String>,
+}
+
+/// NVML's product brands (`nvmlBrandType_t`, by value) as the NVIDIA container toolkit's
+/// `NVIDIA_REQUIRE_*` constraints name them (`brand=nvidia`), and as NVIDIA's DRA driver
+/// publishes them (`Nvidia`). Data-center GPUs report `NVIDIA` on current drivers (a T4 with
+/// driver 530 and an H100 with 560 both do, in `nvidia-smi -q`'s "Product Brand").
+pub const BRANDS: [(u32, &str, &str); 17] = [
+    (0, "unknown", "Unknown"),
+    (1, "quadro", "Quadro"),
+    (2, "tesla", "Tesla"),
+    (3, "nvs", "NVS"),
+    (4, "grid", "Grid"),
+    (5, "geforce", "GeForce"),
+    (6, "titan", "Titan"),
+    (7, "nvidiavapps", "NvidiaVApps"),
+    (8, "nvidiavpc", "NvidiaVPC"),
+    (9, "nvidiavcs", "NvidiaVCS"),
+    (10, "nvidiavws", "NvidiaVWS"),
+    (11, "nvidiacloudgaming", "NvidiaCloudGaming"),
+    (12, "quadrortx", "QuadroRTX"),
+    (13, "nvidiartx", "NvidiaRTX"),
+    (14, "nvidia", "Nvidia"),
+    (15, "geforcertx", "GeForceRTX"),
+    (16, "titanrtx", "TitanRTX"),
+];
+
+/// The `NVIDIA_REQUIRE_*` name of NVML brand `value`; None for a value this version does not
+/// know.
+#[must_use]
+pub fn brand_name(value: u32) -> Option<&'static str> {
+    BRANDS.iter().find(|b| b.0 == value).map(|b| b.1)
+}
+
+/// How NVIDIA's DRA driver writes the brand named `name` (`nvidia` → `Nvidia`).
+#[must_use]
+pub fn brand_display(name: &str) -> Option<&'static str> {
+    BRANDS.iter().find(|b| b.1 == name).map(|b| b.2)
 }
 
 impl GpuInfo {

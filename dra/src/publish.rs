@@ -2,7 +2,7 @@
 //! consumable capacities (`memory`, `cores`), shared by several claims at once
 //! (`allowMultipleAllocations`, KEP-5075), each request rounded to the policy's step.
 
-use gpuslice_core::inventory::Inventory;
+use gpuslice_core::inventory::{Inventory, brand_display};
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     ResourcePool, ResourceSlice, ResourceSliceSpec,
@@ -72,6 +72,10 @@ pub fn resource_slice(node: &str, inventory: &Inventory, generation: i64) -> Res
             }
             if let Some(cc) = &g.compute_capability {
                 attributes.insert("computeCapability".into(), version(semver(cc)));
+            }
+            // As NVIDIA's DRA driver writes it (`Nvidia`, `Tesla`, ...).
+            if let Some(brand) = g.brand.as_deref().and_then(brand_display) {
+                attributes.insert("brand".into(), string(brand));
             }
             if let Some(n) = g.numa_node {
                 attributes.insert("numaNode".into(), int(i64::from(n)));
@@ -181,6 +185,7 @@ mod tests {
             pci_bus_id: "00000000:17:00.0".into(),
             numa_node: None,
             compute_capability: None,
+            brand: None,
         };
         let inventory = Inventory {
             driver_version: "580.159.04".into(),

@@ -692,6 +692,8 @@ async fn the_plugin_publishes_the_nodes_resource_slice_with_shareable_gpus() {
         attrs["cudaDriverVersion"].version.as_deref(),
         Some("12.4.0")
     );
+    // NVML's NVML_BRAND_NVIDIA, as NVIDIA's DRA driver writes it.
+    assert_eq!(attrs["brand"].string.as_deref(), Some("Nvidia"));
     let (major, minor) = node.sim.spec.gpus[1].compute_capability;
     assert_eq!(
         attrs["computeCapability"].version.as_deref(),

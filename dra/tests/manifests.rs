@@ -181,6 +181,7 @@ fn the_example_claim_asks_within_the_request_policy_by_attributes_the_plugin_pub
             pci_bus_id: "00000000:17:00.0".into(),
             numa_node: Some(0),
             compute_capability: None,
+            brand: None,
         }],
         topology: None,
     };

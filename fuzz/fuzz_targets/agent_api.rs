@@ -34,6 +34,7 @@ fn inventory() -> Inventory {
                 pci_bus_id: String::new(),
                 numa_node: None,
                 compute_capability: None,
+                brand: None,
             })
             .collect(),
         // Two GPUs bridged by NVLink: requests for both go through the closest-set choice.

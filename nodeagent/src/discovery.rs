@@ -79,6 +79,7 @@ pub fn discover(library: &std::path::Path) -> Result<Inventory, DiscoveryError> 
                 .cuda_compute_capability()
                 .ok()
                 .map(|c| format!("{}.{}", c.major, c.minor)),
+            brand: d.brand().ok().and_then(brand_name),
         });
     }
     Ok(Inventory {
@@ -177,4 +178,30 @@ fn pcie_link(level: TopologyLevel) -> Link {
         TopologyLevel::Node => Link::NumaNode,
         TopologyLevel::System => Link::System,
     }
+}
+
+/// The `NVIDIA_REQUIRE_*` name of an NVML brand ([`gpuslice_core::inventory::BRANDS`]).
+fn brand_name(brand: nvml_wrapper::enum_wrappers::device::Brand) -> Option<String> {
+    use nvml_wrapper::enum_wrappers::device::Brand;
+    let value = match brand {
+        Brand::Unknown => 0,
+        Brand::Quadro => 1,
+        Brand::Tesla => 2,
+        Brand::NVS => 3,
+        Brand::GRID => 4,
+        Brand::GeForce => 5,
+        Brand::Titan => 6,
+        Brand::VApps => 7,
+        Brand::VPC => 8,
+        Brand::VCS => 9,
+        Brand::VWS => 10,
+        // The cloud gaming brand's older name, the same value.
+        Brand::CloudGaming | Brand::VGaming => 11,
+        Brand::QuadroRTX => 12,
+        Brand::NvidiaRTX => 13,
+        Brand::Nvidia => 14,
+        Brand::GeForceRTX => 15,
+        Brand::TitanRTX => 16,
+    };
+    gpuslice_core::inventory::brand_name(value).map(str::to_string)
 }

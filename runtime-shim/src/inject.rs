@@ -211,9 +211,9 @@ pub fn claim_and_plan(
         .driver_version()
         .unwrap_or_default();
     let compat = crate::compat::find(&rootfs(spec, bundle), &host_version);
-    // The image's CUDA against the driver's, before anything is claimed; its GPUs' arch once
-    // they are known.
-    let mut required_arch = None;
+    // The image's CUDA against the driver's, before anything is claimed; its GPUs' arch and
+    // brand once they are known.
+    let mut required_gpu = None;
     if crate::require::any(&env) {
         let text = with_agent(cfg, |agent| agent.inventory())?;
         let inventory: gpuslice_core::inventory::Inventory =
@@ -228,10 +228,11 @@ pub fn claim_and_plan(
             version: inventory.driver_version.clone(),
             cuda: image_cuda.or(inventory.cuda_driver_version),
             arch: None,
+            brand: None,
         };
         crate::require::check(&env, &driver).map_err(|e| anyhow!("container {id}: {e}"))?;
-        if crate::require::names_arch(&env) {
-            required_arch = Some((driver, inventory));
+        if crate::require::names_gpu(&env) {
+            required_gpu = Some((driver, inventory));
         }
     }
     refuse_privileged(id, "asks for a GPU slice", spec, cfg)?;
@@ -252,14 +253,19 @@ pub fn claim_and_plan(
     })?;
     let claimed = started.elapsed();
     let claim: Claim = serde_json::from_str(&json).context("the agent's answer is not a claim")?;
-    if let Some((mut driver, inventory)) = required_arch {
-        let archs = claim
+    if let Some((mut driver, inventory)) = required_gpu {
+        let given: Vec<_> = claim
             .gpus
             .iter()
             .filter_map(|g| inventory.gpus.iter().find(|i| i.index == g.index))
-            .filter_map(|i| i.compute_capability.clone())
             .collect();
-        driver.arch = Some(archs);
+        driver.arch = Some(
+            given
+                .iter()
+                .filter_map(|i| i.compute_capability.clone())
+                .collect(),
+        );
+        driver.brand = Some(given.iter().filter_map(|i| i.brand.clone()).collect());
         if let Err(e) = crate::require::check(&env, &driver) {
             let _ = release(id, owner, cfg);
             bail!("container {id}: {e}");

@@ -4,10 +4,13 @@
 //! of constraints that must all hold; every such variable must hold.
 //! `NVIDIA_DISABLE_REQUIRE` (any value but `false`/`0`/empty) turns the check off.
 //!
-//! `cuda` (the driver's CUDA version, major.minor), `driver` (its version) and `arch` (the
-//! compute capability of every GPU the container gets) are checked. `brand` is not known to
-//! gpuslice, so a constraint on it does not hold: an alternative that needs it (the
-//! forward-compatibility ones above) is not taken.
+//! `cuda` (the driver's CUDA version, major.minor), `driver` (its version), `arch` (the
+//! compute capability of every GPU the container gets) and `brand` (the product brand NVML
+//! reports for every GPU it gets, named as the toolkit names it: `nvidia`, `tesla`, ...; `=`
+//! and `!=` only, case aside) are checked. So the forward-compatibility alternatives of CUDA
+//! images (`brand=nvidia,driver>=535,driver<536`: an image newer than the driver's CUDA, run
+//! with its own compatibility libraries on that driver branch) are taken as the toolkit
+//! takes them.
 
 use crate::nvidia_env::lookup;
 
@@ -20,6 +23,8 @@ pub struct Driver {
     /// The compute capabilities (`7.5`) of the GPUs the container gets; `None` before they
     /// are known, when `arch` constraints are left to the check after the claim.
     pub arch: Option<Vec<String>>,
+    /// The brands (`nvidia`) of the GPUs the container gets, as `arch`.
+    pub brand: Option<Vec<String>>,
 }
 
 /// A requirement that does not hold: the variable, its value and why.
@@ -109,7 +114,7 @@ fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
             }
             Some(a) => (a.clone(), "a GPU's arch"),
         },
-        "brand" => return Err(format!("{c}: the GPU's brand is not known here")),
+        "brand" => return brand(c, op, want, driver.brand.as_deref()),
         other => return Err(format!("{c}: unknown constraint {other:?}")),
     };
     for h in &have {
@@ -129,12 +134,36 @@ fn constraint(c: &str, driver: &Driver) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether any `NVIDIA_REQUIRE_*` of `env` constrains `arch` (checked once the GPUs are known).
+/// A `brand` constraint against the brands of the GPUs given (`None` before they are known:
+/// left to the check after the claim).
+fn brand(c: &str, op: &str, want: &str, have: Option<&[String]>) -> Result<(), String> {
+    let Some(have) = have else {
+        return Ok(());
+    };
+    if have.is_empty() {
+        return Err(format!("{c}: the GPU's brand is not known here"));
+    }
+    let equal = match op {
+        "=" | "==" => true,
+        "!=" => false,
+        _ => return Err(format!("{c}: a brand is compared with = or != only")),
+    };
+    match have.iter().find(|h| h.eq_ignore_ascii_case(want) != equal) {
+        Some(h) => Err(format!("{c} does not hold: a GPU's brand is {h}")),
+        None => Ok(()),
+    }
+}
+
+/// Whether any `NVIDIA_REQUIRE_*` of `env` constrains what a GPU is (`arch`, `brand`): checked
+/// once the GPUs are known.
 #[must_use]
-pub fn names_arch(env: &[String]) -> bool {
+pub fn names_gpu(env: &[String]) -> bool {
     env.iter()
         .filter(|e| e.starts_with("NVIDIA_REQUIRE_"))
-        .any(|e| e.split_once('=').is_some_and(|(_, v)| v.contains("arch")))
+        .any(|e| {
+            e.split_once('=')
+                .is_some_and(|(_, v)| v.contains("arch") || v.contains("brand"))
+        })
 }
 
 /// Compares dotted versions numerically, a missing part counting as 0.
@@ -159,6 +188,7 @@ mod tests {
         version: String::new(),
         cuda: Some(12_020),
         arch: None,
+        brand: None,
     };
 
     fn driver() -> Driver {
@@ -213,7 +243,7 @@ mod tests {
     #[test]
     fn arch_holds_when_every_gpu_given_has_it_and_waits_until_they_are_known() {
         let e = env(&["NVIDIA_REQUIRE_ARCH=arch>=8.0"]);
-        assert!(names_arch(&e));
+        assert!(names_gpu(&e));
         assert_eq!(
             check(&e, &driver()),
             Ok(()),
@@ -235,7 +265,66 @@ mod tests {
             check(&e, &with(&[])).is_err(),
             "no GPU known: it does not hold"
         );
-        assert!(!names_arch(&env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.0"])));
+        assert!(!names_gpu(&env(&["NVIDIA_REQUIRE_CUDA=cuda>=12.0"])));
+    }
+
+    #[test]
+    fn an_image_newer_than_the_drivers_cuda_runs_by_its_brand_alternative_once_the_gpus_are_known()
+    {
+        // As nvidia/cuda:12.4 images set it, on a 535 driver (CUDA 12.2) of data-center GPUs.
+        let image = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471 \
+                     brand=nvidia,driver>=535,driver<536 brand=geforce,driver>=535,driver<536";
+        let e = env(&[image]);
+        assert!(names_gpu(&e));
+        assert_eq!(check(&e, &driver()), Ok(()), "the brands are not known yet");
+        let with = |brands: &[&str]| Driver {
+            brand: Some(brands.iter().map(|b| (*b).to_string()).collect()),
+            ..driver()
+        };
+        assert_eq!(check(&e, &with(&["nvidia", "nvidia"])), Ok(()));
+        let refused = check(&e, &with(&["nvidia", "quadro"])).unwrap_err();
+        assert!(
+            refused
+                .reason
+                .contains("brand=nvidia does not hold: a GPU's brand is quadro"),
+            "{refused}"
+        );
+        assert!(
+            check(&e, &with(&[])).is_err(),
+            "no GPU known: it does not hold"
+        );
+        // Another driver branch: only the CUDA version could hold.
+        let newer = Driver {
+            version: "550.54.15".into(),
+            ..with(&["nvidia"])
+        };
+        let refused = check(&e, &newer).unwrap_err();
+        assert!(
+            refused.reason.contains("the driver's cuda is 12.2"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_brand_is_compared_for_equality_only_and_case_aside() {
+        let with = Driver {
+            brand: Some(vec!["nvidia".into()]),
+            ..driver()
+        };
+        assert_eq!(
+            check(&env(&["NVIDIA_REQUIRE_BRAND=brand==Nvidia"]), &with),
+            Ok(())
+        );
+        assert_eq!(
+            check(&env(&["NVIDIA_REQUIRE_BRAND=brand!=geforce"]), &with),
+            Ok(())
+        );
+        assert!(check(&env(&["NVIDIA_REQUIRE_BRAND=brand!=nvidia"]), &with).is_err());
+        let ordered = check(&env(&["NVIDIA_REQUIRE_BRAND=brand>=nvidia"]), &with).unwrap_err();
+        assert!(
+            ordered.reason.contains("compared with = or != only"),
+            "{ordered}"
+        );
     }
 
     #[test]

@@ -267,6 +267,31 @@ fn an_image_that_needs_a_newer_cuda_than_the_driver_has_is_refused_as_the_toolki
 }
 
 #[test]
+fn an_image_newer_than_the_drivers_cuda_starts_by_its_brand_alternative_as_the_toolkit_starts_it() {
+    let node = Node::new();
+    // As nvidia/cuda images set it: CUDA 12.6 on the simulated 550 driver (CUDA 12.4) holds by
+    // the alternative of the 550 branch for the GPU's brand (NVML's NVIDIA, as data-center
+    // GPUs report it).
+    let image = "NVIDIA_REQUIRE_CUDA=cuda>=12.6 brand=tesla,driver>=550,driver<551 \
+                 brand=nvidia,driver>=550,driver<551 brand=geforce,driver>=550,driver<551";
+    let b = bundle(&node, "branch", &[image], &[("gpuslice.io/memory", "1Gi")]);
+    assert_eq!(start(&node, &b, "branch"), "");
+    remove(&node, "branch");
+    // Without an alternative for the GPU's brand, refused naming it, and nothing held.
+    let other = "NVIDIA_REQUIRE_CUDA=cuda>=12.6 brand=tesla,driver>=550,driver<551";
+    let b = bundle(&node, "tesla", &[other], &[("gpuslice.io/memory", "1Gi")]);
+    let refused = start(&node, &b, "tesla");
+    assert!(
+        refused.contains("brand=tesla does not hold: a GPU's brand is nvidia"),
+        "{refused}"
+    );
+    assert!(
+        node.status().slices.is_empty(),
+        "the claim made to learn the GPU is given back"
+    );
+}
+
+#[test]
 fn an_image_with_a_newer_drivers_compat_libraries_runs_with_them_behind_the_front() {
     let node = Node::new();
     // As nvcr.io images carry cuda-compat: a driver newer (560) than the node's (550).

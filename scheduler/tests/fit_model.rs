@@ -159,6 +159,7 @@ fn inventory(gpus: &[u64]) -> Inventory {
                 pci_bus_id: String::new(),
                 numa_node: None,
                 compute_capability: None,
+                brand: None,
             })
             .collect(),
     }

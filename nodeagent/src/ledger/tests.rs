@@ -19,6 +19,7 @@ fn inventory(n: u32) -> Inventory {
                 pci_bus_id: String::new(),
                 numa_node: None,
                 compute_capability: None,
+                brand: None,
             })
             .collect(),
     }

@@ -434,6 +434,24 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     }
 }
 
+/// The product brand (`nvmlBrandType_t`) of the node's description.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBrand(
+    device: nvmlDevice_t,
+    brand: *mut c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: the handle is checked; the out pointer is checked for null.
+    unsafe {
+        with_device(device, |l, i| {
+            if brand.is_null() {
+                return NVML_ERROR_INVALID_ARGUMENT;
+            }
+            *brand = l.spec.gpus[i].brand;
+            NVML_SUCCESS
+        })
+    }
+}
+
 fn fill_chars(dst: &mut [c_char], s: &str) {
     let room = dst.len().saturating_sub(1);
     for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {

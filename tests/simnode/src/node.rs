@@ -35,6 +35,10 @@ pub struct SimGpu {
     pub nvlinks: Vec<String>,
     /// Compute capability, major and minor.
     pub compute_capability: (u32, u32),
+    /// NVML's product brand (`nvmlBrandType_t`): `NVML_BRAND_NVIDIA` (14), as data-center GPUs
+    /// report it on current drivers.
+    #[serde(default = "default_brand")]
+    pub brand: u32,
     /// Device memory a context takes when it is created (the driver's own reservation).
     #[serde(default)]
     pub context_bytes: u64,
@@ -58,6 +62,13 @@ pub struct SimGpu {
     /// ("between 1 second and 1/6 second, depending on the product", NVML's reference).
     #[serde(default = "default_utilization_period_us")]
     pub utilization_period_us: u64,
+}
+
+/// `NVML_BRAND_NVIDIA`, the brand every simulated model reports (a T4 with driver 530 and an
+/// H100 with 560 report it in `nvidia-smi -q`'s "Product Brand").
+#[must_use]
+pub fn default_brand() -> u32 {
+    14
 }
 
 /// One sixth of a second, the sampling period of the data-center GPUs.
@@ -230,6 +241,7 @@ impl NodeSpec {
                 pci_switch: None,
                 nvlinks: Vec::new(),
                 compute_capability: m.compute_capability,
+                brand: default_brand(),
                 context_bytes: m.context_bytes(),
                 reserved_bytes: 0,
                 kernel_ns_per_block: 0,
