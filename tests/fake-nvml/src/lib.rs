@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpuslice_simnode::{NodeSpec, procs};
 
+mod sensors;
+
 pub use gpuslice_cuda_abi::nvml::{
     NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_UNINITIALIZED, NVML_ERROR_UNKNOWN,
@@ -669,7 +671,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
             let (total, _, used) = memory_of(l, i);
             let mem_pct = u32::try_from(used.saturating_mul(100) / total.max(1)).unwrap_or(100);
             *u = nvmlUtilization_t {
-                gpu: 0,
+                gpu: u32::try_from(last_period(l, i).util).unwrap_or(100),
                 memory: mem_pct,
             };
             NVML_SUCCESS
@@ -821,6 +823,40 @@ fn period_draw(index: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The device's last sampling period that has ended: its length and end (monotonic ns), each
+/// process's busy time in it (those with any), and the SM utilization they add up to, in
+/// percent (at most 100).
+struct LastPeriod {
+    period: u64,
+    end: u64,
+    busy: Vec<(u32, u64)>,
+    util: u64,
+}
+
+fn last_period(l: &Loaded, i: usize) -> LastPeriod {
+    let period = l.spec.gpus[i]
+        .utilization_period_us
+        .max(1)
+        .saturating_mul(1000);
+    let end = procs::monotonic_ns() / period * period;
+    let busy: Vec<(u32, u64)> = procs::nvml_view_with_kernel_time(&l.spec.state_dir)
+        .into_iter()
+        .filter_map(|p| {
+            let ended = (end / period).checked_sub(1)?;
+            Some((p.pid, p.busy.get(i)?.in_period(ended)))
+        })
+        .filter(|(_, ns)| *ns > 0)
+        .collect();
+    let total: u64 = busy.iter().map(|(_, ns)| ns).sum();
+    let util = (total.saturating_mul(100) / period).min(100);
+    LastPeriod {
+        period,
+        end,
+        busy,
+        util,
+    }
+}
+
 /// SM utilization per process as the real driver samples it (seen on an H200 with driver
 /// 580): once per sampling period (`utilization_period_us` of the GPU, a sixth of a second
 /// by default), time-stamped (CPU time, µs) at the period's end and reported only once the
@@ -846,23 +882,14 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             if count.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let period = l.spec.gpus[i]
-                .utilization_period_us
-                .max(1)
-                .saturating_mul(1000);
-            let end = procs::monotonic_ns() / period * period;
+            let LastPeriod {
+                period,
+                end,
+                busy,
+                util,
+            } = last_period(l, i);
             let stamp = u64::try_from((i128::from(end) + realtime_offset_ns()) / 1000).unwrap_or(0);
-            // Each process's busy time in the period.
-            let busy: Vec<(u32, u64)> = procs::nvml_view_with_kernel_time(&l.spec.state_dir)
-                .into_iter()
-                .filter_map(|p| {
-                    let ended = (end / period).checked_sub(1)?;
-                    Some((p.pid, p.busy.get(i)?.in_period(ended)))
-                })
-                .filter(|(_, ns)| *ns > 0)
-                .collect();
             let total: u64 = busy.iter().map(|(_, ns)| ns).sum();
-            let util = (total.saturating_mul(100) / period).min(100);
             let sample = (util > 0 && stamp > last_seen).then(|| {
                 // The real driver keeps naming the same process for runs of periods (about
                 // ten, with two alike processes): one draw serves a run.

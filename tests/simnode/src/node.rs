@@ -39,6 +39,16 @@ pub struct SimGpu {
     /// report it on current drivers.
     #[serde(default = "default_brand")]
     pub brand: u32,
+    /// The board's power limit in milliwatts (`nvmlDeviceGetEnforcedPowerLimit`); 0: NVML
+    /// answers the power calls `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub power_limit_mw: u32,
+    /// The most the graphics (and SM) clock and the memory clock run at, in MHz
+    /// (`nvmlDeviceGetMaxClockInfo`); 0: the clock calls answer `NOT_SUPPORTED`.
+    #[serde(default)]
+    pub max_graphics_clock_mhz: u32,
+    #[serde(default)]
+    pub max_memory_clock_mhz: u32,
     /// Device memory a context takes when it is created (the driver's own reservation).
     #[serde(default)]
     pub context_bytes: u64,
@@ -136,6 +146,10 @@ pub struct Model {
     pub compute_capability: (u32, u32),
     /// Most threads resident on one SM.
     pub threads_per_sm: u64,
+    /// The board's power limit, in watts, and its most graphics and memory clocks, in MHz,
+    /// as NVIDIA's product specifications and `nvidia-smi -q` give them.
+    pub power_limit_w: u32,
+    pub max_clocks_mhz: (u32, u32),
 }
 
 /// Device memory a bare context took on an NVIDIA H100 80GB HBM3 with driver 580.159.04 and
@@ -169,6 +183,8 @@ pub const MODELS: &[Model] = &[
         sm_count: 40,
         compute_capability: (7, 5),
         threads_per_sm: 1024,
+        power_limit_w: 70,
+        max_clocks_mhz: (1590, 5001),
     },
     Model {
         short: "A10",
@@ -177,6 +193,8 @@ pub const MODELS: &[Model] = &[
         sm_count: 72,
         compute_capability: (8, 6),
         threads_per_sm: 1536,
+        power_limit_w: 150,
+        max_clocks_mhz: (1695, 6251),
     },
     Model {
         short: "L40S",
@@ -185,6 +203,8 @@ pub const MODELS: &[Model] = &[
         sm_count: 142,
         compute_capability: (8, 9),
         threads_per_sm: 1536,
+        power_limit_w: 350,
+        max_clocks_mhz: (2520, 9001),
     },
     Model {
         short: "A100",
@@ -193,6 +213,8 @@ pub const MODELS: &[Model] = &[
         sm_count: 108,
         compute_capability: (8, 0),
         threads_per_sm: 2048,
+        power_limit_w: 400,
+        max_clocks_mhz: (1410, 1593),
     },
     Model {
         short: "H100",
@@ -203,6 +225,8 @@ pub const MODELS: &[Model] = &[
         sm_count: 132,
         compute_capability: (9, 0),
         threads_per_sm: 2048,
+        power_limit_w: 700,
+        max_clocks_mhz: (1980, 2619),
     },
 ];
 
@@ -242,6 +266,9 @@ impl NodeSpec {
                 nvlinks: Vec::new(),
                 compute_capability: m.compute_capability,
                 brand: default_brand(),
+                power_limit_mw: m.power_limit_w * 1000,
+                max_graphics_clock_mhz: m.max_clocks_mhz.0,
+                max_memory_clock_mhz: m.max_clocks_mhz.1,
                 context_bytes: m.context_bytes(),
                 reserved_bytes: 0,
                 kernel_ns_per_block: 0,

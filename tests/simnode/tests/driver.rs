@@ -10,6 +10,8 @@ use gpuslice_testsupport::sim::SimNode;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
+mod common;
+
 const GIB: u64 = 1 << 30;
 
 fn compile_client(sim: &SimNode) -> PathBuf {
@@ -383,4 +385,59 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
     ] {
         assert!(text.contains(want), "{want:?} not in:\n{text}");
     }
+}
+
+#[test]
+fn nvml_reads_the_gpus_brand_sensors_and_clocks_which_follow_its_utilization() {
+    // 1 ms of simulated GPU time per thread block: kernels of 4 blocks back to back keep it
+    // busy.
+    let sim = SimNode::with_kernel_time(1, "A10", None, 1_000_000);
+    let nvml = nvml(&sim);
+    let d = nvml.device_by_index(0).unwrap();
+    use nvml_wrapper::enum_wrappers::device::{Brand, Clock, PerformanceState, TemperatureSensor};
+    assert_eq!(d.brand().unwrap(), Brand::Nvidia);
+    // The A10's board: 150 W, clocks at most 1695 and 6251 MHz.
+    assert_eq!(d.enforced_power_limit().unwrap(), 150_000);
+    assert_eq!(d.power_management_limit().unwrap(), 150_000);
+    for clock in [Clock::Graphics, Clock::SM] {
+        assert_eq!(d.max_clock_info(clock).unwrap(), 1695);
+        assert_eq!(d.clock_info(clock).unwrap(), 1695);
+    }
+    assert_eq!(d.clock_info(Clock::Memory).unwrap(), 6251);
+    assert_eq!(d.performance_state().unwrap(), PerformanceState::Zero);
+    // Idle: no utilization, 30 °C, a quarter of the limit.
+    assert_eq!(d.utilization_rates().unwrap().gpu, 0);
+    assert_eq!(d.temperature(TemperatureSensor::Gpu).unwrap(), 30);
+    assert_eq!(d.power_usage().unwrap(), 37_500);
+    assert_eq!(
+        query_gpu(
+            &sim,
+            "temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.mem,pstate"
+        )
+        .trim(),
+        "30, 37.50, 150.00, 1695, 6251, P0"
+    );
+
+    let busy = common::compile(&sim, "busy", &["cuda"]);
+    let mut child = Command::new(&busy)
+        .args(["4", "3000"])
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "launching=1");
+    // Two sampling periods (1/6 s each) in, the last one ended was busy throughout.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let util = d.utilization_rates().unwrap().gpu;
+    let celsius = d.temperature(TemperatureSensor::Gpu).unwrap();
+    let power = d.power_usage().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(util >= 90, "utilization {util}%");
+    assert!(celsius >= 70, "{celsius} °C at {util}%");
+    assert!(power >= 140_000, "{power} mW at {util}%");
 }

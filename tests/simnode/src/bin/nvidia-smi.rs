@@ -1,5 +1,7 @@
 //! A small `nvidia-smi` over NVML: the summary table, `-L`,
-//! `--query-gpu=… --format=csv[,noheader][,nounits]`, and `--query-compute-apps=…` (one row
+//! `--query-gpu=… --format=csv[,noheader][,nounits]` (index, uuid, name, pci.bus_id,
+//! memory.*, utilization.gpu, temperature.gpu, power.draw, power.limit, clocks.{gr,sm,mem},
+//! clocks.max.{gr,sm,mem}, pstate; `[N/A]` where NVML does not support a figure), and `--query-compute-apps=…` (one row
 //! per process holding memory: pid, used_memory, gpu_uuid, gpu_bus_id). It loads `libnvidia-ml.so.1` as the
 //! real one does, so it shows whatever NVML answers: the simulated node, or a slice when the
 //! interception library is loaded.
@@ -8,9 +10,12 @@ use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
 const MIB: u64 = 1 << 20;
+/// The clocks `clocks.gr`, `clocks.sm` and `clocks.mem` name, in that order.
+const CLOCKS: [Clock; 3] = [Clock::Graphics, Clock::SM, Clock::Memory];
 
 struct Row {
     index: u32,
@@ -22,6 +27,13 @@ struct Row {
     used: u64,
     free: u64,
     util: u32,
+    /// Sensors and clocks, None where NVML does not support them.
+    celsius: Option<u32>,
+    power_mw: Option<u32>,
+    power_limit_mw: Option<u32>,
+    clocks_mhz: [Option<u32>; 3],
+    max_clocks_mhz: [Option<u32>; 3],
+    pstate: Option<u32>,
     procs: Vec<(u32, u64)>,
 }
 
@@ -54,6 +66,12 @@ fn rows(nvml: &Nvml) -> Result<Vec<Row>> {
             used: mem.used,
             free: mem.free,
             util: d.utilization_rates().map(|u| u.gpu).unwrap_or(0),
+            celsius: d.temperature(TemperatureSensor::Gpu).ok(),
+            power_mw: d.power_usage().ok(),
+            power_limit_mw: d.enforced_power_limit().ok(),
+            clocks_mhz: CLOCKS.map(|c| d.clock_info(c).ok()),
+            max_clocks_mhz: CLOCKS.map(|c| d.max_clock_info(c).ok()),
+            pstate: d.performance_state().ok().map(|p| p.as_c()),
             procs,
         });
     }
@@ -84,8 +102,59 @@ fn field(row: &Row, name: &str, units: bool) -> Result<String> {
                 row.util.to_string()
             }
         }
-        _ => bail!("Field \"{name}\" is not a valid field to query."),
+        "temperature.gpu" => or_na(row.celsius.map(|c| c.to_string())),
+        "power.draw" => or_na(row.power_mw.map(|mw| watts(mw, units))),
+        "power.limit" | "enforced.power.limit" => {
+            or_na(row.power_limit_mw.map(|mw| watts(mw, units)))
+        }
+        "pstate" => or_na(row.pstate.map(|p| format!("P{p}"))),
+        _ => match clock(name) {
+            Some((max, k)) => {
+                let mhz = if max {
+                    row.max_clocks_mhz[k]
+                } else {
+                    row.clocks_mhz[k]
+                };
+                or_na(mhz.map(|m| {
+                    if units {
+                        format!("{m} MHz")
+                    } else {
+                        m.to_string()
+                    }
+                }))
+            }
+            None => bail!("Field \"{name}\" is not a valid field to query."),
+        },
     })
+}
+
+/// What nvidia-smi prints for a figure the GPU does not support.
+fn or_na(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "[N/A]".to_string())
+}
+
+fn watts(mw: u32, units: bool) -> String {
+    let w = f64::from(mw) / 1000.0;
+    if units {
+        format!("{w:.2} W")
+    } else {
+        format!("{w:.2}")
+    }
+}
+
+/// A clock field: whether it is the most (`clocks.max.*`) and which of [`CLOCKS`].
+fn clock(name: &str) -> Option<(bool, usize)> {
+    let (max, kind) = match name.strip_prefix("clocks.max.") {
+        Some(k) => (true, k),
+        None => (false, name.strip_prefix("clocks.")?),
+    };
+    let k = match kind {
+        "gr" | "graphics" => 0,
+        "sm" => 1,
+        "mem" | "memory" => 2,
+        _ => return None,
+    };
+    Some((max, k))
 }
 
 fn table(nvml: &Nvml, rows: &[Row]) -> Result<()> {
