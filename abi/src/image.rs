@@ -21,11 +21,11 @@ use std::collections::HashMap;
 use crate::compressed;
 use crate::params::{self, Param};
 
-const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+pub(crate) const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// The wrapper the CUDA runtime registers a fat binary by (`__fatBinC_Wrapper_t`).
 const FATBIN_WRAPPER_MAGIC: u32 = 0x466_243B1;
-const ENTRY_PTX: u16 = 1;
-const ENTRY_ELF: u16 = 2;
+pub(crate) const ENTRY_PTX: u16 = 1;
+pub(crate) const ENTRY_ELF: u16 = 2;
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 
 pub(crate) fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -479,35 +479,18 @@ fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A fat binary entry: a 64-byte header (kind, its size, the payload's size, flags at
-    /// byte 40) and the payload.
-    fn entry(kind: u16, flags: u64, payload: &[u8]) -> Vec<u8> {
-        let mut e = vec![0u8; 64];
-        e[0..2].copy_from_slice(&kind.to_le_bytes());
-        e[4..8].copy_from_slice(&64u32.to_le_bytes());
-        e[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        e[40..48].copy_from_slice(&flags.to_le_bytes());
-        e.extend_from_slice(payload);
-        e
-    }
+    use crate::writer;
 
     #[test]
     fn a_fat_binarys_uncompressed_ptx_entries_declare_their_globals_once() {
         let ptx = b".version 7.0\n.target sm_75\n.address_size 64\n\
                     .visible .global .align 8 .b8 table[4096];\n\0";
         let hidden = b".visible .global .b8 unseen[64];\n\0";
-        let entries = [
-            entry(ENTRY_PTX, 0, ptx),
-            entry(ENTRY_PTX, 0, ptx),
-            entry(ENTRY_PTX, 0x2000, hidden),
-        ]
-        .concat();
-        let mut fatbin = vec![0u8; 16];
-        fatbin[0..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
-        fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
-        fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
-        fatbin.extend_from_slice(&entries);
+        let fatbin = writer::fat_binary(&[
+            writer::entry(ENTRY_PTX, 0, 0, ptx),
+            writer::entry(ENTRY_PTX, 0, 0, ptx),
+            writer::entry(ENTRY_PTX, 0, 0x2000, hidden),
+        ]);
         let found = globals(&fatbin, || None);
         assert_eq!(found.get("table"), Some(&4096), "{found:?}");
         assert_eq!(
@@ -519,36 +502,6 @@ mod tests {
         assert_eq!(unsafe { bytes(fatbin.as_ptr()) }.len(), fatbin.len());
     }
 
-    /// A compressed fat binary entry for `arch`: `compressed` holds `size` bytes.
-    fn compressed_entry(
-        kind: u16,
-        flags: u64,
-        arch: u32,
-        compressed: &[u8],
-        size: usize,
-    ) -> Vec<u8> {
-        let padded = compressed.len().next_multiple_of(8);
-        let mut e = entry(
-            kind,
-            flags,
-            &[compressed, &vec![0; padded - compressed.len()]].concat(),
-        );
-        e[16..20].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
-        e[28..32].copy_from_slice(&arch.to_le_bytes());
-        e[56..64].copy_from_slice(&(size as u64).to_le_bytes());
-        e
-    }
-
-    fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
-        let entries = entries.concat();
-        let mut fatbin = vec![0u8; 16];
-        fatbin[0..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
-        fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
-        fatbin[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
-        fatbin.extend_from_slice(&entries);
-        fatbin
-    }
-
     #[test]
     fn compressed_entries_are_read_for_the_architecture_the_driver_would_load() {
         let ptx = |name: &str, bytes: u32| {
@@ -557,18 +510,18 @@ mod tests {
             )
         };
         let (lz4, zstd) = (ptx("in_lz4", 4096), ptx("in_zstd", 8192));
-        let image = fatbin(&[
-            compressed_entry(
+        let image = writer::fat_binary(&[
+            writer::compressed_entry(
                 ENTRY_PTX,
-                compressed::LZ4,
                 80,
+                compressed::LZ4,
                 &lz4_flex::block::compress(lz4.as_bytes()),
                 lz4.len(),
             ),
-            compressed_entry(
+            writer::compressed_entry(
                 ENTRY_PTX,
-                compressed::ZSTD,
                 80,
+                compressed::ZSTD,
                 &ruzstd::encoding::compress_to_vec(
                     zstd.as_bytes(),
                     ruzstd::encoding::CompressionLevel::Fastest,

@@ -11,3 +11,5 @@ pub mod cuda;
 pub mod image;
 pub mod nvml;
 pub mod params;
+#[cfg(any(test, feature = "testing"))]
+pub mod writer;

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{MIB, Slice};
+use gpuslice_cuda_abi::{compressed, writer};
 
 const MODES: &[&str] = &["link", "dlsym", "procaddr", "procaddr_ptds"];
 const PATHS: &[&str] = &[
@@ -272,8 +273,7 @@ fn a_modules_global_variables_are_charged_before_the_driver_loads_it() {
 }
 
 /// A fat binary of one PTX entry for compute capability 7.0 declaring a global of `bytes`,
-/// compressed as `nvcc` compresses entries: an LZ4 block (flag 0x2000) or a Zstandard frame
-/// (0x8000), the compressed size at bytes 16..20 and the uncompressed one at 56..64.
+/// compressed as `nvcc` compresses entries: an LZ4 block or a Zstandard frame.
 fn compressed_module(bytes: u64, zstd: bool) -> Vec<u8> {
     let ptx = format!(
         ".version 7.0\n.target sm_70\n.address_size 64\n\
@@ -284,28 +284,17 @@ fn compressed_module(bytes: u64, zstd: bool) -> Vec<u8> {
             ptx.as_bytes(),
             ruzstd::encoding::CompressionLevel::Fastest,
         );
-        (0x8000u64, data)
+        (compressed::ZSTD, data)
     } else {
-        (0x2000u64, lz4_flex::block::compress(ptx.as_bytes()))
+        (compressed::LZ4, lz4_flex::block::compress(ptx.as_bytes()))
     };
-    let padded = data.len().next_multiple_of(8);
-    let mut entry = vec![0u8; 64];
-    entry[0..2].copy_from_slice(&1u16.to_le_bytes()); // PTX
-    entry[4..8].copy_from_slice(&64u32.to_le_bytes());
-    entry[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
-    entry[16..20].copy_from_slice(&(data.len() as u32).to_le_bytes());
-    entry[28..32].copy_from_slice(&70u32.to_le_bytes());
-    entry[40..48].copy_from_slice(&flags.to_le_bytes());
-    entry[56..64].copy_from_slice(&(ptx.len() as u64).to_le_bytes());
-    entry.extend_from_slice(&data);
-    entry.resize(64 + padded, 0);
-    let mut image = vec![0u8; 16];
-    image[0..4].copy_from_slice(&0xBA55_ED50u32.to_le_bytes());
-    image[4..6].copy_from_slice(&1u16.to_le_bytes());
-    image[6..8].copy_from_slice(&16u16.to_le_bytes());
-    image[8..16].copy_from_slice(&(entry.len() as u64).to_le_bytes());
-    image.extend_from_slice(&entry);
-    image
+    writer::fat_binary(&[writer::compressed_entry(
+        writer::PTX,
+        70,
+        flags,
+        &data,
+        ptx.len(),
+    )])
 }
 
 #[test]
