@@ -175,6 +175,20 @@ fn cuda_core_reads_its_kernels_parameter_layouts_from_cubin_and_ptx_in_a_slice()
 }
 
 #[test]
+fn cuda_core_builds_graphs_by_capture_with_conditional_nodes_and_by_edges_in_a_slice() {
+    let slice = Slice::new(GIB, 0);
+    let f = script_facts(&slice, "graphs.py", &["cuda.core"]);
+    let what = format!("{:?}", f.0);
+    for built in ["split_join", "if_cond", "while_loop", "ran"] {
+        assert_eq!(f.get(built), "1", "{built}: {what}");
+    }
+    // Two kernel nodes, the second after the first; a join node after both.
+    assert_eq!(f.num("edges"), 1, "{what}");
+    assert_eq!((f.num("pred"), f.num("succ")), (0, 1), "{what}");
+    assert_eq!(f.num("joined"), 3, "{what}");
+}
+
+#[test]
 fn cupy_and_pytorch_share_device_memory_between_processes_of_a_slice_charged_to_the_exporter() {
     let slice = Slice::new(GIB, 0);
     for client in ["cupy", "torch"] {

@@ -77,6 +77,11 @@ pub struct Graph {
     ops: Mutex<Vec<Op>>,
     /// Node handles given out for this graph, forgotten with the graph.
     nodes: Mutex<Vec<usize>>,
+    /// Dependency edges between its nodes, (from, to), in the order they were made
+    /// (`graph_edges`). The simulation runs a graph's operations in the order they were
+    /// added, which every edge agrees with (a node depends only on nodes made before it),
+    /// except edges added afterwards between existing nodes.
+    pub(crate) edges: Mutex<Vec<(usize, usize)>>,
 }
 
 pub struct Exec {
@@ -151,6 +156,7 @@ pub(crate) fn new_graph() -> Result<CUgraph, CUresult> {
     let g = Box::into_raw(Box::new(Graph {
         ops: Mutex::new(Vec::new()),
         nodes: Mutex::new(Vec::new()),
+        edges: Mutex::new(Vec::new()),
     }));
     GRAPHS
         .lock()
@@ -174,6 +180,44 @@ pub(crate) fn record(g: CUgraph, op: Op) -> Result<CUgraphNode, CUresult> {
         .insert(node, (g as usize, index));
     gr.nodes.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.push(node);
     Ok(node as CUgraphNode)
+}
+
+/// The dependencies a node-adding call passes (`deps`, `count` of them), each a node of `g`.
+pub(crate) fn deps_arg(
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+) -> Result<Vec<usize>, CUresult> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if deps.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's array of `count` node handles, non-null.
+    let deps = unsafe { std::slice::from_raw_parts(deps, count) };
+    deps.iter()
+        .map(|&d| match node_place(d)? {
+            (owner, _) if owner == g as usize => Ok(d as usize),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        })
+        .collect()
+}
+
+/// Appends `op` to `g` as a node depending on `deps` (nodes of `g`: [`deps_arg`]).
+pub(crate) fn record_after(g: CUgraph, deps: &[usize], op: Op) -> Result<CUgraphNode, CUresult> {
+    let node = record(g, op)?;
+    graph(g)?
+        .edges
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .extend(deps.iter().map(|&d| (d, node as usize)));
+    Ok(node)
+}
+
+/// The graph a node belongs to.
+pub(crate) fn node_graph(node: CUgraphNode) -> Result<CUgraph, CUresult> {
+    Ok(node_place(node)?.0 as CUgraph)
 }
 
 /// Runs one operation now, as a launch or host call on an idle stream would.
@@ -221,6 +265,7 @@ pub extern "C" fn cuGraphDestroy(g: CUgraph) -> CUresult {
         for node in gr.nodes.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.drain(..) {
             nodes.remove(&node);
         }
+        crate::user_objects::graph_destroyed(g)?;
         // SAFETY: it was registered: a Box from new_graph, dropped only here.
         drop(unsafe { Box::from_raw(g.cast::<Graph>()) });
         Ok(())
@@ -255,10 +300,15 @@ pub unsafe extern "C" fn cuGraphGetNodes(
 pub unsafe extern "C" fn cuGraphAddEmptyNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
 ) -> CUresult {
-    guard(|| out(node, record(g, Op::Empty)?))
+    guard(|| {
+        out(
+            node,
+            record_after(g, &deps_arg(g, deps, count)?, Op::Empty)?,
+        )
+    })
 }
 
 /// A kernel launch's operation, refused as the driver refuses it.
@@ -282,8 +332,13 @@ pub(crate) fn kernel(
     })
 }
 
-/// Reads the head `CUDA_KERNEL_NODE_PARAMS` v1 and v2 share (up to `extra`).
-pub(crate) fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op, CUresult> {
+/// Reads the head `CUDA_KERNEL_NODE_PARAMS` v1 and v2 share (up to `extra`), and where
+/// `whole` (v2 and the generic node parameters' v3), the kernel handle (`kern`) that stands
+/// for the function when `func` is NULL (a library's kernel: the same handle here).
+pub(crate) fn kernel_op(
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+    whole: bool,
+) -> Result<Op, CUresult> {
     if params.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -305,6 +360,12 @@ pub(crate) fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op,
             (*params).shared_mem_bytes,
         )
     };
+    let func = if func.is_null() && whole {
+        // SAFETY: a v2 (or v3) structure, which has the kernel handle.
+        unsafe { (*params).kern.cast() }
+    } else {
+        func
+    };
     kernel(func, grid, block, shared).map_err(|_| CUDA_ERROR_INVALID_VALUE)
 }
 
@@ -312,11 +373,11 @@ pub(crate) fn kernel_op(params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> Result<Op,
 pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     params: *const CUDA_KERNEL_NODE_PARAMS_v2,
 ) -> CUresult {
-    guard(|| out(node, record(g, kernel_op(params)?)?))
+    add_kernel_node(node, g, deps, count, params, true)
 }
 
 /// Takes a `CUDA_KERNEL_NODE_PARAMS` v1, the head of the v2 structure (only that is read).
@@ -328,8 +389,21 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     count: usize,
     params: *const c_void,
 ) -> CUresult {
-    // SAFETY: the same contract; the v1 parameters are the head of the v2 ones.
-    unsafe { cuGraphAddKernelNode_v2(node, g, deps, count, params.cast()) }
+    add_kernel_node(node, g, deps, count, params.cast(), false)
+}
+
+fn add_kernel_node(
+    node: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    params: *const CUDA_KERNEL_NODE_PARAMS_v2,
+    whole: bool,
+) -> CUresult {
+    guard(|| {
+        let deps = deps_arg(g, deps, count)?;
+        out(node, record_after(g, &deps, kernel_op(params, whole)?)?)
+    })
 }
 
 /// `CUDA_HOST_NODE_PARAMS`.
@@ -343,11 +417,12 @@ pub struct HostNodeParams {
 pub unsafe extern "C" fn cuGraphAddHostNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     params: *const HostNodeParams,
 ) -> CUresult {
     guard(|| {
+        let deps = deps_arg(g, deps, count)?;
         if params.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -356,8 +431,9 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
         let function = p.function.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         out(
             node,
-            record(
+            record_after(
                 g,
+                &deps,
                 Op::Host {
                     function,
                     data: p.data as usize,
@@ -371,12 +447,12 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
 pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
 ) -> CUresult {
     guard(|| {
-        graph(g)?;
+        let deps = deps_arg(g, deps, count)?;
         if params.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -388,7 +464,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         }
         let ptr = graph_memory::reserve(location.id, p.bytesize as u64)?;
         p.dptr = ptr;
-        out(node, record(g, Op::MemAlloc { ptr })?)
+        out(node, record_after(g, &deps, Op::MemAlloc { ptr })?)
     })
 }
 
@@ -396,15 +472,16 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
 pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     dptr: u64,
 ) -> CUresult {
     guard(|| {
+        let deps = deps_arg(g, deps, count)?;
         if dptr == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, record(g, Op::MemFree { ptr: dptr })?)
+        out(node, record_after(g, &deps, Op::MemFree { ptr: dptr })?)
     })
 }
 
@@ -424,6 +501,7 @@ fn instantiate(exec: *mut CUgraphExec, g: CUgraph, flags: u64) -> Result<(), CUr
         .lock()
         .map_err(|_| CUDA_ERROR_UNKNOWN)?
         .insert(e as usize);
+    crate::user_objects::shared(g as usize, e as usize)?;
     out(exec, e.cast())
 }
 
@@ -508,7 +586,7 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
         // A launch on a capturing stream is itself recorded, as a child would be.
         if let Some(g) = crate::stream::capturing_graph(s)? {
             for op in &ops {
-                record(g, *op)?;
+                crate::stream::record_captured(s, g, *op)?;
             }
             return Ok(());
         }
@@ -541,6 +619,7 @@ pub extern "C" fn cuGraphExecDestroy(e: CUgraphExec) -> CUresult {
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .remove(&(e as usize));
+        crate::user_objects::exec_destroyed(e)?;
         // SAFETY: it was registered: a Box from instantiate, dropped only here.
         drop(unsafe { Box::from_raw(e.cast::<Exec>()) });
         Ok(())
@@ -870,7 +949,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     node: CUgraphNode,
     params: *const CUDA_KERNEL_NODE_PARAMS_v2,
 ) -> CUresult {
-    guard(|| set_exec_kernel(e, node, kernel_op(params)?))
+    guard(|| set_exec_kernel(e, node, kernel_op(params, true)?))
 }
 
 /// Takes a `CUDA_KERNEL_NODE_PARAMS` v1, the head of the v2 structure (only that is read).
@@ -880,8 +959,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     node: CUgraphNode,
     params: *const c_void,
 ) -> CUresult {
-    // SAFETY: the same contract; the v1 parameters are the head of the v2 ones.
-    unsafe { cuGraphExecKernelNodeSetParams_v2(e, node, params.cast()) }
+    guard(|| set_exec_kernel(e, node, kernel_op(params.cast(), false)?))
 }
 
 /// CUDA 12.2's generic form, for a kernel, memset or child graph node (other types are not
@@ -895,7 +973,7 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     guard(|| {
         let (typ, body) = node_params(params)?;
         match typ {
-            CU_GRAPH_NODE_TYPE_KERNEL => set_exec_kernel(e, node, kernel_op(body.cast())?),
+            CU_GRAPH_NODE_TYPE_KERNEL => set_exec_kernel(e, node, kernel_op(body.cast(), true)?),
             CU_GRAPH_NODE_TYPE_MEMSET => crate::graph_memset::set_exec_memset(
                 e,
                 node,

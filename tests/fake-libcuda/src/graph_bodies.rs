@@ -59,6 +59,8 @@ fn copy_graph(g: usize) -> Result<usize, CUresult> {
     for op in ops_of(g as CUgraph)? {
         record(copy, copy_op(op)?)?;
     }
+    crate::graph_edges::copy(g as CUgraph, copy)?;
+    crate::user_objects::shared(g, copy as usize)?;
     Ok(copy as usize)
 }
 
@@ -150,13 +152,16 @@ fn child(child: CUgraph) -> Result<Op, CUresult> {
 pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     child_graph: CUgraph,
 ) -> CUresult {
     guard(|| {
-        graph(g)?;
-        out(node, record(g, child(child_graph)?)?)
+        let deps = crate::graph::deps_arg(g, deps, count)?;
+        out(
+            node,
+            crate::graph::record_after(g, &deps, child(child_graph)?)?,
+        )
     })
 }
 
@@ -220,7 +225,7 @@ fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> 
     let (typ, body) = crate::graph::node_params(params)?;
     match typ {
         CU_GRAPH_NODE_TYPE_KERNEL => {
-            crate::graph::kernel_op(body.cast::<CUDA_KERNEL_NODE_PARAMS_v2>())
+            crate::graph::kernel_op(body.cast::<CUDA_KERNEL_NODE_PARAMS_v2>(), true)
         }
         CU_GRAPH_NODE_TYPE_GRAPH => {
             // SAFETY: a child graph node's parameters: the graph first.
@@ -239,17 +244,21 @@ fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> 
 pub unsafe extern "C" fn cuGraphAddNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     guard(|| {
-        graph(g)?;
-        out(node, record(g, node_from_params(params)?)?)
+        let deps = crate::graph::deps_arg(g, deps, count)?;
+        out(
+            node,
+            crate::graph::record_after(g, &deps, node_from_params(params)?)?,
+        )
     })
 }
 
-/// CUDA 12.3's form, with data on each dependency's edge (not modelled: no edges here).
+/// CUDA 12.3's form, with data on each dependency's edge (kept as plain edges: the data,
+/// for programmatic dependent launches, changes nothing in the simulation).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphAddNode_v2(
     node: *mut CUgraphNode,

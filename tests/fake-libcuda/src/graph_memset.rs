@@ -27,7 +27,7 @@ pub(crate) fn memset_op(p: *const CUDA_MEMSET_NODE_PARAMS) -> Result<Op, CUresul
 pub(crate) fn captured(stream: CUstream, p: CUDA_MEMSET_NODE_PARAMS) -> Result<bool, CUresult> {
     match crate::stream::capturing_graph(stream)? {
         Some(g) => {
-            crate::graph::record(g, memset_op(&raw const p)?)?;
+            crate::stream::record_captured(stream, g, memset_op(&raw const p)?)?;
             Ok(true)
         }
         None => Ok(false),
@@ -38,12 +38,18 @@ pub(crate) fn captured(stream: CUstream, p: CUDA_MEMSET_NODE_PARAMS) -> Result<b
 pub unsafe extern "C" fn cuGraphAddMemsetNode(
     node: *mut CUgraphNode,
     g: CUgraph,
-    _deps: *const CUgraphNode,
-    _count: usize,
+    deps: *const CUgraphNode,
+    count: usize,
     params: *const CUDA_MEMSET_NODE_PARAMS,
     _ctx: CUcontext,
 ) -> CUresult {
-    guard(|| out(node, crate::graph::record(g, memset_op(params)?)?))
+    guard(|| {
+        let deps = crate::graph::deps_arg(g, deps, count)?;
+        out(
+            node,
+            crate::graph::record_after(g, &deps, memset_op(params)?)?,
+        )
+    })
 }
 
 #[unsafe(no_mangle)]

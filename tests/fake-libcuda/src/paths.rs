@@ -282,7 +282,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
         // On a capturing stream the allocation becomes a memory node of the graph.
         if let Some(g) = crate::stream::capturing_graph(stream)? {
             let ptr = crate::graph_memory::reserve(current_ctx()?.ordinal, bytesize as u64)?;
-            crate::graph::record(g, crate::graph::Op::MemAlloc { ptr })?;
+            crate::stream::record_captured(stream, g, crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
         if dptr.is_null() || bytesize == 0 {
@@ -312,7 +312,12 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresul
     guard(|| {
         // On a capturing stream the free becomes a node of the graph.
         if let Some(g) = crate::stream::capturing_graph(stream)? {
-            return crate::graph::record(g, crate::graph::Op::MemFree { ptr: dptr }).map(|_| ());
+            return crate::stream::record_captured(
+                stream,
+                g,
+                crate::graph::Op::MemFree { ptr: dptr },
+            )
+            .map(|_| ());
         }
         if crate::graph_memory::release(dptr)? {
             return Ok(());
@@ -771,7 +776,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         // On a capturing stream the launch is recorded; otherwise it runs, waiting while the
         // queue is full, as a real launch does.
         match crate::stream::capturing_graph(stream)? {
-            Some(g) => crate::graph::record(g, op).map(|_| ()),
+            Some(g) => crate::stream::record_captured(stream, g, op).map(|_| ()),
             None => crate::graph::run(op),
         }
     })

@@ -45,6 +45,9 @@ pub struct Stream {
     /// The graph being captured into (0 when not capturing).
     graph: AtomicUsize,
     capture_id: AtomicU64,
+    /// The capture's dependency set: the nodes the next captured one will depend on (the
+    /// last captured, or what `cuStreamUpdateCaptureDependencies` set).
+    deps: std::sync::Mutex<Vec<usize>>,
 }
 
 pub struct Event {
@@ -156,6 +159,7 @@ fn create(out_stream: *mut CUstream, flags: c_uint, priority: c_int) -> Result<(
         graph: AtomicUsize::new(0),
         capture_id: AtomicU64::new(0),
         global: std::sync::atomic::AtomicBool::new(false),
+        deps: std::sync::Mutex::new(Vec::new()),
     }));
     STREAMS
         .lock()
@@ -215,6 +219,23 @@ pub(crate) fn capturing_graph(s: CUstream) -> Result<Option<crate::graph::CUgrap
     }))
 }
 
+/// Records `op`, issued on `s`, into `g`, the graph `s` is capturing into: as a node depending
+/// on the stream's dependency set, which then becomes that node alone (as the driver chains
+/// the work captured on one stream).
+pub(crate) fn record_captured(
+    s: CUstream,
+    g: crate::graph::CUgraph,
+    op: crate::graph::Op,
+) -> Result<crate::graph::CUgraphNode, CUresult> {
+    let Some(st) = stream(s)? else {
+        return crate::graph::record_after(g, &[], op);
+    };
+    let mut deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let node = crate::graph::record_after(g, &deps, op)?;
+    *deps = vec![node as usize];
+    Ok(node)
+}
+
 /// A call that is unsafe while a global-mode capture is in progress (`cuCtxSynchronize`):
 /// as the driver does, it invalidates every such capture and is refused.
 pub(crate) fn refuse_during_global_capture() -> Result<(), CUresult> {
@@ -244,19 +265,63 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CU
         if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        st.graph
-            .store(crate::graph::new_graph()? as usize, Ordering::Release);
-        st.capture_id.store(
-            NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
-            Ordering::Release,
-        );
-        if mode == CAPTURE_MODE_GLOBAL {
-            st.global.store(true, Ordering::Release);
-            GLOBAL_CAPTURES.fetch_add(1, Ordering::AcqRel);
-        }
-        st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
+        begin_capture(st, crate::graph::new_graph()?, mode)?;
+        st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clear();
         Ok(())
     })
+}
+
+/// Starts `st` capturing into `g` in capture mode `mode`.
+fn begin_capture(st: &Stream, g: crate::graph::CUgraph, mode: c_int) -> Result<(), CUresult> {
+    st.graph.store(g as usize, Ordering::Release);
+    st.capture_id.store(
+        NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
+        Ordering::Release,
+    );
+    if mode == CAPTURE_MODE_GLOBAL {
+        st.global.store(true, Ordering::Release);
+        GLOBAL_CAPTURES.fetch_add(1, Ordering::AcqRel);
+    }
+    st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
+    Ok(())
+}
+
+/// Begins capturing work issued on `s` into the existing graph `g` (CUDA 12.3), after
+/// `count` of its nodes (`deps`): the bodies of conditional nodes are captured so. The edges'
+/// data is accepted and not kept; `cuStreamEndCapture` answers `g`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    s: CUstream,
+    g: crate::graph::CUgraph,
+    deps: *const crate::graph::CUgraphNode,
+    _edge_data: *const c_void,
+    count: usize,
+    mode: c_int,
+) -> CUresult {
+    guard(|| {
+        let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        crate::graph::graph(g)?;
+        let given = crate::graph::deps_arg(g, deps, count)?;
+        if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        begin_capture(st, g, mode)?;
+        *st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)? = given;
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph_ptsz(
+    s: CUstream,
+    g: crate::graph::CUgraph,
+    deps: *const crate::graph::CUgraphNode,
+    edge_data: *const c_void,
+    count: usize,
+    mode: c_int,
+) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuStreamBeginCaptureToGraph(s, g, deps, edge_data, count, mode) }
 }
 
 #[unsafe(no_mangle)]
@@ -312,21 +377,28 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
             if !graph.is_null() {
                 out(graph, st.graph.load(Ordering::Acquire) as *mut c_void)?;
             }
-            // The simulation keeps no dependency edges: nodes run in their order.
+            // The dependency set, valid until the stream's next captured work or update.
+            let set = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
             if !deps.is_null() {
-                out(deps, std::ptr::null())?;
+                let first = if set.is_empty() {
+                    std::ptr::null()
+                } else {
+                    set.as_ptr().cast::<*mut c_void>()
+                };
+                out(deps, first)?;
             }
             if !count.is_null() {
-                out(count, 0)?;
+                out(count, set.len())?;
             }
         }
         Ok(())
     })
 }
 
-/// CUDA 12.3's variant, with the data of each dependency edge (`edges`): none, as there are
-/// no dependencies. A caller asking `cuGetProcAddress` for version 12.3 or later calls it
-/// with this signature; given `_v2`, its count went where the edges' address should be.
+/// CUDA 12.3's variant, with the data of each dependency edge (`edges`): NULL, which means
+/// every edge is a plain one. A caller asking `cuGetProcAddress` for version 12.3 or later
+/// calls it with this signature; given `_v2`, its count went where the edges' address should
+/// be.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     s: CUstream,
@@ -442,7 +514,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_v
             data: data as usize,
         };
         match capturing_graph(s)? {
-            Some(g) => crate::graph::record(g, op).map(|_| ()),
+            Some(g) => record_captured(s, g, op).map(|_| ()),
             None => crate::graph::run(op),
         }
     })
@@ -636,4 +708,76 @@ per_thread_safe! {
     cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: CUstream, e: CUevent, flags: c_uint);
     cuEventRecord_ptsz => cuEventRecord(e: CUevent, s: CUstream);
     cuEventRecordWithFlags_ptsz => cuEventRecordWithFlags(e: CUevent, s: CUstream, flags: c_uint);
+}
+
+/// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES` and `CU_STREAM_SET_CAPTURE_DEPENDENCIES`.
+const ADD_CAPTURE_DEPENDENCIES: c_uint = 0;
+const SET_CAPTURE_DEPENDENCIES: c_uint = 1;
+
+/// Adds `deps` (nodes of the graph being captured) to the capture's dependency set, or sets
+/// the set to them: what work captured next on the stream depends on (cuda.core's graph
+/// builder joins a conditional node so). `CUDA_ERROR_ILLEGAL_STATE` where the stream is not
+/// capturing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
+    s: CUstream,
+    deps: *mut crate::graph::CUgraphNode,
+    count: usize,
+    flags: c_uint,
+) -> CUresult {
+    guard(|| {
+        let g = capturing_graph(s)?.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        let st = stream(s)?.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        let given = crate::graph::deps_arg(g, deps, count)?;
+        let mut set = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        match flags {
+            ADD_CAPTURE_DEPENDENCIES => {
+                for d in given {
+                    if !set.contains(&d) {
+                        set.push(d);
+                    }
+                }
+            }
+            SET_CAPTURE_DEPENDENCIES => *set = given,
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
+    s: CUstream,
+    deps: *mut crate::graph::CUgraphNode,
+    count: usize,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuStreamUpdateCaptureDependencies(s, deps, count, flags) }
+}
+
+/// CUDA 12.3's form, with data on each dependency's edge (accepted; every edge is a plain
+/// one here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
+    s: CUstream,
+    deps: *mut crate::graph::CUgraphNode,
+    _edge_data: *const c_void,
+    count: usize,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the same contract, the edges' data apart.
+    unsafe { cuStreamUpdateCaptureDependencies(s, deps, count, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz(
+    s: CUstream,
+    deps: *mut crate::graph::CUgraphNode,
+    edge_data: *const c_void,
+    count: usize,
+    flags: c_uint,
+) -> CUresult {
+    // SAFETY: the same contract.
+    unsafe { cuStreamUpdateCaptureDependencies_v2(s, deps, edge_data, count, flags) }
 }

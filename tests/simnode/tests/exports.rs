@@ -69,11 +69,12 @@ fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    // cuProfilerStart twice, cuLinkCreate_v2 once: CUDA_ERROR_NOT_SUPPORTED each time.
-    assert_eq!(text.trim(), "profiler=801,801 link=801", "{text}");
+    // cuMemPoolExportToShareableHandle twice, cuLinkCreate_v2 once: CUDA_ERROR_NOT_SUPPORTED
+    // each time.
+    assert_eq!(text.trim(), "export=801,801 link=801", "{text}");
     let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
     let mine = &calls["unmodelled"];
-    assert_eq!(mine["cuProfilerStart"], 2, "{calls:?}");
+    assert_eq!(mine["cuMemPoolExportToShareableHandle"], 2, "{calls:?}");
     assert_eq!(mine["cuLinkCreate_v2"], 1, "{calls:?}");
     assert_eq!(mine.len(), 2, "a modelled call was counted: {calls:?}");
 }

@@ -149,6 +149,28 @@ fn a_captured_graph_replays_its_work_at_each_launch() {
 }
 
 #[test]
+fn a_graph_keeps_its_edges_a_capture_its_dependency_set_and_user_objects_live_while_held() {
+    let sim = SimNode::new(1, "A10", None);
+    // 1 is CUDA_ERROR_INVALID_VALUE, 304 CUDA_ERROR_OPERATING_SYSTEM, 401
+    // CUDA_ERROR_ILLEGAL_STATE. Edges: a→b, a→c, b→c.
+    common::run_checking(
+        &sim,
+        "graph_edges",
+        &[
+            "edges=3 read=3 first=1 rest_null=1 deps_of_c=2,1 dependents_of_a=2",
+            "add_existing=1 add_self=1 add_foreign=1 node_foreign_dep=1",
+            "remove=0 remove_again=1 edges_after=2 edge_data_zero=1",
+            "capture_start_deps=0 capture_deps=1 update_set=0 set_now=1,1 update_add=0",
+            "added_now=2 update_flags=1 update_foreign=1 captured_edges=4",
+            "update_not_capturing=401",
+            "to_graph=0 same_graph=1 nodes=2 edges=1",
+            "create=0 create_no_flag=1 retain=0 release_too_many=1 alive_with_exec=1 destroyed=42",
+            "dot=304 dot_written=0 dot_arrows=1 dot_empty=1",
+        ],
+    );
+}
+
+#[test]
 fn graph_memory_comes_from_a_pool_that_launches_grow_and_a_trim_gives_back() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "graphmem", &["cuda"]);
