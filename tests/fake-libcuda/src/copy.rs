@@ -456,7 +456,10 @@ unsafe fn pointer_attribute(
         POINTER_DEVICE_POINTER | POINTER_HOST_POINTER => out(data.cast::<u64>(), ptr),
         POINTER_SYNC_MEMOPS | POINTER_MAPPED => out(data.cast::<c_int>(), 1),
         POINTER_BUFFER_ID => out(data.cast::<u64>(), base),
-        POINTER_IS_MANAGED => out(data.cast::<c_int>(), 0),
+        POINTER_IS_MANAGED => out(
+            data.cast::<c_int>(),
+            c_int::from(crate::managed::is_managed(base)),
+        ),
         POINTER_DEVICE_ORDINAL => out(data.cast::<c_int>(), ordinal),
         POINTER_RANGE_START_ADDR => out(data.cast::<u64>(), base),
         POINTER_RANGE_SIZE => out(data.cast::<usize>(), len as usize),

@@ -25,6 +25,7 @@ mod host;
 mod ipc;
 mod kernels;
 mod legacy_launch;
+mod managed;
 mod module;
 mod paths;
 mod peer;

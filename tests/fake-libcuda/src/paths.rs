@@ -118,7 +118,9 @@ pub unsafe extern "C" fn cuMemAllocManaged(
         if !matches!(flags, 1 | 2) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        alloc_on_current(dptr, bytesize as u64)
+        alloc_on_current(dptr, bytesize as u64)?;
+        // SAFETY: written just above.
+        crate::managed::allocated(unsafe { *dptr }, bytesize as u64)
     })
 }
 

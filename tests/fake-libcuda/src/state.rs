@@ -329,6 +329,7 @@ impl Driver {
         // SAFETY: `ptr`/`len` is a mapping this library made in `allocate` and still owns.
         unsafe { libc::munmap(ptr as *mut libc::c_void, a.len) };
         crate::ipc::freed(ptr);
+        crate::managed::freed(ptr);
         self.uncharge(&mut inner, a.index, a.charge);
         Ok(())
     }

@@ -171,6 +171,23 @@ fn a_graph_keeps_its_edges_a_capture_its_dependency_set_and_user_objects_live_wh
 }
 
 #[test]
+fn managed_memory_keeps_the_hints_a_program_gives_and_refuses_other_memory() {
+    let sim = SimNode::new(2, "A10", None);
+    // Locations: a device ordinal, -1 the CPU, -2 none; location types 1 device, 2 host.
+    // 1 is CUDA_ERROR_INVALID_VALUE, 101 CUDA_ERROR_INVALID_DEVICE.
+    common::run_checking(
+        &sim,
+        "managed",
+        &[
+            "is_managed=1,0 fresh=0,-2,-2 prefetch=0 last=1 prefetch_host=0 last=-1,type=2",
+            "read_mostly=0 preferred=0 accessed=0,0 said=1,0,0 by=1,-1,-2,-2",
+            "several=0,1,0 unset=0 preferred_now=-2",
+            "plain=1 past_end=1 bad_device=101 bad_advice=1 bad_size=1 freed=1",
+        ],
+    );
+}
+
+#[test]
 fn graph_memory_comes_from_a_pool_that_launches_grow_and_a_trim_gives_back() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "graphmem", &["cuda"]);
