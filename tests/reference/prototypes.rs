@@ -62,6 +62,9 @@ fn scalar(name: &str) -> Option<Ty> {
         "CUipcMemHandle" | "CUipcEventHandle" => Some(Ty::Struct {
             size: gpuslice_cuda_abi::cuda::CU_IPC_HANDLE_SIZE,
         }),
+        "CUmemLocation" => Some(Ty::Struct {
+            size: std::mem::size_of::<gpuslice_cuda_abi::cuda::CUmemLocation>(),
+        }),
         _ => None,
     }
 }

@@ -584,12 +584,14 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
         let ex = exec_of(e)?;
         let ops = ex.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clone();
         // A launch on a capturing stream is itself recorded, as a child would be.
-        if let Some(g) = crate::stream::capturing_graph(s)? {
+        let mut held = crate::stream::hold(s)?;
+        if held.graph().is_some() {
             for op in &ops {
-                crate::stream::record_captured(s, g, *op)?;
+                held.record(*op)?;
             }
             return Ok(());
         }
+        drop(held);
         if ex.auto_free {
             for op in &ops {
                 if let Op::MemAlloc { ptr } = op

@@ -25,13 +25,12 @@ pub(crate) fn memset_op(p: *const CUDA_MEMSET_NODE_PARAMS) -> Result<Op, CUresul
 
 /// Records a memset on `stream` into the graph it is capturing into, if it is: whether it did.
 pub(crate) fn captured(stream: CUstream, p: CUDA_MEMSET_NODE_PARAMS) -> Result<bool, CUresult> {
-    match crate::stream::capturing_graph(stream)? {
-        Some(g) => {
-            crate::stream::record_captured(stream, g, memset_op(&raw const p)?)?;
-            Ok(true)
-        }
-        None => Ok(false),
+    let mut held = crate::stream::hold(stream)?;
+    if held.graph().is_none() {
+        return Ok(false);
     }
+    held.record(memset_op(&raw const p)?)?;
+    Ok(true)
 }
 
 #[unsafe(no_mangle)]

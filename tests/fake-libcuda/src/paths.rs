@@ -282,11 +282,13 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 ) -> CUresult {
     guard(|| {
         // On a capturing stream the allocation becomes a memory node of the graph.
-        if let Some(g) = crate::stream::capturing_graph(stream)? {
+        let mut held = crate::stream::hold(stream)?;
+        if held.graph().is_some() {
             let ptr = crate::graph_memory::reserve(current_ctx()?.ordinal, bytesize as u64)?;
-            crate::stream::record_captured(stream, g, crate::graph::Op::MemAlloc { ptr })?;
+            held.record(crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
+        drop(held);
         if dptr.is_null() || bytesize == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -313,14 +315,13 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     guard(|| {
         // On a capturing stream the free becomes a node of the graph.
-        if let Some(g) = crate::stream::capturing_graph(stream)? {
-            return crate::stream::record_captured(
-                stream,
-                g,
-                crate::graph::Op::MemFree { ptr: dptr },
-            )
-            .map(|_| ());
+        let mut held = crate::stream::hold(stream)?;
+        if held.graph().is_some() {
+            return held
+                .record(crate::graph::Op::MemFree { ptr: dptr })
+                .map(|_| ());
         }
+        drop(held);
         if crate::graph_memory::release(dptr)? {
             return Ok(());
         }
@@ -777,10 +778,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
         current_ctx()?;
         // On a capturing stream the launch is recorded; otherwise it runs, waiting while the
         // queue is full, as a real launch does.
-        match crate::stream::capturing_graph(stream)? {
-            Some(g) => crate::stream::record_captured(stream, g, op).map(|_| ()),
-            None => crate::graph::run(op),
+        let mut held = crate::stream::hold(stream)?;
+        if held.graph().is_some() {
+            return held.record(op).map(|_| ());
         }
+        drop(held);
+        crate::graph::run(op)
     })
 }
 

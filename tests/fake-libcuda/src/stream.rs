@@ -219,21 +219,50 @@ pub(crate) fn capturing_graph(s: CUstream) -> Result<Option<crate::graph::CUgrap
     }))
 }
 
-/// Records `op`, issued on `s`, into `g`, the graph `s` is capturing into: as a node depending
-/// on the stream's dependency set, which then becomes that node alone (as the driver chains
-/// the work captured on one stream).
-pub(crate) fn record_captured(
-    s: CUstream,
-    g: crate::graph::CUgraph,
-    op: crate::graph::Op,
-) -> Result<crate::graph::CUgraphNode, CUresult> {
+/// A stream's capture, held: while it lives the capture neither begins nor ends (each takes
+/// the same lock), so that work found captured is recorded into a graph the capture still
+/// owns, and work found not captured is not recorded into one another thread just got back.
+pub(crate) struct Held {
+    deps: Option<std::sync::MutexGuard<'static, Vec<usize>>>,
+    graph: Option<crate::graph::CUgraph>,
+}
+
+/// Holds the capture of `s` (a default stream has none).
+pub(crate) fn hold(s: CUstream) -> Result<Held, CUresult> {
     let Some(st) = stream(s)? else {
-        return crate::graph::record_after(g, &[], op);
+        return Ok(Held {
+            deps: None,
+            graph: None,
+        });
     };
-    let mut deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-    let node = crate::graph::record_after(g, &deps, op)?;
-    *deps = vec![node as usize];
-    Ok(node)
+    let deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let graph = (st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE)
+        .then(|| st.graph.load(Ordering::Acquire) as crate::graph::CUgraph);
+    Ok(Held {
+        deps: Some(deps),
+        graph,
+    })
+}
+
+impl Held {
+    /// The graph being captured into, if the stream is capturing.
+    pub(crate) fn graph(&self) -> Option<crate::graph::CUgraph> {
+        self.graph
+    }
+
+    /// Records `op` into the capture's graph as a node depending on its dependency set, which
+    /// then becomes that node alone (as the driver chains the work captured on one stream).
+    pub(crate) fn record(
+        &mut self,
+        op: crate::graph::Op,
+    ) -> Result<crate::graph::CUgraphNode, CUresult> {
+        let (Some(g), Some(deps)) = (self.graph, self.deps.as_mut()) else {
+            return Err(CUDA_ERROR_ILLEGAL_STATE);
+        };
+        let node = crate::graph::record_after(g, deps, op)?;
+        **deps = vec![node as usize];
+        Ok(node)
+    }
 }
 
 /// A call that is unsafe while a global-mode capture is in progress (`cuCtxSynchronize`):
@@ -265,14 +294,19 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CU
         if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        begin_capture(st, crate::graph::new_graph()?, mode)?;
-        st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clear();
-        Ok(())
+        begin_capture(st, crate::graph::new_graph()?, mode, Vec::new())
     })
 }
 
-/// Starts `st` capturing into `g` in capture mode `mode`.
-fn begin_capture(st: &Stream, g: crate::graph::CUgraph, mode: c_int) -> Result<(), CUresult> {
+/// Starts `st` capturing into `g` in capture mode `mode`, after the nodes `deps` of `g`.
+fn begin_capture(
+    st: &Stream,
+    g: crate::graph::CUgraph,
+    mode: c_int,
+    deps: Vec<usize>,
+) -> Result<(), CUresult> {
+    let mut set = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    *set = deps;
     st.graph.store(g as usize, Ordering::Release);
     st.capture_id.store(
         NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
@@ -305,9 +339,7 @@ pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
         if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        begin_capture(st, g, mode)?;
-        *st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)? = given;
-        Ok(())
+        begin_capture(st, g, mode, given)
     })
 }
 
@@ -334,6 +366,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void) -> CUresult {
     guard(|| {
         let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let _held = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let status = st.capture.swap(0, Ordering::AcqRel);
         if st.global.swap(false, Ordering::AcqRel) {
             GLOBAL_CAPTURES.fetch_sub(1, Ordering::AcqRel);
@@ -513,10 +546,12 @@ pub unsafe extern "C" fn cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_v
             function: f,
             data: data as usize,
         };
-        match capturing_graph(s)? {
-            Some(g) => record_captured(s, g, op).map(|_| ()),
-            None => crate::graph::run(op),
+        let mut held = hold(s)?;
+        if held.graph().is_some() {
+            return held.record(op).map(|_| ());
         }
+        drop(held);
+        crate::graph::run(op)
     })
 }
 
@@ -726,10 +761,10 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
     flags: c_uint,
 ) -> CUresult {
     guard(|| {
-        let g = capturing_graph(s)?.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-        let st = stream(s)?.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        let mut held = hold(s)?;
+        let g = held.graph().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
         let given = crate::graph::deps_arg(g, deps, count)?;
-        let mut set = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let set = held.deps.as_mut().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
         match flags {
             ADD_CAPTURE_DEPENDENCIES => {
                 for d in given {
@@ -738,7 +773,7 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
                     }
                 }
             }
-            SET_CAPTURE_DEPENDENCIES => *set = given,
+            SET_CAPTURE_DEPENDENCIES => **set = given,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         }
         Ok(())
