@@ -177,7 +177,8 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
 }
 
 use crate::hooks::{
-    alloc, context, graph, graph_bodies, info, limits, memset, module, proc_address, refused, vmm,
+    alloc, capture, context, graph, graph_bodies, info, limits, memset, module, proc_address,
+    refused, vmm,
 };
 
 table! {
@@ -192,6 +193,8 @@ table! {
         Cuda fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult = alloc::mem_alloc_from_pool_ptsz;
         Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult = alloc::mem_free_async;
         Cuda fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult = alloc::mem_free_async_ptsz;
+        Cuda fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture;
+        Cuda fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture_ptsz;
         Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = alloc::mem_pool_create;
         Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = alloc::mem_pool_destroy;
         Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = alloc::default_mem_pool;

@@ -618,3 +618,53 @@ fn the_simulated_driver_frees_a_released_handle_at_its_last_unmap() {
     assert_eq!(f.get("held"), "4", "{line}");
     assert_eq!(f.get("after_release"), "0", "{line}");
 }
+
+/// Races the end of captures (another thread of the program begins and ends them) against
+/// `what` on the capturing stream for 1.5 s in a 256 MiB slice whose contexts take nothing,
+/// and returns the MiB the driver holds for the program (the simulated nvidia-smi, without
+/// the library) with the program's facts.
+fn race_capture_ends(what: &[&str]) -> (u64, String) {
+    let slice = Slice::new(256 * MIB, 0);
+    let racer = common::compile(&slice.sim, "capture_race");
+    let mut cmd = slice.command(&racer);
+    cmd.args(what);
+    let running = common::Running::start(cmd);
+    let facts = format!("{:?}", running.facts.0);
+    assert!(running.facts.num("captures") > 100, "no race: {facts}");
+    assert!(running.facts.num("attempts") > 100, "no race: {facts}");
+    let smi = std::process::Command::new(slice.sim.root().join("usr/bin/nvidia-smi"))
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .unwrap();
+    let used: u64 = String::from_utf8_lossy(&smi.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("nvidia-smi's memory.used");
+    running.finish();
+    (used, facts)
+}
+
+#[test]
+fn ending_a_capture_while_another_thread_allocates_on_its_stream_takes_nothing_past_the_slice() {
+    // Eight 32 MiB stream-ordered allocations at most. Before the library held captures from
+    // ending between its question and the driver's allocation, the program took the whole
+    // 15 GiB card.
+    let (used, facts) = race_capture_ends(&[&(32 * MIB).to_string(), "1500"]);
+    assert!(
+        used <= 256,
+        "the process holds {used} MiB of a 256 MiB slice ({facts})"
+    );
+}
+
+#[test]
+fn ending_a_capture_while_another_thread_launches_on_its_stream_grows_no_stack_past_the_slice() {
+    // 16 KiB of local memory a thread: the T4's stack for it is 640 MiB, more than the slice,
+    // so the launch is refused outside a capture and recorded (taking nothing) inside one.
+    let (used, facts) = race_capture_ends(&[&(16 << 10).to_string(), "1500", "launch"]);
+    assert!(
+        used <= 256,
+        "the process holds {used} MiB of a 256 MiB slice ({facts})"
+    );
+}

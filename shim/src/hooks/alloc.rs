@@ -161,6 +161,7 @@ unsafe fn alloc_async(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, stream) };
     let s = slice_or_pass!(call());
+    let _capture = super::capture::hold();
     if capturing(stream, ptsz) {
         return call();
     }
@@ -248,6 +249,7 @@ unsafe fn alloc_from_pool(
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, bytes, pool, stream) };
     let s = slice_or_pass!(call());
+    let _capture = super::capture::hold();
     if capturing(stream, ptsz) {
         return call();
     }
@@ -299,6 +301,7 @@ fn free_async(f: FreeAsync, ptsz: bool, dptr: CUdeviceptr, stream: CUstream) -> 
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { f(dptr, stream) };
     let s = slice_or_pass!(call());
+    let _capture = super::capture::hold();
     if capturing(stream, ptsz) {
         return call();
     }

@@ -390,6 +390,7 @@ fn launch(
     let Some(e) = books(s).execs.get(&(exec as usize)).cloned() else {
         return call();
     };
+    let _capture = super::capture::hold();
     if super::alloc::capturing(stream, ptsz) {
         return call();
     }

@@ -3,6 +3,7 @@
 //! concurrent allocation never sees room that is not there.
 
 pub mod alloc;
+pub mod capture;
 pub mod context;
 pub mod graph;
 pub mod graph_bodies;

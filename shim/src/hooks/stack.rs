@@ -151,7 +151,9 @@ pub fn launching(
     ptsz: bool,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    // A launch captured into a graph runs nothing now: it needs nothing more.
+    // A launch captured into a graph runs nothing now: it needs nothing more. No capture
+    // ends between the question and the launch (`capture`).
+    let _capture = super::capture::hold();
     let exact = || {
         if super::alloc::capturing(stream, ptsz) {
             0

@@ -1,0 +1,94 @@
+/* A tenant racing the end of stream captures against stream-ordered allocations: one thread
+ * begins and ends a capture on a stream over and over while another allocates BYTES at a
+ * time on that stream for MS milliseconds, keeping whatever it gets. An allocation the
+ * interception library judged captured (a graph's node, taking nothing) that the driver made
+ * after the capture had ended would take memory nothing charged. With "launch", it launches
+ * instead a kernel whose threads each need BYTES of local memory: launched outside a capture,
+ * the driver grows the context's stack for every thread that can be resident. Prints
+ * "attempts=N granted=G captures=C" once done, then holds what it got until stdin closes.
+ *
+ *   capture_race BYTES MS [launch] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef void *CUcontext, *CUstream, *CUgraph, *CUmodule, *CUfunction;
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned);
+int cuDevicePrimaryCtxRetain(CUcontext *, int);
+int cuCtxSetCurrent(CUcontext);
+int cuStreamCreate(CUstream *, unsigned);
+int cuStreamBeginCapture_v2(CUstream, int);
+int cuStreamEndCapture(CUstream, CUgraph *);
+int cuGraphDestroy(CUgraph);
+int cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+int cuModuleLoadData(CUmodule *, const void *);
+int cuModuleGetFunction(CUfunction *, CUmodule, const char *);
+int cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                   unsigned, CUstream, void **, void **);
+
+static CUcontext ctx;
+static CUstream stream;
+static volatile int done = 0;
+static long captures = 0;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void *capture_loop(void *arg) {
+    (void)arg;
+    cuCtxSetCurrent(ctx);
+    while (!done) {
+        /* CU_STREAM_CAPTURE_MODE_RELAXED: the other thread may work meanwhile. */
+        if (cuStreamBeginCapture_v2(stream, 2) == 0) {
+            CUgraph g = 0;
+            if (cuStreamEndCapture(stream, &g) == 0 && g) cuGraphDestroy(g);
+            captures++;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) { fprintf(stderr, "usage: capture_race BYTES MS [launch]\n"); return 2; }
+    size_t bytes = strtoull(argv[1], 0, 10);
+    double until = now_ms() + atof(argv[2]);
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx) || cuStreamCreate(&stream, 1)) {
+        printf("error=init\n");
+        return 1;
+    }
+    CUfunction deep = 0;
+    if (argc > 3) {
+        /* A kernel whose threads each declare BYTES of local memory. */
+        static char image[512];
+        snprintf(image, sizeof image,
+                 ".version 7.0\n.target sm_75\n.address_size 64\n"
+                 ".visible .entry deep() {\n .local .align 4 .b8 scratch[%zu];\n ret;\n}\n", bytes);
+        CUmodule m;
+        if (cuModuleLoadData(&m, image) || cuModuleGetFunction(&deep, m, "deep")) {
+            printf("error=module\n");
+            return 1;
+        }
+    }
+    pthread_t t;
+    pthread_create(&t, 0, capture_loop, 0);
+    long attempts = 0, granted = 0;
+    while (now_ms() < until) {
+        CUdeviceptr p = 0;
+        attempts++;
+        /* Granted whether captured (a node of a graph the other thread then drops) or not. */
+        int r = deep ? cuLaunchKernel(deep, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0)
+                     : cuMemAllocAsync(&p, bytes, stream);
+        if (r == 0) granted++;
+    }
+    done = 1;
+    pthread_join(t, 0);
+    printf("attempts=%ld granted=%ld captures=%ld\n", attempts, granted, captures);
+    fflush(stdout);
+    getchar();
+    return 0;
+}
