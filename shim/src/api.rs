@@ -195,6 +195,7 @@ table! {
         Cuda fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult = alloc::mem_free_async_ptsz;
         Cuda fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture;
         Cuda fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture_ptsz;
+        Cuda fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult = capture::device_set_mem_pool;
         Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = alloc::mem_pool_create;
         Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = alloc::mem_pool_destroy;
         Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = alloc::default_mem_pool;

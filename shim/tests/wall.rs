@@ -619,10 +619,11 @@ fn the_simulated_driver_frees_a_released_handle_at_its_last_unmap() {
     assert_eq!(f.get("after_release"), "0", "{line}");
 }
 
-/// Races the end of captures (another thread of the program begins and ends them) against
-/// `what` on the capturing stream for 1.5 s in a 256 MiB slice whose contexts take nothing,
-/// and returns the MiB the driver holds for the program (the simulated nvidia-smi, without
-/// the library) with the program's facts.
+/// Races another thread of the program changing the driver's state (ending captures, or
+/// swapping the device's current pool) against `what` for 1.5 s in a 256 MiB slice whose
+/// contexts take nothing (`shim/tests/c/capture_race.c`), and returns the MiB the driver
+/// holds for the program (the simulated nvidia-smi, without the library) with the program's
+/// facts.
 fn race_capture_ends(what: &[&str]) -> (u64, String) {
     let slice = Slice::new(256 * MIB, 0);
     let racer = common::compile(&slice.sim, "capture_race");
@@ -663,6 +664,17 @@ fn ending_a_capture_while_another_thread_launches_on_its_stream_grows_no_stack_p
     // 16 KiB of local memory a thread: the T4's stack for it is 640 MiB, more than the slice,
     // so the launch is refused outside a capture and recorded (taking nothing) inside one.
     let (used, facts) = race_capture_ends(&[&(16 << 10).to_string(), "1500", "launch"]);
+    assert!(
+        used <= 256,
+        "the process holds {used} MiB of a 256 MiB slice ({facts})"
+    );
+}
+
+#[test]
+fn swapping_the_devices_pool_while_another_thread_allocates_from_it_takes_nothing_past_the_slice() {
+    // 1 MiB allocations from the device's current pool while another thread makes each of 64
+    // pools current in turn: each pool takes a 32 MiB step, charged to the pool it is.
+    let (used, facts) = race_capture_ends(&[&MIB.to_string(), "1500", "pools"]);
     assert!(
         used <= 256,
         "the process holds {used} MiB of a 256 MiB slice ({facts})"

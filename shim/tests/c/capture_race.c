@@ -6,8 +6,12 @@
  * instead a kernel whose threads each need BYTES of local memory: launched outside a capture,
  * the driver grows the context's stack for every thread that can be resident. Prints
  * "attempts=N granted=G captures=C" once done, then holds what it got until stdin closes.
+ * With "pools", the other thread instead makes one of 64 pools of its own the device's
+ * current pool, over and over, while this one allocates from the current pool: an
+ * allocation the library took to come from one pool that came from another would leave
+ * that pool's reservation (a step of its own) uncharged. "captures" then counts the swaps.
  *
- *   capture_race BYTES MS [launch] */
+ *   capture_race BYTES MS [launch|pools] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,20 @@ int cuModuleLoadData(CUmodule *, const void *);
 int cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 int cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                    unsigned, CUstream, void **, void **);
+typedef void *CUmemoryPool;
+typedef struct {
+    int allocType, handleTypes;
+    struct { int type, id; } location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+int cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
+int cuDeviceSetMemPool(int, CUmemoryPool);
+
+#define POOLS 64
+static CUmemoryPool pools[POOLS];
 
 static CUcontext ctx;
 static CUstream stream;
@@ -37,6 +55,15 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void *pool_loop(void *arg) {
+    (void)arg;
+    cuCtxSetCurrent(ctx);
+    for (long i = 0; !done; i++) {
+        if (cuDeviceSetMemPool(0, pools[i % POOLS]) == 0) captures++;
+    }
+    return 0;
 }
 
 static void *capture_loop(void *arg) {
@@ -62,7 +89,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     CUfunction deep = 0;
-    if (argc > 3) {
+    int swap_pools = argc > 3 && argv[3][0] == 'p';
+    if (swap_pools) {
+        CUmemPoolProps props = {0};
+        props.allocType = 1; /* pinned device memory */
+        props.location.type = 1;
+        for (int i = 0; i < POOLS; i++) {
+            if (cuMemPoolCreate(&pools[i], &props)) { printf("error=pool\n"); return 1; }
+        }
+    } else if (argc > 3) {
         /* A kernel whose threads each declare BYTES of local memory. */
         static char image[512];
         snprintf(image, sizeof image,
@@ -75,7 +110,7 @@ int main(int argc, char **argv) {
         }
     }
     pthread_t t;
-    pthread_create(&t, 0, capture_loop, 0);
+    pthread_create(&t, 0, swap_pools ? pool_loop : capture_loop, 0);
     long attempts = 0, granted = 0;
     while (now_ms() < until) {
         CUdeviceptr p = 0;
