@@ -177,8 +177,8 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
 }
 
 use crate::hooks::{
-    alloc, capture, context, graph, graph_bodies, info, limits, memset, module, proc_address,
-    refused, vmm,
+    alloc, capture, context, graph, graph_bodies, graph_edits, info, limits, memset, module,
+    proc_address, refused, vmm,
 };
 
 table! {
@@ -272,6 +272,18 @@ table! {
         Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph::graph_exec_child_graph_node_set_params;
         Cuda fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, ctx: CUcontext) -> CUresult = graph::graph_exec_memset_node_set_params;
         Cuda fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_node_set_params;
+        Cuda fn cuGraphAddKernelNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *const c_void) -> CUresult = graph_edits::graph_add_kernel_node;
+        Cuda fn cuGraphAddKernelNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph_edits::graph_add_kernel_node_v2;
+        Cuda fn cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult = graph_edits::graph_add_mem_alloc_node;
+        Cuda fn cuGraphAddMemFreeNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, dptr: CUdeviceptr) -> CUresult = graph_edits::graph_add_mem_free_node;
+        Cuda fn cuGraphAddChildGraphNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, child: CUgraph) -> CUresult = graph_edits::graph_add_child_graph_node;
+        Cuda fn cuGraphAddMemsetNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *const CUDA_MEMSET_NODE_PARAMS, ctx: CUcontext) -> CUresult = graph_edits::graph_add_memset_node;
+        Cuda fn cuGraphKernelNodeSetParams(node: CUgraphNode, params: *const c_void) -> CUresult = graph_edits::graph_kernel_node_set_params;
+        Cuda fn cuGraphKernelNodeSetParams_v2(node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph_edits::graph_kernel_node_set_params_v2;
+        Cuda fn cuGraphMemsetNodeSetParams(node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS) -> CUresult = graph_edits::graph_memset_node_set_params;
+        Cuda fn cuGraphKernelNodeSetAttribute(node: CUgraphNode, attr: c_int, value: *const CUlaunchAttributeValue) -> CUresult = graph_edits::graph_kernel_node_set_attribute;
+        Cuda fn cuGraphKernelNodeCopyAttributes(dst: CUgraphNode, src: CUgraphNode) -> CUresult = graph_edits::graph_kernel_node_copy_attributes;
+        Cuda fn cuGraphDestroyNode(node: CUgraphNode) -> CUresult = graph_edits::graph_destroy_node;
         Cuda fn cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node;
         Cuda fn cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, count: usize, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_add_node_v2;
         Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> CUresult = graph::graph_launch;

@@ -541,6 +541,8 @@ fn instantiate(
         auto_free: flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0,
         ..ExecMemory::default()
     };
+    // The graph the driver instantiates is the graph read (`graph_edits`).
+    let _settled = super::graph_edits::settled();
     if let Err(e) = read_graph(s, graph, 0, &mut memory) {
         log!("a graph's memory nodes could not be read (error {e}); it is not instantiated");
         return e;
@@ -705,6 +707,7 @@ fn set_child(
         return call();
     };
     let mut read = ExecMemory::default();
+    let _settled = super::graph_edits::settled();
     if let Err(e) = read_graph(s, child, 1, &mut read) {
         log!("a child graph could not be read (error {e}); the change is refused");
         return e;
@@ -948,6 +951,7 @@ fn update(exec: CUgraphExec, graph: CUgraph, call: impl FnOnce() -> CUresult) ->
         auto_free,
         ..ExecMemory::default()
     };
+    let _settled = super::graph_edits::settled();
     if let Err(e) = read_graph(s, graph, 0, &mut memory) {
         log!("a graph's memory nodes could not be read (error {e}); the update is refused");
         return e;

@@ -137,6 +137,7 @@ pub unsafe fn graph_add_node(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode);
+    let _edit = super::graph_edits::editing();
     // SAFETY: the caller's arguments, the parameters as copied (or null).
     add_node(node, params, |p| unsafe { f(node, graph, deps, count, p) })
 }
@@ -150,6 +151,7 @@ pub unsafe fn graph_add_node_v2(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphAddNode_v2);
+    let _edit = super::graph_edits::editing();
     // SAFETY: the caller's arguments, the parameters as copied (or null).
     add_node(node, params, |p| unsafe {
         f(node, graph, deps, edges, count, p)
@@ -163,6 +165,7 @@ pub unsafe fn graph_node_set_params(
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
     let f = real_or_return!(cuGraphNodeSetParams);
+    let _edit = super::graph_edits::editing();
     let Some(mut copy) = NodeParams::copy_of(params) else {
         // SAFETY: the caller's arguments, passed on unchanged.
         return unsafe { f(node, params) };

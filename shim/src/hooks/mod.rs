@@ -7,6 +7,7 @@ pub mod capture;
 pub mod context;
 pub mod graph;
 pub mod graph_bodies;
+pub mod graph_edits;
 pub mod info;
 pub mod launch;
 pub mod limits;
