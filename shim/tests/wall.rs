@@ -631,8 +631,10 @@ fn race_capture_ends(what: &[&str]) -> (u64, String) {
     cmd.args(what);
     let running = common::Running::start(cmd);
     let facts = format!("{:?}", running.facts.0);
-    assert!(running.facts.num("captures") > 100, "no race: {facts}");
-    assert!(running.facts.num("attempts") > 100, "no race: {facts}");
+    // The changes raced the calls (with "limit", the program stops once it finds the stack
+    // grown behind the library's back, which may be soon).
+    assert!(running.facts.num("captures") > 0, "no race: {facts}");
+    assert!(running.facts.num("attempts") > 0, "no race: {facts}");
     let smi = std::process::Command::new(slice.sim.root().join("usr/bin/nvidia-smi"))
         .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
         .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
@@ -675,6 +677,18 @@ fn swapping_the_devices_pool_while_another_thread_allocates_from_it_takes_nothin
     // 1 MiB allocations from the device's current pool while another thread makes each of 64
     // pools current in turn: each pool takes a 32 MiB step, charged to the pool it is.
     let (used, facts) = race_capture_ends(&[&MIB.to_string(), "1500", "pools"]);
+    assert!(
+        used <= 256,
+        "the process holds {used} MiB of a 256 MiB slice ({facts})"
+    );
+}
+
+#[test]
+fn lowering_the_stack_while_another_thread_launches_a_kernel_that_needs_it_takes_nothing_past_the_slice()
+ {
+    // 4 KiB a thread: 160 MiB of the T4's stack. Another thread raises the stack to it and
+    // lowers it again while this one launches the kernel, then fills the rest of the slice.
+    let (used, facts) = race_capture_ends(&[&(4 << 10).to_string(), "1500", "limit"]);
     assert!(
         used <= 256,
         "the process holds {used} MiB of a 256 MiB slice ({facts})"

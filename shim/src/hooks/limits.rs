@@ -12,7 +12,7 @@
 //! needs more is charged at that launch ([`super::stack`]).
 
 use std::ffi::c_int;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use super::real_or_return;
 use crate::api::real;
@@ -33,8 +33,11 @@ const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
 const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
 /// One change of a limit at a time in this process: its value is read, changed and charged as
-/// one step.
-pub(super) static CHANGING: Mutex<()> = Mutex::new(());
+/// one step (the write lock). A launch that finds the stack large enough for its kernel holds
+/// the read lock until the driver has it, so that no other thread lowers the stack in between
+/// (the launch would grow it again, uncharged, and the charge given back for lowering it would
+/// never be taken again).
+pub(super) static CHANGING: RwLock<()> = RwLock::new(());
 
 /// The key of a context's limit among the charges: contexts are heap addresses below 2^48.
 fn key(ctx: CUcontext, limit: c_int) -> u64 {
@@ -99,7 +102,7 @@ pub unsafe fn ctx_set_limit(limit: c_int, value: usize) -> CUresult {
         log!("limit {limit} left unchanged: its device memory cannot be sized");
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
-    let Ok(_one_at_a_time) = CHANGING.lock() else {
+    let Ok(_one_at_a_time) = CHANGING.write() else {
         return CUDA_ERROR_UNKNOWN;
     };
     // A limit the driver cannot report it would not set either: its own answer.

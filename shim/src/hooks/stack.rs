@@ -175,8 +175,14 @@ pub fn with_stack_of(
     let Some(s) = slice::get() else {
         return call();
     };
-    if limits::current_limit(CU_LIMIT_STACK_SIZE).is_ok_and(|now| bound <= now) {
-        return call();
+    {
+        // The stack stays as large until the driver has the launch (`limits::CHANGING`).
+        let Ok(_steady) = limits::CHANGING.read() else {
+            return CUDA_ERROR_UNKNOWN;
+        };
+        if limits::current_limit(CU_LIMIT_STACK_SIZE).is_ok_and(|now| bound <= now) {
+            return call();
+        }
     }
     let (Some(ctx), Ok(dev)) = (limits::current_context(), s.current_device()) else {
         return call();
@@ -188,7 +194,7 @@ pub fn with_stack_of(
     let Some(unit) = limits::per_unit(dev, CU_LIMIT_STACK_SIZE) else {
         return call();
     };
-    let Ok(_one_at_a_time) = limits::CHANGING.lock() else {
+    let Ok(_one_at_a_time) = limits::CHANGING.write() else {
         return CUDA_ERROR_UNKNOWN;
     };
     let Ok(reported) = limits::current_limit(CU_LIMIT_STACK_SIZE) else {

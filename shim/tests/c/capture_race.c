@@ -11,7 +11,14 @@
  * allocation the library took to come from one pool that came from another would leave
  * that pool's reservation (a step of its own) uncharged. "captures" then counts the swaps.
  *
- *   capture_race BYTES MS [launch|pools] */
+ * With "limit", the other thread instead raises the context's stack to what the kernel
+ * needs and lowers it again, over and over, while this one launches the kernel: a launch
+ * that found the stack large enough and ran after it was lowered would grow it again,
+ * uncharged. The other thread stops once it finds the stack grown after lowering it; this
+ * is tried in 8 contexts of the program's own, one after the other, each keeping its stack;
+ * then this one fills what is left of the slice with 8 MiB allocations.
+ *
+ *   capture_race BYTES MS [launch|pools|limit] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +49,9 @@ typedef struct {
 } CUmemPoolProps;
 int cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 int cuDeviceSetMemPool(int, CUmemoryPool);
+int cuCtxSetLimit(int, size_t);
+int cuCtxCreate_v2(CUcontext *, unsigned, int);
+int cuMemAlloc_v2(CUdeviceptr *, size_t);
 
 #define POOLS 64
 static CUmemoryPool pools[POOLS];
@@ -66,6 +76,25 @@ static void *pool_loop(void *arg) {
     return 0;
 }
 
+static size_t stack_bytes;
+
+int cuCtxGetLimit(size_t *, int);
+
+static void *limit_loop(void *arg) {
+    (void)arg;
+    cuCtxSetCurrent(ctx);
+    while (!done) {
+        /* CU_LIMIT_STACK_SIZE: up to what the kernel needs, and back to the default. */
+        if (cuCtxSetLimit(0, stack_bytes) == 0 && cuCtxSetLimit(0, 1024) == 0) captures++;
+        /* A launch that ran after the lowering grew the stack again: stop there, leaving it
+         * grown (and done, so the launches stop too). */
+        size_t now = 0;
+        for (volatile int spin = 0; spin < 2000; spin++) {}
+        if (cuCtxGetLimit(&now, 0) == 0 && now > 1024) done = 1;
+    }
+    return 0;
+}
+
 static void *capture_loop(void *arg) {
     (void)arg;
     cuCtxSetCurrent(ctx);
@@ -83,13 +112,15 @@ static void *capture_loop(void *arg) {
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: capture_race BYTES MS [launch]\n"); return 2; }
     size_t bytes = strtoull(argv[1], 0, 10);
-    double until = now_ms() + atof(argv[2]);
+    double ms = atof(argv[2]);
     if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx) || cuStreamCreate(&stream, 1)) {
         printf("error=init\n");
         return 1;
     }
     CUfunction deep = 0;
     int swap_pools = argc > 3 && argv[3][0] == 'p';
+    int toggle_limit = argc > 3 && argv[3][1] == 'i';
+    stack_bytes = bytes;
     if (swap_pools) {
         CUmemPoolProps props = {0};
         props.allocType = 1; /* pinned device memory */
@@ -97,31 +128,45 @@ int main(int argc, char **argv) {
         for (int i = 0; i < POOLS; i++) {
             if (cuMemPoolCreate(&pools[i], &props)) { printf("error=pool\n"); return 1; }
         }
-    } else if (argc > 3) {
-        /* A kernel whose threads each declare BYTES of local memory. */
-        static char image[512];
-        snprintf(image, sizeof image,
-                 ".version 7.0\n.target sm_75\n.address_size 64\n"
-                 ".visible .entry deep() {\n .local .align 4 .b8 scratch[%zu];\n ret;\n}\n", bytes);
-        CUmodule m;
-        if (cuModuleLoadData(&m, image) || cuModuleGetFunction(&deep, m, "deep")) {
-            printf("error=module\n");
+    }
+    long attempts = 0, granted = 0;
+    for (int trial = 0; trial < (toggle_limit ? 8 : 1); trial++) {
+        if (toggle_limit && (cuCtxCreate_v2(&ctx, 0, 0) || cuStreamCreate(&stream, 1))) {
+            printf("error=context\n");
             return 1;
         }
+        if (argc > 3 && !swap_pools) {
+            /* A kernel whose threads each declare BYTES of local memory. */
+            static char image[512];
+            snprintf(image, sizeof image,
+                     ".version 7.0\n.target sm_75\n.address_size 64\n"
+                     ".visible .entry deep() {\n .local .align 4 .b8 scratch[%zu];\n ret;\n}\n", bytes);
+            CUmodule m;
+            if (cuModuleLoadData(&m, image) || cuModuleGetFunction(&deep, m, "deep")) {
+                printf("error=module\n");
+                return 1;
+            }
+        }
+        done = 0;
+        double until = now_ms() + ms / (toggle_limit ? 8 : 1);
+        pthread_t t;
+        pthread_create(&t, 0, swap_pools ? pool_loop : toggle_limit ? limit_loop : capture_loop, 0);
+        while (now_ms() < until && !(toggle_limit && done)) {
+            CUdeviceptr p = 0;
+            attempts++;
+            /* Granted whether captured (a node of a graph the other thread then drops) or not. */
+            int r = deep ? cuLaunchKernel(deep, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0)
+                         : cuMemAllocAsync(&p, bytes, stream);
+            if (r == 0) granted++;
+        }
+        done = 1;
+        pthread_join(t, 0);
     }
-    pthread_t t;
-    pthread_create(&t, 0, swap_pools ? pool_loop : capture_loop, 0);
-    long attempts = 0, granted = 0;
-    while (now_ms() < until) {
-        CUdeviceptr p = 0;
-        attempts++;
-        /* Granted whether captured (a node of a graph the other thread then drops) or not. */
-        int r = deep ? cuLaunchKernel(deep, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0)
-                     : cuMemAllocAsync(&p, bytes, stream);
-        if (r == 0) granted++;
+    if (toggle_limit) {
+        /* The rest of the slice, as the library counts it. */
+        CUdeviceptr p;
+        while (cuMemAlloc_v2(&p, 8 << 20) == 0) {}
     }
-    done = 1;
-    pthread_join(t, 0);
     printf("attempts=%ld granted=%ld captures=%ld\n", attempts, granted, captures);
     fflush(stdout);
     getchar();
