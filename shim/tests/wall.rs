@@ -694,3 +694,14 @@ fn lowering_the_stack_while_another_thread_launches_a_kernel_that_needs_it_takes
         "the process holds {used} MiB of a 256 MiB slice ({facts})"
     );
 }
+
+#[test]
+fn an_image_rewritten_while_its_module_loads_takes_nothing_past_the_slice() {
+    // Another thread of the program declares the image's global 1 byte or 64 MiB long in
+    // turn, in place, while this one loads it again and again.
+    let (used, facts) = race_capture_ends(&[&(64 * MIB).to_string(), "1500", "module"]);
+    assert!(
+        used <= 256,
+        "the process holds {used} MiB of a 256 MiB slice ({facts})"
+    );
+}

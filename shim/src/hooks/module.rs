@@ -8,6 +8,12 @@
 //! they do not fit) where the slice has no room. The charge goes back at unload, or with the
 //! context a module was loaded into. What an image does not show (code, the driver's own
 //! buffers) is charged from the driver's figure at the agent's next sample.
+//!
+//! In a slice the driver is given the copy of the image the library read (a file's contents
+//! too, through `cuModuleLoadData` and `cuLibraryLoadData`): another thread of the tenant
+//! rewriting the caller's bytes, or replacing the file, between the reading and the load
+//! would otherwise have the driver load globals the library never saw. The copy lives as
+//! long as the module.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -28,29 +34,57 @@ fn current_arch() -> Option<u32> {
     u32::try_from(10 * major + minor).ok()
 }
 
-/// Bytes of global variables the image at `data` declares for the current device.
+/// A copy of the module image at `data` (PTX keeps its terminating NUL); None for a null one.
 ///
 /// # Safety
 /// `data` is null or a module image as `cuModuleLoadData` takes one.
-unsafe fn declared(data: *const c_void) -> u64 {
+unsafe fn copy_of(data: *const c_void) -> Option<Vec<u8>> {
     if data.is_null() {
-        return 0;
+        return None;
     }
     // SAFETY: a module image, per the caller.
-    image::declared_bytes(unsafe { image::bytes(data.cast()) }, current_arch)
+    let mut copy = unsafe { image::bytes(data.cast()) }.to_vec();
+    copy.push(0);
+    Some(copy)
 }
 
-/// Bytes of global variables the module file at `path` declares for the current device (0
-/// where it cannot be read: the driver then fails to load it too).
-fn declared_in_file(path: *const c_char) -> u64 {
+/// The contents of the module file at `path`, NUL-terminated as PTX text passed by address
+/// must be; None where it cannot be read (the driver then fails to load it too).
+fn file_copy(path: *const c_char) -> Option<Vec<u8>> {
     if path.is_null() {
-        return 0;
+        return None;
     }
     use std::os::unix::ffi::OsStrExt;
     // SAFETY: a NUL-terminated path, per the API.
     let path = unsafe { std::ffi::CStr::from_ptr(path) };
-    std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes()))
-        .map_or(0, |data| image::declared_bytes(&data, current_arch))
+    let mut data = std::fs::read(std::ffi::OsStr::from_bytes(path.to_bytes())).ok()?;
+    data.push(0);
+    Some(data)
+}
+
+/// Bytes of global variables the image `copy` declares for the current device.
+fn declared(copy: &[u8]) -> u64 {
+    image::declared_bytes(copy, current_arch)
+}
+
+/// The images handed to the driver, by the handle of what was loaded from each.
+static KEPT: std::sync::Mutex<Vec<(u64, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `copy`, loaded as `handle` (when the load succeeded), until that is unloaded.
+fn keep(handle: *mut *mut c_void, r: CUresult, copy: Vec<u8>) {
+    if r == CUDA_SUCCESS
+        && !handle.is_null()
+        && let Ok(mut kept) = KEPT.lock()
+    {
+        // SAFETY: the driver wrote the handle on success.
+        kept.push((unsafe { handle.read() } as u64, copy));
+    }
+}
+
+fn forget(handle: u64) {
+    if let Ok(mut kept) = KEPT.lock() {
+        kept.retain(|(h, _)| *h != handle);
+    }
 }
 
 /// Loads through `call` what declares `bytes` of globals into the current context, charged
@@ -86,10 +120,21 @@ fn load(
 
 pub unsafe fn module_load_data(module: *mut CUmodule, data: *const c_void) -> CUresult {
     let f = real_or_return!(cuModuleLoadData);
+    if slice::get().is_none() {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(module, data) };
+    }
     // SAFETY: the caller's image.
-    let bytes = unsafe { declared(data) };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Module, module, bytes, || unsafe { f(module, data) })
+    let Some(copy) = (unsafe { copy_of(data) }) else {
+        // SAFETY: the caller's arguments, passed on unchanged (the driver refuses them).
+        return unsafe { f(module, data) };
+    };
+    // SAFETY: the caller's handle; the image the library read.
+    let r = load(Kind::Module, module, declared(&copy), || unsafe {
+        f(module, copy.as_ptr().cast())
+    });
+    keep(module.cast(), r, copy);
+    r
 }
 
 pub unsafe fn module_load_data_ex(
@@ -101,32 +146,63 @@ pub unsafe fn module_load_data_ex(
 ) -> CUresult {
     let f = real_or_return!(cuModuleLoadDataEx);
     // SAFETY: the caller's image.
-    let bytes = unsafe { declared(data) };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Module, module, bytes, || unsafe {
-        f(module, data, count, options, values)
-    })
+    let copy = (slice::get().is_some())
+        .then(|| unsafe { copy_of(data) })
+        .flatten();
+    let Some(copy) = copy else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(module, data, count, options, values) };
+    };
+    // SAFETY: the caller's handle and options; the image the library read.
+    let r = load(Kind::Module, module, declared(&copy), || unsafe {
+        f(module, copy.as_ptr().cast(), count, options, values)
+    });
+    keep(module.cast(), r, copy);
+    r
 }
 
 pub unsafe fn module_load_fat_binary(module: *mut CUmodule, data: *const c_void) -> CUresult {
     let f = real_or_return!(cuModuleLoadFatBinary);
     // SAFETY: the caller's fat binary.
-    let bytes = unsafe { declared(data) };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Module, module, bytes, || unsafe { f(module, data) })
+    let copy = (slice::get().is_some())
+        .then(|| unsafe { copy_of(data) })
+        .flatten();
+    let Some(copy) = copy else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(module, data) };
+    };
+    // SAFETY: the caller's handle; the fat binary the library read.
+    let r = load(Kind::Module, module, declared(&copy), || unsafe {
+        f(module, copy.as_ptr().cast())
+    });
+    keep(module.cast(), r, copy);
+    r
 }
 
+/// In a slice, the file's contents the library read are loaded (`cuModuleLoadData`).
 pub unsafe fn module_load(module: *mut CUmodule, path: *const c_char) -> CUresult {
     let f = real_or_return!(cuModuleLoad);
-    let bytes = declared_in_file(path);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Module, module, bytes, || unsafe { f(module, path) })
+    let copy = slice::get().and_then(|_| file_copy(path));
+    let (Some(copy), Some(from_data)) = (copy, crate::api::real::cuModuleLoadData()) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe { f(module, path) };
+    };
+    // SAFETY: the caller's handle; the contents the library read.
+    let r = load(Kind::Module, module, declared(&copy), || unsafe {
+        from_data(module, copy.as_ptr().cast())
+    });
+    keep(module.cast(), r, copy);
+    r
 }
 
 pub unsafe fn module_unload(module: CUmodule) -> CUresult {
     let f = real_or_return!(cuModuleUnload);
     // SAFETY: the caller's argument, passed on unchanged.
-    unload(Kind::Module, module as u64, || unsafe { f(module) })
+    let r = unload(Kind::Module, module as u64, || unsafe { f(module) });
+    if r == CUDA_SUCCESS {
+        forget(module as u64);
+    }
+    r
 }
 
 /// The unload `call` of a module or library (`handle`): what it was charged is given back
@@ -155,21 +231,33 @@ pub unsafe fn library_load_data(
     library_count: c_uint,
 ) -> CUresult {
     let f = real_or_return!(cuLibraryLoadData);
+    let load_from = |data: *const c_void| {
+        // SAFETY: the caller's arguments, the image as given.
+        unsafe {
+            f(
+                library,
+                data,
+                jit_options,
+                jit_values,
+                jit_count,
+                library_options,
+                library_values,
+                library_count,
+            )
+        }
+    };
     // SAFETY: the caller's image.
-    let bytes = unsafe { declared(data) };
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Library, library, bytes, || unsafe {
-        f(
-            library,
-            data,
-            jit_options,
-            jit_values,
-            jit_count,
-            library_options,
-            library_values,
-            library_count,
-        )
-    })
+    let copy = (slice::get().is_some())
+        .then(|| unsafe { copy_of(data) })
+        .flatten();
+    let Some(copy) = copy else {
+        return load_from(data);
+    };
+    let r = load(Kind::Library, library.cast(), declared(&copy), || {
+        load_from(copy.as_ptr().cast())
+    });
+    keep(library.cast(), r, copy);
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -184,12 +272,27 @@ pub unsafe fn library_load_from_file(
     library_count: c_uint,
 ) -> CUresult {
     let f = real_or_return!(cuLibraryLoadFromFile);
-    let bytes = declared_in_file(path);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    load(Kind::Library, library, bytes, || unsafe {
-        f(
+    let copy = slice::get().and_then(|_| file_copy(path));
+    let (Some(copy), Some(from_data)) = (copy, crate::api::real::cuLibraryLoadData()) else {
+        // SAFETY: the caller's arguments, passed on unchanged.
+        return unsafe {
+            f(
+                library,
+                path,
+                jit_options,
+                jit_values,
+                jit_count,
+                library_options,
+                library_values,
+                library_count,
+            )
+        };
+    };
+    // SAFETY: the caller's handle and options; the contents the library read.
+    let r = load(Kind::Library, library.cast(), declared(&copy), || unsafe {
+        from_data(
             library,
-            path,
+            copy.as_ptr().cast(),
             jit_options,
             jit_values,
             jit_count,
@@ -197,11 +300,17 @@ pub unsafe fn library_load_from_file(
             library_values,
             library_count,
         )
-    })
+    });
+    keep(library.cast(), r, copy);
+    r
 }
 
 pub unsafe fn library_unload(library: CUlibrary) -> CUresult {
     let f = real_or_return!(cuLibraryUnload);
     // SAFETY: the caller's argument, passed on unchanged.
-    unload(Kind::Library, library as u64, || unsafe { f(library) })
+    let r = unload(Kind::Library, library as u64, || unsafe { f(library) });
+    if r == CUDA_SUCCESS {
+        forget(library as u64);
+    }
+    r
 }

@@ -18,10 +18,16 @@
  * is tried in 8 contexts of the program's own, one after the other, each keeping its stack;
  * then this one fills what is left of the slice with 8 MiB allocations.
  *
- *   capture_race BYTES MS [launch|pools|limit] */
+ * With "module", the other thread instead rewrites a PTX image in place, its global variable
+ * declared 1 byte or BYTES long in turn, while this one loads the image again and again,
+ * keeping every module: a load whose image the library read with one size and the driver
+ * with the other would take memory nothing charged.
+ *
+ *   capture_race BYTES MS [launch|pools|limit|module] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef void *CUcontext, *CUstream, *CUgraph, *CUmodule, *CUfunction;
@@ -95,6 +101,20 @@ static void *limit_loop(void *arg) {
     return 0;
 }
 
+/* The image the "module" mode loads and rewrites: the declared size has 12 digits. */
+static char ptx[256];
+static char small_size[16], large_size[16];
+static char *size_at;
+
+static void *rewrite_loop(void *arg) {
+    (void)arg;
+    for (long i = 0; !done; i++) {
+        memcpy(size_at, (i & 1) ? large_size : small_size, 12);
+        captures++;
+    }
+    return 0;
+}
+
 static void *capture_loop(void *arg) {
     (void)arg;
     cuCtxSetCurrent(ctx);
@@ -120,6 +140,15 @@ int main(int argc, char **argv) {
     CUfunction deep = 0;
     int swap_pools = argc > 3 && argv[3][0] == 'p';
     int toggle_limit = argc > 3 && argv[3][1] == 'i';
+    int rewrite = argc > 3 && argv[3][0] == 'm';
+    if (rewrite) {
+        snprintf(small_size, sizeof small_size, "%012d", 1);
+        snprintf(large_size, sizeof large_size, "%012zu", bytes);
+        snprintf(ptx, sizeof ptx,
+                 ".version 7.0\n.target sm_75\n.address_size 64\n"
+                 ".visible .global .align 8 .b8 blob[%s];\n", small_size);
+        size_at = strstr(ptx, small_size);
+    }
     stack_bytes = bytes;
     if (swap_pools) {
         CUmemPoolProps props = {0};
@@ -135,7 +164,7 @@ int main(int argc, char **argv) {
             printf("error=context\n");
             return 1;
         }
-        if (argc > 3 && !swap_pools) {
+        if (argc > 3 && !swap_pools && !rewrite) {
             /* A kernel whose threads each declare BYTES of local memory. */
             static char image[512];
             snprintf(image, sizeof image,
@@ -150,13 +179,17 @@ int main(int argc, char **argv) {
         done = 0;
         double until = now_ms() + ms / (toggle_limit ? 8 : 1);
         pthread_t t;
-        pthread_create(&t, 0, swap_pools ? pool_loop : toggle_limit ? limit_loop : capture_loop, 0);
+        pthread_create(&t, 0,
+                       swap_pools ? pool_loop : toggle_limit ? limit_loop : rewrite ? rewrite_loop : capture_loop,
+                       0);
         while (now_ms() < until && !(toggle_limit && done)) {
             CUdeviceptr p = 0;
             attempts++;
             /* Granted whether captured (a node of a graph the other thread then drops) or not. */
-            int r = deep ? cuLaunchKernel(deep, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0)
-                         : cuMemAllocAsync(&p, bytes, stream);
+            CUmodule m;
+            int r = rewrite ? cuModuleLoadData(&m, ptx)
+                    : deep  ? cuLaunchKernel(deep, 1, 1, 1, 32, 1, 1, 0, stream, 0, 0)
+                            : cuMemAllocAsync(&p, bytes, stream);
             if (r == 0) granted++;
         }
         done = 1;
