@@ -87,6 +87,29 @@ fn forget(handle: u64) {
     }
 }
 
+/// In a slice, a copy of the caller's image at `data` to hand the driver.
+///
+/// # Safety
+/// As [`copy_of`].
+unsafe fn sliced_copy(data: *const c_void) -> Option<Vec<u8>> {
+    slice::get()?;
+    // SAFETY: as the caller's.
+    unsafe { copy_of(data) }
+}
+
+/// Loads `copy`, the image the library read, through `call` (given its address), charged as
+/// [`load`] charges, and keeps it while what was loaded stays.
+fn load_copy(
+    kind: Kind,
+    handle: *mut *mut c_void,
+    copy: Vec<u8>,
+    call: impl FnOnce(*const c_void) -> CUresult,
+) -> CUresult {
+    let r = load(kind, handle, declared(&copy), || call(copy.as_ptr().cast()));
+    keep(handle, r, copy);
+    r
+}
+
 /// Loads through `call` what declares `bytes` of globals into the current context, charged
 /// under the handle written to `handle`: a module (`Kind::Module`) goes with the context it
 /// is loaded into, a library (`Kind::Library`) is the process's until it is unloaded.
@@ -120,21 +143,13 @@ fn load(
 
 pub unsafe fn module_load_data(module: *mut CUmodule, data: *const c_void) -> CUresult {
     let f = real_or_return!(cuModuleLoadData);
-    if slice::get().is_none() {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(module, data) };
+    // SAFETY: the caller's arguments; the image as given or as the library read it.
+    unsafe {
+        match sliced_copy(data) {
+            Some(copy) => load_copy(Kind::Module, module, copy, |d| f(module, d)),
+            None => f(module, data),
+        }
     }
-    // SAFETY: the caller's image.
-    let Some(copy) = (unsafe { copy_of(data) }) else {
-        // SAFETY: the caller's arguments, passed on unchanged (the driver refuses them).
-        return unsafe { f(module, data) };
-    };
-    // SAFETY: the caller's handle; the image the library read.
-    let r = load(Kind::Module, module, declared(&copy), || unsafe {
-        f(module, copy.as_ptr().cast())
-    });
-    keep(module.cast(), r, copy);
-    r
 }
 
 pub unsafe fn module_load_data_ex(
@@ -145,54 +160,41 @@ pub unsafe fn module_load_data_ex(
     values: *mut *mut c_void,
 ) -> CUresult {
     let f = real_or_return!(cuModuleLoadDataEx);
-    // SAFETY: the caller's image.
-    let copy = (slice::get().is_some())
-        .then(|| unsafe { copy_of(data) })
-        .flatten();
-    let Some(copy) = copy else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(module, data, count, options, values) };
-    };
-    // SAFETY: the caller's handle and options; the image the library read.
-    let r = load(Kind::Module, module, declared(&copy), || unsafe {
-        f(module, copy.as_ptr().cast(), count, options, values)
-    });
-    keep(module.cast(), r, copy);
-    r
+    // SAFETY: the caller's arguments; the image as given or as the library read it.
+    unsafe {
+        match sliced_copy(data) {
+            Some(copy) => load_copy(Kind::Module, module, copy, |d| {
+                f(module, d, count, options, values)
+            }),
+            None => f(module, data, count, options, values),
+        }
+    }
 }
 
 pub unsafe fn module_load_fat_binary(module: *mut CUmodule, data: *const c_void) -> CUresult {
     let f = real_or_return!(cuModuleLoadFatBinary);
-    // SAFETY: the caller's fat binary.
-    let copy = (slice::get().is_some())
-        .then(|| unsafe { copy_of(data) })
-        .flatten();
-    let Some(copy) = copy else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(module, data) };
-    };
-    // SAFETY: the caller's handle; the fat binary the library read.
-    let r = load(Kind::Module, module, declared(&copy), || unsafe {
-        f(module, copy.as_ptr().cast())
-    });
-    keep(module.cast(), r, copy);
-    r
+    // SAFETY: the caller's arguments; the fat binary as given or as the library read it.
+    unsafe {
+        match sliced_copy(data) {
+            Some(copy) => load_copy(Kind::Module, module, copy, |d| f(module, d)),
+            None => f(module, data),
+        }
+    }
 }
 
 /// In a slice, the file's contents the library read are loaded (`cuModuleLoadData`).
 pub unsafe fn module_load(module: *mut CUmodule, path: *const c_char) -> CUresult {
     let f = real_or_return!(cuModuleLoad);
     let copy = slice::get().and_then(|_| file_copy(path));
-    let (Some(copy), Some(from_data)) = (copy, crate::api::real::cuModuleLoadData()) else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(module, path) };
-    };
-    // SAFETY: the caller's handle; the contents the library read.
-    let r = load(Kind::Module, module, declared(&copy), || unsafe {
-        from_data(module, copy.as_ptr().cast())
-    });
-    keep(module.cast(), r, copy);
-    r
+    // SAFETY: the caller's arguments; the file as the driver reads it or as the library did.
+    unsafe {
+        match (copy, crate::api::real::cuModuleLoadData()) {
+            (Some(copy), Some(from_data)) => {
+                load_copy(Kind::Module, module, copy, |d| from_data(module, d))
+            }
+            _ => f(module, path),
+        }
+    }
 }
 
 pub unsafe fn module_unload(module: CUmodule) -> CUresult {
@@ -232,7 +234,7 @@ pub unsafe fn library_load_data(
 ) -> CUresult {
     let f = real_or_return!(cuLibraryLoadData);
     let load_from = |data: *const c_void| {
-        // SAFETY: the caller's arguments, the image as given.
+        // SAFETY: the caller's arguments, the image as given or as the library read it.
         unsafe {
             f(
                 library,
@@ -247,17 +249,10 @@ pub unsafe fn library_load_data(
         }
     };
     // SAFETY: the caller's image.
-    let copy = (slice::get().is_some())
-        .then(|| unsafe { copy_of(data) })
-        .flatten();
-    let Some(copy) = copy else {
-        return load_from(data);
-    };
-    let r = load(Kind::Library, library.cast(), declared(&copy), || {
-        load_from(copy.as_ptr().cast())
-    });
-    keep(library.cast(), r, copy);
-    r
+    match unsafe { sliced_copy(data) } {
+        Some(copy) => load_copy(Kind::Library, library.cast(), copy, load_from),
+        None => load_from(data),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -273,7 +268,8 @@ pub unsafe fn library_load_from_file(
 ) -> CUresult {
     let f = real_or_return!(cuLibraryLoadFromFile);
     let copy = slice::get().and_then(|_| file_copy(path));
-    let (Some(copy), Some(from_data)) = (copy, crate::api::real::cuLibraryLoadData()) else {
+    let from_data = crate::api::real::cuLibraryLoadData();
+    let (Some(copy), Some(from_data)) = (copy, from_data) else {
         // SAFETY: the caller's arguments, passed on unchanged.
         return unsafe {
             f(
@@ -288,21 +284,21 @@ pub unsafe fn library_load_from_file(
             )
         };
     };
-    // SAFETY: the caller's handle and options; the contents the library read.
-    let r = load(Kind::Library, library.cast(), declared(&copy), || unsafe {
-        from_data(
-            library,
-            copy.as_ptr().cast(),
-            jit_options,
-            jit_values,
-            jit_count,
-            library_options,
-            library_values,
-            library_count,
-        )
-    });
-    keep(library.cast(), r, copy);
-    r
+    load_copy(Kind::Library, library.cast(), copy, |d| {
+        // SAFETY: the caller's handle and options; the contents the library read.
+        unsafe {
+            from_data(
+                library,
+                d,
+                jit_options,
+                jit_values,
+                jit_count,
+                library_options,
+                library_values,
+                library_count,
+            )
+        }
+    })
 }
 
 pub unsafe fn library_unload(library: CUlibrary) -> CUresult {
