@@ -13,81 +13,42 @@
 //! the allocations wait only while one happens.
 
 use std::cell::Cell;
-use std::sync::{RwLock, RwLockReadGuard};
 
 use crate::ffi::*;
 
+use super::gate::{Gate, Passage};
 use super::real_or_return;
 
-/// Read by hooks between their question and the driver's answer; written by the calls that
-/// change the answer.
-static DECIDED: RwLock<()> = RwLock::new(());
-
 thread_local! {
-    /// How many guards this thread holds (a hook's driver call may run another hook).
-    static HELD: Cell<u32> = const { Cell::new(0) };
+    static OPEN: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Holds captures from ending, and devices' pools from changing, while it lives.
-pub(crate) struct CaptureGuard {
-    _read: Option<RwLockReadGuard<'static, ()>>,
+/// Passed shared by hooks between their question and the driver's answer; alone by the calls
+/// that change the answer.
+static DECIDED: Gate = Gate::new(&OPEN);
+
+/// While it lives, no capture ends and no device's pool changes.
+pub(crate) fn hold() -> Passage {
+    DECIDED.shared()
 }
 
-impl Drop for CaptureGuard {
-    fn drop(&mut self) {
-        HELD.with(|h| h.set(h.get().saturating_sub(1)));
-    }
-}
-
-/// A guard under which no capture ends and no device's pool changes; taken once per thread (an inner hook shares the
-/// outer one's).
-pub(crate) fn hold() -> CaptureGuard {
-    let outer = HELD.with(|h| {
-        let n = h.get();
-        h.set(n + 1);
-        n == 0
-    });
-    CaptureGuard {
-        _read: outer.then(|| {
-            DECIDED
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        }),
-    }
-}
-
-type EndCapture = unsafe extern "C" fn(CUstream, *mut CUgraph) -> CUresult;
-
-fn end(f: EndCapture, stream: CUstream, graph: *mut CUgraph) -> CUresult {
-    // A thread ending a capture inside a hook of its own (none does) shares its guard.
-    if HELD.with(Cell::get) > 0 {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(stream, graph) };
-    }
-    let _write = DECIDED
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+pub unsafe fn stream_end_capture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
+    let f = real_or_return!(cuStreamEndCapture);
+    let _alone = DECIDED.alone();
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { f(stream, graph) }
 }
 
-pub unsafe fn stream_end_capture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
-    end(real_or_return!(cuStreamEndCapture), stream, graph)
-}
-
 pub unsafe fn stream_end_capture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult {
-    end(real_or_return!(cuStreamEndCapture_ptsz), stream, graph)
+    let f = real_or_return!(cuStreamEndCapture_ptsz);
+    let _alone = DECIDED.alone();
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { f(stream, graph) }
 }
 
 pub unsafe fn device_set_mem_pool(dev: CUdevice, pool: CUmemoryPool) -> CUresult {
     let f = real_or_return!(cuDeviceSetMemPool);
-    if HELD.with(Cell::get) > 0 {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe { f(dev, pool) };
-    }
-    let _write = DECIDED
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _alone = DECIDED.alone();
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { f(dev, pool) }
 }

@@ -11,63 +11,27 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::ffi::*;
 
+use super::gate::{Gate, Passage};
 use super::real_or_return;
 
-static EDITS: RwLock<()> = RwLock::new(());
-
 thread_local! {
-    /// How many guards this thread holds (an edit's driver call may run another hook).
-    static HELD: Cell<u32> = const { Cell::new(0) };
+    static OPEN: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Held by a call that changes a graph, or by one reading a graph to instantiate it.
-pub(crate) struct Guard {
-    _read: Option<RwLockReadGuard<'static, ()>>,
-    _write: Option<RwLockWriteGuard<'static, ()>>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        HELD.with(|h| h.set(h.get().saturating_sub(1)));
-    }
-}
-
-fn outermost() -> bool {
-    HELD.with(|h| {
-        let n = h.get();
-        h.set(n + 1);
-        n == 0
-    })
-}
+/// Passed shared by the calls that change a graph, alone by reading one to instantiate it.
+static EDITS: Gate = Gate::new(&OPEN);
 
 /// While it lives, no graph is being read to be instantiated.
-pub(crate) fn editing() -> Guard {
-    let outer = outermost();
-    Guard {
-        _read: outer.then(|| {
-            EDITS
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        }),
-        _write: None,
-    }
+pub(crate) fn editing() -> Passage {
+    EDITS.shared()
 }
 
 /// While it lives, no graph changes.
-pub(crate) fn settled() -> Guard {
-    let outer = outermost();
-    Guard {
-        _read: None,
-        _write: outer.then(|| {
-            EDITS
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        }),
-    }
+pub(crate) fn settled() -> Passage {
+    EDITS.alone()
 }
 
 /// A hook that passes a graph-changing call to the driver under [`editing`].

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod capture;
 pub mod context;
+pub(crate) mod gate;
 pub mod graph;
 pub mod graph_bodies;
 pub mod graph_edits;

@@ -267,38 +267,40 @@ pub unsafe fn library_load_from_file(
     library_count: c_uint,
 ) -> CUresult {
     let f = real_or_return!(cuLibraryLoadFromFile);
+    // The file's contents the library read, loaded as an image, where it could read them.
     let copy = slice::get().and_then(|_| file_copy(path));
     let from_data = crate::api::real::cuLibraryLoadData();
-    let (Some(copy), Some(from_data)) = (copy, from_data) else {
-        // SAFETY: the caller's arguments, passed on unchanged.
-        return unsafe {
-            f(
-                library,
-                path,
-                jit_options,
-                jit_values,
-                jit_count,
-                library_options,
-                library_values,
-                library_count,
-            )
-        };
-    };
-    load_copy(Kind::Library, library.cast(), copy, |d| {
-        // SAFETY: the caller's handle and options; the contents the library read.
+    let load_with = |image: Option<*const c_void>| {
+        // SAFETY: the caller's arguments, with the library's copy in place of the path.
         unsafe {
-            from_data(
-                library,
-                d,
-                jit_options,
-                jit_values,
-                jit_count,
-                library_options,
-                library_values,
-                library_count,
-            )
+            match (image, from_data) {
+                (Some(d), Some(g)) => g(
+                    library,
+                    d,
+                    jit_options,
+                    jit_values,
+                    jit_count,
+                    library_options,
+                    library_values,
+                    library_count,
+                ),
+                _ => f(
+                    library,
+                    path,
+                    jit_options,
+                    jit_values,
+                    jit_count,
+                    library_options,
+                    library_values,
+                    library_count,
+                ),
+            }
         }
-    })
+    };
+    match copy.filter(|_| from_data.is_some()) {
+        Some(copy) => load_copy(Kind::Library, library.cast(), copy, |d| load_with(Some(d))),
+        None => load_with(None),
+    }
 }
 
 pub unsafe fn library_unload(library: CUlibrary) -> CUresult {

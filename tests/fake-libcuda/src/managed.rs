@@ -111,8 +111,13 @@ fn location(l: CUmemLocation) -> Result<c_int, CUresult> {
     }
 }
 
-fn check_stream(stream: CUstream) -> Result<(), CUresult> {
-    crate::stream::capturing_graph(stream).map(|_| ())
+/// Notes that the range was last sent to `to` (nothing moves here), once `stream` is checked.
+fn prefetch(ptr: CUdeviceptr, count: usize, to: c_int, stream: CUstream) -> Result<(), CUresult> {
+    crate::stream::capturing_graph(stream)?;
+    with_range(ptr, count, |h| {
+        h.last_prefetch = to;
+        Ok(())
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -122,14 +127,7 @@ pub extern "C" fn cuMemPrefetchAsync(
     dev: CUdevice,
     stream: CUstream,
 ) -> CUresult {
-    guard(|| {
-        check_stream(stream)?;
-        let to = device_or_cpu(dev)?;
-        with_range(ptr, count, |h| {
-            h.last_prefetch = to;
-            Ok(())
-        })
-    })
+    guard(|| prefetch(ptr, count, device_or_cpu(dev)?, stream))
 }
 
 #[unsafe(no_mangle)]
@@ -154,12 +152,7 @@ pub extern "C" fn cuMemPrefetchAsync_v2(
         if flags != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        check_stream(stream)?;
-        let to = location(to)?;
-        with_range(ptr, count, |h| {
-            h.last_prefetch = to;
-            Ok(())
-        })
+        prefetch(ptr, count, location(to)?, stream)
     })
 }
 
