@@ -645,16 +645,67 @@ fn pytorch_sees_its_slice_runs_a_graph_and_its_caching_allocator_stops_at_the_li
     assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
 }
 
+/// PyTorch's matrix products through cuBLAS and cuBLASLt (`tests/clients/gemms.py`) in a
+/// 1 GiB slice of a simulated T4 and of a simulated H100, then PyTorch filling the rest of
+/// the slice; returns the script's facts and the MiB the driver holds for the process as
+/// the host sees it (the simulated nvidia-smi, without the library).
+fn gemms_in_a_slice(model: &str) -> (Facts, u64) {
+    let slice = Slice::of_model(model, GIB, 0);
+    let log = slice.dir.path().join("unmodelled-gemms.log");
+    let mut cmd = slice.command(&torch_python());
+    cmd.arg(client_script("gemms.py"))
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log);
+    let running = common::Running::start(cmd);
+    let smi = Command::new(slice.sim.root().join("usr/bin/nvidia-smi"))
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .unwrap();
+    let used = String::from_utf8_lossy(&smi.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("nvidia-smi's memory.used");
+    let facts = Facts(running.facts.0.clone());
+    running.finish();
+    print_unmodelled(model, &log);
+    (facts, used)
+}
+
 #[test]
-fn pytorch_initialises_cublas_on_the_simulated_t4() {
-    // cuBLAS frees a null pointer and looks up global variables of its compressed kernels
-    // while it makes its handle; before, it failed with CUBLAS_STATUS_NOT_INITIALIZED.
-    let slice = Slice::new(GIB, 0);
-    let text = script_output(slice.command(&torch_python()).args([
-        "-c",
-        "import torch; print(f'handle={int(torch.cuda.current_blas_handle() != 0)}')",
-    ]));
-    assert_eq!(Facts::parse(&text).get("handle"), "1", "{text}");
+fn pytorch_runs_its_matrix_products_through_cublas_and_cublaslt_in_a_slice() {
+    // Before, cuBLAS's runtime found neither the thread's context nor its identity in the
+    // driver's tools interfaces (every GEMM: CUBLAS_STATUS_NOT_SUPPORTED), cuBLASLt went on
+    // without the device's SM count (GEMVs: CUBLAS_STATUS_EXECUTION_FAILED, fused bias:
+    // no algorithm), and on Hopper cuBLAS could not make its handle
+    // (cuOccupancyMaxActiveClusters) and cuBLASLt crashed on a table the driver did not give.
+    for model in ["T4", "H100"] {
+        let (f, used) = gemms_in_a_slice(model);
+        let what = format!("{model}: {:?}", f.0);
+        println!("{what} used={used}");
+        for product in [
+            "sgemm",
+            "hgemm",
+            "bf16gemm",
+            "batched",
+            "linear",
+            "linear_bias",
+            "linear_bias_half",
+            "addmm",
+            "gemv",
+        ] {
+            assert_eq!(f.get(product), "ok", "{product} on {what}");
+        }
+        assert_eq!(f.num("total"), GIB, "{what}");
+        assert_eq!(f.get("error"), "OutOfMemoryError", "{what}");
+        // cuBLAS's workspaces and kernels' globals are charged with the rest: the process
+        // holds no more than its slice, and the fill found most of the slice still its own.
+        assert!(
+            used <= 1024,
+            "{what}: the process holds {used} MiB of a 1 GiB slice"
+        );
+        assert!(f.num("chunks") >= 12, "{what}");
+    }
 }
 
 /// What nvidia-ml-py reads of how the GPUs of a node laid out as NVLink pairs are connected:

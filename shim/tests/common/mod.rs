@@ -36,9 +36,14 @@ pub struct Slice {
 }
 
 impl Slice {
-    /// A `limit`-byte slice of GPU 0 of a two-GPU node whose contexts take `context_bytes`.
+    /// A `limit`-byte slice of GPU 0 of a two-GPU T4 node whose contexts take `context_bytes`.
     pub fn new(limit: u64, context_bytes: u64) -> Self {
-        let sim = SimNode::with_context_bytes(2, "T4", None, context_bytes);
+        Self::of_model("T4", limit, context_bytes)
+    }
+
+    /// As [`Slice::new`], of a node of `model` GPUs.
+    pub fn of_model(model: &str, limit: u64, context_bytes: u64) -> Self {
+        let sim = SimNode::with_context_bytes(2, model, None, context_bytes);
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits {
             container_id: "wall-test".into(),

@@ -57,7 +57,17 @@ const LIMIT_DEFAULTS: &[(c_int, usize)] = &[
     (4, 2048),    // CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
     (5, 64),      // CU_LIMIT_MAX_L2_FETCH_GRANULARITY
     (6, 0),       // CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+    (CU_LIMIT_CIG_ENABLED, 0),
 ];
+
+/// `CU_LIMIT_CIG_ENABLED` (CUDA 12.5): non-zero for a context made in CUDA-in-graphics mode,
+/// which no simulated context is. Queried only; cuBLASLt asks it when it makes its context,
+/// and left with `CUDA_ERROR_UNSUPPORTED_LIMIT` it went on without the device's SM count
+/// (its GEMVs launched grids of no blocks, its matrix products found no algorithm).
+const CU_LIMIT_CIG_ENABLED: c_int = 8;
+
+/// Limits that can only be queried (`cuCtxSetLimit` refuses them).
+const QUERY_ONLY_LIMITS: &[c_int] = &[CU_LIMIT_CIG_ENABLED];
 
 /// The API version `cuCtxGetApiVersion` reports: contexts made through the `_v2` interface.
 const CONTEXT_API_VERSION: c_uint = 3020;
@@ -579,7 +589,12 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CUres
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetLimit(limit: c_int, value: usize) -> CUresult {
-    guard(|| set_limit(current_ctx()?, limit, value, |_| true))
+    guard(|| {
+        if QUERY_ONLY_LIMITS.contains(&limit) {
+            return Err(CUDA_ERROR_UNSUPPORTED_LIMIT);
+        }
+        set_limit(current_ctx()?, limit, value, |_| true)
+    })
 }
 
 /// Sets `ctx`'s `limit` to `value` where `wanted(now)` says so, taking or giving back the

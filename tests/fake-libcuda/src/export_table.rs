@@ -48,22 +48,65 @@ static CUDART_INTERFACE: Table<13> = Table([
     load_compilers as *const c_void,
 ]);
 
-/// Tools' thread-local state (what profilers attached to the process keep per thread): not
-/// simulated. Its entries answer `CUDA_ERROR_NOT_SUPPORTED`, counted with the unmodelled
-/// calls, rather than being NULL: cuBLAS calls the second without checking it (a NULL entry
-/// crashed the process) and reports `CUBLAS_STATUS_NOT_SUPPORTED` on the error. Handing out a
-/// zeroed block of state instead leads cuBLAS on to a table no description covers
-/// (`21318c60-9714-3248-8ca6-41ff7324c8f2`), so cuBLAS's GEMMs do not run on the simulated
-/// node either way.
+/// Tools' thread-local state (what profilers attached to the process keep per thread). The
+/// second entry answers the context current on the calling thread, as `cuCtxGetCurrent`
+/// does: the CUDA 12.8 runtime inside cuBLAS and cuBLASLt asks it, and the context's identity
+/// of the tools' context interface (below), at its calls to see whether the thread's context
+/// changed; answered `CUDA_ERROR_NOT_SUPPORTED`, cuBLAS reported `CUBLAS_STATUS_NOT_SUPPORTED`
+/// for every GEMM. The other entries are not simulated: they answer that error, counted with
+/// the unmodelled calls, rather than being NULL (a caller that calls one unchecked crashes).
 static TOOLS_TLS: Table<4> = Table([
     size_of_table::<4>(),
-    tools_tls_unmodelled as *const c_void,
-    tools_tls_unmodelled as *const c_void,
-    tools_tls_unmodelled as *const c_void,
+    tools_unmodelled as *const c_void,
+    current_context as *const c_void,
+    tools_unmodelled as *const c_void,
 ]);
 
-extern "C" fn tools_tls_unmodelled() -> CUresult {
+extern "C" fn tools_unmodelled() -> CUresult {
     crate::unmodelled("cuGetExportTable(tools thread-local state)")
+}
+
+unsafe extern "C" fn current_context(pctx: *mut CUcontext) -> CUresult {
+    // SAFETY: the caller passes storage for a context handle, as to cuCtxGetCurrent.
+    unsafe { context::cuCtxGetCurrent(pctx) }
+}
+
+/// The tools' interface to contexts: its fourth entry answers a context's unique identity,
+/// as `cuCtxGetId` does (0 for no context), which the CUDA 12.8 runtime inside cuBLAS asks
+/// (above). A size header and 94 entries, the size drivers of the 595 branch give it; the
+/// layout is from public descriptions of the driver, not NVIDIA's. The other entries are not
+/// simulated and answer `CUDA_ERROR_NOT_SUPPORTED`, counted with the unmodelled calls.
+static TOOLS_CONTEXT: Table<95> = {
+    let mut t = [tools_context_unmodelled as *const c_void; 95];
+    t[0] = size_of_table::<95>();
+    t[4] = context_identity as *const c_void;
+    Table(t)
+};
+
+extern "C" fn tools_context_unmodelled() -> CUresult {
+    crate::unmodelled("cuGetExportTable(tools context interface)")
+}
+
+unsafe extern "C" fn context_identity(ctx: CUcontext, id: *mut u64) -> CUresult {
+    if ctx.is_null() {
+        return guard(|| out(id, 0));
+    }
+    // SAFETY: a context handle and storage for its identity, as cuCtxGetId takes them.
+    unsafe { context::cuCtxGetId(ctx, id) }
+}
+
+/// A table cuBLASLt asks for on Hopper and calls the fourth entry of (two outputs)
+/// without checking that the driver answered the table: NULL crashed it. No description of
+/// it is known; every entry answers `CUDA_ERROR_NOT_SUPPORTED`, counted with the unmodelled
+/// calls, and cuBLASLt goes on without it.
+static UNDESCRIBED_1734DC26: Table<17> = {
+    let mut t = [undescribed_1734dc26 as *const c_void; 17];
+    t[0] = size_of_table::<17>();
+    Table(t)
+};
+
+extern "C" fn undescribed_1734dc26() -> CUresult {
+    crate::unmodelled("cuGetExportTable(1734dc26800d47458726c0f1e7dd8bca)")
 }
 
 static TOOLS_RUNTIME_CALLBACK_HOOKS: Table<7> = Table([
@@ -109,7 +152,11 @@ fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
     const fn uuid(s: u128) -> [u8; 16] {
         s.to_be_bytes()
     }
-    let tables: [([u8; 16], *const c_void); 8] = [
+    let tables: [([u8; 16], *const c_void); 10] = [
+        (
+            uuid(0x1734dc26_800d_4745_8726_c0f1e7dd8bca),
+            (&raw const UNDESCRIBED_1734DC26).cast(),
+        ),
         (
             uuid(0x6bd5fb6c_5bf4_e74a_8987_d93912fd9df9),
             (&raw const CUDART_INTERFACE).cast(),
@@ -117,6 +164,10 @@ fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
         (
             uuid(0x42d85a81_23f6_cb47_8298_f6e78a3aecdc),
             (&raw const TOOLS_TLS).cast(),
+        ),
+        (
+            uuid(0x21318c60_9714_3248_8ca6_41ff7324c8f2),
+            (&raw const TOOLS_CONTEXT).cast(),
         ),
         (
             uuid(0xa094798c_2e74_2e74_93f2_0800200c0a66),

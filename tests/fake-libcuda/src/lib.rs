@@ -11,6 +11,7 @@
 
 mod arrays;
 mod attributes;
+mod clusters;
 mod codes;
 mod context;
 mod copy;

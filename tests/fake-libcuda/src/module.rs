@@ -317,9 +317,9 @@ const FUNC_MAX_DYNAMIC_SHARED: c_int = 8;
 const FUNC_CARVEOUT: c_int = 9;
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH`: a kernel's cluster shape,
 /// set before launch on GPUs with thread block clusters (compute capability 9.0 on).
-const FUNC_CLUSTER_SHAPE: std::ops::RangeInclusive<c_int> = 11..=13;
+pub(crate) const FUNC_CLUSTER_SHAPE: std::ops::RangeInclusive<c_int> = 11..=13;
 /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
-const FUNC_NON_PORTABLE_CLUSTER: c_int = 14;
+pub(crate) const FUNC_NON_PORTABLE_CLUSTER: c_int = 14;
 /// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`.
 const FUNC_CLUSTER_POLICY: c_int = 15;
 
@@ -329,7 +329,7 @@ const REGISTERS_PER_THREAD: c_int = 32;
 /// The attributes of a kernel the simulation has no code for: it uses no static shared or
 /// constant memory, the local memory its image declares and 32 registers a thread, and was
 /// built for the current device's architecture.
-fn function_attribute(
+pub(crate) fn function_attribute(
     f: crate::paths::CUfunction,
     attribute: c_int,
 ) -> Result<c_int, crate::CUresult> {
@@ -430,7 +430,7 @@ pub extern "C" fn cuFuncSetCacheConfig(
 
 /// Blocks of `block_size` threads using `dynamic_smem` bytes that fit on one SM of the
 /// current device, by threads, registers, shared memory and the block limit.
-fn blocks_per_sm(
+pub(crate) fn blocks_per_sm(
     f: crate::paths::CUfunction,
     block_size: c_int,
     dynamic_smem: usize,

@@ -110,6 +110,40 @@ fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
     }
 }
 
+/// cuBLAS's and cuBLASLt's CUDA 12.8 runtime asks, at its calls, the tools' interfaces for the
+/// thread's context and that context's identity, and makes its context after asking whether
+/// it is a CUDA-in-graphics one. Before, the first answered CUDA_ERROR_NOT_SUPPORTED and the
+/// second was not served (cuBLAS reported CUBLAS_STATUS_NOT_SUPPORTED for every GEMM), the
+/// limit answered CUDA_ERROR_UNSUPPORTED_LIMIT (cuBLASLt went on without the device's SM
+/// count: its GEMVs launched grids of no blocks), and cuBLASLt on Hopper crashed calling into
+/// a table the driver did not give.
+#[test]
+fn the_tools_interfaces_answer_the_threads_context_and_its_identity_as_cublas_asks() {
+    let sim = SimNode::new(1, "A10", None);
+    let log = sim.root().join("unmodelled.log");
+    let program = common::compile(&sim, "tools_tables", &["cuda"]);
+    let out = Command::new(&program)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // 201 is CUDA_ERROR_INVALID_CONTEXT, 215 CUDA_ERROR_UNSUPPORTED_LIMIT, 801
+    // CUDA_ERROR_NOT_SUPPORTED.
+    assert_eq!(
+        text.trim(),
+        "tls_size=32 context_size=760 current=0 is_pushed=1 identity=0 same_as_driver=1 \
+         other_differs=1 null_identity=0 null_id=0 after_pop_is_created=1 cig=0 cig_enabled=0 \
+         set_cig=215 destroyed_identity=201 undescribed=1 undescribed_call=801"
+    );
+    let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(
+        calls["tools_tables"]["cuGetExportTable(1734dc26800d47458726c0f1e7dd8bca)"], 1,
+        "{calls:?}"
+    );
+}
+
 #[test]
 fn two_gpus_of_the_node_access_each_others_memory_once_peer_access_is_enabled() {
     let sim = SimNode::new(2, "A10", None);

@@ -111,6 +111,15 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
         lines.next(),
         Some("smem1=101376 smem2=50176 smem7=0 non_portable=1 width=1 non_portable_now=0")
     );
+    // 801 is CUDA_ERROR_NOT_SUPPORTED: no clusters to count.
+    assert_eq!(
+        lines.next(),
+        Some(
+            "clusters2=-801 clusters8=-801 clusters16=-801 unset=-801 potential=-801 \
+             non_portable16=-801 non_portable_potential=-801 required_as_set=-801 \
+             required_other=-801 required_potential=-801"
+        )
+    );
     let sim = SimNode::new(1, "H100", None);
     let exe = common::compile(&sim, "occupancy", &["cuda"]);
     let text = common::run(&sim, &exe, &[]);
@@ -119,6 +128,20 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
     assert_eq!(
         text.lines().nth(1),
         Some("smem1=232448 smem2=115712 smem7=32329 non_portable=0 width=0 non_portable_now=1")
+    );
+    // Clusters of 256-thread blocks, 8 resident an SM (threads and registers), on 132 SMs in
+    // eight GPCs (four of 17, four of 16): 4 x (136 + 128) / 2 blocks = 528 clusters of 2,
+    // 132 of 8. 16 is past the portable 8 (912 is CUDA_ERROR_INVALID_CLUSTER_SIZE), as is no
+    // cluster at all; a kernel allowing non-portable sizes takes 16 (4 x (8 + 8) clusters)
+    // and could take up to 16. A kernel requiring a width of 2 counts clusters of 2 where the
+    // configuration sets none, refuses another size, and answers 2 as its potential size.
+    assert_eq!(
+        text.lines().nth(2),
+        Some(
+            "clusters2=528 clusters8=132 clusters16=-912 unset=-912 potential=8 \
+             non_portable16=64 non_portable_potential=16 required_as_set=528 \
+             required_other=-912 required_potential=2"
+        )
     );
 }
 

@@ -1,0 +1,169 @@
+//! Thread block clusters' occupancy (compute capability 9.0 on): how many clusters of a
+//! launch can be resident at once (`cuOccupancyMaxActiveClusters`, which cuBLAS asks on
+//! Hopper while it makes its handle) and the largest cluster a kernel can be launched with
+//! (`cuOccupancyMaxPotentialClusterSize`).
+//!
+//! A cluster's blocks are resident together on the SMs of one GPC. NVIDIA does not publish
+//! each board's GPC layout: the simulation takes GH100's full GPC of 18 SMs and spreads a
+//! board's SMs as evenly as it can over the fewest GPCs that hold them (the H100 SXM's 132
+//! SMs: four GPCs of 17 and four of 16). A device without clusters answers
+//! `CUDA_ERROR_NOT_SUPPORTED` (the simulation's choice: the driver's answer there is not
+//! documented).
+
+use std::ffi::{c_int, c_uint};
+
+use gpuslice_cuda_abi::cuda::{CUlaunchAttributeValue, CUlaunchConfig};
+
+use crate::codes::{
+    CUDA_ERROR_INVALID_CLUSTER_SIZE, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_SUPPORTED,
+};
+use crate::module::{
+    FUNC_CLUSTER_SHAPE, FUNC_NON_PORTABLE_CLUSTER, blocks_per_sm, function_attribute,
+};
+use crate::paths::CUfunction;
+use crate::{CUresult, guard, out};
+
+/// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+const CLUSTER_DIMENSION: c_int = 4;
+/// The largest cluster every GPU with clusters runs, and the largest a kernel allowing
+/// non-portable sizes may ask for on compute capability 9.0.
+const PORTABLE_CLUSTER: c_int = 8;
+const NON_PORTABLE_CLUSTER: c_int = 16;
+/// SMs of one full GH100 GPC.
+const SMS_PER_FULL_GPC: u32 = 18;
+
+/// `CUlaunchAttribute`: an id, then the value at offset 8.
+#[repr(C)]
+struct LaunchAttribute {
+    id: c_int,
+    _pad: [u8; 4],
+    value: CUlaunchAttributeValue,
+}
+
+/// What a launch configuration and its kernel give the occupancy of clusters.
+struct Launch<'a> {
+    config: &'a CUlaunchConfig,
+    blocks_per_sm: c_int,
+    /// The kernel's own required size, if it has one.
+    required: Option<c_int>,
+    non_portable: bool,
+    gpcs: Vec<u32>,
+}
+
+fn launch<'a>(f: CUfunction, config: *const CUlaunchConfig) -> Result<Launch<'a>, CUresult> {
+    if f.is_null() {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    if config.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller's launch configuration.
+    let c = unsafe { &*config };
+    let ctx = crate::current_ctx()?;
+    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    if gpu.compute_capability.0 < 9 {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let threads = u64::from(c.block_dim_x) * u64::from(c.block_dim_y) * u64::from(c.block_dim_z);
+    let threads = c_int::try_from(threads).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    let blocks = blocks_per_sm(f, threads, c.shared_mem_bytes as usize)?;
+    let mut shape = [0; 3];
+    for (d, a) in shape.iter_mut().zip(FUNC_CLUSTER_SHAPE) {
+        *d = function_attribute(f, a)?;
+    }
+    let required = (shape[0] > 0).then(|| shape.iter().map(|d| (*d).max(1)).product());
+    let n = gpu.sm_count.div_ceil(SMS_PER_FULL_GPC).max(1);
+    let gpcs = (0..n)
+        .map(|i| gpu.sm_count / n + u32::from(i < gpu.sm_count % n))
+        .collect();
+    Ok(Launch {
+        config: c,
+        blocks_per_sm: blocks,
+        required,
+        non_portable: function_attribute(f, FUNC_NON_PORTABLE_CLUSTER)? != 0,
+        gpcs,
+    })
+}
+
+/// The cluster size of the configuration's `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`, if set.
+fn configured_cluster(c: &CUlaunchConfig) -> Result<Option<c_int>, CUresult> {
+    if c.num_attrs == 0 {
+        return Ok(None);
+    }
+    if c.attrs.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: the caller's array of `num_attrs` launch attributes (non-null).
+    let attrs = unsafe {
+        std::slice::from_raw_parts(c.attrs.cast::<LaunchAttribute>(), c.num_attrs as usize)
+    };
+    let Some(a) = attrs.iter().rev().find(|a| a.id == CLUSTER_DIMENSION) else {
+        return Ok(None);
+    };
+    let dim = |i: usize| {
+        let b = &a.value.bytes[i * 4..i * 4 + 4];
+        c_uint::from_ne_bytes([b[0], b[1], b[2], b[3]])
+    };
+    let size = u64::from(dim(0)) * u64::from(dim(1)) * u64::from(dim(2));
+    c_int::try_from(size)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Some)
+        .ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)
+}
+
+impl Launch<'_> {
+    fn largest_cluster(&self) -> c_int {
+        if self.non_portable {
+            NON_PORTABLE_CLUSTER
+        } else {
+            PORTABLE_CLUSTER
+        }
+    }
+
+    /// Blocks that fit at once on the GPC of `sms` SMs.
+    fn blocks_on(&self, sms: u32) -> c_int {
+        c_int::try_from(sms)
+            .unwrap_or(c_int::MAX)
+            .saturating_mul(self.blocks_per_sm)
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
+    clusters: *mut c_int,
+    f: CUfunction,
+    config: *const CUlaunchConfig,
+) -> CUresult {
+    guard(|| {
+        let l = launch(f, config)?;
+        // The configuration's cluster, which must be the kernel's own if it has one.
+        let size = match (configured_cluster(l.config)?, l.required) {
+            (Some(c), Some(r)) if c != r => return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE),
+            (c, r) => c.or(r).ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)?,
+        };
+        if size > l.largest_cluster() {
+            return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        }
+        let n = l.gpcs.iter().map(|sms| l.blocks_on(*sms) / size).sum();
+        out(clusters, n)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
+    size: *mut c_int,
+    f: CUfunction,
+    config: *const CUlaunchConfig,
+) -> CUresult {
+    guard(|| {
+        // The configuration's cluster dimensions are not read, as documented.
+        let l = launch(f, config)?;
+        if let Some(r) = l.required {
+            return out(size, r);
+        }
+        let smallest = l.gpcs.iter().copied().min().unwrap_or(0);
+        out(size, l.largest_cluster().min(l.blocks_on(smallest)))
+    })
+}
