@@ -81,8 +81,17 @@ fn live(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
     Ok(unsafe { &*ctx.cast::<Ctx>() })
 }
 
-fn top() -> CUcontext {
-    STACK.with(|s| s.borrow().last().copied().unwrap_or(0)) as CUcontext
+/// `f` on this thread's context stack; `CUDA_ERROR_DEINITIALIZED` once the thread's storage
+/// is gone (a call from a library's exit handler, after the thread's destructors ran), as the
+/// driver answers calls made while the process tears it down.
+fn with_stack<R>(f: impl FnOnce(&mut Vec<usize>) -> R) -> Result<R, CUresult> {
+    STACK
+        .try_with(|s| f(&mut s.borrow_mut()))
+        .map_err(|_| CUDA_ERROR_DEINITIALIZED)
+}
+
+fn top() -> Result<CUcontext, CUresult> {
+    with_stack(|s| s.last().copied().unwrap_or(0) as CUcontext)
 }
 
 /// The device ordinal of a live context.
@@ -101,12 +110,12 @@ pub(crate) fn active(ctx: CUcontext) -> Result<&'static Ctx, CUresult> {
 
 /// The calling thread's current context handle (null for none).
 pub(crate) fn current_handle() -> CUcontext {
-    top()
+    top().unwrap_or(std::ptr::null_mut())
 }
 
 /// The calling thread's current context.
 pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
-    let ctx = top();
+    let ctx = top()?;
     if ctx.is_null() {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
@@ -234,7 +243,7 @@ fn ctx_drop(d: &Driver, ctx: CUcontext) -> Result<(), CUresult> {
     drop_limit_reserve(d, &c);
     d.free_context_allocations(ctx as usize);
     // A context destroyed while current on this thread leaves the stack.
-    STACK.with(|s| s.borrow_mut().retain(|&p| p != ctx as usize));
+    let _ = with_stack(|s| s.retain(|&p| p != ctx as usize));
     Ok(())
 }
 
@@ -368,7 +377,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
 ) -> CUresult {
     guard(|| {
         let c = ctx_new(state::get()?, dev, flags)?;
-        STACK.with(|s| s.borrow_mut().push(c as usize));
+        with_stack(|s| s.push(c as usize))?;
         out(pctx, c)
     })
 }
@@ -476,14 +485,12 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
         if !ctx.is_null() {
             live(ctx)?;
         }
-        STACK.with(|s| {
-            let mut s = s.borrow_mut();
+        with_stack(|s| {
             s.pop();
             if !ctx.is_null() {
                 s.push(ctx as usize);
             }
-        });
-        Ok(())
+        })
     })
 }
 
@@ -491,7 +498,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     guard(|| {
         state::get()?;
-        out(pctx, top())
+        out(pctx, top()?)
     })
 }
 
@@ -503,8 +510,7 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         live(ctx)?;
-        STACK.with(|s| s.borrow_mut().push(ctx as usize));
-        Ok(())
+        with_stack(|s| s.push(ctx as usize))
     })
 }
 
@@ -512,9 +518,7 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     guard(|| {
         state::get()?;
-        let popped = STACK
-            .with(|s| s.borrow_mut().pop())
-            .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let popped = with_stack(Vec::pop)?.ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         if !pctx.is_null() {
             out(pctx, popped as CUcontext)?;
         }

@@ -89,8 +89,13 @@ fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
+    // An exit handler's call, once the thread's storage is gone, is answered
+    // CUDA_ERROR_DEINITIALIZED (4); before, the simulated driver panicked on it.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
     // 201 is CUDA_ERROR_INVALID_CONTEXT.
     for fact in [
+        "at_exit=4",
         "created_is_current=1",
         "primary_active_before=0",
         "primary_active=1",

@@ -1,5 +1,6 @@
 /* The context stack of one thread, as the real driver keeps it. Prints key=value pairs. */
 #include <stdio.h>
+#include <stdlib.h>
 
 typedef void *CUcontext;
 int cuInit(unsigned);
@@ -21,7 +22,15 @@ static CUcontext current(void) { CUcontext c = (CUcontext)1; cuCtxGetCurrent(&c)
 int cuProfilerStart(void);
 int cuProfilerStop(void);
 
+/* A library's exit handler asking for the current context, as cuSOLVER's does when PyTorch
+ * drops its handles: it runs after the thread's own storage is gone. */
+static void at_exit(void) {
+    CUcontext c = (CUcontext)1;
+    printf("at_exit=%d\n", cuCtxGetCurrent(&c));
+}
+
 int main(void) {
+    atexit(at_exit);
     CUcontext a = 0, p = 0, popped = 0;
     unsigned flags = 9; int active = 9, dev = -1;
     if (cuInit(0) || cuCtxCreate_v2(&a, 0, 1)) { printf("error=init\n"); return 1; }
