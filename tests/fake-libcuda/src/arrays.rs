@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use gpuslice_cuda_abi::cuda::{CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray};
+use gpuslice_cuda_abi::cuda::{CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR};
 
 use crate::codes::*;
 use crate::paths::CUstream;
@@ -25,6 +25,16 @@ fn arrays() -> MutexGuard<'static, HashMap<u64, CUDA_ARRAY3D_DESCRIPTOR>> {
 
 pub(crate) fn register(handle: u64, desc: CUDA_ARRAY3D_DESCRIPTOR) {
     arrays().insert(handle, desc);
+}
+
+pub(crate) use gpuslice_cuda_abi::cuda::CUarray;
+
+/// The flags array `array` was made with (`CUDA_ARRAY3D_*`).
+pub(crate) fn flags(array: CUarray) -> Result<u32, CUresult> {
+    arrays()
+        .get(&(array as u64))
+        .map(|d| d.flags)
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
 }
 
 pub(crate) fn forget(handle: u64) {

@@ -34,6 +34,7 @@ mod pool_books;
 mod proc_address;
 mod state;
 mod stream;
+mod textures;
 mod user_objects;
 
 /// A stub for each export of the real driver not modelled here, and the `cuGetProcAddress`

@@ -231,6 +231,25 @@ fn graph_memory_comes_from_a_pool_that_launches_grow_and_a_trim_gives_back() {
 }
 
 #[test]
+fn texture_and_surface_objects_are_made_over_the_memory_the_driver_allows_and_read_back() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "textures", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 1 is CUDA_ERROR_INVALID_VALUE, 400 CUDA_ERROR_INVALID_HANDLE. Linear memory: 512-byte
+    // alignment, inside an allocation, 1, 2 or 4 channels; pitched: a pitch of at least a
+    // row, in 32-byte steps; a surface only over an array made for surface loads and
+    // stores; a view only over an array. Before, every call answered 801.
+    assert_eq!(
+        text.trim(),
+        "array=0 nonzero=1 resource_back=1 texture_back=1 no_view=1 no_texture_desc=1 \
+         surface_plain=1 surface_ldst=0 surface_back=1 linear=0 surface_linear=1 misaligned=1 \
+         past_allocation=1 three_channels=1 not_device_memory=1 pitched=0 pitch_unaligned=1 \
+         pitch_narrow=1 view_on_linear=1 view_on_array=0 view_back=1 no_such_array=400 \
+         destroy=0,0 again=1,1 read_destroyed=1"
+    );
+}
+
+#[test]
 fn arrays_are_copied_to_and_from_in_two_and_three_dimensions() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "arrays", &["cuda"]);
