@@ -23,6 +23,28 @@ fn run(program: &Path, args: &[&Path]) -> String {
     text
 }
 
+/// Runs the C program `name` on `sim` to success, with the unmodelled calls logged: what it
+/// printed, and the calls counted per program.
+fn run_counted(
+    sim: &SimNode,
+    name: &str,
+) -> (
+    String,
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
+) {
+    let program = common::compile(sim, name, &["cuda"]);
+    let log = sim.root().join(format!("{name}-calls.log"));
+    let out = Command::new(&program)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
+    (text, calls)
+}
+
 #[test]
 fn every_function_of_the_real_driver_exists_and_get_proc_address_answers_as_it_does() {
     let sim = SimNode::new(1, "A10", None);
@@ -60,19 +82,10 @@ fn every_function_of_the_real_nvml_exists() {
 #[test]
 fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
     let sim = SimNode::new(1, "A10", None);
-    let program = common::compile(&sim, "unmodelled", &["cuda"]);
-    let log = sim.root().join("calls.log");
-    let out = Command::new(&program)
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (text, calls) = run_counted(&sim, "unmodelled");
     // cuMemPoolExportToShareableHandle twice, cuLinkCreate_v2 once: CUDA_ERROR_NOT_SUPPORTED
     // each time.
     assert_eq!(text.trim(), "export=801,801 link=801", "{text}");
-    let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
     let mine = &calls["unmodelled"];
     assert_eq!(mine["cuMemPoolExportToShareableHandle"], 2, "{calls:?}");
     assert_eq!(mine["cuLinkCreate_v2"], 1, "{calls:?}");
@@ -125,15 +138,7 @@ fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
 #[test]
 fn the_tools_interfaces_answer_the_threads_context_and_its_identity_as_cublas_asks() {
     let sim = SimNode::new(1, "A10", None);
-    let log = sim.root().join("unmodelled.log");
-    let program = common::compile(&sim, "tools_tables", &["cuda"]);
-    let out = Command::new(&program)
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (text, calls) = run_counted(&sim, "tools_tables");
     // 201 is CUDA_ERROR_INVALID_CONTEXT, 215 CUDA_ERROR_UNSUPPORTED_LIMIT, 801
     // CUDA_ERROR_NOT_SUPPORTED.
     assert_eq!(
@@ -142,7 +147,6 @@ fn the_tools_interfaces_answer_the_threads_context_and_its_identity_as_cublas_as
          other_differs=1 null_identity=0 null_id=0 after_pop_is_created=1 cig=0 cig_enabled=0 \
          set_cig=215 destroyed_identity=201 undescribed=1 undescribed_call=801"
     );
-    let calls = gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap());
     assert_eq!(
         calls["tools_tables"]["cuGetExportTable(1734dc26800d47458726c0f1e7dd8bca)"], 1,
         "{calls:?}"
