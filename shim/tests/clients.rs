@@ -524,6 +524,8 @@ fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_w
         );
         assert_eq!(f.num("symbol_size"), 1024, "{what}");
         assert_eq!(f.get("roundtrip"), "1", "{what}");
+        // A texture and a surface object over an array, sampled and written by a kernel.
+        assert_eq!(f.get("texture"), "cudaSuccess", "{what}");
         assert_eq!(f.get("error"), "cudaErrorMemoryAllocation", "{what}");
         // The module's globals (1028 bytes) take device memory. The CUDA 12 runtime has the
         // driver load its registered modules by `cuLibraryLoadData`, which the library

@@ -34,6 +34,12 @@ __global__ void fill(int *p, int v) {
     p[i] = v + table[0] * (int)factor;
     TOUCH_EXTRA(i);
 }
+// Texture and surface objects over an array, as image code and the CUDA samples use them.
+__global__ void sample(cudaTextureObject_t t, cudaSurfaceObject_t s, float *out) {
+    float v = tex2D<float>(t, threadIdx.x + 0.5f, 0.5f);
+    surf2Dwrite(v + 1.0f, s, threadIdx.x * (int)sizeof(float), 1);
+    out[threadIdx.x] = v;
+}
 __global__ void scale(float *p, float k, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] *= k;
@@ -64,6 +70,30 @@ int main(int argc, char **argv) {
     cudaGetSymbolSize(&symbol_size, table);
     int roundtrip = 1;
     for (int i = 0; i < 256; i++) roundtrip &= back[i] == rows[i];
+    // A 64 x 64 array made for surface loads and stores, read through a texture object and
+    // written through a surface object; both destroyed, and the array freed, before the fill.
+    cudaChannelFormatDesc channel = cudaCreateChannelDesc<float>();
+    cudaArray_t array = 0;
+    cudaError_t texture = cudaMallocArray(&array, &channel, 64, 64, cudaArraySurfaceLoadStore);
+    cudaResourceDesc resource;
+    memset(&resource, 0, sizeof resource);
+    resource.resType = cudaResourceTypeArray;
+    resource.res.array.array = array;
+    cudaTextureDesc sampling;
+    memset(&sampling, 0, sizeof sampling);
+    sampling.filterMode = cudaFilterModeLinear;
+    sampling.readMode = cudaReadModeElementType;
+    cudaTextureObject_t tex = 0;
+    cudaSurfaceObject_t surf = 0;
+    if (texture == cudaSuccess) texture = cudaCreateTextureObject(&tex, &resource, &sampling, 0);
+    if (texture == cudaSuccess) texture = cudaCreateSurfaceObject(&surf, &resource);
+    if (texture == cudaSuccess) {
+        sample<<<1, 64>>>(tex, surf, (float *)ints);
+        texture = cudaDeviceSynchronize();
+    }
+    if (texture == cudaSuccess) texture = cudaDestroyTextureObject(tex);
+    if (texture == cudaSuccess) texture = cudaDestroySurfaceObject(surf);
+    if (texture == cudaSuccess) texture = cudaFreeArray(array);
     cudaFree(ints);
     std::vector<void *> held;
     cudaError_t stop;
@@ -75,10 +105,11 @@ int main(int argc, char **argv) {
     }
     for (void *p : held) cudaFree(p);
     printf("total=%zu free=%zu malloc=%s launch=%s launch2=%s sync=%s symbols=%s,%s,%s symbol_size=%zu "
-           "roundtrip=%d chunks=%zu error=%s\n",
+           "roundtrip=%d texture=%s chunks=%zu error=%s\n",
            total, free_bytes, cudaGetErrorName(malloc_result), cudaGetErrorName(launch),
            cudaGetErrorName(launch2), cudaGetErrorName(sync), cudaGetErrorName(to_symbol),
-           cudaGetErrorName(to_constant), cudaGetErrorName(from_symbol), symbol_size, roundtrip, held.size(),
+           cudaGetErrorName(to_constant), cudaGetErrorName(from_symbol), symbol_size, roundtrip,
+           cudaGetErrorName(texture), held.size(),
            cudaGetErrorName(stop));
     if (argc > 2 && !strcmp(argv[2], "hold")) {
         fflush(stdout);
