@@ -128,6 +128,7 @@ fn destroy(f: unsafe extern "C" fn(CUcontext) -> CUresult, ctx: CUcontext) -> CU
     if r == CUDA_SUCCESS {
         limits::gone(s, raised);
         s.forget_context(ctx as usize);
+        super::module::context_gone(ctx as usize);
     } else {
         limits::kept(s, ctx, raised);
     }
@@ -219,6 +220,7 @@ fn primary_drop(f: ByDevice, dev: CUdevice, drop_all: bool) -> CUresult {
 /// memory allocated in it: where it was this process's only context on the GPU, that is all
 /// this process held there.
 fn primary_destroyed(s: &Slice, gpu: usize, held: &mut Primary) {
+    super::module::context_gone(held.ctx);
     if s.has_own_context(gpu) {
         s.refund(gpu, s.context_bytes(gpu));
         limits::gone(s, limits::leaving(s, held.ctx as CUcontext));

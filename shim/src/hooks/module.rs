@@ -67,23 +67,48 @@ fn declared(copy: &[u8]) -> u64 {
     image::declared_bytes(copy, current_arch)
 }
 
-/// The images handed to the driver, by the handle of what was loaded from each.
-static KEPT: std::sync::Mutex<Vec<(u64, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+/// An image handed to the driver, kept while what was loaded from it stays.
+struct Kept {
+    /// The module's or library's handle.
+    handle: u64,
+    /// The context a module was loaded into (0 for a library, which outlives contexts).
+    ctx: usize,
+    /// Held, not read here: the driver may read it for as long as the module is loaded.
+    _image: Vec<u8>,
+}
 
-/// Keeps `copy`, loaded as `handle` (when the load succeeded), until that is unloaded.
-fn keep(handle: *mut *mut c_void, r: CUresult, copy: Vec<u8>) {
+static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `copy`, loaded as `handle` into `ctx` (when the load succeeded), until that is
+/// unloaded or its context goes.
+fn keep(handle: *mut *mut c_void, r: CUresult, copy: Vec<u8>, ctx: usize) {
     if r == CUDA_SUCCESS
         && !handle.is_null()
         && let Ok(mut kept) = KEPT.lock()
     {
         // SAFETY: the driver wrote the handle on success.
-        kept.push((unsafe { handle.read() } as u64, copy));
+        let handle = unsafe { handle.read() } as u64;
+        kept.push(Kept {
+            handle,
+            ctx,
+            _image: copy,
+        });
     }
 }
 
 fn forget(handle: u64) {
     if let Ok(mut kept) = KEPT.lock() {
-        kept.retain(|(h, _)| *h != handle);
+        kept.retain(|k| k.handle != handle);
+    }
+}
+
+/// Context `ctx` is gone, and the modules loaded into it with it (the driver unloads them):
+/// their images are no longer kept.
+pub fn context_gone(ctx: usize) {
+    if ctx != 0
+        && let Ok(mut kept) = KEPT.lock()
+    {
+        kept.retain(|k| k.ctx != ctx);
     }
 }
 
@@ -105,8 +130,12 @@ fn load_copy(
     copy: Vec<u8>,
     call: impl FnOnce(*const c_void) -> CUresult,
 ) -> CUresult {
+    let ctx = match (kind, slice::get()) {
+        (Kind::Module, Some(s)) => s.current_context(),
+        _ => 0,
+    };
     let r = load(kind, handle, declared(&copy), || call(copy.as_ptr().cast()));
-    keep(handle, r, copy);
+    keep(handle, r, copy, ctx);
     r
 }
 
@@ -311,4 +340,35 @@ pub unsafe fn library_unload(library: CUlibrary) -> CUresult {
         forget(library as u64);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept_handles() -> Vec<u64> {
+        KEPT.lock().unwrap().iter().map(|k| k.handle).collect()
+    }
+
+    #[test]
+    fn a_destroyed_contexts_module_images_go_with_it_and_a_librarys_stay() {
+        let mut handle: *mut c_void = 0x51_0001 as *mut c_void;
+        keep(&raw mut handle, CUDA_SUCCESS, vec![1; 16], 0xc0);
+        handle = 0x51_0002 as *mut c_void;
+        keep(&raw mut handle, CUDA_SUCCESS, vec![2; 16], 0xc1);
+        handle = 0x51_0003 as *mut c_void;
+        keep(&raw mut handle, CUDA_SUCCESS, vec![3; 16], 0);
+        handle = 0x51_0004 as *mut c_void;
+        keep(&raw mut handle, CUDA_ERROR_INVALID_IMAGE, vec![4; 16], 0xc0);
+        let mine = |h: &u64| (0x51_0001..=0x51_0004).contains(h);
+        let before: Vec<u64> = kept_handles().into_iter().filter(mine).collect();
+        assert_eq!(before, [0x51_0001, 0x51_0002, 0x51_0003]);
+        context_gone(0xc0);
+        context_gone(0);
+        let after: Vec<u64> = kept_handles().into_iter().filter(mine).collect();
+        assert_eq!(after, [0x51_0002, 0x51_0003]);
+        forget(0x51_0002);
+        forget(0x51_0003);
+        assert!(!kept_handles().iter().any(mine));
+    }
 }
