@@ -8,7 +8,8 @@
 //! board's SMs as evenly as it can over the fewest GPCs that hold them (the H100 SXM's 132
 //! SMs: four GPCs of 17 and four of 16). A device without clusters answers
 //! `CUDA_ERROR_NOT_SUPPORTED` (the simulation's choice: the driver's answer there is not
-//! documented).
+//! documented). A launch with a cluster (`cuLaunchKernelEx`) is checked as the driver checks
+//! it ([`check_launch`]).
 
 use std::ffi::{c_int, c_uint};
 
@@ -86,8 +87,8 @@ fn launch<'a>(f: CUfunction, config: *const CUlaunchConfig) -> Result<Launch<'a>
     })
 }
 
-/// The cluster size of the configuration's `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`, if set.
-fn configured_cluster(c: &CUlaunchConfig) -> Result<Option<c_int>, CUresult> {
+/// The configuration's `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`, if set (the last one given).
+fn configured_dims(c: &CUlaunchConfig) -> Result<Option<[c_uint; 3]>, CUresult> {
     if c.num_attrs == 0 {
         return Ok(None);
     }
@@ -105,12 +106,67 @@ fn configured_cluster(c: &CUlaunchConfig) -> Result<Option<c_int>, CUresult> {
         let b = &a.value.bytes[i * 4..i * 4 + 4];
         c_uint::from_ne_bytes([b[0], b[1], b[2], b[3]])
     };
-    let size = u64::from(dim(0)) * u64::from(dim(1)) * u64::from(dim(2));
+    Ok(Some([dim(0), dim(1), dim(2)]))
+}
+
+/// Blocks in a cluster of `dims`; an empty dimension is a misconfigured cluster.
+fn size_of(dims: [c_uint; 3]) -> Result<c_int, CUresult> {
+    let size: u64 = dims.iter().map(|d| u64::from(*d)).product();
     c_int::try_from(size)
         .ok()
         .filter(|s| *s > 0)
-        .map(Some)
         .ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)
+}
+
+/// The cluster size of the configuration's `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`, if set.
+fn configured_cluster(c: &CUlaunchConfig) -> Result<Option<c_int>, CUresult> {
+    configured_dims(c)?.map(size_of).transpose()
+}
+
+/// Checks the thread block clusters of `f`'s launch by `config` as the driver does before it
+/// runs it: none on a device without clusters (`CUDA_ERROR_NOT_SUPPORTED`, the simulation's
+/// choice); the configuration's cluster the kernel's required shape if it has one, no larger
+/// than 8 blocks (16 where the kernel allows non-portable sizes), and each grid dimension a
+/// multiple of the cluster's (`CUDA_ERROR_INVALID_CLUSTER_SIZE` otherwise, "cluster
+/// misconfiguration").
+pub(crate) fn check_launch(f: CUfunction, c: &CUlaunchConfig) -> Result<(), CUresult> {
+    let Some(dims) = configured_dims(c)? else {
+        return Ok(());
+    };
+    let size = size_of(dims)?;
+    if f.is_null() {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    let ctx = crate::current_ctx()?;
+    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    if gpu.compute_capability.0 < 9 {
+        return if size == 1 {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        };
+    }
+    let mut required = [0; 3];
+    for (d, a) in required.iter_mut().zip(FUNC_CLUSTER_SHAPE) {
+        *d = function_attribute(f, a)?;
+    }
+    let largest = if function_attribute(f, FUNC_NON_PORTABLE_CLUSTER)? != 0 {
+        NON_PORTABLE_CLUSTER
+    } else {
+        PORTABLE_CLUSTER
+    };
+    let grid = [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z];
+    let misconfigured = size > largest
+        || (required[0] > 0
+            && required
+                .iter()
+                .zip(dims)
+                .any(|(r, d)| c_uint::try_from((*r).max(1)).ok() != Some(d)))
+        || grid.iter().zip(dims).any(|(g, d)| g % d != 0);
+    if misconfigured {
+        return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
+    Ok(())
 }
 
 impl Launch<'_> {

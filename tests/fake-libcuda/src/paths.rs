@@ -818,6 +818,10 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     }
     // SAFETY: the caller passes a valid configuration (checked for null above).
     let c = unsafe { &*config };
+    let clusters = guard(|| crate::clusters::check_launch(f, c));
+    if clusters != CUDA_SUCCESS {
+        return clusters;
+    }
     // SAFETY: same contract as cuLaunchKernel.
     unsafe {
         cuLaunchKernel(

@@ -120,6 +120,14 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
              required_other=-801 required_potential=-801"
         )
     );
+    // A launch in clusters of one block runs; of more, it is refused.
+    assert_eq!(
+        lines.next(),
+        Some(
+            "launch1=0 launch2=801 ragged=801 tall=801 launch16=801 launch32=801 required=801 \
+             required_other=801"
+        )
+    );
     let sim = SimNode::new(1, "H100", None);
     let exe = common::compile(&sim, "occupancy", &["cuda"]);
     let text = common::run(&sim, &exe, &[]);
@@ -141,6 +149,15 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
             "clusters2=528 clusters8=132 clusters16=-912 unset=-912 potential=8 \
              non_portable16=64 non_portable_potential=16 required_as_set=528 \
              required_other=-912 required_potential=2"
+        )
+    );
+    // Launches: a grid of 63 x 2 blocks in clusters of 2 x 1 leaves a block over, 32 blocks
+    // are past even the non-portable 16, and a kernel requiring 2 x 1 x 1 runs in no other.
+    assert_eq!(
+        text.lines().nth(3),
+        Some(
+            "launch1=0 launch2=0 ragged=912 tall=0 launch16=0 launch32=912 required=0 \
+             required_other=912"
         )
     );
 }

@@ -23,6 +23,18 @@ typedef struct {
 } CUlaunchConfig;
 int cuOccupancyMaxActiveClusters(int *, CUfunction, const CUlaunchConfig *);
 int cuOccupancyMaxPotentialClusterSize(int *, CUfunction, const CUlaunchConfig *);
+int cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+
+/* Launches `f` on a grid of gx x 2 blocks of 256 threads in clusters of cx x cy. */
+static int launch_cluster(CUfunction f, unsigned gx, unsigned cx, unsigned cy) {
+    CUlaunchAttribute a; memset(&a, 0, sizeof a);
+    a.id = 4; /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION */
+    a.value.dim[0] = cx; a.value.dim[1] = cy; a.value.dim[2] = 1;
+    CUlaunchConfig c; memset(&c, 0, sizeof c);
+    c.gridDimX = gx; c.gridDimY = 2; c.gridDimZ = 1; c.blockDimX = 256; c.blockDimY = c.blockDimZ = 1;
+    c.attrs = &a; c.numAttrs = 1;
+    return cuLaunchKernelEx(&c, f, 0, 0);
+}
 
 /* Clusters of `size` blocks (1 x size x 1; 0: no cluster attribute) of 256 threads that can
  * be resident at once, or -(the error). */
@@ -78,5 +90,11 @@ int main(void) {
     printf("clusters2=%d clusters8=%d clusters16=%d unset=%d potential=%d non_portable16=%d non_portable_potential=%d "
            "required_as_set=%d required_other=%d required_potential=%d\n",
            c2, c8, c16, unset, pot, clusters(g, 16), potential(g), clusters(f, 0), clusters(f, 4), potential(f));
+    /* Launches in clusters: `g` now allows non-portable sizes; `k` requires a width of 2. */
+    int l1 = launch_cluster(g, 64, 1, 1), l2 = launch_cluster(g, 64, 2, 1), ragged = launch_cluster(g, 63, 2, 1);
+    int tall = launch_cluster(g, 64, 1, 2), l16 = launch_cluster(g, 64, 16, 1), l32 = launch_cluster(g, 64, 16, 2);
+    int req = launch_cluster(f, 64, 2, 1), req_other = launch_cluster(f, 64, 1, 2);
+    printf("launch1=%d launch2=%d ragged=%d tall=%d launch16=%d launch32=%d required=%d required_other=%d\n", l1, l2,
+           ragged, tall, l16, l32, req, req_other);
     return 0;
 }
