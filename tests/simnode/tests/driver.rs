@@ -441,3 +441,47 @@ fn nvml_reads_the_gpus_brand_sensors_and_clocks_which_follow_its_utilization() {
     assert!(celsius >= 70, "{celsius} °C at {util}%");
     assert!(power >= 140_000, "{power} mW at {util}%");
 }
+
+/// The simulated node's `nvidia-smi` with `args`: its exit status and what it printed.
+fn smi(sim: &SimNode, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(sim.root().join("usr/bin/nvidia-smi"))
+        .args(args)
+        .env("LD_LIBRARY_PATH", sim.lib_dir())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn nvidia_smi_selects_gpus_by_index_uuid_or_bus_id_and_refuses_options_it_does_not_take() {
+    let sim = SimNode::new(2, "A10", None);
+    let uuid = &sim.spec.gpus[1].uuid;
+    let bus = &sim.spec.gpus[1].pci_bus_id;
+    let csv = "--format=csv,noheader";
+    // Before, `-i` was ignored (both GPUs listed) and an unknown option printed the table.
+    for id in ["1", uuid.as_str(), bus.as_str()] {
+        let (code, text) = smi(&sim, &["-i", id, "--query-gpu=index,uuid", csv]);
+        assert_eq!(code, Some(0), "{text}");
+        assert_eq!(text.trim(), format!("1, {uuid}"), "-i {id}");
+    }
+    let (_, both) = smi(&sim, &["--id=0,1", "--query-gpu=index,count", csv]);
+    assert_eq!(both.trim(), "0, 2\n1, 2");
+    let (_, info) = smi(
+        &sim,
+        &["-i", "0", "--query-gpu=driver_version,compute_cap", csv],
+    );
+    assert_eq!(info.trim(), "550.54.15, 8.6");
+    assert_eq!(
+        smi(&sim, &["-i", "7", "-L"]),
+        (Some(6), "No devices were found\n".to_string())
+    );
+    let (code, text) = smi(&sim, &["-q"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.starts_with("Invalid combination of input arguments"),
+        "{text}"
+    );
+}

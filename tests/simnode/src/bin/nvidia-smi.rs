@@ -1,5 +1,8 @@
-//! A small `nvidia-smi` over NVML: the summary table, `-L`,
-//! `--query-gpu=… --format=csv[,noheader][,nounits]` (index, uuid, name, pci.bus_id,
+//! A small `nvidia-smi` over NVML: the summary table, `-L`, `-i`/`--id` (GPUs by index, UUID
+//! or PCI bus id; none found: "No devices were found", exit status 6), an option it does not
+//! take refused (exit status 2),
+//! `--query-gpu=… --format=csv[,noheader][,nounits]` (index, count, driver_version,
+//! compute_cap, uuid, name, pci.bus_id,
 //! memory.*, utilization.gpu, temperature.gpu, power.draw, power.limit, clocks.{gr,sm,mem},
 //! clocks.max.{gr,sm,mem}, pstate; `[N/A]` where NVML does not support a figure), and `--query-compute-apps=…` (one row
 //! per process holding memory: pid, used_memory, gpu_uuid, gpu_bus_id). It loads `libnvidia-ml.so.1` as the
@@ -19,6 +22,10 @@ const CLOCKS: [Clock; 3] = [Clock::Graphics, Clock::SM, Clock::Memory];
 
 struct Row {
     index: u32,
+    /// GPUs NVML shows, and its driver's version (the same on every row).
+    count: u32,
+    driver: String,
+    compute_capability: (i32, i32),
     uuid: String,
     name: String,
     bus: String,
@@ -56,8 +63,12 @@ fn rows(nvml: &Nvml) -> Result<Vec<Row>> {
                 )
             })
             .collect();
+        let cc = d.cuda_compute_capability()?;
         out.push(Row {
             index: i,
+            count: nvml.device_count()?,
+            driver: nvml.sys_driver_version()?,
+            compute_capability: (cc.major, cc.minor),
             uuid: d.uuid()?,
             name: d.name()?,
             bus: d.pci_info()?.bus_id,
@@ -88,6 +99,9 @@ fn field(row: &Row, name: &str, units: bool) -> Result<String> {
     };
     Ok(match name {
         "index" => row.index.to_string(),
+        "driver_version" => row.driver.clone(),
+        "count" => row.count.to_string(),
+        "compute_cap" => format!("{}.{}", row.compute_capability.0, row.compute_capability.1),
         "uuid" | "gpu_uuid" => row.uuid.clone(),
         "name" | "gpu_name" => row.name.clone(),
         "pci.bus_id" | "gpu_bus_id" => row.bus.clone(),
@@ -200,19 +214,77 @@ fn table(nvml: &Nvml, rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
+const USAGE: &str = "usage: nvidia-smi [-L] [-i ID[,ID…]] [--query-gpu=FIELD[,FIELD…] | --query-compute-apps=FIELD[,FIELD…]] [--format=csv[,noheader][,nounits]]";
+
+/// The options this `nvidia-smi` knows: `-i`/`--id` takes a value (next or after `=`).
+fn known(arg: &str) -> bool {
+    ["-h", "--help", "-L", "--list-gpus", "-i"].contains(&arg)
+        || [
+            "--query-gpu=",
+            "--query-compute-apps=",
+            "--format=",
+            "--id=",
+            "-i=",
+        ]
+        .iter()
+        .any(|p| arg.starts_with(p))
+}
+
+/// The GPUs `-i`/`--id` names (indices, UUIDs or PCI bus ids, comma-separated), if given.
+fn selected(args: &[String]) -> Option<Vec<String>> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.as_str() {
+            "-i" => it.next().cloned(),
+            _ => a
+                .strip_prefix("--id=")
+                .or_else(|| a.strip_prefix("-i="))
+                .map(str::to_string),
+        };
+        if let Some(v) = value {
+            return Some(v.split(',').map(|s| s.trim().to_string()).collect());
+        }
+    }
+    None
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!(
-            "usage: nvidia-smi [-L] [--query-gpu=FIELD[,FIELD…] | --query-compute-apps=FIELD[,FIELD…]] [--format=csv[,noheader][,nounits]]"
-        );
+        println!("{USAGE}");
         return Ok(());
+    }
+    // Each argument with the one before it: the value of `-i` is not an option.
+    let before = std::iter::once("").chain(args.iter().map(String::as_str));
+    if let Some((bad, _)) = args
+        .iter()
+        .zip(before)
+        .find(|(a, before)| !known(a) && *before != "-i")
+    {
+        // As the real one answers an option it does not take: nothing else is run.
+        println!(
+            "Invalid combination of input arguments ({bad}). Please run 'nvidia-smi -h' for help."
+        );
+        std::process::exit(2);
     }
     let nvml = Nvml::builder()
         .lib_path(OsStr::new("libnvidia-ml.so.1"))
         .init()
         .context("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")?;
-    let rows = rows(&nvml)?;
+    let mut rows = rows(&nvml)?;
+    if let Some(ids) = selected(&args) {
+        rows.retain(|r| {
+            ids.iter().any(|id| {
+                *id == r.index.to_string()
+                    || *id == r.uuid
+                    || (id.contains(':') && r.bus.to_lowercase().ends_with(&id.to_lowercase()))
+            })
+        });
+        if rows.is_empty() {
+            println!("No devices were found");
+            std::process::exit(6);
+        }
+    }
     if args.iter().any(|a| a == "-L" || a == "--list-gpus") {
         for r in &rows {
             println!("GPU {}: {} (UUID: {})", r.index, r.name, r.uuid);
