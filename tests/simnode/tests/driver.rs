@@ -456,7 +456,8 @@ fn smi(sim: &SimNode, args: &[&str]) -> (Option<i32>, String) {
 }
 
 #[test]
-fn nvidia_smi_selects_gpus_by_index_uuid_or_bus_id_and_refuses_options_it_does_not_take() {
+fn nvidia_smi_reports_the_gpus_chosen_by_index_uuid_or_bus_id_and_refuses_options_it_does_not_take()
+{
     let sim = SimNode::new(2, "A10", None);
     let uuid = &sim.spec.gpus[1].uuid;
     let bus = &sim.spec.gpus[1].pci_bus_id;
@@ -478,10 +479,34 @@ fn nvidia_smi_selects_gpus_by_index_uuid_or_bus_id_and_refuses_options_it_does_n
         smi(&sim, &["-i", "7", "-L"]),
         (Some(6), "No devices were found\n".to_string())
     );
-    let (code, text) = smi(&sim, &["-q"]);
-    assert_eq!(code, Some(2), "{text}");
+    for bad in [&["--bogus"][..], &["-q", "-d", "BOGUS"]] {
+        let (code, text) = smi(&sim, bad);
+        assert_eq!(code, Some(2), "{bad:?}: {text}");
+        assert!(
+            text.starts_with("Invalid combination of input arguments"),
+            "{text}"
+        );
+    }
+    // The report, whole and by section (before, `-q` printed the summary table).
+    let (code, report) = smi(&sim, &["-q", "-i", "1"]);
+    assert_eq!(code, Some(0), "{report}");
+    let total = sim.spec.gpus[1].memory_bytes >> 20;
+    for expected in [
+        format!("GPU {bus}"),
+        format!("    GPU UUID                              : {uuid}"),
+        "    CUDA Compute Capability               : 8.6".to_string(),
+        format!("        Total                             : {total} MiB"),
+        "        Gpu                               : 0 %".to_string(),
+    ] {
+        assert!(
+            report.lines().any(|l| l == expected),
+            "{expected:?} in {report}"
+        );
+    }
+    let (_, memory) = smi(&sim, &["-q", "-d", "MEMORY"]);
+    assert_eq!(memory.matches("FB Memory Usage").count(), 2, "{memory}");
     assert!(
-        text.starts_with("Invalid combination of input arguments"),
-        "{text}"
+        !memory.contains("Product Name") && !memory.contains("Utilization"),
+        "{memory}"
     );
 }

@@ -1,4 +1,4 @@
-//! A small `nvidia-smi` over NVML: the summary table, `-L`, `-i`/`--id` (GPUs by index, UUID
+//! A small `nvidia-smi` over NVML: the summary table, `-L`, `-q` (see `report`), `-i`/`--id` (GPUs by index, UUID
 //! or PCI bus id; none found: "No devices were found", exit status 6), an option it does not
 //! take refused (exit status 2),
 //! `--query-gpu=… --format=csv[,noheader][,nounits]` (index, count, driver_version,
@@ -9,6 +9,8 @@
 //! real one does, so it shows whatever NVML answers: the simulated node, or a slice when the
 //! interception library is loaded.
 
+mod report;
+
 use std::ffi::OsStr;
 
 use anyhow::{Context, Result, bail};
@@ -16,32 +18,32 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 /// The clocks `clocks.gr`, `clocks.sm` and `clocks.mem` name, in that order.
 const CLOCKS: [Clock; 3] = [Clock::Graphics, Clock::SM, Clock::Memory];
 
-struct Row {
-    index: u32,
+pub(crate) struct Row {
+    pub(crate) index: u32,
     /// GPUs NVML shows, and its driver's version (the same on every row).
-    count: u32,
-    driver: String,
-    compute_capability: (i32, i32),
-    uuid: String,
-    name: String,
-    bus: String,
-    total: u64,
-    reserved: u64,
-    used: u64,
-    free: u64,
-    util: u32,
+    pub(crate) count: u32,
+    pub(crate) driver: String,
+    pub(crate) compute_capability: (i32, i32),
+    pub(crate) uuid: String,
+    pub(crate) name: String,
+    pub(crate) bus: String,
+    pub(crate) total: u64,
+    pub(crate) reserved: u64,
+    pub(crate) used: u64,
+    pub(crate) free: u64,
+    pub(crate) util: u32,
     /// Sensors and clocks, None where NVML does not support them.
-    celsius: Option<u32>,
-    power_mw: Option<u32>,
-    power_limit_mw: Option<u32>,
-    clocks_mhz: [Option<u32>; 3],
-    max_clocks_mhz: [Option<u32>; 3],
-    pstate: Option<u32>,
-    procs: Vec<(u32, u64)>,
+    pub(crate) celsius: Option<u32>,
+    pub(crate) power_mw: Option<u32>,
+    pub(crate) power_limit_mw: Option<u32>,
+    pub(crate) clocks_mhz: [Option<u32>; 3],
+    pub(crate) max_clocks_mhz: [Option<u32>; 3],
+    pub(crate) pstate: Option<u32>,
+    pub(crate) procs: Vec<(u32, u64)>,
 }
 
 fn rows(nvml: &Nvml) -> Result<Vec<Row>> {
@@ -214,17 +216,28 @@ fn table(nvml: &Nvml, rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
-const USAGE: &str = "usage: nvidia-smi [-L] [-i ID[,ID…]] [--query-gpu=FIELD[,FIELD…] | --query-compute-apps=FIELD[,FIELD…]] [--format=csv[,noheader][,nounits]]";
+const USAGE: &str = "usage: nvidia-smi [-L | -q [-d DISPLAY[,DISPLAY…]]] [-i ID[,ID…]] [--query-gpu=FIELD[,FIELD…] | --query-compute-apps=FIELD[,FIELD…]] [--format=csv[,noheader][,nounits]]";
 
 /// The options this `nvidia-smi` knows: `-i`/`--id` takes a value (next or after `=`).
 fn known(arg: &str) -> bool {
-    ["-h", "--help", "-L", "--list-gpus", "-i"].contains(&arg)
+    [
+        "-h",
+        "--help",
+        "-L",
+        "--list-gpus",
+        "-i",
+        "-q",
+        "--query",
+        "-d",
+    ]
+    .contains(&arg)
         || [
             "--query-gpu=",
             "--query-compute-apps=",
             "--format=",
             "--id=",
             "-i=",
+            "--display=",
         ]
         .iter()
         .any(|p| arg.starts_with(p))
@@ -259,7 +272,7 @@ fn main() -> Result<()> {
     if let Some((bad, _)) = args
         .iter()
         .zip(before)
-        .find(|(a, before)| !known(a) && *before != "-i")
+        .find(|(a, before)| !known(a) && *before != "-i" && *before != "-d")
     {
         // As the real one answers an option it does not take: nothing else is run.
         println!(
@@ -284,6 +297,25 @@ fn main() -> Result<()> {
             println!("No devices were found");
             std::process::exit(6);
         }
+    }
+    if args.iter().any(|a| a == "-q" || a == "--query") {
+        let displays = args
+            .iter()
+            .position(|a| a == "-d")
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+            .or_else(|| args.iter().find_map(|a| a.strip_prefix("--display=")));
+        let count = nvml.device_count()?;
+        let cuda = nvml.sys_cuda_driver_version()?;
+        let driver = nvml.sys_driver_version()?;
+        match report::report(&rows, &driver, cuda, count, displays) {
+            Ok(lines) => println!("{}", lines.join("\n")),
+            Err(e) => {
+                println!("{e}");
+                std::process::exit(2);
+            }
+        }
+        return Ok(());
     }
     if args.iter().any(|a| a == "-L" || a == "--list-gpus") {
         for r in &rows {
