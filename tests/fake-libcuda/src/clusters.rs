@@ -42,13 +42,41 @@ struct LaunchAttribute {
     value: CUlaunchAttributeValue,
 }
 
+/// A kernel's own cluster settings: the shape it requires, if it has one, and the largest
+/// cluster it may run in (8 blocks, 16 where it allows non-portable sizes).
+struct KernelClusters {
+    required: Option<[c_uint; 3]>,
+    largest: c_int,
+}
+
+impl KernelClusters {
+    fn of(f: CUfunction) -> Result<Self, CUresult> {
+        let mut shape = [0; 3];
+        for (d, a) in shape.iter_mut().zip(FUNC_CLUSTER_SHAPE) {
+            *d = function_attribute(f, a)?;
+        }
+        // A width of 0 is no required shape; an unset height or depth is 1.
+        let required =
+            (shape[0] > 0).then(|| shape.map(|d| c_uint::try_from(d.max(1)).unwrap_or(1)));
+        let largest = if function_attribute(f, FUNC_NON_PORTABLE_CLUSTER)? != 0 {
+            NON_PORTABLE_CLUSTER
+        } else {
+            PORTABLE_CLUSTER
+        };
+        Ok(Self { required, largest })
+    }
+
+    /// Blocks in the required cluster, if there is one.
+    fn required_size(&self) -> Option<c_int> {
+        self.required.and_then(|r| size_of(r).ok())
+    }
+}
+
 /// What a launch configuration and its kernel give the occupancy of clusters.
 struct Launch<'a> {
     config: &'a CUlaunchConfig,
     blocks_per_sm: c_int,
-    /// The kernel's own required size, if it has one.
-    required: Option<c_int>,
-    non_portable: bool,
+    kernel: KernelClusters,
     gpcs: Vec<u32>,
 }
 
@@ -61,28 +89,20 @@ fn launch<'a>(f: CUfunction, config: *const CUlaunchConfig) -> Result<Launch<'a>
     }
     // SAFETY: non-null; the caller's launch configuration.
     let c = unsafe { &*config };
-    let ctx = crate::current_ctx()?;
-    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let gpu = crate::context::current_gpu()?;
     if gpu.compute_capability.0 < 9 {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
     let threads = u64::from(c.block_dim_x) * u64::from(c.block_dim_y) * u64::from(c.block_dim_z);
     let threads = c_int::try_from(threads).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
-    let blocks = blocks_per_sm(f, threads, c.shared_mem_bytes as usize)?;
-    let mut shape = [0; 3];
-    for (d, a) in shape.iter_mut().zip(FUNC_CLUSTER_SHAPE) {
-        *d = function_attribute(f, a)?;
-    }
-    let required = (shape[0] > 0).then(|| shape.iter().map(|d| (*d).max(1)).product());
     let n = gpu.sm_count.div_ceil(SMS_PER_FULL_GPC).max(1);
     let gpcs = (0..n)
         .map(|i| gpu.sm_count / n + u32::from(i < gpu.sm_count % n))
         .collect();
     Ok(Launch {
         config: c,
-        blocks_per_sm: blocks,
-        required,
-        non_portable: function_attribute(f, FUNC_NON_PORTABLE_CLUSTER)? != 0,
+        blocks_per_sm: blocks_per_sm(f, threads, c.shared_mem_bytes as usize)?,
+        kernel: KernelClusters::of(f)?,
         gpcs,
     })
 }
@@ -137,8 +157,7 @@ pub(crate) fn check_launch(f: CUfunction, c: &CUlaunchConfig) -> Result<(), CUre
     if f.is_null() {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    let ctx = crate::current_ctx()?;
-    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let gpu = crate::context::current_gpu()?;
     if gpu.compute_capability.0 < 9 {
         return if size == 1 {
             Ok(())
@@ -146,22 +165,10 @@ pub(crate) fn check_launch(f: CUfunction, c: &CUlaunchConfig) -> Result<(), CUre
             Err(CUDA_ERROR_NOT_SUPPORTED)
         };
     }
-    let mut required = [0; 3];
-    for (d, a) in required.iter_mut().zip(FUNC_CLUSTER_SHAPE) {
-        *d = function_attribute(f, a)?;
-    }
-    let largest = if function_attribute(f, FUNC_NON_PORTABLE_CLUSTER)? != 0 {
-        NON_PORTABLE_CLUSTER
-    } else {
-        PORTABLE_CLUSTER
-    };
+    let kernel = KernelClusters::of(f)?;
     let grid = [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z];
-    let misconfigured = size > largest
-        || (required[0] > 0
-            && required
-                .iter()
-                .zip(dims)
-                .any(|(r, d)| c_uint::try_from((*r).max(1)).ok() != Some(d)))
+    let misconfigured = size > kernel.largest
+        || kernel.required.is_some_and(|r| r != dims)
         || grid.iter().zip(dims).any(|(g, d)| g % d != 0);
     if misconfigured {
         return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
@@ -170,14 +177,6 @@ pub(crate) fn check_launch(f: CUfunction, c: &CUlaunchConfig) -> Result<(), CUre
 }
 
 impl Launch<'_> {
-    fn largest_cluster(&self) -> c_int {
-        if self.non_portable {
-            NON_PORTABLE_CLUSTER
-        } else {
-            PORTABLE_CLUSTER
-        }
-    }
-
     /// Blocks that fit at once on the GPC of `sms` SMs.
     fn blocks_on(&self, sms: u32) -> c_int {
         c_int::try_from(sms)
@@ -195,11 +194,11 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     guard(|| {
         let l = launch(f, config)?;
         // The configuration's cluster, which must be the kernel's own if it has one.
-        let size = match (configured_cluster(l.config)?, l.required) {
+        let size = match (configured_cluster(l.config)?, l.kernel.required_size()) {
             (Some(c), Some(r)) if c != r => return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE),
             (c, r) => c.or(r).ok_or(CUDA_ERROR_INVALID_CLUSTER_SIZE)?,
         };
-        if size > l.largest_cluster() {
+        if size > l.kernel.largest {
             return Err(CUDA_ERROR_INVALID_CLUSTER_SIZE);
         }
         let n = l.gpcs.iter().map(|sms| l.blocks_on(*sms) / size).sum();
@@ -216,10 +215,10 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     guard(|| {
         // The configuration's cluster dimensions are not read, as documented.
         let l = launch(f, config)?;
-        if let Some(r) = l.required {
+        if let Some(r) = l.kernel.required_size() {
             return out(size, r);
         }
         let smallest = l.gpcs.iter().copied().min().unwrap_or(0);
-        out(size, l.largest_cluster().min(l.blocks_on(smallest)))
+        out(size, l.kernel.largest.min(l.blocks_on(smallest)))
     })
 }

@@ -114,6 +114,12 @@ pub(crate) fn current_handle() -> CUcontext {
 }
 
 /// The calling thread's current context.
+/// The simulated GPU of the calling thread's current context.
+pub(crate) fn current_gpu() -> Result<&'static gpuslice_simnode::SimGpu, CUresult> {
+    let ctx = current_ctx()?;
+    Ok(&state::get()?.spec.gpus[ctx.node_index])
+}
+
 pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
     let ctx = top()?;
     if ctx.is_null() {

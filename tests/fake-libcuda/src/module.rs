@@ -337,8 +337,7 @@ pub(crate) fn function_attribute(
     if f.is_null() {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    let ctx = crate::current_ctx()?;
-    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let gpu = crate::context::current_gpu()?;
     let cc = c_int::try_from(gpu.compute_capability.0 * 10 + gpu.compute_capability.1).unwrap_or(0);
     let set = |a: c_int| -> Result<Option<c_int>, crate::CUresult> {
         Ok(FUNCTION_SETTINGS
@@ -387,8 +386,7 @@ pub extern "C" fn cuFuncSetAttribute(
         if f.is_null() {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
-        let ctx = crate::current_ctx()?;
-        let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+        let gpu = crate::context::current_gpu()?;
         let optin = crate::attributes::value(gpu, 97).unwrap_or(49_152);
         // Thread block clusters: compute capability 9.0 on, at most 8 blocks (16 where the
         // kernel allows a non-portable size).
@@ -435,8 +433,7 @@ pub(crate) fn blocks_per_sm(
     block_size: c_int,
     dynamic_smem: usize,
 ) -> Result<c_int, crate::CUresult> {
-    let ctx = crate::current_ctx()?;
-    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let gpu = crate::context::current_gpu()?;
     let attr = |a| crate::attributes::value(gpu, a).unwrap_or(0);
     if block_size <= 0 || block_size > function_attribute(f, 0)? {
         return Ok(0);
@@ -473,8 +470,7 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
         if blocks <= 0 || block_size <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = crate::current_ctx()?;
-        let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+        let gpu = crate::context::current_gpu()?;
         let attr = |a| i64::from(crate::attributes::value(gpu, a).unwrap_or(0));
         let fit_otherwise = blocks_per_sm(f, block_size, 0)?;
         let own = i64::from(function_attribute(f, 1)?); // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
@@ -522,9 +518,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     limit: c_int,
 ) -> crate::CUresult {
     guard(|| {
-        let ctx = crate::current_ctx()?;
-        let sms =
-            c_int::try_from(crate::state::get()?.spec.gpus[ctx.node_index].sm_count).unwrap_or(1);
+        let sms = c_int::try_from(crate::context::current_gpu()?.sm_count).unwrap_or(1);
         let max = if limit > 0 { limit.min(1024) } else { 1024 };
         let mut best = (0, 0, 0); // (resident threads, block size, blocks per SM)
         let mut size = 32;

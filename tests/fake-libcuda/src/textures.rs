@@ -78,8 +78,7 @@ fn objects() -> Result<MutexGuard<'static, Objects>, CUresult> {
 
 /// A current device attribute (0 where it has none).
 fn attribute(a: c_int) -> Result<u64, CUresult> {
-    let ctx = crate::current_ctx()?;
-    let gpu = &crate::state::get()?.spec.gpus[ctx.node_index];
+    let gpu = crate::context::current_gpu()?;
     Ok(crate::attributes::value(gpu, a).map_or(0, |v| u64::try_from(v).unwrap_or(0)))
 }
 
@@ -184,13 +183,12 @@ pub unsafe extern "C" fn cuTexObjectCreate(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuTexObjectDestroy(object: u64) -> CUresult {
-    guard(|| {
-        objects()?
-            .textures
-            .remove(&object)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        Ok(())
-    })
+    destroy(|o| o.textures.remove(&object).is_some())
+}
+
+/// What `what` finds of the objects, copied to `to`; none is `CUDA_ERROR_INVALID_VALUE`.
+fn part<T: Copy>(to: *mut T, what: impl FnOnce(&Objects) -> Option<T>) -> CUresult {
+    guard(|| out(to, what(&*objects()?).ok_or(CUDA_ERROR_INVALID_VALUE)?))
 }
 
 /// `what` of texture `object`, copied to `to`.
@@ -199,13 +197,18 @@ fn texture_part<T: Copy>(
     object: u64,
     what: impl FnOnce(&Texture) -> Option<T>,
 ) -> CUresult {
+    part(to, |o| o.textures.get(&object).and_then(what))
+}
+
+/// Destroys what `remove` takes out of the objects; nothing taken is
+/// `CUDA_ERROR_INVALID_VALUE`.
+fn destroy(remove: impl FnOnce(&mut Objects) -> bool) -> CUresult {
     guard(|| {
-        let objects = objects()?;
-        let t = objects
-            .textures
-            .get(&object)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        out(to, what(t).ok_or(CUDA_ERROR_INVALID_VALUE)?)
+        if remove(&mut *objects()?) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
     })
 }
 
@@ -254,13 +257,7 @@ pub unsafe extern "C" fn cuSurfObjectCreate(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuSurfObjectDestroy(object: u64) -> CUresult {
-    guard(|| {
-        objects()?
-            .surfaces
-            .remove(&object)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        Ok(())
-    })
+    destroy(|o| o.surfaces.remove(&object).is_some())
 }
 
 #[unsafe(no_mangle)]
@@ -268,12 +265,5 @@ pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(
     resource: *mut CUDA_RESOURCE_DESC,
     object: u64,
 ) -> CUresult {
-    guard(|| {
-        let objects = objects()?;
-        let r = objects
-            .surfaces
-            .get(&object)
-            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        out(resource, *r)
-    })
+    part(resource, |o| o.surfaces.get(&object).copied())
 }

@@ -89,13 +89,27 @@ fn nvml(sim: &SimNode) -> Nvml {
 
 /// The simulated node's `nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits`.
 fn query_gpu(sim: &SimNode, fields: &str) -> String {
-    let smi = Command::new(sim.root().join("usr/bin/nvidia-smi"))
-        .arg(format!("--query-gpu={fields}"))
-        .arg("--format=csv,noheader,nounits")
+    smi(
+        sim,
+        &[
+            &format!("--query-gpu={fields}"),
+            "--format=csv,noheader,nounits",
+        ],
+    )
+    .1
+}
+
+/// The simulated node's `nvidia-smi` with `args`: its exit status and what it printed.
+fn smi(sim: &SimNode, args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(sim.root().join("usr/bin/nvidia-smi"))
+        .args(args)
         .env("LD_LIBRARY_PATH", sim.lib_dir())
         .output()
         .unwrap();
-    String::from_utf8_lossy(&smi.stdout).into_owned()
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 #[test]
@@ -440,19 +454,6 @@ fn nvml_reads_the_gpus_brand_sensors_and_clocks_which_follow_its_utilization() {
     assert!(util >= 90, "utilization {util}%");
     assert!(celsius >= 70, "{celsius} °C at {util}%");
     assert!(power >= 140_000, "{power} mW at {util}%");
-}
-
-/// The simulated node's `nvidia-smi` with `args`: its exit status and what it printed.
-fn smi(sim: &SimNode, args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(sim.root().join("usr/bin/nvidia-smi"))
-        .args(args)
-        .env("LD_LIBRARY_PATH", sim.lib_dir())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
 }
 
 #[test]
