@@ -423,9 +423,13 @@ const EIFMT_SVAL: u8 = 0x04;
 const EIATTR_FRAME_SIZE: u8 = 0x11;
 const EIATTR_MIN_STACK_SIZE: u8 = 0x12;
 
+/// The minimum stack size `ptxas` records for a function whose stack it cannot bound (a
+/// recursive call chain): the driver then goes by its frame size and the context's stack
+/// limit, which the program raises itself (`cudaDeviceSetLimit(cudaLimitStackSize, ...)`).
+const UNKNOWN_STACK: u32 = u32::MAX;
+
 /// The stack each function of an ELF cubin needs per thread, from its `.nv.info` section's
-/// frame and minimum stack sizes (each a symbol index and a 32-bit size), named by the
-/// symbol table.
+/// frame and minimum stack sizes ([`nv_info_stack_sizes`]), named by the symbol table.
 fn elf_stack_sizes(elf: &[u8], mut keep: impl FnMut(String, u64)) {
     use object::{Object, ObjectSection, ObjectSymbol, SymbolIndex};
     let Ok(file) = object::File::parse(elf) else {
@@ -434,6 +438,19 @@ fn elf_stack_sizes(elf: &[u8], mut keep: impl FnMut(String, u64)) {
     let Some(data) = file.section_by_name(".nv.info").and_then(|s| s.data().ok()) else {
         return;
     };
+    for (index, bytes) in nv_info_stack_sizes(data) {
+        if let Ok(symbol) = file.symbol_by_index(SymbolIndex(index as usize))
+            && let Ok(name) = symbol.name()
+        {
+            keep(name.to_string(), bytes);
+        }
+    }
+}
+
+/// Each function's (by symbol index) stack a thread, the larger of its frame size and its
+/// minimum stack size where that is known, from `.nv.info` records (each a symbol index and
+/// a 32-bit size).
+fn nv_info_stack_sizes(data: &[u8]) -> HashMap<u32, u64> {
     let mut sizes: HashMap<u32, u64> = HashMap::new();
     let mut at = 0;
     while let (Some(&format), Some(&attribute)) = (data.get(at), data.get(at + 1)) {
@@ -447,19 +464,14 @@ fn elf_stack_sizes(elf: &[u8], mut keep: impl FnMut(String, u64)) {
         if matches!(attribute, EIATTR_FRAME_SIZE | EIATTR_MIN_STACK_SIZE)
             && len == 8
             && let (Some(symbol), Some(bytes)) = (u32_at(data, at + 4), u32_at(data, at + 8))
+            && bytes != UNKNOWN_STACK
         {
             let e = sizes.entry(symbol).or_insert(0);
             *e = (*e).max(u64::from(bytes));
         }
         at += 4 + len;
     }
-    for (index, bytes) in sizes {
-        if let Ok(symbol) = file.symbol_by_index(SymbolIndex(index as usize))
-            && let Ok(name) = symbol.name()
-        {
-            keep(name.to_string(), bytes);
-        }
-    }
+    sizes
 }
 
 fn elf_globals(elf: &[u8], found: &mut HashMap<String, u64>) {
@@ -605,6 +617,34 @@ mod tests {
         assert_eq!(found.get("_Z5smallPi"), Some(&0), "{found:?}");
         assert_eq!(found.len(), 2, "a .func is not a kernel: {found:?}");
         assert_eq!(globals(ptx.as_bytes(), || None).get("table"), Some(&64));
+    }
+
+    /// A frame or minimum stack size record: format, attribute, length 8, symbol, bytes.
+    fn stack_record(attribute: u8, symbol: u32, bytes: u32) -> Vec<u8> {
+        let mut r = vec![EIFMT_SVAL, attribute, 8, 0];
+        r.extend_from_slice(&symbol.to_le_bytes());
+        r.extend_from_slice(&bytes.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn a_functions_stack_is_its_larger_size_and_an_unbounded_minimum_is_left_to_its_frame() {
+        // As `ptxas` 11.8 wrote the CUDA sample `interval`: its recursive kernel (symbol 9)
+        // has no bound on its stack (0xffffffff) and a frame of 0x818 bytes; a function
+        // calling others (3) needs more than its own frame.
+        let section: Vec<u8> = [
+            vec![EIFMT_SVAL, 0x23, 8, 0, 9, 0, 0, 0, 0, 0, 0, 0],
+            stack_record(EIATTR_MIN_STACK_SIZE, 9, u32::MAX),
+            stack_record(EIATTR_FRAME_SIZE, 9, 0x818),
+            stack_record(EIATTR_FRAME_SIZE, 3, 0x80),
+            stack_record(EIATTR_MIN_STACK_SIZE, 3, 0x200),
+            vec![0x03, 0x1b, 0xff, 0x00],
+        ]
+        .concat();
+        let sizes = nv_info_stack_sizes(&section);
+        assert_eq!(sizes.get(&9), Some(&0x818));
+        assert_eq!(sizes.get(&3), Some(&0x200));
+        assert_eq!(sizes.len(), 2);
     }
 
     #[test]
