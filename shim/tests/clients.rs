@@ -512,9 +512,17 @@ fn a_program_built_by_nvcc_launches_its_kernels_uses_its_globals_and_meets_the_w
         let what = format!("CUDA {runtime} runtime: {text}");
         let f = Facts::parse(&text);
         assert_eq!(f.num("total"), GIB, "{what}");
-        for key in ["malloc", "launch", "launch2", "sync"] {
+        for key in [
+            "set_device",
+            "get_device",
+            "malloc",
+            "launch",
+            "launch2",
+            "sync",
+        ] {
             assert_eq!(f.get(key), "cudaSuccess", "{key}: {what}");
         }
+        assert_eq!(f.num("device"), 0, "{what}");
         // The module's 1 KiB table and 4-byte constant, written and read through their
         // symbols.
         assert_eq!(

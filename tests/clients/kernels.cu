@@ -47,6 +47,11 @@ __global__ void scale(float *p, float k, int n) {
 
 int main(int argc, char **argv) {
     size_t chunk = argc > 1 ? strtoull(argv[1], 0, 10) : (64u << 20);
+    // As the CUDA samples begin (findCudaDevice): the device chosen, then asked back. The
+    // CUDA 11 runtime makes the device's primary context current before anything retains it.
+    int device = -1;
+    cudaError_t set_device = cudaSetDevice(0);
+    cudaError_t get_device = cudaGetDevice(&device);
     size_t free_bytes = 0, total = 0;
     cudaMemGetInfo(&free_bytes, &total);
     int *ints = 0;
@@ -104,6 +109,8 @@ int main(int argc, char **argv) {
         held.push_back(p);
     }
     for (void *p : held) cudaFree(p);
+    printf("set_device=%s get_device=%s device=%d ", cudaGetErrorName(set_device),
+           cudaGetErrorName(get_device), device);
     printf("total=%zu free=%zu malloc=%s launch=%s launch2=%s sync=%s symbols=%s,%s,%s symbol_size=%zu "
            "roundtrip=%d texture=%s chunks=%zu error=%s\n",
            total, free_bytes, cudaGetErrorName(malloc_result), cudaGetErrorName(launch),

@@ -113,23 +113,31 @@ pub(crate) fn current_handle() -> CUcontext {
     top().unwrap_or(std::ptr::null_mut())
 }
 
-/// The calling thread's current context.
 /// The simulated GPU of the calling thread's current context.
 pub(crate) fn current_gpu() -> Result<&'static gpuslice_simnode::SimGpu, CUresult> {
     let ctx = current_ctx()?;
     Ok(&state::get()?.spec.gpus[ctx.node_index])
 }
 
+/// The calling thread's current context; `CUDA_ERROR_CONTEXT_IS_DESTROYED` for a primary
+/// context nobody retains, as the driver answers the calls that need the context itself.
 pub(crate) fn current_ctx() -> Result<&'static Ctx, CUresult> {
-    let ctx = top()?;
-    if ctx.is_null() {
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
-    }
-    let c = live(ctx)?;
+    let c = current_live()?;
     if !c.active.load(Ordering::Acquire) {
         return Err(CUDA_ERROR_CONTEXT_IS_DESTROYED);
     }
     Ok(c)
+}
+
+/// The calling thread's current context, also a primary one nobody retains yet: the CUDA 11
+/// runtime's `cudaSetDevice` makes the device's primary context current before anything
+/// retains it, and its `cudaGetDevice` then asks that context's device.
+fn current_live() -> Result<&'static Ctx, CUresult> {
+    let ctx = top()?;
+    if ctx.is_null() {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    live(ctx)
 }
 
 /// `ctx` itself, or the current context when it is NULL (as the `cuCtx*` queries take it).
@@ -534,7 +542,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
-    guard(|| out(dev, current_ctx()?.ordinal))
+    guard(|| out(dev, current_live()?.ordinal))
 }
 
 #[unsafe(no_mangle)]

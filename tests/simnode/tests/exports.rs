@@ -123,6 +123,8 @@ fn each_thread_keeps_a_stack_of_contexts_as_the_real_driver_does() {
         "destroy=0",
         "set_destroyed=201 push_destroyed=201",
         "primary_active_after=0",
+        // 709 is CUDA_ERROR_CONTEXT_IS_DESTROYED; before, the device was asked in vain too.
+        "set_unretained_primary=0 unretained_primary_device=0/0 unretained_primary_limit=709",
     ] {
         assert!(text.contains(fact), "{fact}: {text}");
     }

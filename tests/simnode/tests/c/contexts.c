@@ -64,6 +64,15 @@ int main(void) {
     printf("push_destroyed=%d ", cuCtxPushCurrent_v2(a));
     cuDevicePrimaryCtxRelease_v2(0);
     cuDevicePrimaryCtxGetState(0, &flags, &active);
-    printf("primary_active_after=%d\n", active);
+    printf("primary_active_after=%d ", active);
+    /* The CUDA 11 runtime's cudaSetDevice makes the primary context current before anything
+     * retains it, and its cudaGetDevice asks that context's device; what needs the context
+     * itself is CUDA_ERROR_CONTEXT_IS_DESTROYED until it is retained. */
+    r = cuCtxSetCurrent(p);
+    printf("set_unretained_primary=%d ", r);
+    dev = -1;
+    r = cuCtxGetDevice(&dev);
+    printf("unretained_primary_device=%d/%d ", r, dev);
+    printf("unretained_primary_limit=%d\n", cuCtxSetLimit(0, 4096));
     return 0;
 }
