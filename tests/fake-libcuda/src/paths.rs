@@ -496,9 +496,52 @@ struct Physical {
 /// last unmap.
 static HANDLES: LazyLock<Mutex<HashMap<u64, Physical>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
-/// Mappings by start address: (handle, size).
-static MAPPINGS: LazyLock<Mutex<std::collections::BTreeMap<u64, (u64, usize)>>> =
+/// A mapping of a physical allocation into a reserved range (`cuMemMap`).
+struct Mapping {
+    handle: u64,
+    size: usize,
+    /// `cuMemSetAccess` made it readable and writable.
+    accessible: bool,
+}
+
+/// Mappings by start address.
+static MAPPINGS: LazyLock<Mutex<std::collections::BTreeMap<u64, Mapping>>> =
     LazyLock::new(|| Mutex::new(std::collections::BTreeMap::new()));
+
+/// The mappings that lay `[ptr, ptr + n)` end to end (from the one holding `ptr`), or None
+/// where part of the range is not mapped.
+fn covering(
+    maps: &std::collections::BTreeMap<u64, Mapping>,
+    ptr: CUdeviceptr,
+    n: usize,
+) -> Option<Vec<u64>> {
+    let end = ptr.checked_add(n as u64)?;
+    let (&first, m) = maps.range(..=ptr).next_back()?;
+    let mut at = first.checked_add(m.size as u64)?;
+    if ptr >= at {
+        return None;
+    }
+    let mut starts = vec![first];
+    while at < end {
+        let m = maps.get(&at)?;
+        starts.push(at);
+        at = at.checked_add(m.size as u64)?;
+    }
+    Some(starts)
+}
+
+/// `[ptr, ptr + n)` lies in mappings laid end to end, each made accessible: a copy or a
+/// memset may cross from one to the next, as a program striping a range over several
+/// allocations (or GPUs) does.
+pub(crate) fn mapped_range(ptr: CUdeviceptr, n: usize) -> bool {
+    MAPPINGS.lock().is_ok_and(|maps| {
+        covering(&maps, ptr, n).is_some_and(|starts| {
+            starts
+                .iter()
+                .all(|s| maps.get(s).is_some_and(|m| m.accessible))
+        })
+    })
+}
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
 /// Frees the memory of `handle` if it is released and no longer mapped.
@@ -598,8 +641,8 @@ pub unsafe extern "C" fn cuMemRetainAllocationHandle(
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .range(..=addr)
             .next_back()
-            .filter(|(start, (_, size))| addr < start.saturating_add(*size as u64))
-            .map(|(_, (h, _))| *h)
+            .filter(|(start, m)| addr < start.saturating_add(m.size as u64))
+            .map(|(_, m)| m.handle)
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let p = handles.get_mut(&h).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -683,10 +726,14 @@ pub extern "C" fn cuMemMap(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         physical.maps += 1;
-        MAPPINGS
-            .lock()
-            .map_err(|_| CUDA_ERROR_UNKNOWN)?
-            .insert(ptr, (handle, size));
+        MAPPINGS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.insert(
+            ptr,
+            Mapping {
+                handle,
+                size,
+                accessible: false,
+            },
+        );
         Ok(())
     })
 }
@@ -702,11 +749,18 @@ pub unsafe extern "C" fn cuMemSetAccess(
         if desc.is_null() || count == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: the range was mapped with cuMemMap by the caller.
+        let mut maps = MAPPINGS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let starts = covering(&maps, ptr, size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the range is mapped (cuMemMap), every byte of it, as just checked.
         if unsafe { libc::mprotect(ptr as *mut c_void, size, libc::PROT_READ | libc::PROT_WRITE) }
             != 0
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        for s in starts {
+            if let Some(m) = maps.get_mut(&s) {
+                m.accessible = true;
+            }
         }
         Ok(())
     })
@@ -735,7 +789,7 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
             let starts: Vec<u64> = maps.range(ptr..end).map(|(k, _)| *k).collect();
             starts
                 .into_iter()
-                .filter_map(|k| maps.remove(&k).map(|(h, _)| (k, h)))
+                .filter_map(|k| maps.remove(&k).map(|m| (k, m.handle)))
                 .collect()
         };
         let mut handles = HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;

@@ -393,6 +393,11 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
     for want in [
         "pitch=1024",
         "granularity=2097152 vmm_map=0 vmm_access=0 vmm_readback=1",
+        // 1 is CUDA_ERROR_INVALID_VALUE: access to a range not all mapped, a copy into a
+        // mapping without access or past the reservation's mappings. Before, the access was
+        // granted and every copy into mapped memory refused.
+        "striped_unmapped_access=1 striped_half_accessible=1 striped_copy=0 striped_set=0 \
+         striped_back=0 striped_ok=1 striped_beyond=1",
         "lookup_legacy=1 lookup_per_thread=1 launch=0 empty_grid=1",
         "kept_freed=0",
         "local_size=3000 stack_grown_to=3000 again=0 again_charged=0 huge=2 stack_after_huge=3000",

@@ -1,6 +1,7 @@
 /* Every allocation path of the simulated driver, called as cuda.h declares it: prints, per
  * path, the bytes the device lost (from cuMemGetInfo) and whether freeing gave them back. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef int CUresult;
@@ -52,6 +53,9 @@ CUresult cuMemAddressFree(CUdeviceptr, size_t);
 CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
+CUresult cuMemsetD8_v2(CUdeviceptr, unsigned char, size_t);
 CUresult cuStreamCreate(CUstream *, unsigned);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuModuleLoadData(CUmodule *, const void *);
@@ -132,6 +136,33 @@ int main(void) {
     cuMemUnmap(va, 2 * gran); cuMemAddressFree(va, 2 * gran); cuMemRelease(h);
     report("vmm", rc, b, d, free_now());
     printf("granularity=%zu vmm_map=%d vmm_access=%d vmm_readback=%d\n", gran, mapped, accessible, readback);
+
+    /* A range striped over two allocations, as the CUDA sample vectorAddMMAP lays one over
+     * its GPUs: access is set on mapped ranges only, and copies and memsets cross from one
+     * mapping to the next once both are accessible. */
+    CUmemGenericAllocationHandle h1, h2; CUdeviceptr striped;
+    cuMemCreate(&h1, gran, &prop, 0); cuMemCreate(&h2, gran, &prop, 0);
+    cuMemAddressReserve(&striped, 2 * gran, 0, 0, 0);
+    cuMemMap(striped, gran, 0, h1, 0);
+    int unmapped_access = cuMemSetAccess(striped, 2 * gran, &access, 1);
+    cuMemMap(striped + gran, gran, 0, h2, 0);
+    cuMemSetAccess(striped + gran, gran, &access, 1);
+    unsigned char *host = malloc(2 * gran);
+    memset(host, 5, 2 * gran);
+    int half_accessible = cuMemcpyHtoD_v2(striped, host, 2 * gran);
+    cuMemSetAccess(striped, gran, &access, 1);
+    int striped_copy = cuMemcpyHtoD_v2(striped, host, 2 * gran);
+    int striped_set = cuMemsetD8_v2(striped + gran - 16, 9, 32);
+    memset(host, 0, 2 * gran);
+    int striped_back = cuMemcpyDtoH_v2(host, striped, 2 * gran);
+    int striped_ok = host[0] == 5 && host[gran - 17] == 5 && host[gran - 16] == 9
+        && host[gran + 15] == 9 && host[gran + 16] == 5 && host[2 * gran - 1] == 5;
+    int beyond = cuMemcpyHtoD_v2(striped + gran, host, 2 * gran);
+    cuMemUnmap(striped, 2 * gran); cuMemAddressFree(striped, 2 * gran);
+    cuMemRelease(h1); cuMemRelease(h2); free(host);
+    printf("striped_unmapped_access=%d striped_half_accessible=%d ", unmapped_access, half_accessible);
+    printf("striped_copy=%d striped_set=%d striped_back=%d striped_ok=%d striped_beyond=%d\n",
+           striped_copy, striped_set, striped_back, striped_ok, beyond);
 
     void *f = 0; int status = -1;
     cuGetProcAddress_v2("cuLaunchKernel", &f, 12000, 0, &status);
