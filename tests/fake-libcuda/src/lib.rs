@@ -34,6 +34,7 @@ mod pool_books;
 mod proc_address;
 mod state;
 mod stream;
+mod stream_attributes;
 mod textures;
 mod user_objects;
 

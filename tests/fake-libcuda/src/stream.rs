@@ -14,8 +14,11 @@ use std::sync::{LazyLock, Mutex};
 
 use crate::codes::*;
 use crate::paths::CUstream;
+use crate::stream_attributes::{
+    cuStreamCopyAttributes, cuStreamGetAttribute, cuStreamSetAttribute,
+};
 use crate::{CUcontext, CUresult, current_ctx, guard, out};
-use gpuslice_cuda_abi::cuda::CUevent;
+use gpuslice_cuda_abi::cuda::{CUevent, CUlaunchAttributeValue};
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: the two default streams by name.
 const STREAM_LEGACY: usize = 0x1;
@@ -134,6 +137,17 @@ fn stream(s: CUstream) -> Result<Option<&'static Stream>, CUresult> {
     Ok(Some(unsafe { &*s.cast::<Stream>() }))
 }
 
+/// Whether `s` names one of the default streams (NULL, legacy, per-thread).
+pub(crate) fn is_default(s: CUstream) -> bool {
+    s.is_null() || s as usize == STREAM_LEGACY || s as usize == STREAM_PER_THREAD
+}
+
+/// The priority `s` was made with (0 for the default streams); `CUDA_ERROR_INVALID_HANDLE`
+/// for a handle that is no stream.
+pub(crate) fn priority_of(s: CUstream) -> Result<c_int, CUresult> {
+    Ok(stream(s)?.map_or(0, |st| st.priority))
+}
+
 pub(crate) fn event(e: CUevent) -> Result<&'static Event, CUresult> {
     if e.is_null()
         || !EVENTS
@@ -192,6 +206,7 @@ pub extern "C" fn cuStreamDestroy_v2(s: CUstream) -> CUresult {
             .lock()
             .map_err(|_| CUDA_ERROR_UNKNOWN)?
             .remove(&(s as usize));
+        crate::stream_attributes::forget(s);
         // SAFETY: it was registered, so it is a Box from create, dropped only here.
         drop(unsafe { Box::from_raw(s.cast::<Stream>()) });
         Ok(())
@@ -503,7 +518,13 @@ pub extern "C" fn cuStreamQuery(s: CUstream) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamGetPriority(s: CUstream, priority: *mut c_int) -> CUresult {
-    guard(|| out(priority, stream(s)?.map_or(0, |st| st.priority)))
+    guard(|| {
+        let made = priority_of(s)?;
+        out(
+            priority,
+            crate::stream_attributes::priority(s).unwrap_or(made),
+        )
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -724,6 +745,8 @@ per_thread! {
     cuStreamGetCtx_ptsz => cuStreamGetCtx(s: CUstream, ctx: *mut CUcontext);
     cuLaunchHostFunc_ptsz => cuLaunchHostFunc(s: CUstream, f: HostFn, data: *mut c_void);
     cuStreamAddCallback_ptsz => cuStreamAddCallback(s: CUstream, f: StreamCallback, data: *mut c_void, flags: c_uint);
+    cuStreamSetAttribute_ptsz => cuStreamSetAttribute(s: CUstream, attr: c_int, value: *const CUlaunchAttributeValue);
+    cuStreamGetAttribute_ptsz => cuStreamGetAttribute(s: CUstream, attr: c_int, value: *mut CUlaunchAttributeValue);
 }
 
 macro_rules! per_thread_safe {
@@ -743,6 +766,7 @@ per_thread_safe! {
     cuStreamWaitEvent_ptsz => cuStreamWaitEvent(s: CUstream, e: CUevent, flags: c_uint);
     cuEventRecord_ptsz => cuEventRecord(e: CUevent, s: CUstream);
     cuEventRecordWithFlags_ptsz => cuEventRecordWithFlags(e: CUevent, s: CUstream, flags: c_uint);
+    cuStreamCopyAttributes_ptsz => cuStreamCopyAttributes(dst: CUstream, src: CUstream);
 }
 
 /// `CU_STREAM_ADD_CAPTURE_DEPENDENCIES` and `CU_STREAM_SET_CAPTURE_DEPENDENCIES`.

@@ -279,3 +279,22 @@ fn arrays_are_copied_to_and_from_in_two_and_three_dimensions() {
          box_ok=1 box_past_end=1 desc3=8x4x3 destroyed=400"
     );
 }
+
+#[test]
+fn a_streams_launch_attributes_are_checked_kept_and_copied_as_the_driver_documents_them() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "stream_attributes", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 1 is CUDA_ERROR_INVALID_VALUE, 400 CUDA_ERROR_INVALID_HANDLE. The A10's largest access
+    // policy window is 128 MiB less 4 KiB; a miss cannot persist; priorities clamp to 0..-5;
+    // cooperation and clusters are for launches and graph nodes. Before, every call answered
+    // 801 (the CUDA sample simpleAttributes failed there).
+    assert_eq!(
+        text.trim(),
+        "window=0 window_back=0,1 window_too_large=1 ratio_above_one=1 miss_persisting=1 \
+         reset_l2=0 sync_default=1 sync=0 sync_back=4 sync_unknown=1 priority_made=-2 \
+         priority=0 priority_clamped=-5 domain_map=0,1 domain_unknown=1 cooperative=1 \
+         cluster=1 get_cluster=1 copy=0 copied_sync=4 null_stream=0 null_stream_back=2 \
+         destroyed=400"
+    );
+}
