@@ -36,6 +36,8 @@ pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
 pub const CUDA_ERROR_MAP_FAILED: CUresult = 205;
 pub const CUDA_ERROR_FILE_NOT_FOUND: CUresult = 301;
 pub const CUDA_ERROR_UNSUPPORTED_LIMIT: CUresult = 215;
+/// PTX the driver's JIT (its compiler or its linker) could not read.
+pub const CUDA_ERROR_INVALID_PTX: CUresult = 218;
 /// A launch's thread block cluster is not one the device and the kernel allow.
 pub const CUDA_ERROR_INVALID_CLUSTER_SIZE: CUresult = 912;
 pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: CUresult = 217;

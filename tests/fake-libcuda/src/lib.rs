@@ -26,6 +26,7 @@ mod host;
 mod ipc;
 mod kernels;
 mod legacy_launch;
+mod linker;
 mod managed;
 mod module;
 mod paths;

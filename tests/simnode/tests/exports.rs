@@ -83,12 +83,12 @@ fn every_function_of_the_real_nvml_exists() {
 fn an_unmodelled_entry_point_answers_not_supported_and_is_counted() {
     let sim = SimNode::new(1, "A10", None);
     let (text, calls) = run_counted(&sim, "unmodelled");
-    // cuMemPoolExportToShareableHandle twice, cuLinkCreate_v2 once: CUDA_ERROR_NOT_SUPPORTED
-    // each time.
-    assert_eq!(text.trim(), "export=801,801 link=801", "{text}");
+    // cuMemPoolExportToShareableHandle twice, cuGraphicsUnregisterResource once:
+    // CUDA_ERROR_NOT_SUPPORTED each time.
+    assert_eq!(text.trim(), "export=801,801 graphics=801", "{text}");
     let mine = &calls["unmodelled"];
     assert_eq!(mine["cuMemPoolExportToShareableHandle"], 2, "{calls:?}");
-    assert_eq!(mine["cuLinkCreate_v2"], 1, "{calls:?}");
+    assert_eq!(mine["cuGraphicsUnregisterResource"], 1, "{calls:?}");
     assert_eq!(mine.len(), 2, "a modelled call was counted: {calls:?}");
 }
 

@@ -298,3 +298,22 @@ fn a_streams_launch_attributes_are_checked_kept_and_copied_as_the_driver_documen
          destroyed=400"
     );
 }
+
+#[test]
+fn the_jit_linker_links_ptx_into_an_image_that_loads_what_its_inputs_hold() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "linker", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 218 is CUDA_ERROR_INVALID_PTX, 200 CUDA_ERROR_INVALID_IMAGE, 301
+    // CUDA_ERROR_FILE_NOT_FOUND, 801 CUDA_ERROR_NOT_SUPPORTED (host objects are not
+    // modelled), 1 CUDA_ERROR_INVALID_VALUE, 400 CUDA_ERROR_INVALID_HANDLE. The kernel's
+    // parameters lie where the PTX puts them (8-byte pointer, 4-byte int, 8-byte double at 16)
+    // and its threads need the 3000-byte local array; the other input's global is loaded with
+    // it. Before, cuLinkCreate answered 801.
+    assert_eq!(
+        text.trim(),
+        "create=0 log_empty=1 add_kernel=0 add_table=0 not_ptx=218 not_cubin=200 no_file=301 \
+         object=801 complete=0 same_image=1 add_after=1 load=0 globals_taken=1 global=0,4096 \
+         local=3000 params=0+8,8+4,16+8 destroy=0 destroy_again=400 empty=1"
+    );
+}
