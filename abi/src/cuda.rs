@@ -107,6 +107,7 @@ pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
 
 /// `CUgraphNodeType` values.
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+pub const CU_GRAPH_NODE_TYPE_MEMCPY: c_int = 1;
 pub const CU_GRAPH_NODE_TYPE_MEMSET: c_int = 2;
 pub const CU_GRAPH_NODE_TYPE_HOST: c_int = 3;
 pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;

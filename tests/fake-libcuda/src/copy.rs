@@ -2,8 +2,9 @@
 //! the addresses the allocations return (so a device pointer is also a valid host address, as
 //! under unified addressing). Every device range is checked against this process's
 //! allocations: a range outside them answers `CUDA_ERROR_INVALID_VALUE` instead of touching
-//! memory. Asynchronous variants complete before they return (a memset on a capturing stream
-//! becomes a memset node of its graph instead); `_ptds`/`_ptsz` variants are
+//! memory. Asynchronous variants complete before they return (a memset or a copy on a
+//! capturing stream becomes a memset or memcpy node of its graph instead: `graph_memset`,
+//! `graph_memcpy`); `_ptds`/`_ptsz` variants are
 //! the same calls. A memset also takes the simulated GPU's time for it (`memset_ns_per_kib`),
 //! queued behind its kernels as the driver's own memset kernels are.
 
@@ -566,11 +567,7 @@ same_as! {
     cuMemcpy2D_v2_ptds => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2 => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2_ptds => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
-    cuMemcpy2DAsync_v2 => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D), stream: CUstream;
-    cuMemcpy2DAsync_v2_ptsz => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D), stream: CUstream;
     cuMemcpy3D_v2_ptds => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D);
-    cuMemcpy3DAsync_v2 => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D), stream: CUstream;
-    cuMemcpy3DAsync_v2_ptsz => cuMemcpy3D_v2(c: *const CUDA_MEMCPY3D), stream: CUstream;
     cuMemcpyHtoD_v2_ptds => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoH_v2_ptds => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemcpyDtoD_v2_ptds => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize);
@@ -578,14 +575,6 @@ same_as! {
     cuMemsetD8_v2_ptds => cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize);
     cuMemsetD16_v2_ptds => cuMemsetD16_v2(dst: CUdeviceptr, value: u16, n: usize);
     cuMemsetD32_v2_ptds => cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize);
-    cuMemcpyHtoDAsync_v2 => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize), stream: CUstream;
-    cuMemcpyHtoDAsync_v2_ptsz => cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize), stream: CUstream;
-    cuMemcpyDtoHAsync_v2 => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemcpyDtoHAsync_v2_ptsz => cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemcpyDtoDAsync_v2 => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemcpyDtoDAsync_v2_ptsz => cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemcpyAsync => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
-    cuMemcpyAsync_ptsz => cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize), stream: CUstream;
 }
 
 #[unsafe(no_mangle)]

@@ -22,7 +22,7 @@ use gpuslice_cuda_abi::cuda::{
     CU_GRAPH_EXEC_UPDATE_SUCCESS, CU_GRAPH_NODE_PARAMS_UNION_OFFSET,
     CU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_GRAPH,
     CU_GRAPH_NODE_TYPE_HOST, CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_GRAPH_NODE_TYPE_MEMSET,
+    CU_GRAPH_NODE_TYPE_MEM_FREE, CU_GRAPH_NODE_TYPE_MEMCPY, CU_GRAPH_NODE_TYPE_MEMSET,
     CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE, CU_MEM_ALLOCATION_TYPE_PINNED,
     CU_MEM_LOCATION_TYPE_DEVICE, CUDA_CHILD_GRAPH_NODE_PARAMS,
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, CUDA_GRAPH_INSTANTIATE_PARAMS,
@@ -61,6 +61,10 @@ pub enum Op {
     /// A memset node (`graph_memset`).
     Memset {
         params: CUDA_MEMSET_NODE_PARAMS,
+    },
+    /// A memcpy node (`graph_memcpy`).
+    Memcpy {
+        params: crate::graph_memcpy::Copy3D,
     },
     /// A child graph node: runs the graph it owns (`graph_bodies`).
     Child {
@@ -114,6 +118,21 @@ pub(crate) fn node_index(node: CUgraphNode) -> Result<usize, CUresult> {
     Ok(node_place(node)?.1)
 }
 
+/// The handle of the node at operation number `index` of `g`.
+pub(crate) fn node_at(g: CUgraph, index: usize) -> Result<CUgraphNode, CUresult> {
+    // Copied out first: node_place takes NODES, which cuGraphDestroy takes before `nodes`.
+    let nodes = graph(g)?
+        .nodes
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .clone();
+    nodes
+        .into_iter()
+        .find(|&n| node_place(n as CUgraphNode).is_ok_and(|(_, i)| i == index))
+        .map(|n| n as CUgraphNode)
+        .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
 /// The operation behind a node handle.
 pub(crate) fn node_op(node: CUgraphNode) -> Result<Op, CUresult> {
     let (g, index) = node_place(node)?;
@@ -121,6 +140,19 @@ pub(crate) fn node_op(node: CUgraphNode) -> Result<Op, CUresult> {
         .get(index)
         .copied()
         .ok_or(CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Gives the node `node` the operation `op` in its graph (graphs instantiated before keep
+/// theirs).
+pub(crate) fn set_node_op(node: CUgraphNode, op: Op) -> Result<(), CUresult> {
+    let (g, index) = node_place(node)?;
+    let mut ops = graph(g as CUgraph)?
+        .ops
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    let slot = ops.get_mut(index).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    *slot = op;
+    Ok(())
 }
 
 /// A copy of the operations of `g`.
@@ -242,6 +274,7 @@ pub(crate) fn run(op: Op) -> Result<(), CUresult> {
             }
         }
         Op::Memset { params } => crate::copy::memset_2d(&params)?,
+        Op::Memcpy { params } => crate::graph_memcpy::run(&params)?,
         Op::Child { graph } => graph_bodies::run_graph(graph)?,
         Op::Conditional { id } => graph_bodies::run_conditional(id)?,
     }
@@ -266,6 +299,7 @@ pub extern "C" fn cuGraphDestroy(g: CUgraph) -> CUresult {
             nodes.remove(&node);
         }
         crate::user_objects::graph_destroyed(g)?;
+        crate::graph_clone::forget(g);
         // SAFETY: it was registered: a Box from new_graph, dropped only here.
         drop(unsafe { Box::from_raw(g.cast::<Graph>()) });
         Ok(())
@@ -658,6 +692,7 @@ pub unsafe extern "C" fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) 
             Op::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
             Op::MemFree { .. } => CU_GRAPH_NODE_TYPE_MEM_FREE,
             Op::Memset { .. } => CU_GRAPH_NODE_TYPE_MEMSET,
+            Op::Memcpy { .. } => CU_GRAPH_NODE_TYPE_MEMCPY,
             Op::Child { .. } => CU_GRAPH_NODE_TYPE_GRAPH,
             Op::Conditional { .. } => CU_GRAPH_NODE_TYPE_CONDITIONAL,
         };
@@ -964,8 +999,8 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     guard(|| set_exec_kernel(e, node, kernel_op(params.cast(), false)?))
 }
 
-/// CUDA 12.2's generic form, for a kernel, memset or child graph node (other types are not
-/// modelled here).
+/// CUDA 12.2's generic form, for a kernel, memset, memcpy or child graph node (other types
+/// are not modelled here).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphExecNodeSetParams(
     e: CUgraphExec,
@@ -981,13 +1016,18 @@ pub unsafe extern "C" fn cuGraphExecNodeSetParams(
                 node,
                 crate::graph_memset::memset_op(body.cast())?,
             ),
+            CU_GRAPH_NODE_TYPE_MEMCPY => crate::graph_memcpy::set_exec_memcpy(
+                e,
+                node,
+                crate::graph_memcpy::memcpy_op_of_node_params(body)?,
+            ),
             CU_GRAPH_NODE_TYPE_GRAPH => {
                 // SAFETY: a child graph node's parameters: the graph first.
                 let child = unsafe { (*body.cast::<CUDA_CHILD_GRAPH_NODE_PARAMS>()).graph };
                 graph_bodies::set_exec_child(e, node, child)
             }
             _ => Err(crate::unmodelled(
-                "cuGraphExecNodeSetParams (not a kernel, memset or child graph node)",
+                "cuGraphExecNodeSetParams (not a kernel, memset, memcpy or child graph node)",
             )),
         }
     })

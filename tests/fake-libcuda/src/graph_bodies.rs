@@ -54,7 +54,7 @@ fn poisoned<T>(_: T) -> CUresult {
 }
 
 /// A new graph holding a deep copy of `g`'s operations.
-fn copy_graph(g: usize) -> Result<usize, CUresult> {
+pub(crate) fn copy_graph(g: usize) -> Result<usize, CUresult> {
     let copy = crate::graph::new_graph()?;
     for op in ops_of(g as CUgraph)? {
         record(copy, copy_op(op)?)?;
@@ -219,8 +219,8 @@ fn conditional(p: *mut CUDA_CONDITIONAL_NODE_PARAMS) -> Result<Op, CUresult> {
     })
 }
 
-/// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, memset, child
-/// graph and conditional nodes modelled).
+/// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, memset, memcpy,
+/// child graph and conditional nodes modelled).
 fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> {
     let (typ, body) = crate::graph::node_params(params)?;
     match typ {
@@ -235,6 +235,9 @@ fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> 
         CU_GRAPH_NODE_TYPE_CONDITIONAL => conditional(body.cast()),
         gpuslice_cuda_abi::cuda::CU_GRAPH_NODE_TYPE_MEMSET => {
             crate::graph_memset::memset_op(body.cast())
+        }
+        gpuslice_cuda_abi::cuda::CU_GRAPH_NODE_TYPE_MEMCPY => {
+            crate::graph_memcpy::memcpy_op_of_node_params(body)
         }
         _ => Err(crate::unmodelled("cuGraphAddNode (this node type)")),
     }

@@ -298,6 +298,7 @@ pub unsafe extern "C" fn cuGraphDebugDotPrint(
                 crate::graph::Op::MemAlloc { .. } => "MEM_ALLOC",
                 crate::graph::Op::MemFree { .. } => "MEM_FREE",
                 crate::graph::Op::Memset { .. } => "MEMSET",
+                crate::graph::Op::Memcpy { .. } => "MEMCPY",
                 crate::graph::Op::Child { .. } => "GRAPH",
                 crate::graph::Op::Conditional { .. } => "CONDITIONAL",
             };

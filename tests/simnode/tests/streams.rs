@@ -317,3 +317,22 @@ fn the_jit_linker_links_ptx_into_an_image_that_loads_what_its_inputs_hold() {
          local=3000 params=0+8,8+4,16+8 destroy=0 destroy_again=400 empty=1"
     );
 }
+
+#[test]
+fn memcpy_nodes_built_by_hand_or_captured_copy_at_each_launch_and_a_clone_runs_its_own() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "graph_memcpy", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 1 is CUDA_ERROR_INVALID_VALUE; node type 1 is CU_GRAPH_NODE_TYPE_MEMCPY. Nothing is
+    // copied before a launch; a parameter change in the executable graph moves its copy.
+    // A graph with memory nodes is not cloned (801, CUDA_ERROR_NOT_SUPPORTED). Before,
+    // cuGraphAddMemcpyNode and cuGraphClone answered 801 (the CUDA samples simpleCudaGraphs
+    // and jacobiCudaGraphs) and a captured copy ran at capture, recorded in no node.
+    assert_eq!(
+        text.trim(),
+        "add=0 no_params=1 no_width=1 generic=0 type=1 params_back=1 nodes=4 instantiate=0 \
+         before_launch=0 launch=0 copied=1,1 exec_set=0 relaunch=1,1 captured=0,0 \
+         captured_nodes=2 captured_type=1 at_capture=0 replayed=1 clone=0 found=0,1 \
+         not_a_clone=1 original_kept=1 clone_ran=1,1 memory_nodes_clone=801"
+    );
+}
