@@ -56,6 +56,10 @@ pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
+/// A capture's end asked of a stream that did not begin it.
+pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
+/// Work of one capture waited on from a stream capturing another.
+pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: CUresult = 905;
 pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: CUresult = 910;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 

@@ -16,6 +16,7 @@ pub use gpuslice_cuda_abi::cuda::{
     CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OPERATING_SYSTEM, CUDA_ERROR_OUT_OF_MEMORY,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION, CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_UNKNOWN, CUDA_ERROR_UNSUPPORTED_LIMIT,
     CUDA_SUCCESS,
 };
@@ -33,6 +34,14 @@ pub fn name(r: CUresult) -> Option<(&'static std::ffi::CStr, &'static std::ffi::
         CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => (
             c"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
             c"operation failed due to a previous error during capture",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_UNMATCHED => (
+            c"CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+            c"operation would result in a merge of separate capture sequences",
+        ),
+        CUDA_ERROR_STREAM_CAPTURE_ISOLATION => (
+            c"CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+            c"operation would make the legacy stream depend on a capturing blocking stream",
         ),
         CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => (
             c"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",

@@ -27,13 +27,18 @@ fn allocation_of(d: &Driver, ptr: CUdeviceptr) -> Option<(u64, u64, usize)> {
         .map(|(base, a)| (*base, a.len as u64, a.index))
 }
 
-/// `[ptr, ptr + n)` lies inside one allocation of this process, or in accessible mappings
-/// of the virtual-memory API laid end to end.
+/// `[ptr, ptr + n)` lies inside one allocation of this process, in accessible mappings of
+/// the virtual-memory API laid end to end, or in a graph allocation a launch holds.
 pub(crate) fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
     let d = state::get()?;
     match allocation_of(d, ptr) {
         Some((base, len, _)) if ptr + n as u64 <= base + len => Ok(()),
-        _ if n == 0 || crate::paths::mapped_range(ptr, n) => Ok(()),
+        _ if n == 0
+            || crate::paths::mapped_range(ptr, n)
+            || crate::graph_memory::held_range(ptr, n) =>
+        {
+            Ok(())
+        }
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     }
 }

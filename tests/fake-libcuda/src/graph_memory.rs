@@ -137,6 +137,15 @@ pub(crate) fn release(ptr: u64) -> Result<bool, CUresult> {
     Ok(true)
 }
 
+/// Whether `[ptr, ptr + n)` lies in a graph allocation a launch holds (between its
+/// allocation node and its free): a copy or memset of the graph, or of work after its launch,
+/// may use it then.
+pub(crate) fn held_range(ptr: u64, n: usize) -> bool {
+    books().allocations.iter().any(|(&base, a)| {
+        a.held && ptr >= base && ptr.saturating_add(n as u64) <= base.saturating_add(a.bytes)
+    })
+}
+
 /// Whether `ptr` is a graph allocation, and whether a launch holds it.
 pub(crate) fn held(ptr: u64) -> Option<bool> {
     books().allocations.get(&ptr).map(|a| a.held)

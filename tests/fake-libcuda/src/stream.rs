@@ -51,6 +51,18 @@ pub struct Stream {
     /// The capture's dependency set: the nodes the next captured one will depend on (the
     /// last captured, or what `cuStreamUpdateCaptureDependencies` set).
     deps: std::sync::Mutex<Vec<usize>>,
+    /// It began its capture (`cuStreamBeginCapture`); false for a stream that joined another's
+    /// by waiting on an event recorded in it, which that stream's end ends.
+    origin: std::sync::atomic::AtomicBool,
+}
+
+/// An event recorded on a capturing stream: the capture, its graph, and the nodes work
+/// waiting on it must follow (the stream's dependency set at the record).
+#[derive(Clone)]
+struct CapturedRecord {
+    capture_id: u64,
+    graph: usize,
+    deps: Vec<usize>,
 }
 
 pub struct Event {
@@ -64,6 +76,9 @@ pub struct Event {
     shared: std::sync::OnceLock<crate::ipc::SharedWord>,
     /// Threads waiting for it in `cuEventSynchronize`.
     waiters: AtomicU32,
+    /// Its last record, where that was on a capturing stream: a stream that waits on it
+    /// joins the capture (fork), or takes its nodes into its dependency set (join).
+    captured: std::sync::Mutex<Option<CapturedRecord>>,
 }
 
 /// `CU_EVENT_INTERPROCESS`.
@@ -109,6 +124,7 @@ pub(crate) fn new_event(
         recorded_ns: AtomicU64::new(0),
         shared: cell,
         waiters: AtomicU32::new(0),
+        captured: std::sync::Mutex::new(None),
     }));
     EVENTS
         .lock()
@@ -174,6 +190,7 @@ fn create(out_stream: *mut CUstream, flags: c_uint, priority: c_int) -> Result<(
         capture_id: AtomicU64::new(0),
         global: std::sync::atomic::AtomicBool::new(false),
         deps: std::sync::Mutex::new(Vec::new()),
+        origin: std::sync::atomic::AtomicBool::new(false),
     }));
     STREAMS
         .lock()
@@ -331,6 +348,7 @@ fn begin_capture(
         st.global.store(true, Ordering::Release);
         GLOBAL_CAPTURES.fetch_add(1, Ordering::AcqRel);
     }
+    st.origin.store(true, Ordering::Release);
     st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
     Ok(())
 }
@@ -381,6 +399,11 @@ pub unsafe extern "C" fn cuStreamBeginCapture(s: CUstream) -> CUresult {
 pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void) -> CUresult {
     guard(|| {
         let st = stream(s)?.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if st.capture.load(Ordering::Acquire) != 0 && !st.origin.load(Ordering::Acquire) {
+            // A stream that joined another's capture: only the stream that began it ends it.
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+        }
+        end_joined(st.capture_id.load(Ordering::Acquire), s as usize)?;
         let _held = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let status = st.capture.swap(0, Ordering::AcqRel);
         if st.global.swap(false, Ordering::AcqRel) {
@@ -551,9 +574,69 @@ pub unsafe extern "C" fn cuStreamGetCtx(s: CUstream, ctx: *mut CUcontext) -> CUr
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitEvent(s: CUstream, e: CUevent, _flags: c_uint) -> CUresult {
     guard(|| {
-        stream(s)?;
-        event(e).map(|_| ())
+        let st = stream(s)?;
+        let record = event(e)?
+            .captured
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .clone();
+        match (st, record) {
+            (Some(st), Some(record)) => wait_in_capture(st, record),
+            _ => Ok(()),
+        }
     })
+}
+
+/// `st` waits on an event recorded in a capture: it joins that capture after the record's
+/// nodes (a fork), or, capturing into it already, adds them to its dependency set (a join).
+/// A stream capturing something else cannot wait on another capture's work
+/// (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`).
+fn wait_in_capture(st: &Stream, record: CapturedRecord) -> Result<(), CUresult> {
+    let mut deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    match st.capture.load(Ordering::Acquire) {
+        CAPTURE_ACTIVE if st.capture_id.load(Ordering::Acquire) == record.capture_id => {
+            for d in record.deps {
+                if !deps.contains(&d) {
+                    deps.push(d);
+                }
+            }
+            Ok(())
+        }
+        0 => {
+            *deps = record.deps;
+            st.graph.store(record.graph, Ordering::Release);
+            st.capture_id.store(record.capture_id, Ordering::Release);
+            st.origin.store(false, Ordering::Release);
+            st.capture.store(CAPTURE_ACTIVE, Ordering::Release);
+            Ok(())
+        }
+        _ => Err(CUDA_ERROR_STREAM_CAPTURE_ISOLATION),
+    }
+}
+
+/// Ends the capture `capture_id` on every stream but `origin` that joined it. The driver
+/// refuses the end where a joined stream's work was not joined back
+/// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`); the simulation does not check it.
+fn end_joined(capture_id: u64, origin: usize) -> Result<(), CUresult> {
+    if capture_id == 0 {
+        return Ok(());
+    }
+    for &s in STREAMS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.iter() {
+        if s == origin {
+            continue;
+        }
+        // SAFETY: registered in STREAMS: a Box leaked by create and not yet dropped.
+        let st = unsafe { &*(s as *const Stream) };
+        if !st.origin.load(Ordering::Acquire)
+            && st.capture_id.load(Ordering::Acquire) == capture_id
+            && st.capture.load(Ordering::Acquire) != 0
+        {
+            let _held = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            st.capture.store(0, Ordering::Release);
+            st.graph.store(0, Ordering::Release);
+        }
+    }
+    Ok(())
 }
 
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
@@ -625,8 +708,23 @@ pub extern "C" fn cuEventDestroy(e: CUevent) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
     guard(|| {
-        stream(s)?;
+        let st = stream(s)?;
         let ev = event(e)?;
+        let mut captured = ev.captured.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        *captured = None;
+        if let Some(st) = st {
+            let deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            if st.capture.load(Ordering::Acquire) == CAPTURE_ACTIVE {
+                // Recorded into the capture: no time, the nodes so far.
+                *captured = Some(CapturedRecord {
+                    capture_id: st.capture_id.load(Ordering::Acquire),
+                    graph: st.graph.load(Ordering::Acquire),
+                    deps: deps.clone(),
+                });
+                return Ok(());
+            }
+        }
+        drop(captured);
         // The stream's work so far ends when its last kernel does.
         let ctx = current_ctx()?;
         let wait = crate::state::get()?.until_idle(ctx.node_index);

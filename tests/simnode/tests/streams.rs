@@ -325,7 +325,8 @@ fn memcpy_nodes_built_by_hand_or_captured_copy_at_each_launch_and_a_clone_runs_i
     let text = common::run(&sim, &exe, &[]);
     // 1 is CUDA_ERROR_INVALID_VALUE; node type 1 is CU_GRAPH_NODE_TYPE_MEMCPY. Nothing is
     // copied before a launch; a parameter change in the executable graph moves its copy.
-    // A graph with memory nodes is not cloned (801, CUDA_ERROR_NOT_SUPPORTED). Before,
+    // A graph with memory nodes is not cloned (801, CUDA_ERROR_NOT_SUPPORTED); its copies
+    // into and out of its own allocation run while a launch holds it. Before,
     // cuGraphAddMemcpyNode and cuGraphClone answered 801 (the CUDA samples simpleCudaGraphs
     // and jacobiCudaGraphs) and a captured copy ran at capture, recorded in no node.
     assert_eq!(
@@ -333,6 +334,23 @@ fn memcpy_nodes_built_by_hand_or_captured_copy_at_each_launch_and_a_clone_runs_i
         "add=0 no_params=1 no_width=1 generic=0 type=1 params_back=1 nodes=4 instantiate=0 \
          before_launch=0 launch=0 copied=1,1 exec_set=0 relaunch=1,1 captured=0,0 \
          captured_nodes=2 captured_type=1 at_capture=0 replayed=1 clone=0 found=0,1 \
-         not_a_clone=1 original_kept=1 clone_ran=1,1 memory_nodes_clone=801"
+         not_a_clone=1 original_kept=1 clone_ran=1,1 memory_nodes_clone=801 \
+         through_graph_memory=0,1"
+    );
+}
+
+#[test]
+fn a_stream_waiting_on_an_event_of_a_capture_joins_it_and_its_work_is_captured_too() {
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "capture_fork", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    // 903 is CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (only the stream that began a capture ends
+    // it), 905 CUDA_ERROR_STREAM_CAPTURE_ISOLATION (a stream capturing something else cannot
+    // wait on it). Three kernels: the first, the forked one after it, the last after both.
+    // Before, the second stream ran its work at once and the graph held two nodes.
+    assert_eq!(
+        text.trim(),
+        "record=0 fork=0 joined_capturing=1 same_capture=1 forked_launch=0 end_from_joined=903 \
+         other_capture_waits=905 join=0 end=0 joined_after=0 nodes=3 edges=3 plain_wait=0,0"
     );
 }

@@ -71,7 +71,7 @@ static CUDA_MEMCPY3D linear(int dst_type, void *dst_host, CUdeviceptr dst,
     return c;
 }
 
-static unsigned char in[N], out[N], out2[N], out3[N], generic_out[N], captured_in[N], captured_out[N];
+static unsigned char in[N], out[N], out2[N], out3[N], through_graph_memory[N], generic_out[N], captured_in[N], captured_out[N];
 
 int main(void) {
     CUcontext ctx; CUstream s; CUdeviceptr a, b;
@@ -155,8 +155,15 @@ int main(void) {
     CUgraph with_memory, refused = 0; CUdeviceptr scratch = 0;
     cuStreamBeginCapture_v2(s, 0);
     cuMemAllocAsync(&scratch, N, s);
+    cuMemcpyHtoDAsync_v2(scratch, captured_in, N, s);
+    cuMemcpyDtoHAsync_v2(through_graph_memory, scratch, N, s);
     cuMemFreeAsync(scratch, s);
     cuStreamEndCapture(s, &with_memory);
-    printf("memory_nodes_clone=%d\n", cuGraphClone(&refused, with_memory));
+    printf("memory_nodes_clone=%d ", cuGraphClone(&refused, with_memory));
+    CUgraphExec me;
+    cuGraphInstantiateWithFlags(&me, with_memory, 0);
+    r = cuGraphLaunch(me, s);
+    cuStreamSynchronize(s);
+    printf("through_graph_memory=%d,%d\n", r, through_graph_memory[N - 1] == 5);
     return 0;
 }
