@@ -20,6 +20,7 @@ use std::sync::{LazyLock, Mutex};
 
 use crate::codes::*;
 use crate::{CUdevice, CUdeviceptr, CUresult, current_ctx, guard, out, state};
+use gpuslice_cuda_abi::cuda::CUmemAllocationProp;
 
 /// Pitch alignment of pitched allocations.
 pub const PITCH_ALIGNMENT: usize = 512;
@@ -482,6 +483,9 @@ pub extern "C" fn cuMipmappedArrayDestroy(array: CUmipmappedArray) -> CUresult {
 struct Physical {
     index: usize,
     size: usize,
+    /// The properties it was made with, and its allocation flags as granted
+    /// (`cuMemGetAllocationPropertiesFromHandle`).
+    prop: (CUmemPropHead, [u8; 8]),
     /// The memfd backing it, closed when the memory is freed.
     fd: c_int,
     /// References to the handle: one from `cuMemCreate`, one more per
@@ -577,6 +581,7 @@ pub unsafe extern "C" fn cuMemCreate(
 ) -> CUresult {
     guard(|| {
         let d = state::get()?;
+        let prop_ptr = prop;
         // SAFETY: checked for null; the caller's CUmemPropHead, whose prefix we read.
         let prop = unsafe { prop.as_ref() }.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         if size == 0
@@ -599,18 +604,58 @@ pub unsafe extern "C" fn cuMemCreate(
             d.uncharge(&mut inner, index, size as u64);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
+        // SAFETY: the caller's whole CUmemAllocationProp, of which the head was read above.
+        let whole = unsafe { prop_ptr.cast::<CUmemAllocationProp>().read_unaligned() };
+        let mut flags = whole.alloc_flags;
+        // Generic compression where the device has it and it was asked for, else none.
+        let compressible = crate::attributes::value(&d.spec.gpus[index], GENERIC_COMPRESSION)
+            .is_some_and(|v| v == 1);
+        if flags[0] != COMPRESSION_GENERIC || !compressible {
+            flags[0] = 0;
+        }
         let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
         HANDLES.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.insert(
             h,
             Physical {
                 index,
                 size,
+                prop: (*prop, flags),
                 fd,
                 refs: 1,
                 maps: 0,
             },
         );
         out(handle, h)
+    })
+}
+
+/// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`, and the generic compression type.
+const GENERIC_COMPRESSION: c_int = 107;
+const COMPRESSION_GENERIC: u8 = 1;
+
+/// The properties an allocation was made with, as the driver granted them (compression only
+/// where the device has it: the CUDA sample `cudaCompressibleMemory` checks so).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(
+    prop: *mut CUmemAllocationProp,
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult {
+    guard(|| {
+        let granted = HANDLES
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .get(&handle)
+            .filter(|p| p.refs > 0)
+            .map(|p| p.prop)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        out(
+            prop,
+            CUmemAllocationProp {
+                head: granted.0,
+                win32_handle_meta_data: std::ptr::null_mut(),
+                alloc_flags: granted.1,
+            },
+        )
     })
 }
 

@@ -398,6 +398,8 @@ fn every_allocation_path_charges_the_documented_bytes_and_gives_them_back() {
         // granted and every copy into mapped memory refused.
         "striped_unmapped_access=1 striped_half_accessible=1 striped_copy=0 striped_set=0 \
          striped_back=0 striped_ok=1 striped_beyond=1",
+        // Pinned device memory on GPU 0, no compression on a T4; a released handle is none.
+        "properties=0,1,1,0,0 released_properties=1",
         "lookup_legacy=1 lookup_per_thread=1 launch=0 empty_grid=1",
         "kept_freed=0",
         "local_size=3000 stack_grown_to=3000 again=0 again_charged=0 huge=2 stack_after_huge=3000",

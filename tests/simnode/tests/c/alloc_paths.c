@@ -54,6 +54,7 @@ CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, uns
 CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuMemSetAccess(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *, CUmemGenericAllocationHandle);
 CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuMemsetD8_v2(CUdeviceptr, unsigned char, size_t);
 CUresult cuStreamCreate(CUstream *, unsigned);
@@ -163,6 +164,19 @@ int main(void) {
     printf("striped_unmapped_access=%d striped_half_accessible=%d ", unmapped_access, half_accessible);
     printf("striped_copy=%d striped_set=%d striped_back=%d striped_ok=%d striped_beyond=%d\n",
            striped_copy, striped_set, striped_back, striped_ok, beyond);
+
+    /* The properties an allocation was made with, compression only where the device has it
+     * (the T4 has none), as the CUDA sample cudaCompressibleMemory checks. */
+    CUmemAllocationProp asked = prop, got;
+    asked.allocFlags.compressionType = 1; /* CU_MEM_ALLOCATION_COMP_GENERIC */
+    CUmemGenericAllocationHandle hc;
+    cuMemCreate(&hc, gran, &asked, 0);
+    memset(&got, 0x55, sizeof got);
+    rc = cuMemGetAllocationPropertiesFromHandle(&got, hc);
+    printf("properties=%d,%d,%d,%d,%d ", rc, got.type, got.location.type, got.location.id,
+           got.allocFlags.compressionType);
+    cuMemRelease(hc);
+    printf("released_properties=%d\n", cuMemGetAllocationPropertiesFromHandle(&got, hc));
 
     void *f = 0; int status = -1;
     cuGetProcAddress_v2("cuLaunchKernel", &f, 12000, 0, &status);
