@@ -247,6 +247,19 @@ pub(crate) fn record_after(g: CUgraph, deps: &[usize], op: Op) -> Result<CUgraph
     Ok(node)
 }
 
+/// A node-adding call's work: the dependencies checked, then `op` made and appended to `g`
+/// after them, its handle written to `node`.
+pub(crate) fn add_node(
+    node: *mut CUgraphNode,
+    g: CUgraph,
+    deps: *const CUgraphNode,
+    count: usize,
+    op: impl FnOnce() -> Result<Op, CUresult>,
+) -> Result<(), CUresult> {
+    let deps = deps_arg(g, deps, count)?;
+    out(node, record_after(g, &deps, op()?)?)
+}
+
 /// The graph a node belongs to.
 pub(crate) fn node_graph(node: CUgraphNode) -> Result<CUgraph, CUresult> {
     Ok(node_place(node)?.0 as CUgraph)
@@ -337,12 +350,7 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(
     deps: *const CUgraphNode,
     count: usize,
 ) -> CUresult {
-    guard(|| {
-        out(
-            node,
-            record_after(g, &deps_arg(g, deps, count)?, Op::Empty)?,
-        )
-    })
+    guard(|| add_node(node, g, deps, count, || Ok(Op::Empty)))
 }
 
 /// A kernel launch's operation, refused as the driver refuses it.
@@ -434,10 +442,7 @@ fn add_kernel_node(
     params: *const CUDA_KERNEL_NODE_PARAMS_v2,
     whole: bool,
 ) -> CUresult {
-    guard(|| {
-        let deps = deps_arg(g, deps, count)?;
-        out(node, record_after(g, &deps, kernel_op(params, whole)?)?)
-    })
+    guard(|| add_node(node, g, deps, count, || kernel_op(params, whole)))
 }
 
 /// `CUDA_HOST_NODE_PARAMS`.

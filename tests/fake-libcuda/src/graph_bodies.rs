@@ -156,13 +156,7 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     count: usize,
     child_graph: CUgraph,
 ) -> CUresult {
-    guard(|| {
-        let deps = crate::graph::deps_arg(g, deps, count)?;
-        out(
-            node,
-            crate::graph::record_after(g, &deps, child(child_graph)?)?,
-        )
-    })
+    guard(|| crate::graph::add_node(node, g, deps, count, || child(child_graph)))
 }
 
 #[unsafe(no_mangle)]
@@ -251,13 +245,7 @@ pub unsafe extern "C" fn cuGraphAddNode(
     count: usize,
     params: *mut CUgraphNodeParamsHead,
 ) -> CUresult {
-    guard(|| {
-        let deps = crate::graph::deps_arg(g, deps, count)?;
-        out(
-            node,
-            crate::graph::record_after(g, &deps, node_from_params(params)?)?,
-        )
-    })
+    guard(|| crate::graph::add_node(node, g, deps, count, || node_from_params(params)))
 }
 
 /// CUDA 12.3's form, with data on each dependency's edge (kept as plain edges: the data,

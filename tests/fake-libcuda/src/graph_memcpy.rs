@@ -201,13 +201,7 @@ pub unsafe extern "C" fn cuGraphAddMemcpyNode(
     params: *const CUDA_MEMCPY3D,
     _ctx: CUcontext,
 ) -> CUresult {
-    guard(|| {
-        let deps = crate::graph::deps_arg(g, deps, count)?;
-        out(
-            node,
-            crate::graph::record_after(g, &deps, memcpy_op(params)?)?,
-        )
-    })
+    guard(|| crate::graph::add_node(node, g, deps, count, || memcpy_op(params)))
 }
 
 #[unsafe(no_mangle)]

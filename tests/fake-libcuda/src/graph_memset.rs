@@ -42,13 +42,7 @@ pub unsafe extern "C" fn cuGraphAddMemsetNode(
     params: *const CUDA_MEMSET_NODE_PARAMS,
     _ctx: CUcontext,
 ) -> CUresult {
-    guard(|| {
-        let deps = crate::graph::deps_arg(g, deps, count)?;
-        out(
-            node,
-            crate::graph::record_after(g, &deps, memset_op(params)?)?,
-        )
-    })
+    guard(|| crate::graph::add_node(node, g, deps, count, || memset_op(params)))
 }
 
 #[unsafe(no_mangle)]

@@ -121,17 +121,6 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkCreate(
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-    state: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: the same contract.
-    unsafe { cuLinkCreate_v2(count, options, values, state) }
-}
-
 /// Adds what an input of `kind` holds to the link: a cubin, PTX or a fat binary (its entries
 /// for the link's architecture, as the driver picks them). Host objects and libraries
 /// (`CU_JIT_INPUT_OBJECT`, `_LIBRARY`) and NVVM IR are not modelled.
@@ -194,22 +183,6 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
 }
 
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLinkAddData(
-    state: *mut c_void,
-    kind: c_int,
-    data: *mut c_void,
-    size: usize,
-    name: *const c_char,
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: the same contract.
-    unsafe { cuLinkAddData_v2(state, kind, data, size, name, count, options, values) }
-}
-
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLinkAddFile_v2(
     state: *mut c_void,
     kind: c_int,
@@ -230,19 +203,6 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
         let bytes = std::fs::read(&path).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
         add(state, kind, &bytes)
     })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLinkAddFile(
-    state: *mut c_void,
-    kind: c_int,
-    path: *const c_char,
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: the same contract.
-    unsafe { cuLinkAddFile_v2(state, kind, path, count, options, values) }
 }
 
 /// The linked image: owned by the link, valid until `cuLinkDestroy`.
@@ -341,4 +301,23 @@ fn alignment(p: &Param) -> u64 {
     } else {
         (1u64 << p.offset.trailing_zeros()).min(128)
     }
+}
+
+/// The CUDA 5.5 names (without `_v2`): the same calls, as `cuda.h` maps them.
+macro_rules! same_as_v2 {
+    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
+                // SAFETY: the same contract as the `_v2` call.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
+same_as_v2! {
+    cuLinkCreate => cuLinkCreate_v2(count: c_uint, options: *mut c_int, values: *mut *mut c_void, state: *mut *mut c_void);
+    cuLinkAddData => cuLinkAddData_v2(state: *mut c_void, kind: c_int, data: *mut c_void, size: usize, name: *const c_char, count: c_uint, options: *mut c_int, values: *mut *mut c_void);
+    cuLinkAddFile => cuLinkAddFile_v2(state: *mut c_void, kind: c_int, path: *const c_char, count: c_uint, options: *mut c_int, values: *mut *mut c_void);
 }
