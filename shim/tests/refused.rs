@@ -34,7 +34,7 @@ const CONDITIONAL_CHANGES: &[(&str, &str)] = &[
     ("cuGraphNodeSetParams", "cuGraphNodeSetParams"),
     (
         "cuGraphExecNodeSetParams",
-        "cuGraphExecNodeSetParams (not a kernel, memset or child graph node)",
+        "cuGraphExecNodeSetParams (not a kernel, memset, memcpy or child graph node)",
     ),
 ];
 
