@@ -554,20 +554,8 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     })
 }
 
-/// The asynchronous and per-thread variants: the same work, done before they return.
-macro_rules! same_as {
-    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*) $(, $ignored:ident: $ity:ty)*;)*) => {
-        $(
-            #[unsafe(no_mangle)]
-            pub unsafe extern "C" fn $name($($arg: $ty,)* $($ignored: $ity),*) -> CUresult {
-                $(let _ = $ignored;)*
-                // SAFETY: the same contract as the synchronous variant.
-                unsafe { $target($($arg),*) }
-            }
-        )*
-    };
-}
-
+// The per-thread variants (and the other names of one call): the same work, done before
+// they return.
 same_as! {
     cuMemcpy2D_v2_ptds => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);
     cuMemcpy2DUnaligned_v2 => cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D);

@@ -14,10 +14,9 @@ use crate::graph::{CUgraph, CUgraphExec, CUgraphNode, Op};
 use crate::paths::CUstream;
 use crate::{CUcontext, CUresult, guard, out};
 
-/// `CUmemorytype`.
-const HOST: u32 = 1;
-const DEVICE: u32 = 2;
-const UNIFIED: u32 = 4;
+use gpuslice_cuda_abi::cuda::{
+    CU_MEMORYTYPE_DEVICE as DEVICE, CU_MEMORYTYPE_HOST as HOST, CU_MEMORYTYPE_UNIFIED as UNIFIED,
+};
 
 /// A copy's parameters as a node keeps them.
 #[derive(Clone, Copy)]

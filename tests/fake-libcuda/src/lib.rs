@@ -9,6 +9,22 @@
     clippy::missing_safety_doc
 )]
 
+/// Entry points that are another's call under their own name (per-thread and asynchronous
+/// variants, names without `_v2`), each row `name => target(args)` with the arguments the
+/// target takes, then any the variant takes and does not use (`, stream: CUstream`).
+macro_rules! same_as {
+    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*) $(, $ignored:ident: $ity:ty)*;)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $name($($arg: $ty,)* $($ignored: $ity),*) -> CUresult {
+                $(let _ = $ignored;)*
+                // SAFETY: the same contract as the call it stands for.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
 mod arrays;
 mod attributes;
 mod clusters;

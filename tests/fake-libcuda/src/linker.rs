@@ -303,20 +303,8 @@ fn alignment(p: &Param) -> u64 {
     }
 }
 
-/// The CUDA 5.5 names (without `_v2`): the same calls, as `cuda.h` maps them.
-macro_rules! same_as_v2 {
-    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*);)*) => {
-        $(
-            #[unsafe(no_mangle)]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-                // SAFETY: the same contract as the `_v2` call.
-                unsafe { $target($($arg),*) }
-            }
-        )*
-    };
-}
-
-same_as_v2! {
+// The CUDA 5.5 names (without `_v2`): the same calls, as `cuda.h` maps them.
+same_as! {
     cuLinkCreate => cuLinkCreate_v2(count: c_uint, options: *mut c_int, values: *mut *mut c_void, state: *mut *mut c_void);
     cuLinkAddData => cuLinkAddData_v2(state: *mut c_void, kind: c_int, data: *mut c_void, size: usize, name: *const c_char, count: c_uint, options: *mut c_int, values: *mut *mut c_void);
     cuLinkAddFile => cuLinkAddFile_v2(state: *mut c_void, kind: c_int, path: *const c_char, count: c_uint, options: *mut c_int, values: *mut *mut c_void);

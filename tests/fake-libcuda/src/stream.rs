@@ -815,21 +815,9 @@ pub unsafe extern "C" fn cuEventElapsedTime(
     })
 }
 
-/// The `_ptsz` variants: the same on the simulated device, where the per-thread default
-/// stream is as idle as the legacy one.
-macro_rules! per_thread {
-    ($($name:ident => $target:ident($($arg:ident: $ty:ty),*);)*) => {
-        $(
-            #[unsafe(no_mangle)]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> CUresult {
-                // SAFETY: the same contract as the legacy-stream variant.
-                unsafe { $target($($arg),*) }
-            }
-        )*
-    };
-}
-
-per_thread! {
+// The `_ptsz` variants: the same on the simulated device, where the per-thread default
+// stream is as idle as the legacy one.
+same_as! {
     cuStreamBeginCapture_v2_ptsz => cuStreamBeginCapture_v2(s: CUstream, mode: c_int);
     cuStreamBeginCapture_ptsz => cuStreamBeginCapture(s: CUstream);
     cuStreamGetCaptureInfo_ptsz => cuStreamGetCaptureInfo(s: CUstream, status: *mut c_int, id: *mut u64);
