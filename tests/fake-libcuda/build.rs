@@ -7,7 +7,8 @@
 //! from NVIDIA's files by `tests/reference/generate.py`) become: a stub for every export this
 //! library does not model (it answers `CUDA_ERROR_NOT_SUPPORTED` and is counted), and the
 //! table `cuGetProcAddress` answers from, with the rows of the newer entry points it models
-//! (`proc-address-newer.tsv`).
+//! (`proc-address-newer.tsv`) and of those a CUDA 13.0 driver answers beyond them
+//! (`proc-address-13000.tsv`, stubs where not modelled).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -19,10 +20,27 @@ fn main() {
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=../reference");
     let reference = Path::new("../reference");
-    let symbols = read(&reference.join("libcuda.symbols"));
-    // The reference driver's table, and the newer entry points modelled beyond it.
+    // The reference driver's table, the newer entry points modelled beyond it, and those a
+    // CUDA 13.0 driver (580) answers beyond both: `cuGetProcAddress` gives each to nodes whose
+    // driver is at least as new as its variant.
+    let newest = read(&reference.join("proc-address-13000.tsv"));
     let table = read(&reference.join("proc-address.tsv"))
-        + &read(&reference.join("proc-address-newer.tsv"));
+        + &read(&reference.join("proc-address-newer.tsv"))
+        + &newest;
+    // Every export of the reference driver, and the newest driver's symbols it lacks.
+    let mut symbols = read(&reference.join("libcuda.symbols"));
+    let known: std::collections::BTreeSet<String> = symbols.lines().map(String::from).collect();
+    for symbol in newest
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split('\t').nth(3))
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        if !known.contains(symbol) {
+            symbols.push_str(symbol);
+            symbols.push('\n');
+        }
+    }
     let modelled: BTreeMap<String, String> = modelled_functions(Path::new("src"))
         .into_iter()
         .map(|(name, stem)| match stem.as_str() {

@@ -2,6 +2,7 @@
 """Derives the simulated driver's reference tables from NVIDIA's own files.
 
 Usage: generate.py OUT_DIR LIBCUDA_SO LIBNVML_SO TYPEDEFS_H...
+       generate.py --newer-driver CUDA_VERSION OUT_DIR TYPEDEFS_H...
 
   LIBCUDA_SO   the real driver library (Debian's libcuda1, e.g. 535.309.01)
   LIBNVML_SO   the real NVML library of the same driver (Debian's libnvidia-ml1)
@@ -12,13 +13,19 @@ library exports), and
 OUT_DIR/proc-address.tsv (name, CUDA version, default/ptds/ptsz, symbol): what
 cuGetProcAddress answers, derived from the PFN_<name>_v<version>[_ptds|_ptsz] typedefs
 (the N-th version of a name is its N-th variant: name, name_v2, name_v3 ...) and kept only
-where the real driver exports the symbol. scripts/reference-driver fetches both inputs."""
+where the real driver exports the symbol. scripts/reference-driver fetches both inputs.
+
+With --newer-driver, writes OUT_DIR/proc-address-CUDA_VERSION.tsv: the rows of the headers'
+variants newer than the reference driver's CUDA version (12.2) and no newer than
+CUDA_VERSION that OUT_DIR's proc-address.tsv and proc-address-newer.tsv lack: the entry
+points a driver of that CUDA version answers beyond them. No such driver library is at hand
+to keep only its exports, so every variant the headers name is taken to be exported under
+the N-th-variant name."""
 import re
 import subprocess
 import sys
 from collections import defaultdict
 
-out, lib, nvml, *typedefs = sys.argv[1:]
 
 
 def functions(path):
@@ -28,49 +35,90 @@ def functions(path):
     return sorted({l.split()[-1] for l in nm.splitlines() if l.split()[-2] in "TtWi"})
 
 
-for path, listing in ((lib, "libcuda.symbols"), (nvml, "libnvidia-ml.symbols")):
-    with open(f"{out}/{listing}", "w") as f:
-        f.write("".join(f"{s}\n" for s in functions(path)))
-exported = set(functions(lib))
+def proc_address_rows(typedefs, exported):
+    """(name, version, stream, symbol) rows from the PFN typedefs in the files `typedefs`,
+    kept where `exported` (a set of symbols, or None for all) has the symbol."""
+    text = "".join(open(t).read() for t in typedefs)
+    keep = (lambda s: True) if exported is None else (lambda s: s in exported)
+    versions = defaultdict(set)     # name -> versions of its default variants
+    per_thread = defaultdict(set)   # name -> (version, suffix)
+    pattern = re.compile(r"\*PFN_(cu\w+?)_v(\d+)(?:_(ptds|ptsz))?\)")
+    for m in pattern.finditer(text):
+        name, version, suffix = m.group(1), int(m.group(2)), m.group(3)
+        if suffix:
+            per_thread[name].add((version, suffix))
+        else:
+            versions[name].add(version)
+    rows = []
+    for name, vs in sorted(versions.items()):
+        ordered = sorted(vs)
+        variant = {}
+        for i, v in enumerate(ordered):
+            variant[v] = name if i == 0 else f"{name}_v{i + 1}"
+            if keep(variant[v]):
+                rows.append((name, v, "default", variant[v]))
+        for v, suffix in sorted(per_thread.get(name, ())):
+            base = variant[max(x for x in ordered if x <= v)] if any(x <= v for x in ordered) else name
+            symbol = f"{base}_{suffix}"
+            if keep(symbol):
+                rows.append((name, v, suffix, symbol))
+    # CUDA 12 headers point some names at another function altogether
+    # (`#define PFN_cuGraphInstantiate PFN_cuGraphInstantiateWithFlags_v11040`): from 12.0 the
+    # driver answers that name with that function.
+    alias = re.compile(r"#define PFN_(cu\w+?)\s+PFN_(cu\w+?)_v(\d+)\b")
+    for m in alias.finditer(text):
+        name, target, version = m.group(1), m.group(2), int(m.group(3))
+        if target != name and target in versions and name in versions:
+            ordered = sorted(versions[target])
+            symbol = target if ordered.index(version) == 0 else f"{target}_v{ordered.index(version) + 1}"
+            if keep(symbol):
+                rows.append((name, 12000, "default", symbol))
+    rows.sort(key=lambda r: (r[0], r[2] != "default", r[1]))
+    return rows
 
-versions = defaultdict(set)     # name -> versions of its default variants
-per_thread = defaultdict(set)   # name -> (version, suffix)
-pattern = re.compile(r"\*PFN_(cu\w+?)_v(\d+)(?:_(ptds|ptsz))?\)")
-for m in pattern.finditer("".join(open(t).read() for t in typedefs)):
-    name, version, suffix = m.group(1), int(m.group(2)), m.group(3)
-    if suffix:
-        per_thread[name].add((version, suffix))
+
+def write_rows(path, header, rows):
+    with open(path, "w") as f:
+        f.write(header)
+        f.write("".join(f"{n}\t{v}\t{s}\t{sym}\n" for n, v, s, sym in rows))
+
+
+def main(out, lib, nvml, *typedefs):
+    for path, listing in ((lib, "libcuda.symbols"), (nvml, "libnvidia-ml.symbols")):
+        with open(f"{out}/{listing}", "w") as f:
+            f.write("".join(f"{s}\n" for s in functions(path)))
+    exported = set(functions(lib))
+    rows = proc_address_rows(typedefs, exported)
+    write_rows(f"{out}/proc-address.tsv",
+               "# name\tversion\tstream\tsymbol (generated by generate.py; do not edit)\n", rows)
+    missing = sorted(exported - {r[3] for r in rows})
+    print(f"{len(exported)} exported, {len(rows)} proc-address rows; "
+          f"{len(missing)} exports reachable by dlsym only: {' '.join(missing)}", file=sys.stderr)
+
+
+REFERENCE_CUDA_VERSION = 12020
+
+
+def newer_driver(cuda_version, out, *typedefs):
+    cuda_version = int(cuda_version)
+    present = set()
+    for listing in ("proc-address.tsv", "proc-address-newer.tsv"):
+        for line in open(f"{out}/{listing}"):
+            if line.strip() and not line.startswith("#"):
+                name, version, stream, _ = line.rstrip("\n").split("\t")
+                present.add((name, int(version), stream))
+    rows = [r for r in proc_address_rows(typedefs, None)
+            if REFERENCE_CUDA_VERSION < r[1] <= cuda_version and r[:3] not in present]
+    write_rows(f"{out}/proc-address-{cuda_version}.tsv",
+               f"# Entry points a CUDA {cuda_version // 1000}.{cuda_version % 1000 // 10} driver "
+               "answers beyond proc-address.tsv and proc-address-newer.tsv\n"
+               "# name\tversion\tstream\tsymbol (generated by generate.py --newer-driver; "
+               "do not edit)\n", rows)
+    print(f"{len(rows)} rows for CUDA {cuda_version}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--newer-driver":
+        newer_driver(*sys.argv[2:])
     else:
-        versions[name].add(version)
-
-rows = []
-for name, vs in sorted(versions.items()):
-    ordered = sorted(vs)
-    variant = {}
-    for i, v in enumerate(ordered):
-        variant[v] = name if i == 0 else f"{name}_v{i + 1}"
-        if variant[v] in exported:
-            rows.append((name, v, "default", variant[v]))
-    for v, suffix in sorted(per_thread.get(name, ())):
-        base = variant[max(x for x in ordered if x <= v)] if any(x <= v for x in ordered) else name
-        symbol = f"{base}_{suffix}"
-        if symbol in exported:
-            rows.append((name, v, suffix, symbol))
-# CUDA 12 headers point some names at another function altogether
-# (`#define PFN_cuGraphInstantiate PFN_cuGraphInstantiateWithFlags_v11040`): from 12.0 the
-# driver answers that name with that function.
-alias = re.compile(r"#define PFN_(cu\w+?)\s+PFN_(cu\w+?)_v(\d+)\b")
-for m in alias.finditer("".join(open(t).read() for t in typedefs)):
-    name, target, version = m.group(1), m.group(2), int(m.group(3))
-    if target != name and target in versions and name in versions:
-        ordered = sorted(versions[target])
-        symbol = target if ordered.index(version) == 0 else f"{target}_v{ordered.index(version) + 1}"
-        if symbol in exported:
-            rows.append((name, 12000, "default", symbol))
-rows.sort(key=lambda r: (r[0], r[2] != "default", r[1]))
-with open(f"{out}/proc-address.tsv", "w") as f:
-    f.write("# name\tversion\tstream\tsymbol (generated by generate.py; do not edit)\n")
-    f.write("".join(f"{n}\t{v}\t{s}\t{sym}\n" for n, v, s, sym in rows))
-missing = sorted(exported - {r[3] for r in rows})
-print(f"{len(exported)} exported, {len(rows)} proc-address rows; "
-      f"{len(missing)} exports reachable by dlsym only: {' '.join(missing)}", file=sys.stderr)
+        main(*sys.argv[1:])

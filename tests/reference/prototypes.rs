@@ -142,12 +142,31 @@ pub fn header_name(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-pub fn header_dirs() -> Vec<PathBuf> {
-    let dir = std::env::var_os("GPUSLICE_REFERENCE_DIR")
+fn reference_dir() -> PathBuf {
+    std::env::var_os("GPUSLICE_REFERENCE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             Path::new(&std::env::var_os("HOME").unwrap()).join(".cache/gpuslice/reference")
-        });
+        })
+}
+
+/// The CUDA 13.0 headers in place of 12.9's (`nvml.h` still 12.9's): for entry points only
+/// drivers of CUDA 13 have.
+#[allow(dead_code)]
+pub fn header_dirs_13() -> Vec<PathBuf> {
+    let cuda = reference_dir().join("cuda13/nvidia/cu13/include");
+    assert!(
+        cuda.join("cuda.h").exists(),
+        "{} lacks NVIDIA's CUDA 13.0 headers: run scripts/reference-driver (scripts/test does)",
+        cuda.display()
+    );
+    let mut dirs = header_dirs();
+    dirs[0] = cuda;
+    dirs
+}
+
+pub fn header_dirs() -> Vec<PathBuf> {
+    let dir = reference_dir();
     let r = dir.join("cuda12/nvidia");
     let dirs = vec![r.join("cuda_runtime/include"), r.join("nvml_dev/include")];
     assert!(
@@ -293,6 +312,11 @@ impl Comparison {
 /// Compares `declared` with the headers' prototypes. With `lenient`, a type this module does
 /// not know is compared by pointer-ness only.
 pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {
+    compare_in(declared, lenient, &header_dirs())
+}
+
+/// [`compare`] with the headers in `dirs`.
+pub fn compare_in(declared: &[Declaration], lenient: bool, dirs: &[PathBuf]) -> Comparison {
     let mut parsed: Vec<(String, Vec<Ty>, Ty)> = declared
         .iter()
         .map(|d| {
@@ -308,7 +332,7 @@ pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {
     let mut undeclared = Vec::new();
     // Built again without the names the compiler reports undeclared, until it builds.
     loop {
-        let missing = build(&parsed, work.path(), &exe);
+        let missing = build(&parsed, work.path(), &exe, dirs);
         if missing.is_empty() {
             break;
         }
@@ -386,7 +410,12 @@ pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {
 
 /// Builds the program printing the prototypes of `parsed` at `exe`. Returns the names the
 /// headers do not declare (the program was not built), or none (it was).
-fn build(parsed: &[(String, Vec<Ty>, Ty)], work: &Path, exe: &Path) -> Vec<String> {
+fn build(
+    parsed: &[(String, Vec<Ty>, Ty)],
+    work: &Path,
+    exe: &Path,
+    dirs: &[PathBuf],
+) -> Vec<String> {
     let mut src = String::from(PRELUDE);
     for (name, params, _) in parsed {
         let h = header_name(name);
@@ -405,7 +434,7 @@ fn build(parsed: &[(String, Vec<Ty>, Ty)], work: &Path, exe: &Path) -> Vec<Strin
     compiler.arg("-std=c++17");
     // The legacy 32-bit entry points (cuMemAlloc without _v2) are declared under this name.
     compiler.arg("-D__CUDA_API_VERSION_INTERNAL");
-    for d in header_dirs() {
+    for d in dirs {
         compiler.arg("-I").arg(d);
     }
     let built = compiler

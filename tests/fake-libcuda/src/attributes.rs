@@ -84,8 +84,30 @@ fn product(name: &str) -> (c_int, c_int, c_int, c_int) {
     }
 }
 
-/// The value of `CUdevice_attribute` `attribute` for `gpu`, or None for a number the
-/// reference driver does not define.
+/// The value of `CUdevice_attribute` `attribute` for `gpu` on a driver of CUDA version
+/// `driver_cuda`, or None for a number that driver does not define (an attribute newer than
+/// it answers `CUDA_ERROR_INVALID_VALUE`, as on a real driver of that branch).
+pub fn value_on(driver_cuda: i32, gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
+    (introduced(attribute) <= driver_cuda)
+        .then(|| value(gpu, attribute))
+        .flatten()
+}
+
+/// The first CUDA version whose `cuda.h` defines `attribute`, for those newer than the
+/// reference driver's (535, CUDA 12.2: up to `HOST_NUMA_ID`, 134), from each release's
+/// header.
+fn introduced(attribute: c_int) -> i32 {
+    match attribute {
+        135 => 12050,
+        136 | 137 | 139 | 140 | 143 => 12080,
+        138 | 141 | 142 => 12090,
+        144..=147 => 13000,
+        _ => 0,
+    }
+}
+
+/// The value of `CUdevice_attribute` `attribute` for `gpu`, or None for a number no driver
+/// the simulator stands for defines.
 pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
     let arch = architecture(gpu.compute_capability);
     let (clock, memory_clock, bus_width, l2) = product(&gpu.name);
@@ -93,6 +115,8 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
     let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     let hopper = gpu.compute_capability.0 >= 9;
     let ampere_or_later = gpu.compute_capability.0 >= 8;
+    let pci_ids = gpuslice_simnode::node::pci_ids_of_product(&gpu.name);
+    let bits = |v: u32| c_int::from_ne_bytes(v.to_ne_bytes());
     Some(match attribute {
         1 => 1024,                                                      // MAX_THREADS_PER_BLOCK
         2 | 3 => 1024,                                                  // MAX_BLOCK_DIM_X, _Y
@@ -197,6 +221,15 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
         131 => -1,      // NUMA_ID
         132 | 133 => 0, // MULTICAST_SUPPORTED, MPS_ENABLED
         134 => -1,      // HOST_NUMA_ID
+        135 => 0,       // D3D12_CIG_SUPPORTED
+        136 | 137 => 0, // MEM_DECOMPRESS_ALGORITHM_MASK, _MAXIMUM_LENGTH: no decompression engine
+        138 => 0,       // VULKAN_CIG_SUPPORTED
+        139 => bits(pci_ids.0), // GPU_PCI_DEVICE_ID
+        140 => bits(pci_ids.1), // GPU_PCI_SUBSYSTEM_ID
+        // HOST_NUMA_ and HOST_ locations for virtual memory and pools, multi-node IPC, dma_buf
+        // of host allocations: not simulated, so not offered.
+        141..=146 => 0,
+        147 => 0, // ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED (PCIe: none at all, HOST_NATIVE_ATOMIC 0)
         _ => return None,
     })
 }

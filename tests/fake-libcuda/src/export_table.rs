@@ -6,7 +6,10 @@
 //! are as public reimplementations of the driver (the ZLUDA project) describe them. An entry
 //! the simulation leaves empty is NULL, as in those descriptions, except where a caller calls
 //! it unchecked (the tools' thread-local state, below); a UUID it does not know answers
-//! `CUDA_ERROR_INVALID_VALUE` and is counted with the unmodelled calls.
+//! `CUDA_ERROR_NOT_FOUND`, as for a table the driver does not have, and is counted with the
+//! unmodelled calls. That answer matters: the CUDA 13 runtime asks first for a table
+//! (`f8cff951-…`) whose absence it must be told so, and stopped with
+//! `cudaErrorInitializationError` on `CUDA_ERROR_INVALID_VALUE`.
 //!
 //! Tables that start with their own size in bytes have it in slot 0.
 
@@ -213,7 +216,7 @@ pub unsafe extern "C" fn cuGetExportTable(
             None => {
                 let name = format!("cuGetExportTable({})", hex(&bytes));
                 gpuslice_simnode::unmodelled::record(Box::leak(name.into_boxed_str()));
-                Err(CUDA_ERROR_INVALID_VALUE)
+                Err(CUDA_ERROR_NOT_FOUND)
             }
         }
     })

@@ -31,6 +31,7 @@ mod clusters;
 mod codes;
 mod context;
 mod copy;
+mod explicit;
 mod export_table;
 mod graph;
 mod graph_bodies;
@@ -95,7 +96,7 @@ pub(crate) fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
     Ok(())
 }
 
-fn library_dir() -> Option<PathBuf> {
+pub(crate) fn library_dir() -> Option<PathBuf> {
     gpuslice_simnode::library_dir_of(cuInit as *const c_void)
 }
 
@@ -125,12 +126,13 @@ pub extern "C" fn cuInit(flags: c_uint) -> CUresult {
     })
 }
 
+/// The CUDA version reported where no node description can be read (that of the default
+/// node's driver, 550).
+pub(crate) const DEFAULT_CUDA_VERSION: c_int = 12040;
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
-    guard(|| {
-        let v = state::get().map_or(12040, |d| d.spec.cuda_driver_version);
-        out(version, v)
-    })
+    guard(|| out(version, state::cuda_version()))
 }
 
 #[unsafe(no_mangle)]
@@ -224,7 +226,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     guard(|| {
         let d = state::get()?;
         let g = &d.spec.gpus[d.node_index(dev)?];
-        let v = attributes::value(g, attrib).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let v = attributes::value_on(d.spec.cuda_driver_version, g, attrib)
+            .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         out(value, v)
     })
 }

@@ -34,14 +34,17 @@ static TABLE: std::sync::LazyLock<Vec<Entry>> =
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
 pub const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 
-/// The newest variant of `name` no newer than `cuda_version`, and the
-/// `CUdriverProcAddressQueryResult` to report. With the per-thread default-stream flag, the
+/// The newest variant of `name` no newer than `cuda_version` that the node's driver has, and
+/// the `CUdriverProcAddressQueryResult` to report. With the per-thread default-stream flag, the
 /// `_ptsz`/`_ptds` variant is returned where the driver has one, as the real driver does.
 pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>, i32) {
+    // A driver has the variants of its own CUDA version and older.
+    let driver = crate::state::cuda_version();
     let newest = |stream: Stream| {
         TABLE
             .iter()
             .filter(|e| e.name == name && e.stream == stream && e.version <= cuda_version)
+            .filter(|e| e.version <= driver)
             .max_by_key(|e| e.version)
     };
     if flags & PER_THREAD_DEFAULT_STREAM != 0
@@ -52,7 +55,7 @@ pub fn lookup(name: &str, cuda_version: i32, flags: u64) -> (Option<*mut c_void>
     if let Some(e) = newest(Stream::Default) {
         return (Some(e.address as *mut c_void), CU_GET_PROC_ADDRESS_SUCCESS);
     }
-    if TABLE.iter().any(|e| e.name == name) {
+    if TABLE.iter().any(|e| e.name == name && e.version <= driver) {
         (None, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
     } else {
         (None, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)

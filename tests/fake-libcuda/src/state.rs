@@ -2,6 +2,7 @@
 //! allocations, and this process's usage record shared with every other process.
 
 use std::collections::HashMap;
+use std::ffi::c_int;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,21 @@ pub fn get() -> Result<&'static Driver, CUresult> {
         Some(Ok(d)) => Ok(d),
         Some(Err(e)) => Err(*e),
         None => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+/// The CUDA version of the node's driver. `cuDriverGetVersion` and `cuGetProcAddress` answer
+/// before `cuInit`, as the real driver does (the CUDA runtime asks both first, and a CUDA 13
+/// runtime told 12.4 stops with `cudaErrorInsufficientDriver`): before it, the version is read
+/// from the node description; where there is none, the default node's.
+pub fn cuda_version() -> c_int {
+    static BEFORE_INIT: OnceLock<c_int> = OnceLock::new();
+    match get() {
+        Ok(d) => d.spec.cuda_driver_version,
+        Err(_) => *BEFORE_INIT.get_or_init(|| {
+            NodeSpec::locate(crate::library_dir().as_deref())
+                .map_or(crate::DEFAULT_CUDA_VERSION, |s| s.cuda_driver_version)
+        }),
     }
 }
 

@@ -461,8 +461,9 @@ fn fill_chars(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// The PCI information of the device at `bus_id` (`DDDDDDDD:BB:DD.F`).
-fn pci_info(bus_id: &str) -> nvmlPciInfo_t {
+/// The PCI information of the device at `bus_id` (`DDDDDDDD:BB:DD.F`) whose product is named
+/// `product` (its PCI ids: [`gpuslice_simnode::node::pci_ids_of_product`]).
+fn pci_info(bus_id: &str, product: &str) -> nvmlPciInfo_t {
     let parts: Vec<&str> = bus_id.split([':', '.']).collect();
     let hex = |k: usize| {
         parts
@@ -475,8 +476,8 @@ fn pci_info(bus_id: &str) -> nvmlPciInfo_t {
     info.domain = hex(0);
     info.bus = hex(1);
     info.device = hex(2);
-    info.pci_device_id = 0x2236_10de;
-    info.pci_sub_system_id = 0x1482_10de;
+    (info.pci_device_id, info.pci_sub_system_id) =
+        gpuslice_simnode::node::pci_ids_of_product(product);
     fill_chars(&mut info.bus_id, bus_id);
     let legacy = bus_id.get(4..).unwrap_or(bus_id);
     fill_chars(&mut info.bus_id_legacy, legacy);
@@ -580,7 +581,10 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
             }
             match nvlink(l, i, link) {
                 Ok(Some(remote)) => {
-                    *pci = pci_info(remote);
+                    // The other end is a GPU of the node, or an NVSwitch (named as no
+                    // product is).
+                    let product = l.spec.gpus.iter().find(|g| g.pci_bus_id == remote);
+                    *pci = pci_info(remote, product.map_or("", |g| g.name.as_str()));
                     NVML_SUCCESS
                 }
                 // An inactive link has no other end.
@@ -602,7 +606,8 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
             if pci.is_null() {
                 return NVML_ERROR_INVALID_ARGUMENT;
             }
-            let info = pci_info(&l.spec.gpus[i].pci_bus_id);
+            let g = &l.spec.gpus[i];
+            let info = pci_info(&g.pci_bus_id, &g.name);
             *pci = info;
             NVML_SUCCESS
         })

@@ -132,6 +132,8 @@ pub enum NodeError {
     Model(String, String),
     #[error("unknown GPU layout {0:?} (known: pcie, nvlink-pairs, nvswitch)")]
     Layout(String),
+    #[error("driver version {0:?}: not a driver branch the simulator knows (known: {1})")]
+    Driver(String, String),
 }
 
 /// A GPU model the simulator knows.
@@ -150,6 +152,11 @@ pub struct Model {
     /// as NVIDIA's product specifications and `nvidia-smi -q` give them.
     pub power_limit_w: u32,
     pub max_clocks_mhz: (u32, u32),
+    /// The PCI device id and subsystem id, each with its vendor's id in the low 16 bits, as
+    /// NVML's `pciDeviceId` and `pciSubSystemId` and the driver's `GPU_PCI_DEVICE_ID` and
+    /// `GPU_PCI_SUBSYSTEM_ID` attributes combine them (the PCI ID Repository's entries for
+    /// the product).
+    pub pci_ids: (u32, u32),
 }
 
 /// Device memory a bare context took on an NVIDIA H100 80GB HBM3 with driver 580.159.04 and
@@ -185,6 +192,7 @@ pub const MODELS: &[Model] = &[
         threads_per_sm: 1024,
         power_limit_w: 70,
         max_clocks_mhz: (1590, 5001),
+        pci_ids: (0x1eb8_10de, 0x12a2_10de),
     },
     Model {
         short: "A10",
@@ -195,6 +203,7 @@ pub const MODELS: &[Model] = &[
         threads_per_sm: 1536,
         power_limit_w: 150,
         max_clocks_mhz: (1695, 6251),
+        pci_ids: (0x2236_10de, 0x1482_10de),
     },
     Model {
         short: "L40S",
@@ -205,6 +214,7 @@ pub const MODELS: &[Model] = &[
         threads_per_sm: 1536,
         power_limit_w: 350,
         max_clocks_mhz: (2520, 9001),
+        pci_ids: (0x26b9_10de, 0x1851_10de),
     },
     Model {
         short: "A100",
@@ -215,6 +225,7 @@ pub const MODELS: &[Model] = &[
         threads_per_sm: 2048,
         power_limit_w: 400,
         max_clocks_mhz: (1410, 1593),
+        pci_ids: (0x20b2_10de, 0x1463_10de),
     },
     Model {
         short: "H100",
@@ -227,8 +238,64 @@ pub const MODELS: &[Model] = &[
         threads_per_sm: 2048,
         power_limit_w: 700,
         max_clocks_mhz: (1980, 2619),
+        pci_ids: (0x2330_10de, 0x16c1_10de),
     },
 ];
+
+/// The driver branches the simulator can stand for, each with the CUDA version its
+/// `cuDriverGetVersion` reports (1000 × major + 10 × minor) and the release it is named by
+/// when only the branch is given; the CUDA version is the one NVIDIA's release notes pair the
+/// branch with. What a driver offers beyond the reference driver (535) is modelled only on
+/// nodes whose branch has it (device attributes, `cuGetProcAddress` variants).
+pub const DRIVER_BRANCHES: &[(&str, i32, &str)] = &[
+    ("535", 12020, "535.247.01"),
+    ("545", 12030, "545.29.06"),
+    ("550", 12040, "550.54.15"),
+    ("555", 12050, "555.42.06"),
+    ("560", 12060, "560.35.03"),
+    ("565", 12070, "565.57.01"),
+    ("570", 12080, "570.195.03"),
+    ("575", 12090, "575.64.05"),
+    ("580", 13000, "580.95.05"),
+];
+
+/// The CUDA version of driver `version` (`580.95.05`, or its branch `580`), from its branch,
+/// and the full version (the branch's named release when only the branch is given).
+pub fn driver_of_version(version: &str) -> Result<(i32, String), NodeError> {
+    let branch = version.split('.').next().unwrap_or_default();
+    let numeric = !version.is_empty()
+        && version
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    DRIVER_BRANCHES
+        .iter()
+        .find(|(b, _, _)| numeric && *b == branch)
+        .map(|(b, cuda, release)| {
+            let full = if version == *b { release } else { version };
+            (*cuda, full.to_string())
+        })
+        .ok_or_else(|| {
+            NodeError::Driver(
+                version.to_string(),
+                DRIVER_BRANCHES
+                    .iter()
+                    .map(|(b, _, _)| *b)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        })
+}
+
+/// The PCI ids (see [`Model::pci_ids`]) of the product named `name`; a name no model has
+/// takes the A10's.
+#[must_use]
+pub fn pci_ids_of_product(name: &str) -> (u32, u32) {
+    MODELS
+        .iter()
+        .find(|m| m.product == name)
+        .or_else(|| MODELS.iter().find(|m| m.short == "A10"))
+        .map_or((0, 0), |m| m.pci_ids)
+}
 
 impl NodeSpec {
     /// A node of `count` identical GPUs of `model` (see [`MODELS`]); `memory` overrides the
@@ -282,6 +349,14 @@ impl NodeSpec {
             state_dir,
             gpus,
         })
+    }
+
+    /// Stands for driver `version` (`580.95.05`, or a branch, `580`, for its release the
+    /// simulator names): the version NVML and `nvidia-smi` report and the CUDA version of its
+    /// branch ([`DRIVER_BRANCHES`]).
+    pub fn set_driver(&mut self, version: &str) -> Result<(), NodeError> {
+        (self.cuda_driver_version, self.driver_version) = driver_of_version(version)?;
+        Ok(())
     }
 
     /// Connects the GPUs as `layout` says (`pcie`, `nvlink-pairs` or `nvswitch`: see
@@ -359,5 +434,55 @@ mod tests {
         assert_eq!(by("A10"), 362 << 20);
         assert_eq!(by("A100"), 470 << 20);
         assert!(by("L40S") < by("H100") && by("L40S") > by("A10"));
+    }
+
+    #[test]
+    fn a_driver_is_known_by_its_branch_and_anything_else_is_refused_naming_the_branches() {
+        assert_eq!(
+            driver_of_version("580.82.07").unwrap(),
+            (13000, "580.82.07".into())
+        );
+        assert_eq!(
+            driver_of_version("550.54.15").unwrap(),
+            (12040, "550.54.15".into())
+        );
+        assert_eq!(
+            driver_of_version("575").unwrap(),
+            (12090, "575.64.05".into())
+        );
+        for bad in ["", "470.82.01", "580.x", "58O.1", ".580", "580..1"] {
+            let e = driver_of_version(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{bad:?}")) && e.contains("535, 545, 550"),
+                "{bad:?}: {e}"
+            );
+        }
+        let mut spec = NodeSpec::uniform("H100", 1, None, PathBuf::from("/tmp/x")).unwrap();
+        spec.set_driver("580.95.05").unwrap();
+        assert_eq!(
+            (spec.driver_version.as_str(), spec.cuda_driver_version),
+            ("580.95.05", 13000)
+        );
+        assert!(spec.set_driver("470.82.01").is_err());
+        assert_eq!(
+            spec.driver_version, "580.95.05",
+            "a refused version changes nothing"
+        );
+    }
+
+    #[test]
+    fn each_model_has_its_own_pci_ids_and_an_unknown_product_takes_the_a10s() {
+        let ids: std::collections::HashSet<_> = MODELS.iter().map(|m| m.pci_ids).collect();
+        assert_eq!(ids.len(), MODELS.len());
+        assert!(
+            MODELS
+                .iter()
+                .all(|m| m.pci_ids.0 & 0xffff == 0x10de && m.pci_ids.1 & 0xffff == 0x10de)
+        );
+        assert_eq!(pci_ids_of_product("NVIDIA H100 80GB HBM3").0, 0x2330_10de);
+        assert_eq!(
+            pci_ids_of_product("Some GPU"),
+            pci_ids_of_product("NVIDIA A10")
+        );
     }
 }

@@ -233,3 +233,96 @@ fn the_newer_entry_points_answer_at_the_versions_the_headers_give_them() {
         );
     }
 }
+
+#[test]
+fn a_580_driver_answers_every_cuda_13_entry_point_and_a_550_driver_none_newer_than_itself() {
+    let rows = std::fs::read_to_string(reference("proc-address-13000.tsv")).unwrap();
+    let rows: Vec<(String, i32)> = rows
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (
+                format!("{}@{}/{}", cols[0], cols[1], cols[2]),
+                cols[1].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert!(rows.len() >= 40, "{rows:?}");
+    // What the exports program printed (it exits 1 when a row is not answered as listed).
+    let answers = |sim: &SimNode| {
+        let exports = common::compile(sim, "exports", &["dl"]);
+        let out = Command::new(&exports)
+            .arg(sim.lib_dir().join("libcuda.so.1"))
+            .arg(reference("libcuda.symbols"))
+            .arg(reference("proc-address-13000.tsv"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = answers(&SimNode::with_driver(1, "H100", "580.95.05"));
+    assert!(text.contains("failures=0"), "{text}");
+    // The 550 driver (CUDA 12.4) answers the rows of its version and older, not the others.
+    let text = answers(&SimNode::new(1, "A10", None));
+    let refused: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("wrong="))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    let newer: Vec<&str> = rows
+        .iter()
+        .filter(|(_, v)| *v > 12040)
+        .map(|(r, _)| r.as_str())
+        .collect();
+    assert_eq!(refused, newer, "{text}");
+    assert!(
+        rows.len() > newer.len(),
+        "no row of 12.4 or older to answer"
+    );
+}
+
+#[test]
+fn a_cuda_13_runtime_finds_what_it_asks_of_a_580_driver_and_a_550_driver_says_what_it_lacks() {
+    let sim = SimNode::with_driver(2, "H100", "580");
+    assert_eq!(sim.spec.driver_version, "580.95.05");
+    let program = common::compile(&sim, "driver13", &["cuda"]);
+    let log = sim.root().join("unmodelled.log");
+    let text = common::run(&sim, &program, &[("GPUSLICE_SIM_UNMODELLED_LOG", &log)]);
+    // 1 invalid value, 201 invalid context, 500 not found, 801 not supported; an H100 SXM5
+    // is PCI device 10de:2330.
+    for fact in [
+        "version_before_init=13000 ",
+        "pci_device_id=233010de partial_atomics=0 attribute_148=-1 ",
+        "absent_table=500 ",
+        "device_of_a=0:0 device_current=0:1 ",
+        "synchronize_a=0 synchronize_bogus=201 ",
+        "stream_device=0:1 stream_ctx_is_b=0:1 green_null=1 ",
+        "default_pool=0:1 host_pool=801 managed_pool=801 bad_location=1 ",
+        "set_pool=0 current_is_mine=0:1",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    // The absent table is counted with the unmodelled calls; nothing else is.
+    let counted = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        counted
+            .lines()
+            .all(|l| l.contains("cuGetExportTable(f8cff95121468b4eb9e2fb469e7c0dd9)")),
+        "{counted}"
+    );
+
+    let sim = SimNode::new(1, "A10", None);
+    let program = common::compile(&sim, "driver13", &["cuda"]);
+    let text = common::run(&sim, &program, &[]);
+    for fact in [
+        "version_before_init=12040 ",
+        "pci_device_id=error:1 partial_atomics=-1 ",
+        // Names a 550 driver lacks are not found; those it has answer at their older variant.
+        "device_of_a=0:0 ",
+        "cuStreamGetDevice=missing:1 ",
+        "cuMemGetDefaultMemPool=missing:1 cuMemGetMemPool=missing:1 cuMemSetMemPool=missing:1",
+    ] {
+        assert!(text.contains(fact), "{fact}: {text}");
+    }
+    assert!(!text.contains("cuCtxGetDevice=missing"), "{text}");
+}

@@ -76,6 +76,15 @@ impl SimNode {
         })
     }
 
+    /// As [`SimNode::new`], the node standing for NVIDIA driver `version` (`580.95.05`, or a
+    /// branch: [`NodeSpec::set_driver`]).
+    #[must_use]
+    pub fn with_driver(gpus: u32, model: &str, version: &str) -> Self {
+        Self::build_spec(gpus, model, None, |spec| {
+            spec.set_driver(version).expect("driver version");
+        })
+    }
+
     fn build(
         gpus: u32,
         model: &str,

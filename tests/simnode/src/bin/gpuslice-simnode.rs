@@ -37,6 +37,12 @@ enum Command {
         /// NVLinks into NVSwitches, as HGX systems) (ignored with --node).
         #[arg(long, default_value = "pcie")]
         layout: String,
+        /// The NVIDIA driver the node stands for: a version (580.95.05) or a branch (580) of
+        /// 535, 545, 550, 555, 560, 565, 570, 575 or 580; its CUDA version follows from the
+        /// branch (580: CUDA 13.0, which CUDA 13 runtimes require) [default: 550.54.15, CUDA
+        /// 12.4; with --node, the description's].
+        #[arg(long)]
+        driver: Option<String>,
         /// Use this node description (JSON) instead of --gpus/--model.
         #[arg(long)]
         node: Option<PathBuf>,
@@ -79,6 +85,7 @@ fn main() -> Result<()> {
             model,
             memory,
             layout,
+            driver,
             node,
             artefacts,
             no_devices,
@@ -88,7 +95,7 @@ fn main() -> Result<()> {
                 .with_context(|| format!("failed to create {}", root.display()))?;
             let root = root.canonicalize()?;
             let state_dir = root.join("run/gpuslice-sim");
-            let spec = match node {
+            let mut spec = match node {
                 Some(p) => NodeSpec {
                     state_dir,
                     ..NodeSpec::load(&p)?
@@ -108,6 +115,10 @@ fn main() -> Result<()> {
                     spec
                 }
             };
+            if let Some(version) = driver {
+                spec.set_driver(&version)
+                    .with_context(|| format!("--driver {version:?}"))?;
+            }
             let dir = match artefacts {
                 Some(d) => d,
                 None => std::env::current_exe()?

@@ -1,0 +1,155 @@
+//! Variants of CUDA 12.5–13.0 drivers that name what their older form took implicitly: the
+//! context (`cuCtxGetDevice_v2`, `cuCtxSynchronize_v2`), a stream's device or green context
+//! (`cuStreamGetDevice`, `cuStreamGetCtx_v2`), or a memory location for the pool calls
+//! (`cuMemGetDefaultMemPool`, `cuMemGetMemPool`, `cuMemSetMemPool`). The CUDA 13 runtime
+//! asks for them by these versions; each does what the older call does on what it names.
+//! `cuGetProcAddress` gives them only on nodes whose driver has them (580).
+
+use std::ffi::{c_float, c_int};
+
+use gpuslice_cuda_abi::cuda::{
+    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUevent, CUmemLocation,
+};
+
+use crate::codes::*;
+use crate::context::{self, cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
+use crate::paths::{CUstream, cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool};
+use crate::stream::{cuEventElapsedTime, cuStreamGetCtx};
+use crate::{CUcontext, CUdevice, CUresult, guard, out};
+
+type CUmemoryPool = *mut std::ffi::c_void;
+type CUgreenCtx = *mut std::ffi::c_void;
+
+fn result(r: CUresult) -> Result<(), CUresult> {
+    if r == CUDA_SUCCESS { Ok(()) } else { Err(r) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
+    if ctx.is_null() {
+        // SAFETY: the caller's out-parameter, passed on.
+        return unsafe { context::cuCtxGetDevice(dev) };
+    }
+    guard(|| {
+        out(
+            dev,
+            context::ordinal_of(ctx).ok_or(CUDA_ERROR_INVALID_CONTEXT)?,
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+    if ctx.is_null() {
+        return context::cuCtxSynchronize();
+    }
+    guard(|| {
+        context::active(ctx)?;
+        result(cuCtxPushCurrent_v2(ctx))?;
+        let synchronized = context::cuCtxSynchronize();
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: a local out-parameter; the context pushed above is popped.
+        result(unsafe { cuCtxPopCurrent_v2(&mut popped) })?;
+        result(synchronized)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetCtx_v2(
+    s: CUstream,
+    ctx: *mut CUcontext,
+    green: *mut CUgreenCtx,
+) -> CUresult {
+    guard(|| {
+        if ctx.is_null() && green.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut c = std::ptr::null_mut();
+        // SAFETY: a local out-parameter.
+        result(unsafe { cuStreamGetCtx(s, &mut c) })?;
+        // No stream here belongs to a green context (cuGreenCtxStreamCreate is not modelled).
+        if !green.is_null() {
+            out(green, std::ptr::null_mut())?;
+        }
+        if !ctx.is_null() {
+            out(ctx, c)?;
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetDevice(s: CUstream, dev: *mut CUdevice) -> CUresult {
+    guard(|| {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: a local out-parameter.
+        result(unsafe { cuStreamGetCtx(s, &mut c) })?;
+        out(
+            dev,
+            context::ordinal_of(c).ok_or(CUDA_ERROR_INVALID_CONTEXT)?,
+        )
+    })
+}
+
+same_as! {
+    cuStreamGetCtx_v2_ptsz => cuStreamGetCtx_v2(s: CUstream, ctx: *mut CUcontext, green: *mut CUgreenCtx);
+    cuStreamGetDevice_ptsz => cuStreamGetDevice(s: CUstream, dev: *mut CUdevice);
+    cuEventElapsedTime_v2 => cuEventElapsedTime(ms: *mut c_float, start: CUevent, end: CUevent);
+}
+
+/// The device a pool call names: a device location of a pinned pool. Host and host-NUMA
+/// locations, and managed pools, are not simulated (their device attributes read 0).
+fn device_of(location: *const CUmemLocation, kind: c_int) -> Result<CUdevice, CUresult> {
+    if location.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null, and a CUmemLocation per the API.
+    let l = unsafe { &*location };
+    match (l.typ, kind) {
+        (CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ALLOCATION_TYPE_PINNED) => Ok(l.id),
+        // CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA, _HOST_NUMA_CURRENT; CU_MEM_ALLOCATION_TYPE_MANAGED
+        (2..=4, CU_MEM_ALLOCATION_TYPE_PINNED) | (CU_MEM_LOCATION_TYPE_DEVICE, 2) => {
+            Err(CUDA_ERROR_NOT_SUPPORTED)
+        }
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: c_int,
+) -> CUresult {
+    guard(|| {
+        let dev = device_of(location, kind)?;
+        // SAFETY: the caller's out-parameter, passed on.
+        result(unsafe { cuDeviceGetDefaultMemPool(pool, dev) })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: c_int,
+) -> CUresult {
+    guard(|| {
+        let dev = device_of(location, kind)?;
+        // SAFETY: the caller's out-parameter, passed on.
+        result(unsafe { cuDeviceGetMemPool(pool, dev) })
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemSetMemPool(
+    location: *const CUmemLocation,
+    kind: c_int,
+    pool: CUmemoryPool,
+) -> CUresult {
+    guard(|| {
+        let dev = device_of(location, kind)?;
+        // SAFETY: the caller's pool handle, passed on.
+        result(unsafe { cuDeviceSetMemPool(dev, pool) })
+    })
+}
