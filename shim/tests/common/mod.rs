@@ -43,7 +43,15 @@ impl Slice {
 
     /// As [`Slice::new`], of a node of `model` GPUs.
     pub fn of_model(model: &str, limit: u64, context_bytes: u64) -> Self {
-        let sim = SimNode::with_context_bytes(2, model, None, context_bytes);
+        Self::on(
+            SimNode::with_context_bytes(2, model, None, context_bytes),
+            limit,
+        )
+    }
+
+    /// A `limit`-byte slice of GPU 0 of `sim`, each context charged what one takes there.
+    pub fn on(sim: SimNode, limit: u64) -> Self {
+        let context_bytes = sim.spec.gpus[0].context_bytes;
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits {
             container_id: "wall-test".into(),
@@ -222,6 +230,12 @@ pub fn python() -> PathBuf {
 /// PyTorch's python (`tests/clients/torch-requirements.txt`).
 pub fn torch_python() -> PathBuf {
     cached_python("GPUSLICE_TORCH_PYTHON", "torch", "torch")
+}
+
+/// The CUDA 13 clients' python (`tests/clients/cuda13-requirements.txt`).
+#[allow(dead_code)]
+pub fn cuda13_python() -> PathBuf {
+    cached_python("GPUSLICE_CUDA13_PYTHON", "cuda13", "cuda13")
 }
 
 /// The client program `name` in `tests/clients`.

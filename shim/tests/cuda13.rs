@@ -1,0 +1,118 @@
+//! Real CUDA 13 software behind the wall: what `pip install cuda-bindings cupy-cuda13x
+//! numba-cuda[cu13]` gives today (installed by `scripts/cuda-clients cuda13`) on a simulated
+//! node standing for NVIDIA's driver 580 (CUDA 13.0), in a slice of its H100, each context
+//! charged what one takes there. NVIDIA's CUDA 13.5 runtime (`libcudart.so.13`, through
+//! ctypes, and inside cuda-bindings), CuPy (whose own runtime is CUDA 13.2), numba-cuda (its
+//! kernels compiled by NVVM 13) and cuda-bindings' driver API each see the slice in their own
+//! memory query and meet their own out-of-memory error at the limit. Before the simulated
+//! driver modelled a 580 driver, these runtimes refused to start (`cudaErrorInsufficientDriver`
+//! on a 550 driver is what a real one answers too). Each run's unmodelled driver calls are
+//! listed in the test output.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{Facts, MIB, Slice, client_script, cuda13_python};
+use gpuslice_testsupport::sim::SimNode;
+
+const GIB: u64 = 1 << 30;
+
+/// A 2 GiB slice of an H100 of a node with driver 580.
+fn slice() -> Slice {
+    Slice::on(SimNode::with_driver(2, "H100", "580.95.05"), 2 * GIB)
+}
+
+/// NVIDIA's CUDA 13 runtime, from the CUDA 13 clients' environment.
+fn runtime13() -> PathBuf {
+    let venv = cuda13_python()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| {
+            e.path()
+                .join("site-packages/nvidia/cu13/lib/libcudart.so.13")
+        })
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no libcudart.so.13 in {}", venv.display()))
+}
+
+/// Runs `wall.py CLIENT fill CHUNK [API]` in `slice` with the CUDA 13 clients' python, to
+/// success; prints its unmodelled driver calls.
+fn fill(slice: &Slice, args: &[&str]) -> Facts {
+    let name = args[0].rsplit('/').next().unwrap_or(args[0]);
+    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
+    let out = slice
+        .command(&cuda13_python())
+        .arg(client_script("wall.py"))
+        .args(args)
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "{name}: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
+    );
+    Facts::parse(&text)
+}
+
+/// The client saw the slice as its device's memory, filled what its context leaves of it in
+/// `chunk`s, and met `error` at the next.
+fn assert_filled(slice: &Slice, f: &Facts, chunk: u64, error: &str) {
+    assert_eq!(f.num("total"), slice.limit, "{:?}", f.0);
+    let room = slice.limit - slice.context_bytes;
+    assert!(
+        f.num("free") <= room && f.num("free") > room - chunk,
+        "{:?}",
+        f.0
+    );
+    assert_eq!(f.num("chunks"), room / chunk, "{:?}", f.0);
+    assert_eq!(f.get("error"), error, "{:?}", f.0);
+}
+
+#[test]
+fn the_cuda_13_runtime_meets_the_wall_by_cuda_malloc_and_by_its_stream_ordered_pool() {
+    let slice = slice();
+    let runtime = format!("runtime:{}", runtime13().display());
+    for api in ["malloc", "async"] {
+        let f = fill(&slice, &[&runtime, "fill", &(128 * MIB).to_string(), api]);
+        assert_filled(&slice, &f, 128 * MIB, "cudaErrorMemoryAllocation");
+    }
+}
+
+#[test]
+fn cuda_bindings_13_sees_its_slice_and_gets_out_of_memory_at_the_limit() {
+    let slice = slice();
+    let f = fill(&slice, &["bindings", "fill", &(128 * MIB).to_string()]);
+    assert_filled(&slice, &f, 128 * MIB, "CUDA_ERROR_OUT_OF_MEMORY");
+}
+
+#[test]
+fn cupy_for_cuda_13_sees_its_slice_and_its_pool_stops_at_the_limit() {
+    let slice = slice();
+    let f = fill(&slice, &["cupy", "fill", &(128 * MIB).to_string()]);
+    assert_filled(&slice, &f, 128 * MIB, "OutOfMemoryError");
+}
+
+#[test]
+fn numba_cuda_13_compiles_and_launches_a_kernel_then_meets_the_wall() {
+    let slice = slice();
+    let f = fill(&slice, &["numba-jit", "fill", &(128 * MIB).to_string()]);
+    assert_filled(
+        &slice,
+        &f,
+        128 * MIB,
+        "CudaAPIError:CUDA_ERROR_OUT_OF_MEMORY",
+    );
+}
