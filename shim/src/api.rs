@@ -380,14 +380,19 @@ mod tests {
 
     use super::{ENTRIES, Library};
 
-    /// The driver's `cuGetProcAddress` table (`tests/reference/proc-address.tsv`, and the
-    /// newer entry points of `proc-address-newer.tsv`): base name → every symbol it answers
-    /// with, whatever the CUDA version and stream flag asked for.
+    /// The driver's `cuGetProcAddress` table (`tests/reference/proc-address.tsv`, the newer
+    /// entry points of `proc-address-newer.tsv`, and those of a CUDA 13.0 driver,
+    /// `proc-address-13000.tsv`): base name → every symbol it answers with, whatever the CUDA
+    /// version and stream flag asked for.
     fn variants() -> BTreeMap<String, BTreeSet<String>> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/");
-        let table = ["proc-address.tsv", "proc-address-newer.tsv"]
-            .map(|f| std::fs::read_to_string(format!("{dir}{f}")).unwrap())
-            .concat();
+        let table = [
+            "proc-address.tsv",
+            "proc-address-newer.tsv",
+            "proc-address-13000.tsv",
+        ]
+        .map(|f| std::fs::read_to_string(format!("{dir}{f}")).unwrap())
+        .concat();
         let mut by_name: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for row in table.lines() {
             if row.starts_with('#') || row.is_empty() {
@@ -424,20 +429,25 @@ mod tests {
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }
 
-    /// The driver's exports (`tests/reference/libcuda.symbols`) that `matches` picks (at least
-    /// `least` of them), and of those, the ones the library does not intercept.
+    /// The driver's exports (`tests/reference/libcuda.symbols`, and the symbols a CUDA 13.0
+    /// driver answers `cuGetProcAddress` with beyond them, `proc-address-13000.tsv`) that
+    /// `matches` picks (at least `least` of them), and of those, the ones the library does not
+    /// intercept.
     fn exports_not_intercepted(matches: impl Fn(&str) -> bool, least: usize) -> Vec<String> {
         let intercepted: BTreeSet<&str> = ENTRIES
             .iter()
             .filter(|(_, lib, _, caught)| *caught && *lib == Library::Cuda)
             .map(|(_, _, name, _)| name.to_str().unwrap())
             .collect();
-        let exports = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/reference/libcuda.symbols"
-        ))
-        .unwrap();
-        let picked: Vec<&str> = exports.lines().filter(|s| matches(s)).collect();
+        let reference = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/");
+        let exports = std::fs::read_to_string(format!("{reference}libcuda.symbols")).unwrap();
+        let newer = std::fs::read_to_string(format!("{reference}proc-address-13000.tsv")).unwrap();
+        let newer = newer
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split('\t').nth(3));
+        let all: BTreeSet<&str> = exports.lines().chain(newer).collect();
+        let picked: Vec<&str> = all.into_iter().filter(|s| matches(s)).collect();
         assert!(picked.len() >= least, "{picked:?}");
         picked
             .into_iter()
