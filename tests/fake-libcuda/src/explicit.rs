@@ -115,17 +115,27 @@ fn device_of(location: *const CUmemLocation, kind: c_int) -> Result<CUdevice, CU
     }
 }
 
+/// A device's pool, asked for by location: `by_device` on the device named.
+fn pool_at(
+    pool: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: c_int,
+    by_device: unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult,
+) -> CUresult {
+    guard(|| {
+        let dev = device_of(location, kind)?;
+        // SAFETY: the caller's out-parameter, passed on.
+        result(unsafe { by_device(pool, dev) })
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetDefaultMemPool(
     pool: *mut CUmemoryPool,
     location: *const CUmemLocation,
     kind: c_int,
 ) -> CUresult {
-    guard(|| {
-        let dev = device_of(location, kind)?;
-        // SAFETY: the caller's out-parameter, passed on.
-        result(unsafe { cuDeviceGetDefaultMemPool(pool, dev) })
-    })
+    pool_at(pool, location, kind, cuDeviceGetDefaultMemPool)
 }
 
 #[unsafe(no_mangle)]
@@ -134,11 +144,7 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     location: *const CUmemLocation,
     kind: c_int,
 ) -> CUresult {
-    guard(|| {
-        let dev = device_of(location, kind)?;
-        // SAFETY: the caller's out-parameter, passed on.
-        result(unsafe { cuDeviceGetMemPool(pool, dev) })
-    })
+    pool_at(pool, location, kind, cuDeviceGetMemPool)
 }
 
 #[unsafe(no_mangle)]
