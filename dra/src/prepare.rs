@@ -3,7 +3,8 @@
 //! `dra-<claim uid>-<n>`, `n` the request's first result, owned by the plugin), write each
 //! slice's CDI spec, and answer with the CDI device names. Unpreparing releases them. A
 //! request with `adminAccess` claims nothing: its GPUs are given as they are (a
-//! `gpuslice.io/admin` CDI device the plugin writes and removes).
+//! `gpuslice.io/admin` CDI device the plugin writes and removes), once the claim's namespace
+//! is seen still to allow it.
 //! Both are idempotent: the kubelet retries, and the plugin may have been restarted between.
 
 use std::path::PathBuf;
@@ -60,6 +61,19 @@ pub fn owner() -> String {
 #[must_use]
 pub fn claim_id(uid: &str, n: usize) -> String {
     format!("dra-{uid}-{n}")
+}
+
+/// The label that lets a namespace's claims have administrative access to devices.
+pub const ADMIN_ACCESS_LABEL: &str = "resource.kubernetes.io/admin-access";
+
+fn namespaces() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Namespace".into(),
+        plural: "namespaces".into(),
+    }
 }
 
 fn resource_claims() -> ApiResource {
@@ -122,14 +136,31 @@ impl Plugin {
         if let Some(why) = configured(config, &names) {
             return Err(format!("ResourceClaim {namespace}/{name}: {why}"));
         }
+        let admin: Vec<(&str, String)> = requests
+            .iter()
+            .filter(|(_, of_request)| {
+                of_request
+                    .iter()
+                    .any(|(_, r)| r["adminAccess"].as_bool() == Some(true))
+            })
+            .map(|(r, of_request)| (*r, claim_id(uid, of_request[0].0)))
+            .collect();
+        if let Some((request, _)) = admin.first()
+            && let Err(why) = self.admin_access_allowed(namespace).await
+        {
+            // Fail closed: a spec an earlier prepare wrote gives no later container the GPUs.
+            for (_, id) in &admin {
+                self.remove_admin_spec(id);
+            }
+            return Err(format!(
+                "ResourceClaim {namespace}/{name}: request {request:?}: {why}"
+            ));
+        }
         let mut prepared = Vec::new();
         let mut claimed = Vec::new();
         for (request, of_request) in &requests {
             let id = claim_id(uid, of_request[0].0);
-            let admin = of_request
-                .iter()
-                .any(|(_, r)| r["adminAccess"].as_bool() == Some(true));
-            let result = if admin {
+            let result = if admin.iter().any(|(r, _)| r == request) {
                 self.prepare_admin(&id, request, of_request).await
             } else {
                 self.prepare_request(&id, request, of_request).await
@@ -201,6 +232,26 @@ impl Plugin {
             cdi::SLICE_KIND,
             id,
         ))
+    }
+
+    /// Whether `namespace` still allows administrative access: Kubernetes checks its label
+    /// when a claim asking for it is created, not after, so a claim made while the label was
+    /// there keeps `adminAccess` once it is gone. Checked again here, at every prepare; a
+    /// namespace that cannot be read allows nothing.
+    async fn admin_access_allowed(&self, namespace: &str) -> Result<(), String> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &namespaces());
+        let object = api
+            .get(namespace)
+            .await
+            .map_err(|e| format!("admin access refused: namespace {namespace}: {e}"))?;
+        let labels = object.metadata.labels.unwrap_or_default();
+        match labels.get(ADMIN_ACCESS_LABEL).map(String::as_str) {
+            Some("true") => Ok(()),
+            other => Err(format!(
+                "admin access refused: namespace {namespace} is not labelled {ADMIN_ACCESS_LABEL}=true (it is {}), as Kubernetes requires of a namespace whose claims have admin access",
+                other.map_or("unset".to_string(), |v| format!("{v:?}"))
+            )),
+        }
     }
 
     /// Gives the GPUs of a request with `adminAccess` (Kubernetes allocates them beside the

@@ -806,6 +806,59 @@ async fn a_whole_gpu_claim_survives_an_agent_restart_between_prepare_and_unprepa
     drop(plugin);
 }
 
+const ADMIN_ACCESS: &str = "resource.kubernetes.io/admin-access";
+
+/// A claim named `name` (uid `uid`, in `default`) whose one request, with `adminAccess`, was
+/// allocated GPU `gpu` whole beside whatever else is there.
+fn admin_claim(name: &str, uid: &str, gpu: u32) -> serde_json::Value {
+    let mut claim = whole_gpu_claim(name, uid, gpu);
+    claim["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = json!(true);
+    claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = json!(true);
+    claim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_access_is_refused_in_a_namespace_not_or_no_longer_labelled_for_it() {
+    // Kubernetes checks the label when the claim is made; a claim made while it was there
+    // keeps adminAccess after an operator removes it, or comes from an API server that does
+    // not check. Each prepare checks the namespace again, and a refusal gives nothing.
+    let node = Node::new(2);
+    let tag = std::process::id() & 0xffff;
+    let uid = format!("ad000c2e-{tag:04x}-4000-8000-000000000003");
+    node.api.put_resource_claim(admin_claim("admin", &uid, 0));
+    let plugin = node.plugin(&["--publish-interval", "1"]);
+    let mut dra = kubelet(&plugin).await;
+    let id = format!("dra-{uid}-0");
+    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-admin-{id}.json"));
+    let refused = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
+    let error = &refused.claims[&uid].error;
+    assert!(
+        error.contains("ResourceClaim default/admin: request \"gpu\": admin access refused: namespace default is not labelled resource.kubernetes.io/admin-access=true (it is unset)"),
+        "{refused:?}"
+    );
+    assert!(refused.claims[&uid].devices.is_empty(), "{refused:?}");
+    assert!(!spec_file.exists(), "a refused admin claim left its spec");
+
+    // Labelled, it is given; the label taken away (or set to anything else), it is not
+    // given again, and the spec of the refused prepare is gone.
+    node.api.put_namespace("default", &[(ADMIN_ACCESS, "true")]);
+    let given = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
+    assert_eq!(given.claims[&uid].error, "", "{given:?}");
+    assert!(spec_file.exists());
+    node.api.put_namespace("default", &[(ADMIN_ACCESS, "yes")]);
+    let again = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
+    assert!(
+        again.claims[&uid].error.contains("(it is \"yes\")"),
+        "{again:?}"
+    );
+    assert!(
+        !spec_file.exists(),
+        "the refused claim's spec is still there"
+    );
+    assert!(node.status()["slices"].as_array().unwrap().is_empty());
+    drop(plugin);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing() {
     let node = Node::new(2);
@@ -816,10 +869,8 @@ async fn a_request_with_admin_access_sees_a_gpu_in_use_whole_and_claims_nothing(
     // An administrator's claim on the same GPU (`adminAccess`, in a namespace labelled for
     // it): kube-scheduler allocates it beside the tenant's, consuming nothing.
     let admin = format!("ad000c2e-{tag:04x}-4000-8000-000000000002");
-    let mut claimed = whole_gpu_claim("admin", &admin, 1);
-    claimed["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = json!(true);
-    claimed["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = json!(true);
-    node.api.put_resource_claim(claimed);
+    node.api.put_resource_claim(admin_claim("admin", &admin, 1));
+    node.api.put_namespace("default", &[(ADMIN_ACCESS, "true")]);
     let plugin = node.plugin(&["--publish-interval", "1"]);
     let mut dra = kubelet(&plugin).await;
     let answer = prepare_claims(&mut dra, &[claim(&uid, "tenant"), claim(&admin, "admin")]).await;

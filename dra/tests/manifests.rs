@@ -100,17 +100,16 @@ fn the_plugins_daemonset_passes_flags_it_has_and_mounts_where_the_kubelet_looks(
 #[test]
 fn the_plugins_role_allows_every_call_it_makes() {
     let role: ClusterRole = named(&documents(), "ClusterRole", "gpuslice-dra-plugin");
-    let may = |verb: &str, resource: &str| {
+    let may_in = |group: &str, verb: &str, resource: &str| {
         role.rules.iter().flatten().any(|r| {
-            r.api_groups
-                .iter()
-                .flatten()
-                .any(|g| g == "resource.k8s.io")
+            r.api_groups.iter().flatten().any(|g| g == group)
                 && r.resources.iter().flatten().any(|x| x == resource)
                 && r.verbs.iter().any(|v| v == verb)
         })
     };
+    let may = |verb: &str, resource: &str| may_in("resource.k8s.io", verb, resource);
     assert!(may("get", "resourceclaims") && may("list", "resourceclaims"));
+    assert!(may_in("", "get", "namespaces"), "get namespaces");
     for verb in ["get", "create", "update"] {
         assert!(may(verb, "resourceslices"), "{verb} resourceslices");
     }

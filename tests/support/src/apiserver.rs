@@ -32,6 +32,9 @@ pub struct Objects {
     pub nodes: BTreeMap<String, Value>,
     /// (namespace, name) → ResourceClaim (resource.k8s.io/v1).
     pub resource_claims: BTreeMap<(String, String), Value>,
+    /// name → Namespace; `default` and `kube-system` are there from the start, unlabelled, as
+    /// in a new cluster.
+    pub namespaces: BTreeMap<String, Value>,
     /// name → ResourceSlice (resource.k8s.io/v1), as created and replaced.
     pub resource_slices: BTreeMap<String, Value>,
     /// Bindings created, as posted.
@@ -76,6 +79,10 @@ impl Default for Objects {
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
             resource_claims: BTreeMap::new(),
+            namespaces: ["default", "kube-system"]
+                .into_iter()
+                .map(|n| (n.to_string(), namespace(n, &[])))
+                .collect(),
             resource_slices: BTreeMap::new(),
             bindings: Vec::new(),
             kube_events: BTreeMap::new(),
@@ -154,6 +161,7 @@ impl ApiServer {
                 "/api/v1/namespaces/{ns}/pods/{name}/binding",
                 post(bind_pod),
             )
+            .route("/api/v1/namespaces/{ns}", get(get_namespace))
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/nodes/{name}", get(get_node).patch(patch_node))
@@ -243,6 +251,14 @@ impl ApiServer {
             .remove(&(namespace.to_string(), name.to_string()));
     }
 
+    /// Creates or replaces the namespace `name` with `labels`.
+    pub fn put_namespace(&self, name: &str, labels: &[(&str, &str)]) {
+        let mut o = self.objects.lock().expect("lock");
+        let mut ns = namespace(name, labels);
+        ns["metadata"]["resourceVersion"] = Value::String(o.next_version().to_string());
+        o.namespaces.insert(name.to_string(), ns);
+    }
+
     pub fn put_resource_claim(&self, mut claim: Value) {
         let ns = claim["metadata"]["namespace"]
             .as_str()
@@ -323,6 +339,31 @@ async fn get_pod(State(s): State<Shared>, Path((ns, name)): Path<(String, String
     match s.lock().expect("lock").pods.get(&(ns, name.clone())) {
         Some(p) => Json(p.clone()).into_response(),
         None => not_found("pods", &name),
+    }
+}
+
+/// A Namespace object named `name` with `labels`.
+#[must_use]
+pub fn namespace(name: &str, labels: &[(&str, &str)]) -> Value {
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), Value::String((*v).to_string())))
+        .chain([(
+            "kubernetes.io/metadata.name".to_string(),
+            Value::String(name.to_string()),
+        )])
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "uid": format!("ns-{name}"), "labels": labels},
+        "status": {"phase": "Active"},
+    })
+}
+
+async fn get_namespace(State(s): State<Shared>, Path(name): Path<String>) -> Response {
+    match s.lock().expect("lock").namespaces.get(&name) {
+        Some(n) => Json(n.clone()).into_response(),
+        None => not_found("namespaces", &name),
     }
 }
 
