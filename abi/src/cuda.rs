@@ -58,6 +58,8 @@ pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
 pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CUresult = 901;
 /// A capture's end asked of a stream that did not begin it.
 pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CUresult = 903;
+/// A capture's end while a stream it forked has work not joined back into it.
+pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: CUresult = 904;
 /// Work of one capture waited on from a stream capturing another.
 pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: CUresult = 905;
 pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: CUresult = 910;

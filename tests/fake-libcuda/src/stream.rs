@@ -18,7 +18,7 @@ use crate::stream_attributes::{
     cuStreamCopyAttributes, cuStreamGetAttribute, cuStreamSetAttribute,
 };
 use crate::{CUcontext, CUresult, current_ctx, guard, out};
-use gpuslice_cuda_abi::cuda::{CUevent, CUlaunchAttributeValue};
+use gpuslice_cuda_abi::cuda::{CUevent, CUgraph, CUlaunchAttributeValue};
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: the two default streams by name.
 const STREAM_LEGACY: usize = 0x1;
@@ -403,11 +403,16 @@ pub unsafe extern "C" fn cuStreamEndCapture(s: CUstream, graph: *mut *mut c_void
             // A stream that joined another's capture: only the stream that began it ends it.
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
         }
-        end_joined(st.capture_id.load(Ordering::Acquire), s as usize)?;
+        let unjoined = end_joined(st, s as usize)?;
         let _held = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
         let status = st.capture.swap(0, Ordering::AcqRel);
         if st.global.swap(false, Ordering::AcqRel) {
             GLOBAL_CAPTURES.fetch_sub(1, Ordering::AcqRel);
+        }
+        if unjoined && status != 0 {
+            // The capture ends on every stream, and its graph is not given.
+            st.graph.store(0, Ordering::Release);
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
         }
         match status {
             CAPTURE_ACTIVE => out(graph, st.graph.swap(0, Ordering::AcqRel) as *mut c_void),
@@ -614,15 +619,23 @@ fn wait_in_capture(st: &Stream, record: CapturedRecord) -> Result<(), CUresult> 
     }
 }
 
-/// Ends the capture `capture_id` on every stream but `origin` that joined it. The driver
-/// refuses the end where a joined stream's work was not joined back
-/// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`); the simulation does not check it.
-fn end_joined(capture_id: u64, origin: usize) -> Result<(), CUresult> {
-    if capture_id == 0 {
-        return Ok(());
+/// Ends the capture of `origin` (the stream `handle`, which began it) on every other stream
+/// that joined it, and answers whether one of them has work not joined back: a node it
+/// captured that `origin`'s last work does not depend on. The driver then refuses the end
+/// (`CUDA_ERROR_STREAM_CAPTURE_UNJOINED`) and the capture ends everywhere.
+fn end_joined(origin: &Stream, handle: usize) -> Result<bool, CUresult> {
+    let capture_id = origin.capture_id.load(Ordering::Acquire);
+    if capture_id == 0 || origin.capture.load(Ordering::Acquire) == 0 {
+        return Ok(false);
     }
+    let joined_back = {
+        let tails = origin.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clone();
+        let g = origin.graph.load(Ordering::Acquire);
+        ancestors(g as CUgraph, &tails)?
+    };
+    let mut unjoined = false;
     for &s in STREAMS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.iter() {
-        if s == origin {
+        if s == handle {
             continue;
         }
         // SAFETY: registered in STREAMS: a Box leaked by create and not yet dropped.
@@ -631,12 +644,35 @@ fn end_joined(capture_id: u64, origin: usize) -> Result<(), CUresult> {
             && st.capture_id.load(Ordering::Acquire) == capture_id
             && st.capture.load(Ordering::Acquire) != 0
         {
-            let _held = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            let deps = st.deps.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+            unjoined |= deps.iter().any(|d| !joined_back.contains(d));
             st.capture.store(0, Ordering::Release);
             st.graph.store(0, Ordering::Release);
         }
     }
-    Ok(())
+    Ok(unjoined)
+}
+
+/// The nodes of `g` that `tails` are or depend on, through its edges.
+fn ancestors(g: CUgraph, tails: &[usize]) -> Result<HashSet<usize>, CUresult> {
+    let mut found: HashSet<usize> = tails.iter().copied().collect();
+    if g.is_null() {
+        return Ok(found);
+    }
+    let edges = crate::graph::graph(g)?
+        .edges
+        .lock()
+        .map_err(|_| CUDA_ERROR_UNKNOWN)?
+        .clone();
+    let mut todo: Vec<usize> = tails.to_vec();
+    while let Some(node) = todo.pop() {
+        for &(from, to) in &edges {
+            if to == node && found.insert(from) {
+                todo.push(from);
+            }
+        }
+    }
+    Ok(found)
 }
 
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;

@@ -340,17 +340,21 @@ fn memcpy_nodes_built_by_hand_or_captured_copy_at_each_launch_and_a_clone_runs_i
 }
 
 #[test]
-fn a_stream_waiting_on_an_event_of_a_capture_joins_it_and_its_work_is_captured_too() {
+fn a_stream_waiting_on_an_event_of_a_capture_joins_it_its_work_is_captured_and_must_be_joined_back()
+{
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "capture_fork", &["cuda"]);
     let text = common::run(&sim, &exe, &[]);
     // 903 is CUDA_ERROR_STREAM_CAPTURE_UNMATCHED (only the stream that began a capture ends
     // it), 905 CUDA_ERROR_STREAM_CAPTURE_ISOLATION (a stream capturing something else cannot
-    // wait on it). Three kernels: the first, the forked one after it, the last after both.
-    // Before, the second stream ran its work at once and the graph held two nodes.
+    // wait on it), 904 CUDA_ERROR_STREAM_CAPTURE_UNJOINED (a fork's work never joined back:
+    // before, the end gave a graph). Three kernels: the first, the forked one after it, the
+    // last after both. Before, the second stream ran its work at once and the graph held two
+    // nodes.
     assert_eq!(
         text.trim(),
         "record=0 fork=0 joined_capturing=1 same_capture=1 forked_launch=0 end_from_joined=903 \
-         other_capture_waits=905 join=0 end=0 joined_after=0 nodes=3 edges=3 plain_wait=0,0"
+         other_capture_waits=905 join=0 end=0 joined_after=0 nodes=3 edges=3 plain_wait=0,0 \
+         unjoined_end=904 graph=0 capturing=0,0 launch_after=0"
     );
 }

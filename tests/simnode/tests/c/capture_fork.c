@@ -1,7 +1,8 @@
 /* Work captured on two streams: a second stream joins a capture by waiting on an event
  * recorded in it (a fork), the first waits on the second's event (a join), and the graph
  * holds both streams' work with the edges between them, as PyTorch's and CUTLASS's
- * multi-stream captures make. Prints key=value pairs on one line. */
+ * multi-stream captures make; a fork never joined back refuses the capture's end. Prints
+ * key=value pairs on one line. */
 #include <stdio.h>
 
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent, *CUgraph, *CUgraphNode;
@@ -67,6 +68,21 @@ int main(void) {
     r = cuStreamWaitEvent(s2, forked, 0);
     capturing = -1;
     cuStreamIsCapturing(s2, &capturing);
-    printf("plain_wait=%d,%d\n", r, capturing);
+    printf("plain_wait=%d,%d ", r, capturing);
+    /* A fork whose work is never joined back: the end is refused, no graph given, and the
+     * capture ends on both streams. */
+    cuStreamBeginCapture_v2(s1, 2);
+    launch(f, s1);
+    cuEventRecord(forked, s1);
+    cuStreamWaitEvent(s2, forked, 0);
+    launch(f, s2);
+    launch(f, s1);
+    CUgraph unjoined = 0;
+    r = cuStreamEndCapture(s1, &unjoined);
+    int capturing1 = -1, capturing2 = -1;
+    cuStreamIsCapturing(s1, &capturing1);
+    cuStreamIsCapturing(s2, &capturing2);
+    printf("unjoined_end=%d graph=%d capturing=%d,%d ", r, unjoined != 0, capturing1, capturing2);
+    printf("launch_after=%d\n", launch(f, s2));
     return 0;
 }
