@@ -177,8 +177,8 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
 }
 
 use crate::hooks::{
-    alloc, capture, context, graph, graph_bodies, graph_edits, info, limits, memset, module,
-    proc_address, refused, vmm,
+    alloc, capture, context, graph, graph_bodies, graph_edits, graph_exec_params, info, limits,
+    memset, module, proc_address, refused, vmm,
 };
 
 table! {
@@ -266,11 +266,11 @@ table! {
         Cuda fn cuGraphExecUpdate_v2(exec: CUgraphExec, graph: CUgraph, info: *mut c_void) -> CUresult = graph::graph_exec_update_v2;
         Cuda fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) -> CUresult = vmm::mem_retain_allocation_handle;
         Cuda fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult = graph::graph_exec_destroy;
-        Cuda fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) -> CUresult = graph::graph_exec_kernel_node_set_params;
-        Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph::graph_exec_kernel_node_set_params_v2;
-        Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph::graph_exec_node_set_params;
-        Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph::graph_exec_child_graph_node_set_params;
-        Cuda fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, ctx: CUcontext) -> CUresult = graph::graph_exec_memset_node_set_params;
+        Cuda fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const c_void) -> CUresult = graph_exec_params::graph_exec_kernel_node_set_params;
+        Cuda fn cuGraphExecKernelNodeSetParams_v2(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph_exec_params::graph_exec_kernel_node_set_params_v2;
+        Cuda fn cuGraphExecNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_exec_params::graph_exec_node_set_params;
+        Cuda fn cuGraphExecChildGraphNodeSetParams(exec: CUgraphExec, node: CUgraphNode, child: CUgraph) -> CUresult = graph_exec_params::graph_exec_child_graph_node_set_params;
+        Cuda fn cuGraphExecMemsetNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const CUDA_MEMSET_NODE_PARAMS, ctx: CUcontext) -> CUresult = graph_exec_params::graph_exec_memset_node_set_params;
         Cuda fn cuGraphNodeSetParams(node: CUgraphNode, params: *mut CUgraphNodeParamsHead) -> CUresult = graph_bodies::graph_node_set_params;
         Cuda fn cuGraphAddKernelNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *const c_void) -> CUresult = graph_edits::graph_add_kernel_node;
         Cuda fn cuGraphAddKernelNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, count: usize, params: *const CUDA_KERNEL_NODE_PARAMS_v2) -> CUresult = graph_edits::graph_add_kernel_node_v2;

@@ -9,6 +9,7 @@ pub(crate) mod gate;
 pub mod graph;
 pub mod graph_bodies;
 pub mod graph_edits;
+pub mod graph_exec_params;
 pub mod info;
 pub mod launch;
 pub mod limits;
