@@ -46,6 +46,7 @@ mod ipc;
 mod kernels;
 mod legacy_launch;
 mod linker;
+mod logs;
 mod managed;
 mod module;
 mod paths;

@@ -298,7 +298,10 @@ fn a_cuda_13_runtime_finds_what_it_asks_of_a_580_driver_and_a_550_driver_says_wh
         "synchronize_a=0 synchronize_bogus=201 ",
         "stream_device=0:1 stream_ctx_is_b=0:1 green_null=1 ",
         "default_pool=0:1 host_pool=801 managed_pool=801 bad_location=1 ",
-        "set_pool=0 current_is_mine=0:1",
+        "set_pool=0 current_is_mine=0:1 ",
+        // The error log (12.9): a callback registered once, the tail at 0, an empty dump.
+        "logs_register=0:1 logs_register_null=1 logs_current=0:0 ",
+        "logs_dump=0:0:0 logs_dump_no_room=1 logs_unregister=0,1",
     ] {
         assert!(text.contains(fact), "{fact}: {text}");
     }

@@ -103,6 +103,30 @@ int main(void) {
         CUresult r2 = get_pool(&now, &dev1, 1);
         printf("set_pool=%d current_is_mine=%d:%d ", r, r2, now == mine);
     }
+
+    CUresult (*logs_register)(void *, void *, void **) = get("cuLogsRegisterCallback");
+    CUresult (*logs_unregister)(void *) = get("cuLogsUnregisterCallback");
+    CUresult (*logs_current)(unsigned *, unsigned) = get("cuLogsCurrent");
+    CUresult (*logs_dump)(unsigned *, char *, size_t *, unsigned) = get("cuLogsDumpToMemory");
+    if (logs_register && logs_unregister && logs_current && logs_dump) {
+        void *handle = 0;
+        r = logs_register((void *)&main, 0, &handle);
+        printf("logs_register=%d:%d ", r, handle != 0);
+        void *unused = 0;
+        printf("logs_register_null=%d ", logs_register(0, 0, &unused));
+        unsigned it = 7;
+        r = logs_current(&it, 0);
+        printf("logs_current=%d:%u ", r, it);
+        char buffer[16] = "x";
+        size_t size = sizeof buffer;
+        r = logs_dump(&it, buffer, &size, 0);
+        printf("logs_dump=%d:%zu:%d ", r, size, buffer[0]);
+        size_t none = 0;
+        printf("logs_dump_no_room=%d ", logs_dump(&it, buffer, &none, 0));
+        r = logs_unregister(handle);
+        CUresult r2 = logs_unregister(handle);
+        printf("logs_unregister=%d,%d ", r, r2);
+    }
     printf("\n");
     return 0;
 }
