@@ -27,6 +27,7 @@ macro_rules! same_as {
 
 mod arrays;
 mod attributes;
+mod capture;
 mod clusters;
 mod codes;
 mod context;
