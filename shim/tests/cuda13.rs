@@ -4,7 +4,8 @@
 //! charged what one takes there. NVIDIA's CUDA 13.5 runtime (`libcudart.so.13`, through
 //! ctypes, and inside cuda-bindings), CuPy (whose own runtime is CUDA 13.2), numba-cuda (its
 //! kernels compiled by NVVM 13) and cuda-bindings' driver API each see the slice in their own
-//! memory query and meet their own out-of-memory error at the limit. Before the simulated
+//! memory query and meet their own out-of-memory error at the limit; contexts a tenant makes
+//! through cuda-bindings 13 are charged, and the host's NVML sees the process within its slice. Before the simulated
 //! driver modelled a 580 driver, these runtimes refused to start (`cudaErrorInsufficientDriver`
 //! on a 550 driver is what a real one answers too). Each run's unmodelled driver calls are
 //! listed in the test output.
@@ -45,11 +46,18 @@ fn runtime13() -> PathBuf {
 /// Runs `wall.py CLIENT fill CHUNK [API]` in `slice` with the CUDA 13 clients' python, to
 /// success; prints its unmodelled driver calls.
 fn fill(slice: &Slice, args: &[&str]) -> Facts {
-    let name = args[0].rsplit('/').next().unwrap_or(args[0]);
+    run_client(slice, "wall.py", args)
+}
+
+/// Runs `tests/clients/<script>` with `args` in `slice` with the CUDA 13 clients' python, to
+/// success; prints its unmodelled driver calls.
+fn run_client(slice: &Slice, script: &str, args: &[&str]) -> Facts {
+    let first = args.first().copied().unwrap_or(script);
+    let name = first.rsplit('/').next().unwrap_or(first);
     let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
     let out = slice
         .command(&cuda13_python())
-        .arg(client_script("wall.py"))
+        .arg(client_script(script))
         .args(args)
         .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
         .output()
@@ -115,4 +123,29 @@ fn numba_cuda_13_compiles_and_launches_a_kernel_then_meets_the_wall() {
         128 * MIB,
         "CudaAPIError:CUDA_ERROR_OUT_OF_MEMORY",
     );
+}
+
+#[test]
+fn contexts_made_through_cuda_bindings_13_are_charged_and_the_host_sees_the_process_within_its_slice()
+ {
+    // A tenant making contexts to hold device memory the allocation calls do not show:
+    // cuda-bindings 13 reaches cuCtxCreate_v4, which the library charges each context's cost.
+    let slice = slice();
+    let f = run_client(&slice, "contexts.py", &[]);
+    let fit = slice.limit / slice.context_bytes;
+    assert_eq!(f.num("contexts"), fit, "{:?}", f.0);
+    assert_eq!(
+        f.get("context_error"),
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "{:?}",
+        f.0
+    );
+    let room = slice.limit - fit * slice.context_bytes;
+    assert_eq!(f.num("free"), room, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), room / (64 * MIB), "{:?}", f.0);
+    // What the host's NVML says the process holds: its contexts and allocations, within the
+    // slice.
+    let held = fit * slice.context_bytes + f.num("chunks") * 64 * MIB;
+    assert_eq!(f.num("host_used"), held, "{:?}", f.0);
+    assert!(held <= slice.limit, "{:?}", f.0);
 }
