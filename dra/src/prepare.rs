@@ -136,21 +136,24 @@ impl Plugin {
         if let Some(why) = configured(config, &names) {
             return Err(format!("ResourceClaim {namespace}/{name}: {why}"));
         }
-        let admin: Vec<(&str, String)> = requests
+        let admin: Vec<&str> = requests
             .iter()
             .filter(|(_, of_request)| {
                 of_request
                     .iter()
                     .any(|(_, r)| r["adminAccess"].as_bool() == Some(true))
             })
-            .map(|(r, of_request)| (*r, claim_id(uid, of_request[0].0)))
+            .map(|(r, _)| *r)
             .collect();
-        if let Some((request, _)) = admin.first()
+        if let Some(request) = admin.first()
             && let Err(why) = self.admin_access_allowed(namespace).await
         {
-            // Fail closed: a spec an earlier prepare wrote gives no later container the GPUs.
-            for (_, id) in &admin {
-                self.remove_admin_spec(id);
+            // Fail closed, as for any request that cannot be prepared: nothing of the claim is
+            // held, and a spec an earlier prepare wrote gives no later container the GPUs.
+            for (_, of_request) in &requests {
+                let id = claim_id(uid, of_request[0].0);
+                let _ = self.agent.release_as(&owner(), &id).await;
+                self.remove_admin_spec(&id);
             }
             return Err(format!(
                 "ResourceClaim {namespace}/{name}: request {request:?}: {why}"
@@ -160,7 +163,7 @@ impl Plugin {
         let mut claimed = Vec::new();
         for (request, of_request) in &requests {
             let id = claim_id(uid, of_request[0].0);
-            let result = if admin.iter().any(|(r, _)| r == request) {
+            let result = if admin.contains(request) {
                 self.prepare_admin(&id, request, of_request).await
             } else {
                 self.prepare_request(&id, request, of_request).await

@@ -825,26 +825,39 @@ async fn admin_access_is_refused_in_a_namespace_not_or_no_longer_labelled_for_it
     let node = Node::new(2);
     let tag = std::process::id() & 0xffff;
     let uid = format!("ad000c2e-{tag:04x}-4000-8000-000000000003");
-    node.api.put_resource_claim(admin_claim("admin", &uid, 0));
+    // A slice of GPU 1 (request "gpu", result 0) and GPU 0 for the administrator (request
+    // "admin", result 1).
+    let mut mixed = allocated_claim("admin", &uid, 1, "1Gi");
+    add_result_like_the_first(&mut mixed, |admin| {
+        admin["request"] = json!("admin");
+        admin["device"] = json!("gpu-0");
+        admin["adminAccess"] = json!(true);
+        let fields = admin.as_object_mut().unwrap();
+        fields.remove("consumedCapacity");
+        fields.remove("shareID");
+    });
+    node.api.put_resource_claim(mixed);
     let plugin = node.plugin(&["--publish-interval", "1"]);
     let mut dra = kubelet(&plugin).await;
-    let id = format!("dra-{uid}-0");
-    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-admin-{id}.json"));
+    let spec_file = Path::new(CDI_DIR).join(format!("gpuslice.io-admin-dra-{uid}-1.json"));
+    let slices = || node.status()["slices"].as_array().unwrap().len();
     let refused = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
     let error = &refused.claims[&uid].error;
     assert!(
-        error.contains("ResourceClaim default/admin: request \"gpu\": admin access refused: namespace default is not labelled resource.kubernetes.io/admin-access=true (it is unset)"),
+        error.contains("ResourceClaim default/admin: request \"admin\": admin access refused: namespace default is not labelled resource.kubernetes.io/admin-access=true (it is unset)"),
         "{refused:?}"
     );
     assert!(refused.claims[&uid].devices.is_empty(), "{refused:?}");
     assert!(!spec_file.exists(), "a refused admin claim left its spec");
+    assert_eq!(slices(), 0, "the claim's slice request was claimed");
 
-    // Labelled, it is given; the label taken away (or set to anything else), it is not
-    // given again, and the spec of the refused prepare is gone.
+    // Labelled, both are given; the label taken away (or set to anything else), the claim is
+    // refused whole: its slice released, the spec of the earlier prepare gone.
     node.api.put_namespace("default", &[(ADMIN_ACCESS, "true")]);
     let given = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
     assert_eq!(given.claims[&uid].error, "", "{given:?}");
     assert!(spec_file.exists());
+    assert_eq!(slices(), 1);
     node.api.put_namespace("default", &[(ADMIN_ACCESS, "yes")]);
     let again = prepare_claims(&mut dra, &[claim(&uid, "admin")]).await;
     assert!(
@@ -855,7 +868,7 @@ async fn admin_access_is_refused_in_a_namespace_not_or_no_longer_labelled_for_it
         !spec_file.exists(),
         "the refused claim's spec is still there"
     );
-    assert!(node.status()["slices"].as_array().unwrap().is_empty());
+    assert_eq!(slices(), 0, "the refused claim's slice is still held");
     drop(plugin);
 }
 
