@@ -14,7 +14,10 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{Facts, MIB, Slice, cache_dir, client_script, python, torch_python};
+use common::{
+    Facts, MIB, Slice, cache_dir, client_facts, client_script, print_unmodelled, python,
+    script_output, torch_python,
+};
 
 const GIB: u64 = 1 << 30;
 
@@ -58,18 +61,6 @@ fn script() -> PathBuf {
     client_script("wall.py")
 }
 
-/// Runs `cmd` to its end, which must be a success, and returns what it printed.
-fn script_output(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
-}
-
 fn client(slice: &Slice, log: &Path, args: &[&str]) -> Command {
     let python = if args[0] == "torch" {
         torch_python()
@@ -109,14 +100,6 @@ fn fill_in(slice: &Slice, name: &str, chunk: u64, api: &str, env: &[(&str, &str)
     Facts::parse(&text)
 }
 
-/// Prints the unmodelled driver calls `name` made, from its log at `log`.
-fn print_unmodelled(name: &str, log: &Path) {
-    println!(
-        "{name}: unmodelled driver calls {:?}",
-        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(log).unwrap_or_default())
-    );
-}
-
 /// Runs `tests/clients/<script>` with `args` (the first the client: `torch` runs in PyTorch's
 /// environment) in `slice` to its end, which must be a success; prints its unmodelled driver
 /// calls and returns what it printed.
@@ -127,16 +110,7 @@ fn script_facts(slice: &Slice, script: &str, args: &[&str]) -> Facts {
         python()
     };
     let name = format!("{}-{}", script.trim_end_matches(".py"), args[0]);
-    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
-    let text = script_output(
-        slice
-            .command(&python)
-            .arg(client_script(script))
-            .args(args)
-            .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
-    );
-    print_unmodelled(&name, &log);
-    Facts::parse(&text)
+    client_facts(slice, &python, script, args, &name)
 }
 
 #[test]

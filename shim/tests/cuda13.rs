@@ -14,7 +14,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{Facts, MIB, Slice, client_script, cuda13_python};
+use common::{Facts, MIB, Slice, client_facts, cuda13_python};
 use gpuslice_testsupport::sim::SimNode;
 
 const GIB: u64 = 1 << 30;
@@ -54,25 +54,7 @@ fn fill(slice: &Slice, args: &[&str]) -> Facts {
 fn run_client(slice: &Slice, script: &str, args: &[&str]) -> Facts {
     let first = args.first().copied().unwrap_or(script);
     let name = first.rsplit('/').next().unwrap_or(first);
-    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
-    let out = slice
-        .command(&cuda13_python())
-        .arg(client_script(script))
-        .args(args)
-        .env("GPUSLICE_SIM_UNMODELLED_LOG", &log)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{args:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!(
-        "{name}: unmodelled driver calls {:?}",
-        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(&log).unwrap_or_default())
-    );
-    Facts::parse(&text)
+    client_facts(slice, &cuda13_python(), script, args, name)
 }
 
 /// The client saw the slice as its device's memory, filled what its context leaves of it in

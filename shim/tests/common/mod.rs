@@ -251,3 +251,48 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap()).join(".cache"))
         .join("gpuslice")
 }
+
+/// Runs `cmd` to its end, which must be a success, and returns what it printed.
+#[allow(dead_code)]
+pub fn script_output(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// Prints the unmodelled driver calls `name` made, from its log at `log`.
+#[allow(dead_code)]
+pub fn print_unmodelled(name: &str, log: &Path) {
+    println!(
+        "{name}: unmodelled driver calls {:?}",
+        gpuslice_simnode::unmodelled::summarise(&std::fs::read_to_string(log).unwrap_or_default())
+    );
+}
+
+/// Runs `tests/clients/<script>` with `args` in `slice` under `python` to its end, which must
+/// be a success; prints the unmodelled driver calls it made (as `name`'s) and returns what it
+/// printed.
+#[allow(dead_code)]
+pub fn client_facts(
+    slice: &Slice,
+    python: &Path,
+    script: &str,
+    args: &[&str],
+    name: &str,
+) -> Facts {
+    let log = slice.dir.path().join(format!("unmodelled-{name}.log"));
+    let text = script_output(
+        slice
+            .command(python)
+            .arg(client_script(script))
+            .args(args)
+            .env("GPUSLICE_SIM_UNMODELLED_LOG", &log),
+    );
+    print_unmodelled(name, &log);
+    Facts::parse(&text)
+}

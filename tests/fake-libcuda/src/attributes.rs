@@ -115,7 +115,7 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
     let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     let hopper = gpu.compute_capability.0 >= 9;
     let ampere_or_later = gpu.compute_capability.0 >= 8;
-    let pci_ids = gpuslice_simnode::node::pci_ids_of_product(&gpu.name);
+    let pci_ids = || gpuslice_simnode::node::pci_ids_of_product(&gpu.name);
     let bits = |v: u32| c_int::from_ne_bytes(v.to_ne_bytes());
     Some(match attribute {
         1 => 1024,                                                      // MAX_THREADS_PER_BLOCK
@@ -224,8 +224,8 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
         135 => 0,       // D3D12_CIG_SUPPORTED
         136 | 137 => 0, // MEM_DECOMPRESS_ALGORITHM_MASK, _MAXIMUM_LENGTH: no decompression engine
         138 => 0,       // VULKAN_CIG_SUPPORTED
-        139 => bits(pci_ids.0), // GPU_PCI_DEVICE_ID
-        140 => bits(pci_ids.1), // GPU_PCI_SUBSYSTEM_ID
+        139 => bits(pci_ids().0), // GPU_PCI_DEVICE_ID
+        140 => bits(pci_ids().1), // GPU_PCI_SUBSYSTEM_ID
         // HOST_NUMA_ and HOST_ locations for virtual memory and pools, multi-node IPC, dma_buf
         // of host allocations: not simulated, so not offered.
         141..=146 => 0,

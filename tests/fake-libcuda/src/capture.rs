@@ -411,6 +411,8 @@ fn ancestors(g: CUgraph, tails: &[usize]) -> Result<HashSet<usize>, CUresult> {
 }
 
 same_as! {
+    cuStreamUpdateCaptureDependencies_ptsz => cuStreamUpdateCaptureDependencies(s: CUstream, deps: *mut crate::graph::CUgraphNode, count: usize, flags: c_uint);
+    cuStreamUpdateCaptureDependencies_v2_ptsz => cuStreamUpdateCaptureDependencies_v2(s: CUstream, deps: *mut crate::graph::CUgraphNode, edge_data: *const c_void, count: usize, flags: c_uint);
     cuStreamBeginCapture_v2_ptsz => cuStreamBeginCapture_v2(s: CUstream, mode: c_int);
     cuStreamBeginCapture_ptsz => cuStreamBeginCapture(s: CUstream);
     cuStreamGetCaptureInfo_ptsz => cuStreamGetCaptureInfo(s: CUstream, status: *mut c_int, id: *mut u64);
@@ -455,17 +457,6 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_ptsz(
-    s: CUstream,
-    deps: *mut crate::graph::CUgraphNode,
-    count: usize,
-    flags: c_uint,
-) -> CUresult {
-    // SAFETY: the same contract.
-    unsafe { cuStreamUpdateCaptureDependencies(s, deps, count, flags) }
-}
-
 /// CUDA 12.3's form, with data on each dependency's edge (accepted; every edge is a plain
 /// one here).
 #[unsafe(no_mangle)]
@@ -478,16 +469,4 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
 ) -> CUresult {
     // SAFETY: the same contract, the edges' data apart.
     unsafe { cuStreamUpdateCaptureDependencies(s, deps, count, flags) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2_ptsz(
-    s: CUstream,
-    deps: *mut crate::graph::CUgraphNode,
-    edge_data: *const c_void,
-    count: usize,
-    flags: c_uint,
-) -> CUresult {
-    // SAFETY: the same contract.
-    unsafe { cuStreamUpdateCaptureDependencies_v2(s, deps, edge_data, count, flags) }
 }

@@ -15,14 +15,10 @@ use crate::codes::*;
 use crate::context::{self, cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
 use crate::paths::{CUstream, cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool};
 use crate::stream::{cuEventElapsedTime, cuStreamGetCtx};
-use crate::{CUcontext, CUdevice, CUresult, guard, out};
+use crate::{CUcontext, CUdevice, CUresult, guard, ok, out};
 
 type CUmemoryPool = *mut std::ffi::c_void;
 type CUgreenCtx = *mut std::ffi::c_void;
-
-fn result(r: CUresult) -> Result<(), CUresult> {
-    if r == CUDA_SUCCESS { Ok(()) } else { Err(r) }
-}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CUresult {
@@ -45,12 +41,12 @@ pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     }
     guard(|| {
         context::active(ctx)?;
-        result(cuCtxPushCurrent_v2(ctx))?;
+        ok(cuCtxPushCurrent_v2(ctx))?;
         let synchronized = context::cuCtxSynchronize();
         let mut popped = std::ptr::null_mut();
         // SAFETY: a local out-parameter; the context pushed above is popped.
-        result(unsafe { cuCtxPopCurrent_v2(&mut popped) })?;
-        result(synchronized)
+        ok(unsafe { cuCtxPopCurrent_v2(&mut popped) })?;
+        ok(synchronized)
     })
 }
 
@@ -66,7 +62,7 @@ pub unsafe extern "C" fn cuStreamGetCtx_v2(
         }
         let mut c = std::ptr::null_mut();
         // SAFETY: a local out-parameter.
-        result(unsafe { cuStreamGetCtx(s, &mut c) })?;
+        ok(unsafe { cuStreamGetCtx(s, &mut c) })?;
         // No stream here belongs to a green context (cuGreenCtxStreamCreate is not modelled).
         if !green.is_null() {
             out(green, std::ptr::null_mut())?;
@@ -83,7 +79,7 @@ pub unsafe extern "C" fn cuStreamGetDevice(s: CUstream, dev: *mut CUdevice) -> C
     guard(|| {
         let mut c = std::ptr::null_mut();
         // SAFETY: a local out-parameter.
-        result(unsafe { cuStreamGetCtx(s, &mut c) })?;
+        ok(unsafe { cuStreamGetCtx(s, &mut c) })?;
         out(
             dev,
             context::ordinal_of(c).ok_or(CUDA_ERROR_INVALID_CONTEXT)?,
@@ -125,7 +121,7 @@ fn pool_at(
     guard(|| {
         let dev = device_of(location, kind)?;
         // SAFETY: the caller's out-parameter, passed on.
-        result(unsafe { by_device(pool, dev) })
+        ok(unsafe { by_device(pool, dev) })
     })
 }
 
@@ -156,6 +152,6 @@ pub unsafe extern "C" fn cuMemSetMemPool(
     guard(|| {
         let dev = device_of(location, kind)?;
         // SAFETY: the caller's pool handle, passed on.
-        result(unsafe { cuDeviceSetMemPool(dev, pool) })
+        ok(unsafe { cuDeviceSetMemPool(dev, pool) })
     })
 }

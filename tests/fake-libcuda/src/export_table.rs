@@ -251,10 +251,7 @@ unsafe extern "C" fn module_from_fatbin_wrapper(
             return Err(CUDA_ERROR_INVALID_IMAGE);
         }
         // SAFETY: same contract as cuModuleLoadData with the wrapped image.
-        match unsafe { crate::module::cuModuleLoadData(module.cast(), w.data) } {
-            CUDA_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        crate::ok(unsafe { crate::module::cuModuleLoadData(module.cast(), w.data) })
     })
 }
 

@@ -42,10 +42,7 @@ pub(crate) fn memcpy_op(p: *const CUDA_MEMCPY3D) -> Result<Op, CUresult> {
 /// The copy a node runs, when a launch reaches it.
 pub(crate) fn run(p: &Copy3D) -> Result<(), CUresult> {
     // SAFETY: the program's own copy parameters, as it gave them for this node.
-    match unsafe { crate::copy::cuMemcpy3D_v2(&raw const p.0) } {
-        CUDA_SUCCESS => Ok(()),
-        e => Err(e),
-    }
+    crate::ok(unsafe { crate::copy::cuMemcpy3D_v2(&raw const p.0) })
 }
 
 /// A one-dimensional copy of `n` bytes, as a node's parameters.

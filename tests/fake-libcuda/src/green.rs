@@ -268,9 +268,6 @@ pub extern "C" fn cuGreenCtxDestroy(green: CUgreenCtx) -> CUresult {
         // SAFETY: it was in GREENS, so it is a Box from cuGreenCtxCreate, dropped only here.
         let g = unsafe { Box::from_raw(green.cast::<Green>()) };
         context::destroy_detached(d, g.ctx)?;
-        match cuDevicePrimaryCtxRelease_v2(g.dev) {
-            CUDA_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        crate::ok(cuDevicePrimaryCtxRelease_v2(g.dev))
     })
 }

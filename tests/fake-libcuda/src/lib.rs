@@ -89,6 +89,11 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     }
 }
 
+/// A driver call's result as the `Result` [`guard`] takes.
+pub(crate) fn ok(r: CUresult) -> Result<(), CUresult> {
+    if r == CUDA_SUCCESS { Ok(()) } else { Err(r) }
+}
+
 pub(crate) fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
     if p.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);

@@ -174,10 +174,7 @@ pub unsafe extern "C" fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevi
         match current {
             Some(p) => out(pool, p as CUmemoryPool),
             // SAFETY: the caller's out-parameter, passed on as it came.
-            None => match unsafe { cuDeviceGetDefaultMemPool(pool, dev) } {
-                0 => Ok(()),
-                e => Err(e),
-            },
+            None => crate::ok(unsafe { cuDeviceGetDefaultMemPool(pool, dev) }),
         }
     })
 }

@@ -221,10 +221,7 @@ pub extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
 pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
     guard(|| {
         stream(s)?;
-        match crate::context::cuCtxSynchronize() {
-            CUDA_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        crate::ok(crate::context::cuCtxSynchronize())
     })
 }
 
