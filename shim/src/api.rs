@@ -178,7 +178,7 @@ pub fn intercepted_by_real_address(p: *mut c_void) -> Option<Entry> {
 
 use crate::hooks::{
     alloc, capture, context, graph, graph_bodies, graph_edits, graph_exec_params, info, limits,
-    memset, module, proc_address, refused, vmm,
+    memset, module, pools, proc_address, refused, vmm,
 };
 
 table! {
@@ -196,10 +196,14 @@ table! {
         Cuda fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture;
         Cuda fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) -> CUresult = capture::stream_end_capture_ptsz;
         Cuda fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult = capture::device_set_mem_pool;
-        Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = alloc::mem_pool_create;
-        Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = alloc::mem_pool_destroy;
-        Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = alloc::default_mem_pool;
-        Cuda fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult = alloc::mem_pool_trim_to;
+        Cuda fn cuMemSetMemPool(location: *mut CUmemLocation, kind: c_int, pool: CUmemoryPool) -> CUresult = capture::mem_set_mem_pool;
+        Cuda fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult = pools::mem_pool_create;
+        Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult = pools::mem_pool_destroy;
+        Cuda fn cuDeviceGetDefaultMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = pools::default_mem_pool;
+        Cuda fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult = pools::device_mem_pool;
+        Cuda fn cuMemGetDefaultMemPool(pool: *mut CUmemoryPool, location: *mut CUmemLocation, kind: c_int) -> CUresult = pools::mem_get_default_mem_pool;
+        Cuda fn cuMemGetMemPool(pool: *mut CUmemoryPool, location: *mut CUmemLocation, kind: c_int) -> CUresult = pools::mem_get_mem_pool;
+        Cuda fn cuMemPoolTrimTo(pool: CUmemoryPool, min_bytes_to_keep: usize) -> CUresult = pools::mem_pool_trim_to;
         Cuda fn cuArrayCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult = alloc::array_create;
         Cuda fn cuArray3DCreate_v2(array: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult = alloc::array_3d_create;
         Cuda fn cuArrayDestroy(array: CUarray) -> CUresult = alloc::array_destroy;
@@ -343,7 +347,10 @@ table! {
         Cuda fn cuCtxSynchronize() -> CUresult;
         Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
         Cuda fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult;
-        Cuda fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult;
+        Cuda fn cuStreamGetCtx(stream: CUstream, ctx: *mut CUcontext) -> CUresult;
+        Cuda fn cuStreamGetCtx_ptsz(stream: CUstream, ctx: *mut CUcontext) -> CUresult;
+        Cuda fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult;
+        Cuda fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) -> CUresult;
         Cuda fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> CUresult;
         Cuda fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CUresult;
         Cuda fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) -> CUresult;
@@ -498,6 +505,28 @@ mod tests {
                 .any(|p| s.starts_with(p))
             },
             10,
+        );
+        assert!(missed.is_empty(), "not intercepted: {missed:?}");
+    }
+
+    #[test]
+    fn every_call_that_gives_out_a_memory_pool_or_makes_one_current_is_intercepted() {
+        // A stream-ordered allocation from a pool the library does not know is charged to the
+        // current context's device, whichever device the pool is on; making a pool current
+        // while another thread allocates from the device's current pool lets it take from a
+        // pool whose reservation was not read.
+        let missed = exports_not_intercepted(
+            |s| {
+                [
+                    "GetMemPool",
+                    "GetDefaultMemPool",
+                    "SetMemPool",
+                    "cuMemPoolCreate",
+                ]
+                .iter()
+                .any(|p| s.contains(p))
+            },
+            7,
         );
         assert!(missed.is_empty(), "not intercepted: {missed:?}");
     }

@@ -210,3 +210,58 @@ fn a_region_truncated_under_a_process_of_two_slices_closes_its_wall_and_kills_it
     let f = slices.fill("bindings", 64 * MIB, 0);
     assert_eq!(f.num("chunks"), 16, "GPU 0 after the truncation: {:?}", f.0);
 }
+
+/// The MiB the simulated driver's processes hold on each GPU (its `nvidia-smi`, without the
+/// library).
+fn held_per_gpu(slice: &Slice) -> Vec<u64> {
+    let smi = Command::new(slice.sim.root().join("usr/bin/nvidia-smi"))
+        .env("LD_LIBRARY_PATH", slice.sim.lib_dir())
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&smi.stdout)
+        .lines()
+        .map(|l| l.trim().parse().expect("nvidia-smi's memory.used"))
+        .collect()
+}
+
+#[test]
+fn stream_ordered_allocations_made_for_another_gpu_than_the_current_one_are_charged_to_it() {
+    // A slice of 256 MiB on each GPU. The tenant, GPU 0's context current, allocates on GPU 1
+    // by every stream-ordered way there is until refused, then fills GPU 1 plainly. Before
+    // the library charged these to the GPU they come from (the stream's, or the pool's) and
+    // knew the pools of every call that gives one out, they were charged to GPU 0 and GPU 1
+    // held 512 MiB.
+    let slice = Slice::new(256 * MIB, 0);
+    let limits = Limits {
+        container_id: "two-gpus".into(),
+        gpus: (0..2)
+            .map(|i| GpuLimit {
+                uuid: slice.sim.spec.gpus[i].uuid.clone(),
+                memory_bytes: 256 * MIB,
+                cores: 0,
+                context_bytes: 0,
+                window: None,
+            })
+            .collect(),
+    };
+    write_slice(slice.dir.path(), &limits);
+    let program = common::compile(&slice.sim, "pool_device");
+    for mode in ["stream", "pool", "pool13", "default13", "set13"] {
+        let mut cmd = slice.command(&program);
+        cmd.args([mode, &(8 * MIB).to_string()]);
+        let running = Running::start(cmd);
+        let facts = format!("{mode}: {:?}", running.facts.0);
+        let held = held_per_gpu(&slice);
+        assert_eq!(held.len(), 2, "{facts}");
+        assert!(held[1] <= 256, "GPU 1 holds {held:?} MiB ({facts})");
+        assert_eq!(held[0], 0, "GPU 0 holds {held:?} MiB ({facts})");
+        // The stream-ordered allocations themselves came to the slice's size (less the last
+        // step of their pool, 32 MiB): the wall is the slice's, not a refusal of the path.
+        assert!(
+            running.facts.num("async") * 8 >= 224,
+            "GPU 1 holds {held:?} MiB ({facts})"
+        );
+        running.finish();
+    }
+}

@@ -83,6 +83,7 @@ fn pointee_size(name: &str) -> Option<(usize, bool)> {
         | "CUlibrary" | "nvmlDevice_t" => (8, false),
         "CUdevResource" => (size_of::<CUdevResource>(), false),
         "CUuuid" => (size_of::<CUuuid>(), false),
+        "CUmemLocation" => (size_of::<CUmemLocation>(), false),
         "CUipcMemHandle" => (size_of::<CUipcMemHandle>(), false),
         "CUipcEventHandle" => (size_of::<CUipcEventHandle>(), false),
         "CUDA_ARRAY_DESCRIPTOR" => (size_of::<CUDA_ARRAY_DESCRIPTOR>(), false),
@@ -313,6 +314,20 @@ impl Comparison {
 /// not know is compared by pointer-ness only.
 pub fn compare(declared: &[Declaration], lenient: bool) -> Comparison {
     compare_in(declared, lenient, &header_dirs())
+}
+
+/// [`compare`], then what the CUDA 12.9 headers do not declare (entry points of CUDA 13
+/// drivers) against the CUDA 13.0 headers: both comparisons, the second's `undeclared` what
+/// neither declares.
+pub fn compare_with_13(declared: &[Declaration], lenient: bool) -> (Comparison, Comparison) {
+    let found = compare(declared, lenient);
+    let newer: Vec<Declaration> = declared
+        .iter()
+        .filter(|d| found.undeclared.contains(&d.name))
+        .cloned()
+        .collect();
+    let newer = compare_in(&newer, lenient, &header_dirs_13());
+    (found, newer)
 }
 
 /// [`compare`] with the headers in `dirs`.

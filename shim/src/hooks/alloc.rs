@@ -32,7 +32,7 @@ macro_rules! slice_or_pass {
 }
 
 /// Reads what the driver wrote through an out-pointer it was given.
-fn written<T: Copy>(p: *const T) -> Option<T> {
+pub(super) fn written<T: Copy>(p: *const T) -> Option<T> {
     // SAFETY: only called after the driver reported success, so a non-null out-pointer
     // points at the value it wrote.
     (!p.is_null()).then(|| unsafe { p.read() })
@@ -165,11 +165,11 @@ unsafe fn alloc_async(
     if capturing(stream, ptsz) {
         return call();
     }
-    let dev = match s.current_device() {
+    // The stream's device's current pool, which the allocation comes from.
+    let dev = match super::pools::stream_device(s, stream, ptsz) {
         Ok(d) => d,
         Err(e) => return e,
     };
-    // The device's current pool, which the allocation comes from.
     let mut pool: CUmemoryPool = std::ptr::null_mut();
     let found = real::cuDeviceGetMemPool()
         // SAFETY: one pool handle to write.
@@ -253,11 +253,7 @@ unsafe fn alloc_from_pool(
     if capturing(stream, ptsz) {
         return call();
     }
-    let known = s
-        .pools
-        .lock()
-        .ok()
-        .and_then(|p| p.get(&(pool as usize)).copied());
+    let known = super::pools::device_of(s, pool);
     let dev = match known.map_or_else(|| s.current_device(), Ok) {
         Ok(d) => d,
         Err(e) => return e,
@@ -321,74 +317,6 @@ pub unsafe fn mem_free_async(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
 
 pub unsafe fn mem_free_async_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     free_async(real_or_return!(cuMemFreeAsync_ptsz), true, dptr, stream)
-}
-
-fn remember_pool(pool: CUmemoryPool, dev: CUdevice) {
-    if let Some(s) = slice::get()
-        && let Ok(mut pools) = s.pools.lock()
-    {
-        pools.insert(pool as usize, dev);
-    }
-}
-
-pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult {
-    let f = real_or_return!(cuMemPoolCreate);
-    // The driver is given a copy of the caller's properties, the one read here (as for
-    // cuMemCreate).
-    // SAFETY: read only if non-null; the caller's CUmemPoolProps, whole.
-    let copy = unsafe { props.cast::<CUmemPoolProps>().as_ref() }.copied();
-    let given = copy.as_ref().map_or(std::ptr::null(), |c| {
-        std::ptr::from_ref(c).cast::<CUmemPropHead>()
-    });
-    // SAFETY: the caller's arguments, the properties as copied.
-    let r = unsafe { f(pool, given) };
-    if r != CUDA_SUCCESS {
-        return r;
-    }
-    let location = copy.map(|p| (p.head.location.typ, p.head.location.id));
-    if let (Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)), Some(p)) = (location, written(pool)) {
-        remember_pool(p, dev);
-    }
-    r
-}
-
-pub unsafe fn default_mem_pool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUresult {
-    let f = real_or_return!(cuDeviceGetDefaultMemPool);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { f(pool, dev) };
-    if r == CUDA_SUCCESS
-        && let Some(p) = written(pool)
-    {
-        remember_pool(p, dev);
-    }
-    r
-}
-
-pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> CUresult {
-    let f = real_or_return!(cuMemPoolTrimTo);
-    // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { f(pool, keep) };
-    if r == CUDA_SUCCESS
-        && let Some(s) = slice::get()
-    {
-        pool_reserve::trimmed(s, pool);
-    }
-    r
-}
-
-pub unsafe fn mem_pool_destroy(pool: CUmemoryPool) -> CUresult {
-    let f = real_or_return!(cuMemPoolDestroy);
-    // SAFETY: the caller's argument, passed on unchanged.
-    let r = unsafe { f(pool) };
-    if r == CUDA_SUCCESS
-        && let Some(s) = slice::get()
-    {
-        if let Ok(mut pools) = s.pools.lock() {
-            pools.remove(&(pool as usize));
-        }
-        pool_reserve::destroyed(s, pool);
-    }
-    r
 }
 
 /// Element bytes of an array of the given extents (0 where the format is unknown).

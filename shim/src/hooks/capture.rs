@@ -52,3 +52,27 @@ pub unsafe fn device_set_mem_pool(dev: CUdevice, pool: CUmemoryPool) -> CUresult
     // SAFETY: the caller's arguments, passed on unchanged.
     unsafe { f(dev, pool) }
 }
+
+/// CUDA 13's way to make a pool current for a location: for a device, the same as
+/// `cuDeviceSetMemPool`. The driver is given the library's copy of the location.
+pub unsafe fn mem_set_mem_pool(
+    location: *mut CUmemLocation,
+    kind: std::ffi::c_int,
+    pool: CUmemoryPool,
+) -> CUresult {
+    let f = real_or_return!(cuMemSetMemPool);
+    // SAFETY: read only if non-null; the caller's CUmemLocation.
+    let mut copy = unsafe { location.as_ref() }.copied();
+    let given = copy
+        .as_mut()
+        .map_or(std::ptr::null_mut(), std::ptr::from_mut);
+    let _alone = DECIDED.alone();
+    // SAFETY: the caller's arguments, the location as copied.
+    let r = unsafe { f(given, kind, pool) };
+    if r == CUDA_SUCCESS
+        && let Some(dev) = super::pools::located_device(given, kind)
+    {
+        super::pools::remember(pool, dev);
+    }
+    r
+}

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod memset;
 pub mod module;
 pub mod pool_reserve;
+pub mod pools;
 pub mod proc_address;
 pub mod refused;
 pub mod stack;

@@ -10,6 +10,7 @@
  * current pool, over and over, while this one allocates from the current pool: an
  * allocation the library took to come from one pool that came from another would leave
  * that pool's reservation (a step of its own) uncharged. "captures" then counts the swaps.
+ * "pools13" makes them current by CUDA 13's cuMemSetMemPool.
  *
  * With "limit", the other thread instead raises the context's stack to what the kernel
  * needs and lowers it again, over and over, while this one launches the kernel: a launch
@@ -23,7 +24,7 @@
  * keeping every module: a load whose image the library read with one size and the driver
  * with the other would take memory nothing charged.
  *
- *   capture_race BYTES MS [launch|pools|limit|module] */
+ *   capture_race BYTES MS [launch|pools|pools13|limit|module] */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ typedef struct {
 } CUmemPoolProps;
 int cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 int cuDeviceSetMemPool(int, CUmemoryPool);
+int cuMemSetMemPool(void *, int, CUmemoryPool);
 int cuCtxSetLimit(int, size_t);
 int cuCtxCreate_v2(CUcontext *, unsigned, int);
 int cuMemAlloc_v2(CUdeviceptr *, size_t);
@@ -73,11 +75,17 @@ static double now_ms(void) {
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
+/* CUDA 13's cuMemSetMemPool in place of cuDeviceSetMemPool ("pools13"). */
+static int by_location = 0;
+
 static void *pool_loop(void *arg) {
     (void)arg;
     cuCtxSetCurrent(ctx);
+    struct { int type, id; } device0 = {1, 0};
     for (long i = 0; !done; i++) {
-        if (cuDeviceSetMemPool(0, pools[i % POOLS]) == 0) captures++;
+        CUmemoryPool p = pools[i % POOLS];
+        if ((by_location ? cuMemSetMemPool(&device0, 1, p) : cuDeviceSetMemPool(0, p)) == 0)
+            captures++;
     }
     return 0;
 }
@@ -139,6 +147,7 @@ int main(int argc, char **argv) {
     }
     CUfunction deep = 0;
     int swap_pools = argc > 3 && argv[3][0] == 'p';
+    by_location = swap_pools && !strcmp(argv[3], "pools13");
     int toggle_limit = argc > 3 && argv[3][1] == 'i';
     int rewrite = argc > 3 && argv[3][0] == 'm';
     if (rewrite) {

@@ -280,9 +280,11 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 ) -> CUresult {
     guard(|| {
         // On a capturing stream the allocation becomes a memory node of the graph.
+        // From the pool current to the stream's device, as the driver documents it.
+        let ctx = crate::stream::ctx_of(stream)?;
         let mut held = crate::stream::hold(stream)?;
         if held.graph().is_some() {
-            let ptr = crate::graph_memory::reserve(current_ctx()?.ordinal, bytesize as u64)?;
+            let ptr = crate::graph_memory::reserve(ctx.ordinal, bytesize as u64)?;
             held.record(crate::graph::Op::MemAlloc { ptr })?;
             return out(dptr, ptr);
         }
@@ -290,11 +292,10 @@ pub unsafe extern "C" fn cuMemAllocAsync(
         if dptr.is_null() || bytesize == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let index = current_ctx()?.node_index;
-        let pool = current_pool(index)?;
+        let pool = current_pool(ctx.node_index)?;
         out(
             dptr,
-            crate::pool_books::allocate(pool, index, bytesize as u64)?,
+            crate::pool_books::allocate(pool, ctx.node_index, bytesize as u64)?,
         )
     })
 }

@@ -135,6 +135,15 @@ pub(crate) fn stream(s: CUstream) -> Result<Option<&'static Stream>, CUresult> {
     Ok(Some(unsafe { &*s.cast::<Stream>() }))
 }
 
+/// The context of stream `s`: its own, or the current one for the default streams (whose
+/// work goes to the current context).
+pub(crate) fn ctx_of(s: CUstream) -> Result<&'static crate::context::Ctx, CUresult> {
+    match stream(s)? {
+        Some(st) => crate::context::active(st.ctx as CUcontext),
+        None => current_ctx(),
+    }
+}
+
 /// Whether `s` names one of the default streams (NULL, legacy, per-thread).
 pub(crate) fn is_default(s: CUstream) -> bool {
     s.is_null() || s as usize == STREAM_LEGACY || s as usize == STREAM_PER_THREAD
