@@ -258,6 +258,10 @@ pub struct Attributed {
     pub sample: Sample,
     /// The process's start time (0 when it is gone).
     pub start_time: u64,
+    /// What the process's container may hold on the sample's GPU, where it was found by its
+    /// cgroups: the memory every claim of the container gives it there (two claims on one
+    /// card add up), 0 where none has a slice there.
+    pub wall: Option<u64>,
 }
 
 /// A file as `/proc/<pid>/maps` names it: device (major, minor) and inode.
@@ -322,23 +326,27 @@ pub fn attribute(
         .iter()
         .filter_map(|s| {
             let cg = procs.cgroups(s.pid)?;
-            let mut theirs = containers
+            let theirs: Vec<&Claim> = containers
                 .iter()
                 .filter(|(_, cgroups)| cgroups.iter().any(|c| cg.within(c)))
-                .map(|(claim, _)| *claim);
-            let on_gpu = |c: &&Claim| c.gpus.iter().any(|g| g.uuid == s.gpu_uuid);
+                .map(|(claim, _)| *claim)
+                .collect();
+            let on_gpu = |c: &&&Claim| c.gpus.iter().any(|g| g.uuid == s.gpu_uuid);
             // A container given several claims (ResourceClaims of slices on different GPUs):
-            // the one whose slice is on the sample's GPU.
+            // the one whose slice is on the sample's GPU, the first by name where several are
+            // (as the interception library charges it).
             let by_cgroup = theirs
-                .next()
-                .map(|first| {
-                    if on_gpu(&first) {
-                        first
-                    } else {
-                        theirs.find(on_gpu).unwrap_or(first)
-                    }
-                })
+                .first()
+                .map(|first| theirs.iter().find(on_gpu).unwrap_or(first))
                 .map(|claim| claim.container_id.clone());
+            // Its wall there: what all of them give it on that GPU.
+            let wall = by_cgroup.as_ref().map(|_| {
+                theirs
+                    .iter()
+                    .flat_map(|c| c.gpus.iter())
+                    .filter(|g| g.uuid == s.gpu_uuid)
+                    .fold(0u64, |sum, g| sum.saturating_add(g.memory_bytes))
+            });
             let id = by_cgroup.or_else(|| {
                 if regions.is_empty() {
                     return None;
@@ -353,6 +361,7 @@ pub fn attribute(
                 container_id: id,
                 sample: s.clone(),
                 start_time: procs.start_time(s.pid).unwrap_or(0),
+                wall,
             })
         })
         .collect()
@@ -382,6 +391,22 @@ pub fn sum_holdings(attributed: &[Attributed]) -> BTreeMap<(String, String), Hel
     held
 }
 
+/// The walls the attributed samples were found behind, by (container id, GPU uuid): of a
+/// container given several claims on one GPU, what they give it there together.
+#[must_use]
+pub fn walls(attributed: &[Attributed]) -> BTreeMap<(String, String), u64> {
+    let mut walls: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for a in attributed {
+        if let Some(w) = a.wall {
+            let e = walls
+                .entry((a.container_id.clone(), a.sample.gpu_uuid.clone()))
+                .or_default();
+            *e = (*e).max(w);
+        }
+    }
+    walls
+}
+
 /// The containers over their slice, from the driver's `samples`: a claim's samples on one GPU
 /// are summed against its wall there plus `tolerance`.
 #[must_use]
@@ -391,14 +416,21 @@ pub fn violations(
     procs: &Procs,
     tolerance: u64,
 ) -> Vec<Violation> {
-    over_slice(claims, &holdings(claims, samples, procs), tolerance)
+    let attributed = attribute(claims, samples, procs, &[]);
+    over_slice(
+        claims,
+        &sum_holdings(&attributed),
+        &walls(&attributed),
+        tolerance,
+    )
 }
 
-/// The holdings over their claim's wall plus `tolerance`.
+/// The holdings over their wall plus `tolerance`: the one in `walls`, else their claim's.
 #[must_use]
 pub fn over_slice(
     claims: &[Claim],
     held: &BTreeMap<(String, String), Held>,
+    walls: &BTreeMap<(String, String), u64>,
     tolerance: u64,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -407,11 +439,16 @@ pub fn over_slice(
             continue;
         };
         // A GPU outside the claim has no room at all.
-        let limit = claim
-            .gpus
-            .iter()
-            .find(|g| &g.uuid == uuid)
-            .map_or(0, |g| g.memory_bytes);
+        let limit = walls
+            .get(&(id.clone(), uuid.clone()))
+            .copied()
+            .unwrap_or_else(|| {
+                claim
+                    .gpus
+                    .iter()
+                    .find(|g| &g.uuid == uuid)
+                    .map_or(0, |g| g.memory_bytes)
+            });
         if *used > limit.saturating_add(tolerance) {
             let mut pids = pids.clone();
             pids.sort_unstable();
@@ -686,6 +723,98 @@ mod tests {
         assert_eq!(
             procs.container_cgroups(&shared),
             [parsed("4:memory:/c2\n"), parsed("4:memory:/c1\n")].concat()
+        );
+    }
+
+    /// A proc file system of processes `(pid, cgroup)`, each started at tick 5000.
+    fn fake_procs(processes: &[(u32, &str)]) -> (tempfile::TempDir, Procs) {
+        let root = tempfile::tempdir().unwrap();
+        for (pid, cgroup) in processes {
+            let dir = root.path().join(pid.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            let stat = format!("{pid} (p) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5000 0 0\n");
+            std::fs::write(dir.join("stat"), stat).unwrap();
+            std::fs::write(dir.join("cgroup"), cgroup).unwrap();
+        }
+        let procs = Procs {
+            root: root.path().to_path_buf(),
+        };
+        (root, procs)
+    }
+
+    /// A claim of `memory` bytes on GPU `uuid` for the container whose first process is `pid`
+    /// in `cgroup`.
+    fn claim_on(id: &str, uuid: &str, memory: u64, pid: u32, cgroup: &str) -> Claim {
+        Claim {
+            container_id: id.into(),
+            request: gpuslice_core::annotations::parse(
+                &[("gpuslice.io/memory".to_string(), memory.to_string())].into(),
+            )
+            .unwrap()
+            .unwrap(),
+            exclusive: false,
+            gpus: vec![gpuslice_core::claim::GpuGrant {
+                index: 0,
+                uuid: uuid.into(),
+                minor: 0,
+                memory_bytes: memory,
+                cores: 0,
+                window: None,
+            }],
+            state: ClaimState::Active {
+                pid,
+                start_time: 5000,
+                cgroups: Some(cgroup.into()),
+                earlier: vec![],
+            },
+            created_unix_ms: 0,
+            assigned_as: None,
+            owner: None,
+            pod: None,
+        }
+    }
+
+    #[test]
+    fn a_container_given_two_claims_on_one_gpu_is_held_to_what_they_give_it_together() {
+        const MIB: u64 = 1 << 20;
+        // Container c1 (first process 10, and 11 below it) has claims a (512 MiB) and b
+        // (256 MiB) on GPU-x; container c2 (12) has claim c (256 MiB) there.
+        let (_root, procs) =
+            fake_procs(&[(10, "0::/c1\n"), (11, "0::/c1/app\n"), (12, "0::/c2\n")]);
+        let claims = [
+            claim_on("a", "GPU-x", 512 * MIB, 10, "0::/c1\n"),
+            claim_on("b", "GPU-x", 256 * MIB, 10, "0::/c1\n"),
+            claim_on("c", "GPU-x", 256 * MIB, 12, "0::/c2\n"),
+        ];
+        let sample = |pid, used| Sample {
+            gpu_uuid: "GPU-x".into(),
+            pid,
+            used,
+            graphics_only: false,
+        };
+        // c1 holds 700 MiB there: within 768, charged to a (the first by name, where the
+        // interception library charges it). c2 holds 300 MiB: over its 256.
+        let samples = [
+            sample(10, 100 * MIB),
+            sample(11, 600 * MIB),
+            sample(12, 300 * MIB),
+        ];
+        let attributed = attribute(&claims, &samples, &procs, &[]);
+        let ids: Vec<&str> = attributed.iter().map(|a| a.container_id.as_str()).collect();
+        assert_eq!(ids, ["a", "a", "c"]);
+        let over = violations(&claims, &samples, &procs, 0);
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert_eq!(
+            (over[0].container_id.as_str(), over[0].limit),
+            ("c", 256 * MIB)
+        );
+        // Past the sum, c1 is over it.
+        let samples = [sample(10, 100 * MIB), sample(11, 700 * MIB)];
+        let over = violations(&claims, &samples, &procs, 0);
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert_eq!(
+            (over[0].container_id.as_str(), over[0].used, over[0].limit),
+            ("a", 800 * MIB, 768 * MIB)
         );
     }
 

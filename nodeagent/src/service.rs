@@ -508,7 +508,8 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             let checked: Vec<String> = claims.iter().map(|c| c.container_id.clone()).collect();
             s.note_understated(&checked, found);
             let mut acted_on = Vec::new();
-            for v in backstop::over_slice(&claims, &held, b.tolerance) {
+            let walls = backstop::walls(&attributed);
+            for v in backstop::over_slice(&claims, &held, &walls, b.tolerance) {
                 let mut acted = Action::Log;
                 match b.action {
                     Action::Kill => {

@@ -39,18 +39,17 @@ const RUN: [&str; 8] = rootfs::PODMAN_RUN;
 /// Claims a 2 GiB slice `name` with `gpuslice claim --cdi`; the spec file goes with the
 /// returned guard.
 fn claim_with_cdi(node: &Node, name: &str) -> CdiFile {
-    let out = gpuslice(
-        node,
-        &[
-            "claim",
-            name,
-            "-a",
-            "gpuslice.io/memory=2Gi",
-            "--cdi",
-            "--cdi-dir",
-            CDI_DIR,
-        ],
-    );
+    claim_with_cdi_as(node, name, &["gpuslice.io/memory=2Gi"])
+}
+
+/// As [`claim_with_cdi`], the slice as the `annotations` ask.
+fn claim_with_cdi_as(node: &Node, name: &str, annotations: &[&str]) -> CdiFile {
+    let mut args = vec!["claim", name];
+    for a in annotations {
+        args.extend(["-a", a]);
+    }
+    args.extend(["--cdi", "--cdi-dir", CDI_DIR]);
+    let out = gpuslice(node, &args);
     let file = CdiFile(Path::new(CDI_DIR).join(format!("gpuslice.io-slice-{name}.json")));
     assert!(out.status.success(), "{}", text(&out));
     file
@@ -100,6 +99,77 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
     );
     let out = podman(&node, &args);
     assert!(!out.status.success(), "a released slice's device still ran");
+}
+
+#[test]
+fn two_slice_devices_of_one_gpu_give_a_container_their_sum_which_the_agent_holds_it_to() {
+    // Slices of 2 GiB and 1 GiB of GPU 0, each admitted by the agent, given to one podman
+    // container; the agent kills a process over its wall, checking every 200 ms.
+    let node = Node::with_agent_args(&[
+        "--cdi-dir",
+        CDI_DIR,
+        "--enforce-interval",
+        "200ms",
+        "--over-limit-action",
+        "kill",
+        "--over-limit-tolerance",
+        "0",
+    ]);
+    let pid = std::process::id();
+    let (a, b) = (format!("cdi-sum-a-{pid}"), format!("cdi-sum-b-{pid}"));
+    let _a = claim_with_cdi_as(
+        &node,
+        &a,
+        &["gpuslice.io/memory=2Gi", "gpuslice.io/devices=0"],
+    );
+    let _b = claim_with_cdi_as(
+        &node,
+        &b,
+        &["gpuslice.io/memory=1Gi", "gpuslice.io/devices=0"],
+    );
+    let wall = node.wall_program();
+    let rootfs = rootfs::busybox(
+        &node.work.path().join("rootfs"),
+        &[&binary("nvidia-smi"), &wall],
+    );
+    std::fs::copy(&wall, rootfs.join("usr/bin/wall")).unwrap();
+    let r = rootfs.display().to_string();
+    // The container holds all of the 3 GiB (its context included) for a second, five of the
+    // agent's passes, then asks for one byte more.
+    let ctx = node.sim.spec.gpus[0].context_bytes;
+    let script = format!(
+        "/usr/bin/nvidia-smi --query-gpu=memory.total --format=csv,noheader | sed 's/^/slice memory /'\n\
+         sleep 1 | /usr/bin/wall procaddr hold {}; echo \"hold exit $?\"\n\
+         /usr/bin/wall procaddr alloc {}",
+        (3u64 << 30) - ctx,
+        (3u64 << 30) - ctx
+    );
+    let (da, db) = (
+        format!("gpuslice.io/slice={a}"),
+        format!("gpuslice.io/slice={b}"),
+    );
+    let mut args = RUN.to_vec();
+    args.extend([
+        "--device", &da, "--device", &db, "--rootfs", &r, "/bin/sh", "-c", &script,
+    ]);
+    let out = podman(&node, &args);
+    let t = text(&out);
+    assert!(out.status.success(), "podman run failed:\n{t}");
+    // Before, the container got the first slice alone (2048 MiB), and the agent held it to
+    // that.
+    for want in [
+        "slice memory 3072 MiB",
+        "hold exit 0",
+        "fit=CUDA_SUCCESS",
+        "over=CUDA_ERROR_OUT_OF_MEMORY",
+    ] {
+        assert!(t.contains(want), "{want:?} not in:\n{t}");
+    }
+    let log = node.agent.log();
+    assert!(
+        !log.contains("over its slice"),
+        "the agent found the container over its slice:\n{log}"
+    );
 }
 
 #[test]

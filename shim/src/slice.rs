@@ -191,6 +191,7 @@ fn load() -> Option<Slice> {
         );
         let locks = region.is_some().then(|| FileLocks::open(&region_path));
         parts.push(Part::new(gpus.len(), region, locks));
+        add_to_earlier_parts(&mut gpus, &limits.gpus);
         gpus.extend(limits.gpus);
     }
     // SAFETY: registering plain extern "C" functions without arguments.
@@ -199,6 +200,27 @@ fn load() -> Option<Slice> {
         libc::atexit(at_exit);
     }
     Some(Slice::new(gpus, parts))
+}
+
+/// A part naming a GPU an earlier part names too (two claims on one card given to one
+/// container, each admitted by the agent): its memory there is added to the earlier part's,
+/// which that GPU's charges go to (the first part naming a GPU is the one its device is
+/// found in), so the container gets the sum of both. The agent holds the container to the
+/// same sum. The SM share there stays the earlier part's.
+fn add_to_earlier_parts(earlier: &mut [GpuLimit], part: &[GpuLimit]) {
+    for g in part {
+        if let Some(e) = earlier
+            .iter_mut()
+            .find(|e| e.uuid.eq_ignore_ascii_case(&g.uuid))
+        {
+            e.memory_bytes = e.memory_bytes.saturating_add(g.memory_bytes);
+            log!(
+                "{} is in two slices: {} bytes there in all",
+                g.uuid,
+                e.memory_bytes
+            );
+        }
+    }
 }
 
 /// The limits files of the container directories under `dir`, as the mount table shows them:
@@ -827,6 +849,23 @@ mod tests {
 34 22 0:40 /gpuslice/x /run/gpuslice-other ro - tmpfs tmpfs rw
 35 22 0:40 /gpuslice/y /run/gpuslice/with\\040space ro - tmpfs tmpfs rw
 ";
+
+    #[test]
+    fn a_gpu_a_later_part_names_again_gets_its_memory_added_to_the_earlier_part() {
+        let limit = |uuid: &str, memory_bytes| GpuLimit {
+            uuid: uuid.into(),
+            memory_bytes,
+            cores: 30,
+            context_bytes: 0,
+            window: None,
+        };
+        let mut gpus = vec![limit("GPU-a", 100), limit("GPU-b", 10)];
+        let part = [limit("gpu-A", 50), limit("GPU-c", 7)];
+        add_to_earlier_parts(&mut gpus, &part);
+        let memory: Vec<u64> = gpus.iter().map(|g| g.memory_bytes).collect();
+        assert_eq!(memory, [150, 10]);
+        assert_eq!(gpus[0].cores, 30, "the SM share stays the earlier part's");
+    }
 
     #[test]
     fn every_directory_mounted_right_under_the_run_directory_is_a_part_in_name_order() {

@@ -24,12 +24,17 @@ struct TwoSlices {
 
 impl TwoSlices {
     fn new() -> Self {
+        Self::second_on(1)
+    }
+
+    /// As [`TwoSlices::new`], the second slice on GPU `gpu`.
+    fn second_on(gpu: usize) -> Self {
         let first = Slice::new(GIB, 0);
         let second = tempfile::tempdir().unwrap();
         let limits = Limits {
             container_id: "second-slice".into(),
             gpus: vec![GpuLimit {
-                uuid: first.sim.spec.gpus[1].uuid.clone(),
+                uuid: first.sim.spec.gpus[gpu].uuid.clone(),
                 memory_bytes: SECOND,
                 cores: 0,
                 context_bytes: 0,
@@ -165,6 +170,25 @@ fn pytorch_and_cupy_move_data_between_the_gpus_of_two_slices_each_copy_charged_w
         assert!((2 * n..=40 * MIB).contains(&f.num("used0")), "{what}");
         assert!((n..=32 * MIB).contains(&f.num("used1")), "{what}");
     }
+}
+
+#[test]
+fn two_slices_of_one_gpu_give_a_container_their_sum_there() {
+    // 1 GiB and 512 MiB of GPU 0 (two claims on one card, each admitted): real CUDA software
+    // sees 1.5 GiB and fills it. Before, the second slice was given nothing: 1 GiB.
+    let slices = TwoSlices::second_on(0);
+    let f = slices.fill("bindings", 64 * MIB, 0);
+    assert_eq!(f.num("total"), GIB + SECOND, "{:?}", f.0);
+    assert_eq!(f.num("chunks"), 24, "cuda-bindings on GPU 0: {:?}", f.0);
+    assert_eq!(f.get("error"), "CUDA_ERROR_OUT_OF_MEMORY", "{:?}", f.0);
+    let f = slices.fill("nvml", 0, 0);
+    // GPU 1 is in neither slice: no memory.
+    assert_eq!(f.get("totals"), format!("{},0", GIB + SECOND), "{:?}", f.0);
+    // What a process holds there is charged to the first slice by name, as the agent charges
+    // the driver's figure for it.
+    let holder = Running::start(slices.client("bindings", "hold", 1100 * MIB, 0));
+    assert_eq!(slices.first.usage().totals(), vec![1100 * MIB]);
+    holder.finish();
 }
 
 #[test]
