@@ -1,7 +1,7 @@
 //! Preparing a ResourceClaim: read it from the API server, claim the device results of each
-//! of its requests allocated to this node as one slice through the agent (claim
-//! `dra-<claim uid>-<n>`, `n` the request's first result, owned by the plugin), write each
-//! slice's CDI spec, and answer with the CDI device names. Unpreparing releases them. A
+//! of its requests allocated to this node through the agent, one slice for the GPUs the
+//! request consumes the same of (claim `dra-<claim uid>-<n>`, `n` the slice's first result,
+//! owned by the plugin), write each slice's CDI spec, and answer with the CDI device names. Unpreparing releases them. A
 //! request with `adminAccess` claims nothing: its GPUs are given as they are (a
 //! `gpuslice.io/admin` CDI device the plugin writes and removes), once the claim's namespace
 //! is seen still to allow it.
@@ -150,35 +150,24 @@ impl Plugin {
         {
             // Fail closed, as for any request that cannot be prepared: nothing of the claim is
             // held, and a spec an earlier prepare wrote gives no later container the GPUs.
-            for (_, of_request) in &requests {
-                let id = claim_id(uid, of_request[0].0);
-                let _ = self.agent.release_as(&owner(), &id).await;
-                self.remove_admin_spec(&id);
-            }
+            let _ = self.unprepare(uid).await;
             return Err(format!(
                 "ResourceClaim {namespace}/{name}: request {request:?}: {why}"
             ));
         }
         let mut prepared = Vec::new();
-        let mut claimed = Vec::new();
         for (request, of_request) in &requests {
-            let id = claim_id(uid, of_request[0].0);
             let result = if admin.contains(request) {
+                let id = claim_id(uid, of_request[0].0);
                 self.prepare_admin(&id, request, of_request).await
             } else {
-                self.prepare_request(&id, request, of_request).await
+                self.prepare_request(uid, request, of_request).await
             };
             match result {
-                Ok(p) => {
-                    claimed.push(id);
-                    prepared.extend(p);
-                }
+                Ok(p) => prepared.extend(p),
                 Err(e) => {
                     // Fail closed: nothing of a claim that cannot be prepared whole is held.
-                    for id in claimed.iter().chain([&id]) {
-                        let _ = self.agent.release_as(&owner(), id).await;
-                        self.remove_admin_spec(id);
-                    }
+                    let _ = self.unprepare(uid).await;
                     return Err(format!(
                         "ResourceClaim {namespace}/{name}: request {request:?}: {e}"
                     ));
@@ -188,16 +177,37 @@ impl Plugin {
         Ok(prepared)
     }
 
-    /// Claims the device results of one request as one slice through the agent and writes its
-    /// CDI spec. The first result names the CDI device, the others none: a container given
-    /// the request gets the slice once.
+    /// Claims the device results of one request of the claim `uid` through the agent, as a
+    /// slice for each set of GPUs it consumes the same of (one for a request for `count: 2`),
+    /// and writes their CDI specs. The first result of each slice names its CDI device, the
+    /// others none: a container given the request gets each slice once.
     async fn prepare_request(
         &self,
-        id: &str,
+        uid: &str,
         request: &str,
         results: &[(usize, &Value)],
     ) -> Result<Vec<Prepared>, String> {
-        let gpus = SliceOfRequest::of(results).map_err(|e| e.to_string())?;
+        let slices = SliceOfRequest::of(results).map_err(|e| e.to_string())?;
+        for slice in &slices {
+            self.prepare_slice(&claim_id(uid, slice.first), slice)
+                .await?;
+        }
+        Ok(prepared_results(
+            &self.node,
+            request,
+            results,
+            cdi::SLICE_KIND,
+            |n| {
+                slices
+                    .iter()
+                    .find(|s| s.first == n)
+                    .map(|s| claim_id(uid, s.first))
+            },
+        ))
+    }
+
+    /// Claims `gpus` as the slice `id` through the agent and writes its CDI spec.
+    async fn prepare_slice(&self, id: &str, gpus: &SliceOfRequest) -> Result<(), String> {
         let devices = gpus
             .indexes
             .iter()
@@ -227,14 +237,8 @@ impl Plugin {
         let mut spec = cdi::slice(id, &edits, &self.runtime.driver_root);
         cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::SLICE_KIND, id), &spec)
-            .map_err(|e| e.to_string())?;
-        Ok(prepared_results(
-            &self.node,
-            request,
-            results,
-            cdi::SLICE_KIND,
-            id,
-        ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// Whether `namespace` still allows administrative access: Kubernetes checks its label
@@ -289,12 +293,13 @@ impl Plugin {
         cdi::rebase(&mut spec, &self.host_root);
         cdi::write(&self.cdi_dir, &cdi::file_name(cdi::ADMIN_KIND, id), &spec)
             .map_err(|e| e.to_string())?;
+        let first = results.first().map(|(n, _)| *n);
         Ok(prepared_results(
             &self.node,
             request,
             results,
             cdi::ADMIN_KIND,
-            id,
+            |n| (Some(n) == first).then(|| id.to_string()),
         ))
     }
 
@@ -425,19 +430,19 @@ fn claim_uid(id: &str) -> Option<&str> {
         .map(|(uid, _)| uid)
 }
 
-/// What the kubelet is told of a request's `results`: the first names the CDI device `id`
-/// of `kind`, the others none, so a container given the request gets its device once.
+/// What the kubelet is told of a request's `results`: a result names the CDI device of
+/// `kind` that `device_of` gives for its position among the claim's results (the first result
+/// of each device), the others none, so a container given the request gets each device once.
 fn prepared_results(
     node: &str,
     request: &str,
     results: &[(usize, &Value)],
     kind: &str,
-    id: &str,
+    device_of: impl Fn(usize) -> Option<String>,
 ) -> Vec<Prepared> {
     results
         .iter()
-        .enumerate()
-        .map(|(i, (_, result))| Prepared {
+        .map(|(n, result)| Prepared {
             request_names: if request.is_empty() {
                 Vec::new()
             } else {
@@ -445,11 +450,9 @@ fn prepared_results(
             },
             pool_name: node.to_string(),
             device_name: result["device"].as_str().unwrap_or_default().to_string(),
-            cdi_device_ids: if i == 0 {
-                vec![format!("{kind}={id}")]
-            } else {
-                Vec::new()
-            },
+            cdi_device_ids: device_of(*n)
+                .map(|id| vec![format!("{kind}={id}")])
+                .unwrap_or_default(),
             share_id: result["shareID"].as_str().map(str::to_string),
         })
         .collect()

@@ -1,15 +1,16 @@
-//! The slice one request of a ResourceClaim asks for on this node: its device results, each
+//! The slices one request of a ResourceClaim asks for on this node: its device results, each
 //! `gpu-<index>` consuming `memory` and `cores` of it (consumable capacity, KEP-5075), or,
 //! without consumed capacity, the whole GPU. A slice gives each of its GPUs the same memory
-//! and share, so the results of one request must consume the same of each GPU (a request for
-//! `count: 2` does); a GPU given to the request more than once (a device that allows several
-//! allocations) gives the slice the sum of what they consume there.
+//! and share, so the GPUs the request consumes the same of (all of them, for a request for
+//! `count: 2`) are one slice, and GPUs it consumes other amounts of are a slice each; a GPU
+//! given to the request more than once (a device that allows several allocations) gives its
+//! slice the sum of what they consume there.
 
 use gpuslice_core::quantity::{self, MemoryQuantity};
 use serde_json::Value;
 
-/// Why a request's results cannot make one slice. Each names the result by its position in
-/// the claim's `status.allocation.devices.results`.
+/// Why a request's results cannot make slices. Each names the result by its position in the
+/// claim's `status.allocation.devices.results`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     #[error("result {n}: device {device:?} is not one this driver publishes (gpu-<index>)")]
@@ -25,10 +26,6 @@ pub enum RequestError {
         "result {n}: gpu-{index} is given to the request again, and one of the two has it whole"
     )]
     WholeTwice { n: usize, index: u32 },
-    #[error(
-        "its results consume different parts of their GPUs ({first}; {other}), and a slice gives each of its GPUs the same: ask for these GPUs in separate requests"
-    )]
-    Uneven { first: String, other: String },
 }
 
 /// What a request consumes of one GPU: `memory` None for the whole GPU.
@@ -38,23 +35,28 @@ pub struct Consumed {
     pub cores: Option<u32>,
 }
 
-/// The GPUs of one request, in the order of their first result, and what it consumes of each.
+/// GPUs of one request it consumes the same of: one slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SliceOfRequest {
+    /// In the order of their first result.
     pub indexes: Vec<u32>,
     pub consumed: Consumed,
+    /// The position of the slice's first result among the claim's results.
+    pub first: usize,
 }
 
 impl SliceOfRequest {
-    /// The slice of `results` (each with its position in the claim's results).
-    pub fn of(results: &[(usize, &Value)]) -> Result<Self, RequestError> {
-        let mut gpus: Vec<(u32, Consumed)> = Vec::new();
+    /// The slices of `results` (each with its position in the claim's results), in the order
+    /// of their first result.
+    pub fn of(results: &[(usize, &Value)]) -> Result<Vec<Self>, RequestError> {
+        // Each GPU, with what the request consumes of it and its first result.
+        let mut gpus: Vec<(u32, Consumed, usize)> = Vec::new();
         for &(n, result) in results {
             let index = device_index(n, result)?;
             let consumed = consumed(n, result)?;
-            match gpus.iter_mut().find(|(i, _)| *i == index) {
-                None => gpus.push((index, consumed)),
-                Some((_, had)) => {
+            match gpus.iter_mut().find(|(i, ..)| *i == index) {
+                None => gpus.push((index, consumed, n)),
+                Some((_, had, _)) => {
                     let (Some(a), Some(b)) = (had.memory, consumed.memory) else {
                         return Err(RequestError::WholeTwice { n, index });
                     };
@@ -71,22 +73,18 @@ impl SliceOfRequest {
                 }
             }
         }
-        let Some(&(first_index, first)) = gpus.first() else {
-            return Ok(Self {
-                indexes: Vec::new(),
-                consumed: Consumed::default(),
-            });
-        };
-        if let Some(&(index, other)) = gpus.iter().find(|(_, c)| *c != first) {
-            return Err(RequestError::Uneven {
-                first: describe(first_index, first),
-                other: describe(index, other),
-            });
+        let mut slices: Vec<Self> = Vec::new();
+        for (index, consumed, n) in gpus {
+            match slices.iter_mut().find(|s| s.consumed == consumed) {
+                Some(s) => s.indexes.push(index),
+                None => slices.push(Self {
+                    indexes: vec![index],
+                    consumed,
+                    first: n,
+                }),
+            }
         }
-        Ok(Self {
-            indexes: gpus.iter().map(|(i, _)| *i).collect(),
-            consumed: first,
-        })
+        Ok(slices)
     }
 }
 
@@ -138,25 +136,22 @@ fn consumed(n: usize, result: &Value) -> Result<Consumed, RequestError> {
     Ok(Consumed { memory, cores })
 }
 
-fn describe(index: u32, c: Consumed) -> String {
-    let memory = c
-        .memory
-        .map_or_else(|| "whole".to_string(), quantity::format_bytes);
-    match c.cores {
-        Some(cores) => format!("gpu-{index}: memory {memory}, cores {cores}"),
-        None => format!("gpu-{index}: memory {memory}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn slice(results: &[Value]) -> Result<SliceOfRequest, RequestError> {
+    fn slices(results: &[Value]) -> Result<Vec<SliceOfRequest>, RequestError> {
         let numbered: Vec<(usize, &Value)> = results.iter().enumerate().collect();
         SliceOfRequest::of(&numbered)
+    }
+
+    /// The one slice of `results`.
+    fn slice(results: &[Value]) -> Result<SliceOfRequest, RequestError> {
+        let mut s = slices(results)?;
+        assert_eq!(s.len(), 1, "{s:?}");
+        Ok(s.remove(0))
     }
 
     fn result(device: &str, memory: Option<&str>, cores: Option<&str>) -> Value {
@@ -216,22 +211,39 @@ mod tests {
     }
 
     #[test]
-    fn results_consuming_different_parts_of_their_gpus_are_refused_naming_both() {
-        let e = slice(&[
+    fn gpus_the_request_consumes_different_parts_of_are_a_slice_each() {
+        let memory = |m: u64| Consumed {
+            memory: Some(m << 30),
+            cores: None,
+        };
+        // count: 3 of 2Gi on a node of two GPUs, one of them given twice; and a whole GPU
+        // beside a part of another.
+        let s = slices(&[
             result("gpu-0", Some("2Gi"), None),
-            result("gpu-1", Some("4Gi"), None),
+            result("gpu-1", Some("2Gi"), None),
+            result("gpu-0", Some("2Gi"), None),
+            result("gpu-2", Some("4Gi"), None),
         ])
-        .unwrap_err();
+        .unwrap();
+        let found: Vec<(Vec<u32>, Consumed, usize)> = s
+            .into_iter()
+            .map(|s| (s.indexes, s.consumed, s.first))
+            .collect();
         assert_eq!(
-            e.to_string(),
-            "its results consume different parts of their GPUs (gpu-0: memory 2Gi; gpu-1: memory 4Gi), and a slice gives each of its GPUs the same: ask for these GPUs in separate requests"
+            found,
+            [(vec![0, 2], memory(4), 0), (vec![1], memory(2), 1)],
+            "gpu-0 twice is 4Gi there, as gpu-2 is"
         );
-        let e = slice(&[
+        let s = slices(&[
             result("gpu-0", Some("2Gi"), None),
             result("gpu-1", None, None),
         ])
-        .unwrap_err();
-        assert!(e.to_string().contains("gpu-1: memory whole"), "{e}");
+        .unwrap();
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(
+            (s[1].indexes.as_slice(), s[1].consumed, s[1].first),
+            (&[1][..], Consumed::default(), 1)
+        );
     }
 
     #[test]

@@ -458,6 +458,71 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
     drop(plugin);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_consuming_different_parts_of_its_gpus_is_a_slice_on_each() {
+    let node = Node::new(2);
+    let uid = format!(
+        "0b6e3c9a-{:04x}-4000-8000-000000000005",
+        std::process::id() & 0xffff
+    );
+    // One request given 2Gi and 30% of gpu-0, 2Gi and 20% of gpu-1: a slice gives each of
+    // its GPUs the same, so these are two slices. Before, the request was refused ("ask for
+    // these GPUs in separate requests"), which a pod cannot do once it is scheduled.
+    let mut pair = allocated_claim("uneven", &uid, 0, "2Gi");
+    pair["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] =
+        json!("30");
+    add_result_like_the_first(&mut pair, |second| {
+        second["device"] = json!("gpu-1");
+        second["consumedCapacity"]["cores"] = json!("20");
+    });
+    node.api.put_resource_claim(pair);
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
+    let answer = prepare_claims(&mut dra, &[claim(&uid, "uneven")]).await;
+    let prepared = &answer.claims[&uid];
+    assert_eq!(prepared.error, "");
+    let named: Vec<(&str, &[String])> = prepared
+        .devices
+        .iter()
+        .map(|d| (d.device_name.as_str(), d.cdi_device_ids.as_slice()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("gpu-0", &[format!("gpuslice.io/slice=dra-{uid}-0")][..]),
+            ("gpu-1", &[format!("gpuslice.io/slice=dra-{uid}-1")][..])
+        ]
+    );
+    let status = node.status();
+    let mut slices: Vec<(u64, u64, u64)> = status["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["gpus"].as_array().unwrap().clone())
+        .map(|g| {
+            (
+                g["index"].as_u64().unwrap(),
+                g["memory_bytes"].as_u64().unwrap(),
+                g["cores"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    slices.sort_unstable();
+    assert_eq!(slices, [(0, 2 * GIB, 30), (1, 2 * GIB, 20)], "{status}");
+    // A container given the request's devices has both slices, and fills each GPU to its
+    // wall.
+    let ids: Vec<String> = prepared
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    fills_each_gpu_to_its_wall(&node, &ids, "");
+    let answer = unprepare_claims(&mut dra, &[claim(&uid, "uneven")]).await;
+    assert_eq!(answer.claims[&uid].error, "");
+    assert_eq!(node.status()["slices"], json!([]));
+    drop(plugin);
+}
+
 /// A busybox root file system with `nvidia-smi` and the wall program, by its path.
 fn rootfs_with_wall(node: &Node) -> String {
     let rootfs = rootfs::busybox(&node.work.path().join("rootfs"), &[&binary("nvidia-smi")]);
