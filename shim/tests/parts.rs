@@ -249,20 +249,15 @@ fn held_per_gpu(slice: &Slice) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn stream_ordered_allocations_made_for_another_gpu_than_the_current_one_are_charged_to_it() {
-    // A slice of 256 MiB on each GPU. The tenant, GPU 0's context current, allocates on GPU 1
-    // by every stream-ordered way there is until refused, then fills GPU 1 plainly. Before
-    // the library charged these to the GPU they come from (the stream's, or the pool's) and
-    // knew the pools of every call that gives one out, they were charged to GPU 0 and GPU 1
-    // held 512 MiB.
-    let slice = Slice::new(256 * MIB, 0);
+/// A slice of `limit` bytes on each GPU of a two-GPU T4 node whose contexts take nothing.
+fn slice_of_two_gpus(limit: u64) -> Slice {
+    let slice = Slice::new(limit, 0);
     let limits = Limits {
         container_id: "two-gpus".into(),
         gpus: (0..2)
             .map(|i| GpuLimit {
                 uuid: slice.sim.spec.gpus[i].uuid.clone(),
-                memory_bytes: 256 * MIB,
+                memory_bytes: limit,
                 cores: 0,
                 context_bytes: 0,
                 window: None,
@@ -270,6 +265,41 @@ fn stream_ordered_allocations_made_for_another_gpu_than_the_current_one_are_char
             .collect(),
     };
     write_slice(slice.dir.path(), &limits);
+    slice
+}
+
+#[test]
+fn a_kernel_launched_on_another_gpus_stream_has_its_stack_charged_to_that_gpu() {
+    // 4 KiB of local memory a thread: 120 MiB of the simulated T4's stack. GPU 0's context
+    // grows its stack to it within its 512 MiB; the same kernel (a library's, which runs in
+    // its stream's context) launched on a stream of GPU 1 while GPU 0's context is current
+    // makes the driver grow GPU 1's stack too. Before the library charged that to GPU 1,
+    // GPU 1 then held 632 MiB of its 512.
+    let slice = slice_of_two_gpus(512 * MIB);
+    let program = common::compile(&slice.sim, "launch_device");
+    let mut cmd = slice.command(&program);
+    cmd.arg((4 << 10).to_string());
+    let running = Running::start(cmd);
+    let facts = format!("{:?}", running.facts.0);
+    assert_eq!(
+        (running.facts.get("on0"), running.facts.get("on1")),
+        ("0", "0"),
+        "{facts}"
+    );
+    let held = held_per_gpu(&slice);
+    assert!(held[0] >= 100, "GPU 0's stack: {held:?} MiB ({facts})");
+    assert_eq!(held[1], 512, "MiB held on each GPU: {held:?} ({facts})");
+    running.finish();
+}
+
+#[test]
+fn stream_ordered_allocations_made_for_another_gpu_than_the_current_one_are_charged_to_it() {
+    // A slice of 256 MiB on each GPU. The tenant, GPU 0's context current, allocates on GPU 1
+    // by every stream-ordered way there is until refused, then fills GPU 1 plainly. Before
+    // the library charged these to the GPU they come from (the stream's, or the pool's) and
+    // knew the pools of every call that gives one out, they were charged to GPU 0 and GPU 1
+    // held 512 MiB.
+    let slice = slice_of_two_gpus(256 * MIB);
     let program = common::compile(&slice.sim, "pool_device");
     for mode in ["stream", "pool", "pool13", "default13", "set13"] {
         let mut cmd = slice.command(&program);

@@ -166,7 +166,7 @@ unsafe fn alloc_async(
         return call();
     }
     // The stream's device's current pool, which the allocation comes from.
-    let dev = match super::pools::stream_device(s, stream, ptsz) {
+    let dev = match super::streams::stream_device(s, stream, ptsz) {
         Ok(d) => d,
         Err(e) => return e,
     };

@@ -20,6 +20,7 @@ pub mod pools;
 pub mod proc_address;
 pub mod refused;
 pub mod stack;
+pub(crate) mod streams;
 pub mod vmm;
 
 use crate::ffi::*;

@@ -7,10 +7,9 @@
 //! from every call that gives a pool out (`cuMemPoolCreate` with a device location,
 //! `cuDeviceGetDefaultMemPool`, `cuDeviceGetMemPool`, and CUDA 13's `cuMemGetDefaultMemPool`
 //! and `cuMemGetMemPool`) or makes one current (`cuMemSetMemPool`, in [`super::capture`]),
-//! and finds a stream's device from its context. A pool it does not know (one in host memory)
+//! and finds a stream's device from its context ([`super::streams`]). A pool it does not know (one in host memory)
 //! is charged to the current context's device: the wall errs on the side of holding.
 
-use crate::api::real;
 use crate::ffi::*;
 use crate::slice::{self, Slice};
 
@@ -45,50 +44,6 @@ pub(super) fn located_device(
     // SAFETY: read only if non-null; the caller's CUmemLocation.
     let l = unsafe { location.as_ref() }.copied()?;
     (l.typ == CU_MEM_LOCATION_TYPE_DEVICE && kind == PINNED).then_some(l.id)
-}
-
-/// Whether `stream` is one of the default streams (NULL, `CU_STREAM_LEGACY`,
-/// `CU_STREAM_PER_THREAD`), whose work goes to the current context.
-fn is_default(stream: CUstream) -> bool {
-    (stream as usize) <= 2
-}
-
-/// The device of `stream` (`ptsz`: the per-thread default stream variant of the call): its
-/// context's, the current context's for the default streams.
-pub(crate) fn stream_device(s: &Slice, stream: CUstream, ptsz: bool) -> Result<CUdevice, CUresult> {
-    if is_default(stream) {
-        return s.current_device();
-    }
-    let get = if ptsz {
-        real::cuStreamGetCtx_ptsz().or_else(real::cuStreamGetCtx)
-    } else {
-        real::cuStreamGetCtx()
-    }
-    .ok_or(CUDA_ERROR_NOT_FOUND)?;
-    let mut ctx: CUcontext = std::ptr::null_mut();
-    // SAFETY: cuStreamGetCtx writes one CUcontext.
-    match unsafe { get(stream, &raw mut ctx) } {
-        CUDA_SUCCESS => {}
-        e => return Err(e),
-    }
-    if super::limits::current_context() == Some(ctx) {
-        return s.current_device();
-    }
-    // Another context's stream: its device is asked with that context current, on this
-    // thread only, and the caller's current context put back.
-    let (Some(push), Some(pop)) = (real::cuCtxPushCurrent_v2(), real::cuCtxPopCurrent_v2()) else {
-        return Err(CUDA_ERROR_NOT_FOUND);
-    };
-    // SAFETY: a context the driver just named.
-    match unsafe { push(ctx) } {
-        CUDA_SUCCESS => {}
-        e => return Err(e),
-    }
-    let dev = s.current_device();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    // SAFETY: pops the context pushed above; one CUcontext written.
-    unsafe { pop(&raw mut popped) };
-    dev
 }
 
 pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult {

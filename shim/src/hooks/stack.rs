@@ -161,7 +161,14 @@ pub fn launching(
             asked(f)
         }
     };
-    with_stack_of(bound, exact, call)
+    // A library's kernel runs in its stream's context, which need not be the current one:
+    // the stack it grows is that context's, on that context's GPU, so it is read and charged
+    // with that context current (the launch made so too, as the driver would make it).
+    match super::streams::other_context(stream, ptsz) {
+        Ok(Some(ctx)) => super::streams::in_context(ctx, || with_stack_of(bound, exact, call))
+            .unwrap_or_else(|e| e),
+        _ => with_stack_of(bound, exact, call),
+    }
 }
 
 /// Makes `call`, which runs kernels whose threads need up to `bound` bytes of local memory

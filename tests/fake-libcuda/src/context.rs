@@ -648,18 +648,16 @@ fn set_limit(
     Ok(())
 }
 
-/// Before a kernel whose threads need `local` bytes of local memory runs in the current
-/// context: where that is more than the context's per-thread stack, the stack grows to it
-/// for every thread that can be resident, and stays grown, as the driver does at such a
+/// Before a kernel whose threads need `local` bytes of local memory runs in context `ctx`
+/// (its stream's): where that is more than the context's per-thread stack, the stack grows to
+/// it for every thread that can be resident, and stays grown, as the driver does at such a
 /// launch; where the card has no room, the launch fails with `CUDA_ERROR_OUT_OF_MEMORY`.
-pub(crate) fn grow_stack_for_launch(local: u64) -> Result<(), CUresult> {
+pub(crate) fn grow_stack_for_launch_in(ctx: &Ctx, local: u64) -> Result<(), CUresult> {
     if local == 0 {
         return Ok(());
     }
     let value = usize::try_from(local).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-    set_limit(current_ctx()?, CU_LIMIT_STACK_SIZE, value, |now| {
-        value > now
-    })
+    set_limit(ctx, CU_LIMIT_STACK_SIZE, value, |now| value > now)
 }
 
 #[unsafe(no_mangle)]

@@ -267,11 +267,20 @@ pub(crate) fn node_graph(node: CUgraphNode) -> Result<CUgraph, CUresult> {
 
 /// Runs one operation now, as a launch or host call on an idle stream would.
 pub(crate) fn run(op: Op) -> Result<(), CUresult> {
+    run_in(op, None)
+}
+
+/// As [`run`], a kernel in context `ctx` (a stream's), else in the current one.
+pub(crate) fn run_in(op: Op, ctx: Option<&crate::context::Ctx>) -> Result<(), CUresult> {
     match op {
         Op::Kernel { func, grid, .. } => {
-            crate::context::grow_stack_for_launch(crate::module::local_bytes(func))?;
+            let ctx = match ctx {
+                Some(c) => c,
+                None => current_ctx()?,
+            };
+            crate::context::grow_stack_for_launch_in(ctx, crate::module::local_bytes(func))?;
             let blocks = grid.iter().map(|&g| u64::from(g)).product();
-            let wait = state::get()?.launch(current_ctx()?.node_index, blocks);
+            let wait = state::get()?.launch(ctx.node_index, blocks);
             if !wait.is_zero() {
                 std::thread::sleep(wait);
             }

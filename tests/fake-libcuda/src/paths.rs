@@ -873,6 +873,9 @@ pub unsafe extern "C" fn cuLaunchKernel(
         )?;
         LAUNCHES.fetch_add(1, Ordering::Relaxed);
         current_ctx()?;
+        // In the stream's context, the current one for the default streams (as the driver
+        // launches a library's kernel).
+        let ctx = crate::stream::ctx_of(stream)?;
         // On a capturing stream the launch is recorded; otherwise it runs, waiting while the
         // queue is full, as a real launch does.
         let mut held = crate::stream::hold(stream)?;
@@ -880,7 +883,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return held.record(op).map(|_| ());
         }
         drop(held);
-        crate::graph::run(op)
+        crate::graph::run_in(op, Some(ctx))
     })
 }
 
