@@ -96,6 +96,12 @@ fn start_plugin(api: &ApiServer, env: &[(String, String)], extra: &[&str]) -> Pl
     plugin
 }
 
+/// Held by each test's node: one at a time. Every plugin removes, at its start and at each
+/// publication, the administrative-access specs in /var/run/cdi (the one directory podman
+/// reads) whose ResourceClaim its API server does not have, as a node's single plugin
+/// should; tests running at once, each with its own API server, removed each other's.
+static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A simulated node of `gpus` T4s (15 GiB) with its agent (CDI specs in /var/run/cdi, which
 /// podman reads) and a stand-in API server.
 struct Node {
@@ -104,10 +110,15 @@ struct Node {
     agent: Agent,
     work: tempfile::TempDir,
     api: ApiServer,
+    /// Last: released once the rest is gone.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Node {
     fn new(gpus: u32) -> Self {
+        let alone = ONE_NODE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let sim = SimNode::new(gpus, "T4", Some(15 * GIB));
         let bus = Bus::start();
         let agent = Agent::start(
@@ -122,6 +133,7 @@ impl Node {
             agent,
             work: tempfile::tempdir().unwrap(),
             api: ApiServer::start(),
+            _alone: alone,
         }
     }
 
@@ -202,6 +214,29 @@ fn add_result_like_the_first(
 }
 
 type Kubelet = v1::dra_plugin_client::DraPluginClient<Channel>;
+
+/// Prepares the ResourceClaim `name` (uid `uid`), put on the API server as `object`, through
+/// a plugin started on `node`, which must succeed: the plugin, the kubelet's channel to it,
+/// and each device result's name with its CDI devices.
+async fn prepare_one(
+    node: &Node,
+    uid: &str,
+    name: &str,
+    object: serde_json::Value,
+) -> (Plugin, Kubelet, Vec<(String, Vec<String>)>) {
+    node.api.put_resource_claim(object);
+    let plugin = node.plugin(&[]);
+    let mut dra = kubelet(&plugin).await;
+    let answer = prepare_claims(&mut dra, &[claim(uid, name)]).await;
+    let prepared = &answer.claims[uid];
+    assert_eq!(prepared.error, "");
+    let named = prepared
+        .devices
+        .iter()
+        .map(|d| (d.device_name.clone(), d.cdi_device_ids.clone()))
+        .collect();
+    (plugin, dra, named)
+}
 
 /// NodePrepareResources (v1) for `claims`, as the kubelet calls it.
 async fn prepare_claims(
@@ -411,23 +446,13 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
         second["device"] = json!("gpu-1");
         second["consumedCapacity"]["memory"] = json!("2048Mi");
     });
-    node.api.put_resource_claim(pair);
-    let plugin = node.plugin(&[]);
-    let mut dra = kubelet(&plugin).await;
-    let answer = prepare_claims(&mut dra, &[claim(&uid, "pair")]).await;
-    let prepared = &answer.claims[&uid];
-    assert_eq!(prepared.error, "");
-    let named: Vec<(&str, &[String])> = prepared
-        .devices
-        .iter()
-        .map(|d| (d.device_name.as_str(), d.cdi_device_ids.as_slice()))
-        .collect();
+    let (plugin, _dra, named) = prepare_one(&node, &uid, "pair", pair).await;
     let id = format!("dra-{uid}-0");
     assert_eq!(
         named,
         [
-            ("gpu-0", &[format!("gpuslice.io/slice={id}")][..]),
-            ("gpu-1", &[][..])
+            ("gpu-0".to_string(), vec![format!("gpuslice.io/slice={id}")]),
+            ("gpu-1".to_string(), vec![])
         ]
     );
     // One slice holds both GPUs.
@@ -449,11 +474,7 @@ async fn a_request_for_two_gpus_runs_in_one_container_behind_a_wall_on_each() {
 
     // The container is given every CDI device of the claim's devices, as the kubelet passes
     // them: it sees both GPUs, and fills each to its wall.
-    let ids: Vec<String> = prepared
-        .devices
-        .iter()
-        .flat_map(|d| d.cdi_device_ids.clone())
-        .collect();
+    let ids: Vec<String> = named.into_iter().flat_map(|(_, ids)| ids).collect();
     fills_each_gpu_to_its_wall(&node, &ids, "");
     drop(plugin);
 }
@@ -475,22 +496,18 @@ async fn a_request_consuming_different_parts_of_its_gpus_is_a_slice_on_each() {
         second["device"] = json!("gpu-1");
         second["consumedCapacity"]["cores"] = json!("20");
     });
-    node.api.put_resource_claim(pair);
-    let plugin = node.plugin(&[]);
-    let mut dra = kubelet(&plugin).await;
-    let answer = prepare_claims(&mut dra, &[claim(&uid, "uneven")]).await;
-    let prepared = &answer.claims[&uid];
-    assert_eq!(prepared.error, "");
-    let named: Vec<(&str, &[String])> = prepared
-        .devices
-        .iter()
-        .map(|d| (d.device_name.as_str(), d.cdi_device_ids.as_slice()))
-        .collect();
+    let (plugin, mut dra, named) = prepare_one(&node, &uid, "uneven", pair).await;
     assert_eq!(
         named,
         [
-            ("gpu-0", &[format!("gpuslice.io/slice=dra-{uid}-0")][..]),
-            ("gpu-1", &[format!("gpuslice.io/slice=dra-{uid}-1")][..])
+            (
+                "gpu-0".to_string(),
+                vec![format!("gpuslice.io/slice=dra-{uid}-0")]
+            ),
+            (
+                "gpu-1".to_string(),
+                vec![format!("gpuslice.io/slice=dra-{uid}-1")]
+            )
         ]
     );
     let status = node.status();
@@ -511,11 +528,7 @@ async fn a_request_consuming_different_parts_of_its_gpus_is_a_slice_on_each() {
     assert_eq!(slices, [(0, 2 * GIB, 30), (1, 2 * GIB, 20)], "{status}");
     // A container given the request's devices has both slices, and fills each GPU to its
     // wall.
-    let ids: Vec<String> = prepared
-        .devices
-        .iter()
-        .flat_map(|d| d.cdi_device_ids.clone())
-        .collect();
+    let ids: Vec<String> = named.into_iter().flat_map(|(_, ids)| ids).collect();
     fills_each_gpu_to_its_wall(&node, &ids, "");
     let answer = unprepare_claims(&mut dra, &[claim(&uid, "uneven")]).await;
     assert_eq!(answer.claims[&uid].error, "");

@@ -105,16 +105,7 @@ fn a_slice_claimed_with_cdi_runs_in_podman_with_the_wrappers_edits_until_release
 fn two_slice_devices_of_one_gpu_give_a_container_their_sum_which_the_agent_holds_it_to() {
     // Slices of 2 GiB and 1 GiB of GPU 0, each admitted by the agent, given to one podman
     // container; the agent kills a process over its wall, checking every 200 ms.
-    let node = Node::with_agent_args(&[
-        "--cdi-dir",
-        CDI_DIR,
-        "--enforce-interval",
-        "200ms",
-        "--over-limit-action",
-        "kill",
-        "--over-limit-tolerance",
-        "0",
-    ]);
+    let node = Node::killing_over_its_slice_and(&["--cdi-dir", CDI_DIR]);
     let pid = std::process::id();
     let (a, b) = (format!("cdi-sum-a-{pid}"), format!("cdi-sum-b-{pid}"));
     let _a = claim_with_cdi_as(

@@ -29,14 +29,21 @@ impl Node {
     /// A node whose agent's backstop kills a process over its slice, with no tolerance,
     /// checking every 200 ms.
     pub fn killing_over_its_slice() -> Self {
-        Self::with_agent_args(&[
+        Self::killing_over_its_slice_and(&[])
+    }
+
+    /// As [`Node::killing_over_its_slice`], the agent run with `args` too.
+    pub fn killing_over_its_slice_and(args: &[&str]) -> Self {
+        let mut all = vec![
             "--enforce-interval",
             "200ms",
             "--over-limit-action",
             "kill",
             "--over-limit-tolerance",
             "0",
-        ])
+        ];
+        all.extend(args);
+        Self::with_agent_args(&all)
     }
 
     /// A node of `gpus` T4s whose agent runs with `args` besides the test defaults.
