@@ -142,15 +142,16 @@ impl Paced {
     }
 }
 
-/// Waits, if the GPU of the calling thread's context is paced, until its container has few
-/// enough launches unfinished there ([`crate::queued`]) and `blocks` thread blocks may be
-/// launched, and counts them; then the launch is [`Paced::launched`].
-pub fn pace(slice: &'static Slice, blocks: u64) -> Option<Paced> {
+/// Waits, if the GPU the work on `stream` runs on is paced (the stream's context's, the
+/// calling thread's for the default streams; `ptsz`: the per-thread default stream's
+/// variant), until its container has few enough launches unfinished there
+/// ([`crate::queued`]) and `blocks` thread blocks may be launched, and counts them; then the
+/// launch is [`Paced::launched`].
+pub fn pace(slice: &'static Slice, blocks: u64, stream: CUstream, ptsz: bool) -> Option<Paced> {
     if !slice.paced || UNPACED.load(Relaxed) {
         return None;
     }
-    let gpu = slice
-        .current_device()
+    let gpu = crate::hooks::streams::stream_device(slice, stream, ptsz)
         .ok()
         .and_then(|d| slice.position(d))?;
     let gate = &gates(slice)[gpu];

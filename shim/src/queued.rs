@@ -273,18 +273,33 @@ impl Queue {
         let (Some(record), Some(current)) = (record, real::cuCtxGetCurrent()) else {
             return false;
         };
+        // The event is made in the context the launch went to: the stream's (a library's
+        // kernel on another context's stream runs there), else the current one.
+        let other = crate::hooks::streams::other_context(stream, ptsz)
+            .ok()
+            .flatten();
         let mut ctx: CUcontext = std::ptr::null_mut();
-        // SAFETY: cuCtxGetCurrent writes one context handle.
-        if unsafe { current(&raw mut ctx) } != CUDA_SUCCESS || ctx.is_null() {
+        match other {
+            Some(c) => ctx = c,
+            // SAFETY: cuCtxGetCurrent writes one context handle.
+            None if unsafe { current(&raw mut ctx) } != CUDA_SUCCESS => return false,
+            None => {}
+        }
+        if ctx.is_null() {
             return false;
         }
         let ctx = ctx as usize;
         let mut q = self.lock();
-        let Some(mut r) = take_free(&mut q.free, ctx).or_else(|| create(ctx)) else {
+        let made = || match other {
+            Some(c) => crate::hooks::streams::in_context(c, || create(ctx))
+                .ok()
+                .flatten(),
+            None => create(ctx),
+        };
+        let Some(mut r) = take_free(&mut q.free, ctx).or_else(made) else {
             return false;
         };
-        // SAFETY: an event of the calling thread's current context and the stream the launch
-        // just went to.
+        // SAFETY: an event of the context the launch went to and the stream it went to.
         if unsafe { record(r.event as CUevent, stream) } != CUDA_SUCCESS {
             if let Some(destroy) = real::cuEventDestroy_v2() {
                 // SAFETY: an event this library created in the current context.

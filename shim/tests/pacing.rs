@@ -551,6 +551,39 @@ fn a_thirty_percent_share_keeps_the_gpu_about_thirty_percent_busy() {
 }
 
 #[test]
+fn kernels_launched_on_another_gpus_stream_are_held_to_that_gpus_share() {
+    // A slice of two GPUs: no share of GPU 0, 30% of GPU 1. A library's kernels launched on a
+    // stream of GPU 1's context while GPU 0's is current run on GPU 1. Before the library
+    // paced them by the current context's GPU (no share there), GPU 1 was kept fully busy.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(2, "T4", None, NS_PER_BLOCK));
+    let s = setup_on(std::sync::Arc::clone(&sim), 30);
+    let limits = Limits {
+        container_id: "pacing-test".into(),
+        gpus: [0, 30]
+            .iter()
+            .enumerate()
+            .map(|(i, &cores)| GpuLimit {
+                uuid: sim.spec.gpus[i].uuid.clone(),
+                memory_bytes: 1 << 30,
+                cores,
+                context_bytes: 0,
+                window: None,
+            })
+            .collect(),
+    };
+    common::write_slice(s.dir.path(), &limits);
+    let on_gpu1 = |intercepted| {
+        let mut c = s.command(intercepted);
+        c.env("SPIN_OTHER_GPU", "1");
+        busy_percent(&c.output().unwrap())
+    };
+    let paced = on_gpu1(true);
+    let free = on_gpu1(false);
+    assert!((25.0..=35.0).contains(&paced), "paced: {paced:.1}% busy");
+    assert!(free > 90.0, "without the library: {free:.1}% busy");
+}
+
+#[test]
 fn two_processes_share_one_thirty_percent_share() {
     let s = setup(30);
     // Both launch over the same interval, however long each takes to start (otherwise each

@@ -396,7 +396,7 @@ fn launch(
         return call();
     }
     let paced = if e.blocks > 0 {
-        crate::pacing::pace(s, e.blocks)
+        crate::pacing::pace(s, e.blocks, stream, ptsz)
     } else {
         None
     };

@@ -31,7 +31,7 @@ pub(super) fn pace_blocks(blocks: u64, stream: CUstream, ptsz: bool) -> Option<P
         && s.paced
         && !super::alloc::capturing(stream, ptsz)
     {
-        return crate::pacing::pace(s, blocks);
+        return crate::pacing::pace(s, blocks, stream, ptsz);
     }
     None
 }

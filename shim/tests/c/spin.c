@@ -32,7 +32,9 @@
  * With SPIN_THREADS=N, N threads launch at once, each on a stream of its own (a tenant
  * trying to queue more than its share by launching from many threads). With SPIN_BATCH=N,
  * each thread waits for the context's work after every N launches, as a framework's loop
- * that synchronizes after each step does.
+ * that synchronizes after each step does. With SPIN_OTHER_GPU=1, the kernel is a library's
+ * (cuLibraryLoadData, context-less) launched on a stream of GPU 1's context while GPU 0's
+ * context is current: the driver runs it on GPU 1 (one thread, "kernel" launches only).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +62,21 @@ static int threads = 1;
 static unsigned long long batch;
 static long long ms, warmup_ms, start, warm, end;
 static pthread_barrier_t barrier;
+/* SPIN_OTHER_GPU: the work goes to GPU 1 through a stream of its context. */
+static int other;
+
+CUresult cuLibraryLoadData(void **, const void *, void *, void **, unsigned, void *, void **,
+                           unsigned);
+CUresult cuLibraryGetKernel(CUfunction *, void *, const char *);
+CUresult cuCtxPushCurrent_v2(CUcontext);
+CUresult cuCtxPopCurrent_v2(CUcontext *);
+CUresult cuStreamSynchronize(CUstream);
+
+/* Waits for the work queued: the context's, and, on GPU 1, the stream's. */
+static void wait_for_work(CUstream stream) {
+    cuCtxSynchronize();
+    if (other) cuStreamSynchronize(stream);
+}
 
 typedef struct {
     unsigned long long launched, warm_launched;
@@ -131,7 +148,7 @@ static CUresult launch_until(CUstream stream, const long long *until,
         CUresult r = launch(stream);
         if (r) return r;
         *count += blocks;
-        if (batch && ++n % batch == 0) cuCtxSynchronize();
+        if (batch && ++n % batch == 0) wait_for_work(stream);
     }
     return 0;
 }
@@ -145,7 +162,7 @@ static void *run(void *arg) {
     /* The end of the warm-up: what was queued runs, then the part measured starts and
      * keeps its length. */
     if (pthread_barrier_wait(&barrier) == PTHREAD_BARRIER_SERIAL_THREAD) {
-        cuCtxSynchronize();
+        wait_for_work(stream);
         warm = now_ns();
         end = warm + (ms - warmup_ms) * 1000000LL;
     }
@@ -185,6 +202,18 @@ int main(int argc, char **argv) {
         cuModuleGetFunction(&kernel, module, "spin")) {
         printf("error=setup\n");
         return 1;
+    }
+    other = getenv("SPIN_OTHER_GPU") != 0;
+    if (other) {
+        CUcontext gpu1, popped;
+        void *library;
+        if (threads != 1 || strcmp(how, "kernel") != 0 || cuDevicePrimaryCtxRetain(&gpu1, 1) ||
+            cuCtxPushCurrent_v2(gpu1) || cuStreamCreate(&capture_stream, 1) ||
+            cuCtxPopCurrent_v2(&popped) || cuLibraryLoadData(&library, image, 0, 0, 0, 0, 0, 0) ||
+            cuLibraryGetKernel(&kernel, library, "spin")) {
+            printf("error=other-gpu\n");
+            return 1;
+        }
     }
     if (strcmp(how, "grid") == 0 && cuFuncSetBlockShape(kernel, 128, 1, 1)) {
         printf("error=shape\n");
@@ -263,7 +292,7 @@ int main(int argc, char **argv) {
         launched += tallies[i].launched;
         warm_launched += tallies[i].warm_launched;
     }
-    cuCtxSynchronize();
+    wait_for_work(capture_stream);
     long long done = now_ns();
     printf("blocks=%llu elapsed_ns=%lld warm_blocks=%llu warm_elapsed_ns=%lld\n", launched,
            done - start, warm_launched, done - warm);

@@ -229,8 +229,11 @@ pub extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
     guard(|| {
-        stream(s)?;
-        crate::ok(crate::context::cuCtxSynchronize())
+        // The stream's device: every kernel of this process runs in order there.
+        let ctx = ctx_of(s)?;
+        crate::stream::refuse_during_global_capture()?;
+        std::thread::sleep(crate::state::get()?.until_idle(ctx.node_index));
+        Ok(())
     })
 }
 
@@ -376,8 +379,8 @@ pub extern "C" fn cuEventRecord(e: CUevent, s: CUstream) -> CUresult {
             }
         }
         drop(captured);
-        // The stream's work so far ends when its last kernel does.
-        let ctx = current_ctx()?;
+        // The stream's work so far ends when its last kernel does, on the stream's device.
+        let ctx = ctx_of(s)?;
         let wait = crate::state::get()?.until_idle(ctx.node_index);
         let at = gpuslice_simnode::procs::monotonic_ns()
             + u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
