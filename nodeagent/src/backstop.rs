@@ -248,8 +248,16 @@ pub fn sample(nvml: &nvml_wrapper::Nvml, uuids: &[String]) -> Vec<Sample> {
     samples
 }
 
-/// What one container holds on one GPU: bytes, and its processes there as (start time, pid).
-type Held = (u64, Vec<(u64, u32)>);
+/// What one container holds on one GPU, as the driver's samples say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    pub bytes: u64,
+    /// Its processes there, as (start time, pid).
+    pub pids: Vec<(u64, u32)>,
+    /// Its wall there, where its processes were found by their cgroups: what all its claims
+    /// give it on that GPU (two claims on one card add up). None: its claim's own.
+    pub wall: Option<u64>,
+}
 
 /// One sample given to the container whose processes it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -367,16 +375,6 @@ pub fn attribute(
         .collect()
 }
 
-/// What the driver says each active claim's container holds, by (container id, GPU uuid).
-#[must_use]
-pub fn holdings(
-    claims: &[Claim],
-    samples: &[Sample],
-    procs: &Procs,
-) -> BTreeMap<(String, String), Held> {
-    sum_holdings(&attribute(claims, samples, procs, &[]))
-}
-
 /// The attributed samples summed by (container id, GPU uuid).
 #[must_use]
 pub fn sum_holdings(attributed: &[Attributed]) -> BTreeMap<(String, String), Held> {
@@ -385,26 +383,11 @@ pub fn sum_holdings(attributed: &[Attributed]) -> BTreeMap<(String, String), Hel
         let e = held
             .entry((a.container_id.clone(), a.sample.gpu_uuid.clone()))
             .or_default();
-        e.0 = e.0.saturating_add(a.sample.used);
-        e.1.push((a.start_time, a.sample.pid));
+        e.bytes = e.bytes.saturating_add(a.sample.used);
+        e.pids.push((a.start_time, a.sample.pid));
+        e.wall = e.wall.max(a.wall);
     }
     held
-}
-
-/// The walls the attributed samples were found behind, by (container id, GPU uuid): of a
-/// container given several claims on one GPU, what they give it there together.
-#[must_use]
-pub fn walls(attributed: &[Attributed]) -> BTreeMap<(String, String), u64> {
-    let mut walls: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for a in attributed {
-        if let Some(w) = a.wall {
-            let e = walls
-                .entry((a.container_id.clone(), a.sample.gpu_uuid.clone()))
-                .or_default();
-            *e = (*e).max(w);
-        }
-    }
-    walls
 }
 
 /// The containers over their slice, from the driver's `samples`: a claim's samples on one GPU
@@ -416,46 +399,41 @@ pub fn violations(
     procs: &Procs,
     tolerance: u64,
 ) -> Vec<Violation> {
-    let attributed = attribute(claims, samples, procs, &[]);
     over_slice(
         claims,
-        &sum_holdings(&attributed),
-        &walls(&attributed),
+        &sum_holdings(&attribute(claims, samples, procs, &[])),
         tolerance,
     )
 }
 
-/// The holdings over their wall plus `tolerance`: the one in `walls`, else their claim's.
+/// The holdings over their wall plus `tolerance`: the one they were found behind, else their
+/// claim's.
 #[must_use]
 pub fn over_slice(
     claims: &[Claim],
     held: &BTreeMap<(String, String), Held>,
-    walls: &BTreeMap<(String, String), u64>,
     tolerance: u64,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
-    for ((id, uuid), (used, pids)) in held {
+    for ((id, uuid), h) in held {
         let Some(claim) = claims.iter().find(|c| &c.container_id == id) else {
             continue;
         };
         // A GPU outside the claim has no room at all.
-        let limit = walls
-            .get(&(id.clone(), uuid.clone()))
-            .copied()
-            .unwrap_or_else(|| {
-                claim
-                    .gpus
-                    .iter()
-                    .find(|g| &g.uuid == uuid)
-                    .map_or(0, |g| g.memory_bytes)
-            });
-        if *used > limit.saturating_add(tolerance) {
-            let mut pids = pids.clone();
+        let limit = h.wall.unwrap_or_else(|| {
+            claim
+                .gpus
+                .iter()
+                .find(|g| &g.uuid == uuid)
+                .map_or(0, |g| g.memory_bytes)
+        });
+        if h.bytes > limit.saturating_add(tolerance) {
+            let mut pids = h.pids.clone();
             pids.sort_unstable();
             out.push(Violation {
                 container_id: id.clone(),
                 gpu_uuid: uuid.clone(),
-                used: *used,
+                used: h.bytes,
                 limit,
                 pids: pids.into_iter().map(|(_, p)| p).collect(),
             });

@@ -489,8 +489,8 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
                         .map(|g| ((c.container_id.clone(), g.uuid.clone()), 0))
                 })
                 .collect();
-            for (k, (bytes, _)) in &held {
-                driver_held.insert(k.clone(), *bytes);
+            for (k, h) in &held {
+                driver_held.insert(k.clone(), h.bytes);
             }
             s.note_driver_held(driver_held);
             // Memory held by processes without a slot of their own is reported as tampering
@@ -508,8 +508,7 @@ async fn backstop(shared: Arc<Shared>, conn: zbus::Connection, library: PathBuf,
             let checked: Vec<String> = claims.iter().map(|c| c.container_id.clone()).collect();
             s.note_understated(&checked, found);
             let mut acted_on = Vec::new();
-            let walls = backstop::walls(&attributed);
-            for v in backstop::over_slice(&claims, &held, &walls, b.tolerance) {
+            for v in backstop::over_slice(&claims, &held, b.tolerance) {
                 let mut acted = Action::Log;
                 match b.action {
                     Action::Kill => {

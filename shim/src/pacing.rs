@@ -125,9 +125,10 @@ fn gates(slice: &'static Slice) -> &'static [Gate] {
     })
 }
 
-/// A launch let through on a paced GPU, holding its place in the process's queue there.
+/// A launch let through on a paced GPU, holding its place in the process's queue there, and
+/// the context of its stream where that is not the current one.
 #[must_use]
-pub struct Paced(Option<crate::queued::Place>);
+pub struct Paced(Option<crate::queued::Place>, Option<CUcontext>);
 
 impl Paced {
     /// The driver answered `r` to the launch on `stream` (`ptsz`: the per-thread default
@@ -137,7 +138,7 @@ impl Paced {
         if let Some(place) = self.0
             && r == CUDA_SUCCESS
         {
-            place.record(stream, ptsz);
+            place.record(stream, ptsz, self.1);
         }
     }
 }
@@ -151,9 +152,8 @@ pub fn pace(slice: &'static Slice, blocks: u64, stream: CUstream, ptsz: bool) ->
     if !slice.paced || UNPACED.load(Relaxed) {
         return None;
     }
-    let gpu = crate::hooks::streams::stream_device(slice, stream, ptsz)
-        .ok()
-        .and_then(|d| slice.position(d))?;
+    let (other, dev) = crate::hooks::streams::stream_place(slice, stream, ptsz).ok()?;
+    let gpu = slice.position(dev)?;
     let gate = &gates(slice)[gpu];
     if !gate.paced() {
         return None;
@@ -165,7 +165,7 @@ pub fn pace(slice: &'static Slice, blocks: u64, stream: CUstream, ptsz: bool) ->
             slot.wait(&gate.queue);
             let place = gate.queue.take_place(slot.depth());
             if slot.launching(&gate.queue) {
-                return Some(Paced(place));
+                return Some(Paced(place, other));
             }
         }
     }
@@ -177,7 +177,7 @@ pub fn pace(slice: &'static Slice, blocks: u64, stream: CUstream, ptsz: bool) ->
     }
     gate.tokens
         .fetch_sub(i64::try_from(blocks).unwrap_or(i64::MAX), Relaxed);
-    Some(Paced(place))
+    Some(Paced(place, other))
 }
 
 /// `ctx` is about to go: the events recorded in it go with it.

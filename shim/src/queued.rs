@@ -112,9 +112,10 @@ pub struct Place {
 
 impl Place {
     /// After the launch went to the driver on `stream` (`ptsz`: the per-thread default
-    /// stream's variant): records an event behind it, which holds the place until it finishes.
-    pub fn record(mut self, stream: CUstream, ptsz: bool) {
-        self.recorded = self.queue.record(stream, ptsz);
+    /// stream's variant; `other`: the stream's context, where it is not the current one):
+    /// records an event behind it, which holds the place until it finishes.
+    pub fn record(mut self, stream: CUstream, ptsz: bool, other: Option<CUcontext>) {
+        self.recorded = self.queue.record(stream, ptsz, other);
     }
 }
 
@@ -264,7 +265,7 @@ impl Queue {
 
     /// Records an event behind the launch that went to the driver on `stream`; whether it
     /// did (the place is then the event's until it finishes).
-    fn record(&'static self, stream: CUstream, ptsz: bool) -> bool {
+    fn record(&'static self, stream: CUstream, ptsz: bool, other: Option<CUcontext>) -> bool {
         let record = if ptsz {
             real::cuEventRecord_ptsz().or_else(real::cuEventRecord)
         } else {
@@ -273,11 +274,8 @@ impl Queue {
         let (Some(record), Some(current)) = (record, real::cuCtxGetCurrent()) else {
             return false;
         };
-        // The event is made in the context the launch went to: the stream's (a library's
-        // kernel on another context's stream runs there), else the current one.
-        let other = crate::hooks::streams::other_context(stream, ptsz)
-            .ok()
-            .flatten();
+        // The event is made in the context the launch went to: the stream's (`other`: a
+        // library's kernel on another context's stream runs there), else the current one.
         let mut ctx: CUcontext = std::ptr::null_mut();
         match other {
             Some(c) => ctx = c,

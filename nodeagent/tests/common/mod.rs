@@ -130,18 +130,12 @@ pub fn script_output(
     limits: &std::path::Path,
     env: &[(&str, &str)],
 ) -> String {
-    let out = Command::new("/bin/sh")
-        .args(["-c", script])
-        .env("LD_LIBRARY_PATH", libs)
-        .env("GPUSLICE_LIMITS", limits)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = gpuslice_testsupport::run_ok(
+        Command::new("/bin/sh")
+            .args(["-c", script])
+            .env("LD_LIBRARY_PATH", libs)
+            .env("GPUSLICE_LIMITS", limits)
+            .envs(env.iter().copied()),
     );
-    text
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

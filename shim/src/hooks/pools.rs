@@ -7,8 +7,9 @@
 //! from every call that gives a pool out (`cuMemPoolCreate` with a device location,
 //! `cuDeviceGetDefaultMemPool`, `cuDeviceGetMemPool`, and CUDA 13's `cuMemGetDefaultMemPool`
 //! and `cuMemGetMemPool`) or makes one current (`cuMemSetMemPool`, in [`super::capture`]),
-//! and finds a stream's device from its context ([`super::streams`]). A pool it does not know (one in host memory)
-//! is charged to the current context's device: the wall errs on the side of holding.
+//! and finds a stream's device from its context ([`super::streams`]). A pool it does not know
+//! (one in host memory) is charged to the current context's device: the wall errs on the side
+//! of holding.
 
 use crate::ffi::*;
 use crate::slice::{self, Slice};

@@ -53,8 +53,20 @@ pub(crate) fn in_context<T>(ctx: CUcontext, f: impl FnOnce() -> T) -> Result<T, 
 
 /// The device of `stream`: its context's, the current context's for the default streams.
 pub(crate) fn stream_device(s: &Slice, stream: CUstream, ptsz: bool) -> Result<CUdevice, CUresult> {
-    match other_context(stream, ptsz)? {
-        None => s.current_device(),
-        Some(ctx) => in_context(ctx, || s.current_device())?,
-    }
+    Ok(stream_place(s, stream, ptsz)?.1)
+}
+
+/// The context of `stream` where it is not the current one ([`other_context`]), and its
+/// device.
+pub(crate) fn stream_place(
+    s: &Slice,
+    stream: CUstream,
+    ptsz: bool,
+) -> Result<(Option<CUcontext>, CUdevice), CUresult> {
+    let other = other_context(stream, ptsz)?;
+    let dev = match other {
+        None => s.current_device()?,
+        Some(ctx) => in_context(ctx, || s.current_device())??,
+    };
+    Ok((other, dev))
 }

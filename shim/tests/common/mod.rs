@@ -255,14 +255,7 @@ pub fn cache_dir() -> PathBuf {
 /// Runs `cmd` to its end, which must be a success, and returns what it printed.
 #[allow(dead_code)]
 pub fn script_output(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    String::from_utf8_lossy(&gpuslice_testsupport::run_ok(cmd).stdout).into_owned()
 }
 
 /// Prints the unmodelled driver calls `name` made, from its log at `log`.

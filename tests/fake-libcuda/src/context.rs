@@ -547,13 +547,16 @@ pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut CUdevice) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    guard(|| {
-        let ctx = current_ctx()?;
-        crate::stream::refuse_during_global_capture()?;
-        // Every kernel of this process runs in order on the device: wait for the last.
-        std::thread::sleep(state::get()?.until_idle(ctx.node_index));
-        Ok(())
-    })
+    guard(|| synchronize(current_ctx()?))
+}
+
+/// Waits for the work queued on `ctx`'s device (refused during a global-mode capture, which
+/// it would invalidate).
+pub(crate) fn synchronize(ctx: &Ctx) -> Result<(), CUresult> {
+    crate::stream::refuse_during_global_capture()?;
+    // Every kernel of this process runs in order on the device: wait for the last.
+    std::thread::sleep(state::get()?.until_idle(ctx.node_index));
+    Ok(())
 }
 
 /// Profiling the current context (`cudaProfilerStart`, `torch.cuda.profiler.start`, numba's

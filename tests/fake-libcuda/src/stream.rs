@@ -228,13 +228,8 @@ pub extern "C" fn cuStreamDestroy(s: CUstream) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(s: CUstream) -> CUresult {
-    guard(|| {
-        // The stream's device: every kernel of this process runs in order there.
-        let ctx = ctx_of(s)?;
-        crate::stream::refuse_during_global_capture()?;
-        std::thread::sleep(crate::state::get()?.until_idle(ctx.node_index));
-        Ok(())
-    })
+    // The stream's device: every kernel of this process runs in order there.
+    guard(|| crate::context::synchronize(ctx_of(s)?))
 }
 
 #[unsafe(no_mangle)]
