@@ -5,7 +5,8 @@
 //! out-of-memory error at the limit; two processes of one slice share it; cuda-bindings'
 //! conditional graphs meet the wall and the share's refusals; PyTorch, CuPy and numba-cuda copy
 //! through page-locked host memory, which the slice does not count; CuPy and PyTorch share
-//! device memory between processes of a slice. Each run's
+//! device memory between processes of a slice; RAPIDS' memory manager meets the wall through
+//! each of its memory resources. Each run's
 //! unmodelled driver calls are listed in the test output.
 
 mod common;
@@ -364,6 +365,20 @@ fn cupy_with_its_stream_ordered_pool_stops_at_the_limit() {
     assert_eq!(f.num("total"), GIB, "{:?}", f.0);
     assert_eq!(f.num("chunks"), 16, "{:?}", f.0);
     assert_eq!(f.get("error"), "OutOfMemoryError", "{:?}", f.0);
+}
+
+#[test]
+fn rapids_memory_manager_sees_its_slice_and_each_of_its_memory_resources_stops_at_the_limit() {
+    // librmm links the CUDA runtime in statically: it finds the driver by itself. Its async
+    // resource makes a pool of its own (cudaMemPoolCreate) and allocates from it.
+    let slice = Slice::new(GIB, 0);
+    for resource in ["cuda", "pool", "async", "managed"] {
+        let f = fill_with(&slice, "rmm", 64 * MIB, resource);
+        assert_eq!(f.num("total"), GIB, "{resource}: {:?}", f.0);
+        assert_eq!(f.num("free"), GIB, "{resource}: {:?}", f.0);
+        assert_eq!(f.num("chunks"), 16, "{resource}: {:?}", f.0);
+        assert_eq!(f.get("error"), "MemoryError", "{resource}: {:?}", f.0);
+    }
 }
 
 /// `tests/clients/kernels.cu` compiled by nvcc 11.8 to an object in `dir`, with `defines`

@@ -7,7 +7,8 @@ Usage: wall.py CLIENT MODE BYTES [API]
           torch (PyTorch and its caching allocator, after launching kernels and replaying a
           captured CUDA graph; PYTORCH_CUDA_ALLOC_CONF chooses the allocator as usual),
           cupy-async (CuPy with its stream-ordered pool, cudaMallocAsync), jax (JAX arrays;
-          XLA_PYTHON_CLIENT_* choose the allocator as usual)
+          XLA_PYTHON_CLIENT_* choose the allocator as usual), rmm (RAPIDS' memory manager;
+          API names its memory resource: cuda, pool, async or managed)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; peak: the same, waiting for stdin to close
           before freeing; hold: allocate BYTES once, print, and wait for stdin to close
@@ -432,6 +433,33 @@ def jax_client(mode, size):
     return total, 0, held, error, held.clear
 
 
+def rmm_client(mode, size, resource):
+    import rmm
+
+    # RAPIDS' memory manager (librmm, with the CUDA runtime linked in statically), each
+    # memory resource as its users set it: cudaMalloc, a pool growing from cudaMalloc, a pool
+    # of the driver's own (cudaMemPoolCreate, then cudaMallocFromPoolAsync), managed memory.
+    resources = {
+        "cuda": rmm.mr.CudaMemoryResource,
+        "pool": lambda: rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), size),
+        "async": rmm.mr.CudaAsyncMemoryResource,
+        "managed": rmm.mr.ManagedMemoryResource,
+    }
+    free, total = rmm.mr.available_device_memory()
+    rmm.mr.set_current_device_resource(resources[resource]())
+    settle()
+    held, error = [], ""
+    while True:
+        try:
+            held.append(rmm.DeviceBuffer(size=size))
+        except MemoryError:
+            error = "MemoryError"
+            break
+        if mode == "hold":
+            break
+    return total, free, held, error, held.clear
+
+
 def nvml(_mode, _size):
     import pynvml
 
@@ -444,9 +472,11 @@ def nvml(_mode, _size):
 
 def main():
     client, mode, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    api = sys.argv[4] if len(sys.argv) > 4 else "malloc"
     if client.startswith("runtime:"):
-        api = sys.argv[4] if len(sys.argv) > 4 else "malloc"
         total, free, held, error, release = runtime(client[len("runtime:"):], api, mode, size)
+    elif client == "rmm":
+        total, free, held, error, release = rmm_client(mode, size, api)
     else:
         clients = {
             "bindings": bindings,
