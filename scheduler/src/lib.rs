@@ -2,6 +2,7 @@
 //! trace-replay simulator, over the cluster placement code of [`cluster`], which decides fit with the
 //! node agents' own fit model (`gpuslice_core::fit`).
 
+pub mod certs;
 pub mod cluster;
 pub mod extender;
 pub mod plot;

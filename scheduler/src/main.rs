@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gpuslice_core::topology::Layout;
 use gpuslice_scheduler::cluster::{self, ClusterPolicy, TaskMix};
+use gpuslice_scheduler::extender::tls;
 use gpuslice_scheduler::simulate::{self, Run};
 use gpuslice_scheduler::{plot, published, report, trace};
 
@@ -31,6 +32,28 @@ enum Command {
     /// already placed are counted into the learned workload at start, and bind creates the
     /// Binding with a signed assignment (`--assignment-key`).
     Serve(ServeArgs),
+    /// Make the certificates of the extender's mutual TLS into a directory: a CA (ca.crt,
+    /// ca.key), the extender's server certificate (tls.crt, tls.key) and kube-scheduler's
+    /// client certificate (client.crt, client.key), each signed by the CA. Serve with
+    /// --tls-cert-file tls.crt --tls-private-key-file tls.key --client-ca-file ca.crt; give
+    /// kube-scheduler client.crt, client.key and ca.crt in the extender's tlsConfig.
+    TlsCerts(TlsCertsArgs),
+}
+
+#[derive(Parser)]
+struct TlsCertsArgs {
+    /// Directory to write into (made if missing; files already there are not replaced)
+    #[arg(long)]
+    out: PathBuf,
+    /// DNS name (or IP address) kube-scheduler dials the extender by; repeat for several
+    #[arg(long = "server-name", default_values_t = ["gpuslice-scheduler.kube-system.svc".to_string(), "localhost".to_string(), "127.0.0.1".to_string()])]
+    server_names: Vec<String>,
+    /// Common name of kube-scheduler's client certificate
+    #[arg(long, default_value = "kube-scheduler")]
+    client_name: String,
+    /// Days the certificates are valid
+    #[arg(long, default_value_t = 365)]
+    days: u32,
 }
 
 #[derive(Parser)]
@@ -50,6 +73,17 @@ struct ServeArgs {
     /// API server URL; default: in-cluster configuration or $KUBECONFIG
     #[arg(long)]
     api_server: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM; with --tls-private-key-file)
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM)
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA (PEM) whose client certificates may call bind: kube-scheduler's, from its extender
+    /// tlsConfig. Other callers still reach filter, prioritize, the probes and /metrics.
+    /// Without it, bind is served only on a loopback --listen address
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<PathBuf>,
 }
 
 #[derive(Parser)]
@@ -329,6 +363,18 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         .map_err(|e| {
             anyhow::anyhow!("--default-node-policy {:?}: {e}", args.default_node_policy)
         })?;
+    if args.assignment_key.is_some() {
+        tls::check_bind_reach(args.listen, args.client_ca_file.is_some())
+            .map_err(anyhow::Error::msg)?;
+    }
+    let tls_config = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(tls::server_config(&tls::TlsFiles {
+            cert,
+            key,
+            client_ca: args.client_ca_file.as_deref(),
+        })?),
+        _ => None,
+    };
     let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));
     let key = args.assignment_key.as_deref().map(read_key).transpose()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -385,10 +431,31 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("--listen {}", args.listen))?;
-        tracing::info!("serving the extender on {}", listener.local_addr()?);
         let app = gpuslice_scheduler::extender::http::router_with_bind(extender, binder);
-        axum::serve(listener, app).await.context("server")
+        let loopback = args.listen.ip().is_loopback();
+        match tls_config {
+            Some(config) => {
+                tracing::info!("serving the extender on {} (HTTPS)", listener.local_addr()?);
+                let verifies = args.client_ca_file.is_some();
+                tls::serve_tls(listener, app, config, verifies, loopback).await
+            }
+            None => {
+                tracing::info!("serving the extender on {}", listener.local_addr()?);
+                tls::serve_plain(listener, app, loopback).await
+            }
+        }
+        .context("server")
     })
+}
+
+fn tls_certs_cmd(args: &TlsCertsArgs) -> Result<()> {
+    let certs = gpuslice_scheduler::certs::make(&args.server_names, &args.client_name, args.days)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
+    gpuslice_scheduler::certs::write(&certs, &args.out)?;
+    for f in gpuslice_scheduler::certs::FILES {
+        println!("{}", args.out.join(f).display());
+    }
+    Ok(())
 }
 
 /// The shared signing key (a mounted Secret).
@@ -412,5 +479,6 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Simulate(a) => simulate_cmd(a),
         Command::Serve(a) => serve_cmd(a),
+        Command::TlsCerts(a) => tls_certs_cmd(&a),
     }
 }

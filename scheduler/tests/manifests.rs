@@ -206,8 +206,16 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
     let port = service.spec.unwrap().ports.unwrap()[0].port;
     assert_eq!(
         ext["urlPrefix"],
-        format!("http://gpuslice-scheduler.kube-system.svc:{port}")
+        format!("https://gpuslice-scheduler.kube-system.svc:{port}")
     );
+    // kube-scheduler presents the client certificate bind answers.
+    assert_eq!(ext["enableHTTPS"], true);
+    for file in ["certFile", "keyFile", "caFile"] {
+        assert!(
+            ext["tlsConfig"][file].is_string(),
+            "tlsConfig has no {file}"
+        );
+    }
     let deployment: Deployment = named(&docs, "Deployment", "gpuslice-scheduler");
     let args = deployment.spec.template.spec.unwrap().containers[0]
         .args
@@ -215,6 +223,17 @@ fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() 
         .unwrap();
     assert_eq!(args[0], "serve");
     assert!(args.contains(&format!("--listen=0.0.0.0:{port}")));
+    // Reachable from other pods: bind is served only with kube-scheduler's client CA.
+    for flag in [
+        "--tls-cert-file",
+        "--tls-private-key-file",
+        "--client-ca-file",
+    ] {
+        assert!(
+            args.iter().any(|a| a.starts_with(&format!("{flag}="))),
+            "serve without {flag}: {args:?}"
+        );
+    }
     let help = help("gpuslice-scheduler", &["serve"]);
     for f in flags(&args) {
         assert!(help.contains(&format!("--{f}")), "serve has no --{f}");

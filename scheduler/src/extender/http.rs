@@ -1,12 +1,13 @@
 //! The extender over HTTP: `POST /filter`, `POST /prioritize`, `POST /bind` (paths are the
 //! `filterVerb`, `prioritizeVerb` and `bindVerb` of kube-scheduler's extender configuration),
 //! `GET /healthz` (alive), `GET /readyz` (the watches have listed the cluster), `GET /metrics`
-//! (OpenMetrics). A body that
+//! (OpenMetrics). Bind answers only the callers [`super::tls`] lets it. A body that
 //! is not an `ExtenderArgs` is answered in the protocol, with `Error` set (filter) or HTTP
 //! 400 (prioritize, whose answer has no error field).
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -17,6 +18,7 @@ use axum::routing::{get, post};
 use super::Extender;
 use super::bind::Binder;
 use super::metrics::Metrics;
+use super::tls::Caller;
 use super::wire::{ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 
 /// The largest request body read (a NodeList of thousands of Nodes is a few MiB).
@@ -76,25 +78,39 @@ async fn metrics(State(s): State<Served>) -> axum::response::Response {
         .into_response()
 }
 
-async fn bind(State(s): State<Served>, body: Bytes) -> Json<ExtenderBindingResult> {
+async fn bind(
+    State(s): State<Served>,
+    caller: Option<Extension<Caller>>,
+    body: Bytes,
+) -> axum::response::Response {
+    let refuse = |status, error: String| {
+        s.metrics.count("bind", false);
+        (status, Json(ExtenderBindingResult { error })).into_response()
+    };
+    let Some(binder) = &s.binder else {
+        let error = "gpuslice: bind is not configured (start with --assignment-key and API access)";
+        return refuse(StatusCode::OK, error.into());
+    };
+    // Served without a word on the caller (not by tls::serve_*): nobody may bind.
+    if !caller.is_some_and(|Extension(c)| c.may_bind) {
+        s.metrics.count_refused("bind");
+        let refused = ExtenderBindingResult {
+            error: "gpuslice: bind answers kube-scheduler only: this connection presented no \
+                    client certificate signed by the extender's --client-ca-file"
+                .into(),
+        };
+        return (StatusCode::FORBIDDEN, Json(refused)).into_response();
+    }
     let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
         Ok(a) => a,
         Err(e) => {
-            s.metrics.count("bind", false);
-            return Json(ExtenderBindingResult {
-                error: format!("gpuslice: request is not ExtenderBindingArgs: {e}"),
-            });
+            let error = format!("gpuslice: request is not ExtenderBindingArgs: {e}");
+            return refuse(StatusCode::OK, error);
         }
     };
-    let result = match &s.binder {
-        Some(b) => s.extender.bind(b, &args).await,
-        None => ExtenderBindingResult {
-            error: "gpuslice: bind is not configured (start with --assignment-key and API access)"
-                .into(),
-        },
-    };
+    let result = s.extender.bind(binder, &args).await;
     s.metrics.count("bind", result.error.is_empty());
-    Json(result)
+    Json(result).into_response()
 }
 
 fn args(body: &Bytes) -> Result<ExtenderArgs<'_>, String> {

@@ -14,7 +14,8 @@ use super::Extender;
 pub struct RequestLabels {
     /// `filter`, `prioritize` or `bind`.
     pub verb: &'static str,
-    /// `ok`, or `error` when the answer carried an error (a broken body, a failed bind).
+    /// `ok`, `error` when the answer carried an error (a broken body, a failed bind), or
+    /// `refused` for a bind from a caller that is not kube-scheduler.
     pub outcome: &'static str,
 }
 
@@ -60,6 +61,16 @@ impl Metrics {
         let outcome = if ok { "ok" } else { "error" };
         self.requests
             .get_or_create(&RequestLabels { verb, outcome })
+            .inc();
+    }
+
+    /// Counts a request refused for who made it.
+    pub fn count_refused(&self, verb: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                verb,
+                outcome: "refused",
+            })
             .inc();
     }
 

@@ -5,8 +5,8 @@
 //!
 //! Its parts: [`request`] reads what a pod asks, [`cache`] keeps the nodes' GPUs and the
 //! placements not yet shown, [`score`] decides fit (with the node agents' fit model) and
-//! scores, [`bind`] commits a placement as a signed assignment; [`http`], [`watch`] and
-//! [`metrics`] connect them to kube-scheduler and the API server.
+//! scores, [`bind`] commits a placement as a signed assignment; [`http`], [`tls`], [`watch`]
+//! and [`metrics`] connect them to kube-scheduler and the API server.
 
 pub mod bind;
 pub mod cache;
@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod recorded;
 pub mod request;
 pub mod score;
+pub mod tls;
 pub mod watch;
 pub mod wire;
 

@@ -38,6 +38,14 @@ impl Extender {
     /// test running beside this one), and waits until it answers `/healthz` with `ok`.
     #[must_use]
     pub fn start(args: &[&str]) -> Self {
+        Self::start_until(args, |addr| {
+            get(addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
+        })
+    }
+
+    /// As [`Extender::start`], waiting until `up` says the extender at its address answers.
+    #[must_use]
+    pub fn start_until(args: &[&str], up: impl Fn(&str) -> bool) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
@@ -58,10 +66,11 @@ impl Extender {
                 .lines()
                 .map_while(Result::ok)
             {
-                if let Some(addr) = line.split("serving the extender on ").nth(1)
+                if let Some(rest) = line.split("serving the extender on ").nth(1)
+                    && let Some(addr) = rest.split_whitespace().next()
                     && let Some(tx) = tx.take()
                 {
-                    let _ = tx.send(addr.trim().to_string());
+                    let _ = tx.send(addr.to_string());
                 }
                 kept.lock().unwrap().push(line);
             }
@@ -70,9 +79,7 @@ impl Extender {
             .recv_timeout(Duration::from_secs(10))
             .expect("the extender logged no listening address");
         let e = Self { child, addr, log };
-        let up = gpuslice_testsupport::wait_for(Duration::from_secs(10), || {
-            get(&e.addr, "/healthz").is_ok_and(|(s, _, b)| s.contains("200") && b == "ok")
-        });
+        let up = gpuslice_testsupport::wait_for(Duration::from_secs(10), || up(&e.addr));
         assert!(up, "extender did not come up on {}", e.addr);
         e
     }

@@ -1,0 +1,151 @@
+//! Certificates for the extender's mutual TLS (`gpuslice-scheduler tls-certs`): a CA of its
+//! own, the extender's server certificate (for the names kube-scheduler dials) and
+//! kube-scheduler's client certificate, each signed by that CA. The extender trusts the CA for
+//! client certificates (`--client-ca-file`) and kube-scheduler for the server
+//! (`tlsConfig.caFile`); a cluster with its own CA (cert-manager, kubeadm's) can issue the
+//! same two certificates instead.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertsError {
+    #[error("making the {what}")]
+    Make {
+        what: &'static str,
+        source: rcgen::Error,
+    },
+    #[error("--days {0}: the certificates must be valid for at least one day")]
+    Days(u32),
+    #[error("writing {}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The files written, PEM each, in the directory given.
+pub const FILES: [&str; 6] = [
+    "ca.crt",
+    "ca.key",
+    "tls.crt",
+    "tls.key",
+    "client.crt",
+    "client.key",
+];
+
+/// A certificate and its key, PEM.
+pub struct Pem {
+    pub cert: String,
+    pub key: String,
+}
+
+pub struct Certs {
+    pub ca: Pem,
+    /// The extender's.
+    pub server: Pem,
+    /// kube-scheduler's.
+    pub client: Pem,
+}
+
+fn params(
+    common_name: &str,
+    names: Vec<String>,
+    days: u32,
+    what: &'static str,
+) -> Result<CertificateParams, CertsError> {
+    let mut p =
+        CertificateParams::new(names).map_err(|source| CertsError::Make { what, source })?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    p.distinguished_name = dn;
+    let now = SystemTime::now();
+    p.not_before = now.into();
+    p.not_after = (now + Duration::from_secs(u64::from(days) * 86_400)).into();
+    Ok(p)
+}
+
+/// A CA valid for `days` and, signed by it, the extender's certificate for `server_names` and
+/// kube-scheduler's (named `client_name`), valid as long.
+pub fn make(server_names: &[String], client_name: &str, days: u32) -> Result<Certs, CertsError> {
+    if days == 0 {
+        return Err(CertsError::Days(days));
+    }
+    let make = |what| move |source| CertsError::Make { what, source };
+    let ca_key = KeyPair::generate().map_err(make("CA's key"))?;
+    let mut ca = params("gpuslice-scheduler CA", Vec::new(), days, "CA")?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).map_err(make("CA"))?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca, ca_key);
+
+    let leaf = |name: &str, names: Vec<String>, usage, what| -> Result<Pem, CertsError> {
+        let key = KeyPair::generate().map_err(make(what))?;
+        let mut p = params(name, names, days, what)?;
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![usage];
+        let cert = p.signed_by(&key, &issuer).map_err(make(what))?;
+        Ok(Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    };
+    let first = server_names.first().cloned().unwrap_or_default();
+    let server = leaf(
+        &first,
+        server_names.to_vec(),
+        ExtendedKeyUsagePurpose::ServerAuth,
+        "server certificate",
+    )?;
+    let client = leaf(
+        client_name,
+        Vec::new(),
+        ExtendedKeyUsagePurpose::ClientAuth,
+        "client certificate",
+    )?;
+    Ok(Certs {
+        ca: Pem {
+            cert: ca_cert.pem(),
+            key: ca_key_pem,
+        },
+        server,
+        client,
+    })
+}
+
+/// Writes `certs` into `dir` as [`FILES`] (keys readable by the owner only), refusing to
+/// replace files already there.
+pub fn write(certs: &Certs, dir: &Path) -> Result<(), CertsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let contents = [
+        &certs.ca.cert,
+        &certs.ca.key,
+        &certs.server.cert,
+        &certs.server.key,
+        &certs.client.cert,
+        &certs.client.key,
+    ];
+    for (name, text) in FILES.iter().zip(contents) {
+        let path = dir.join(name);
+        let mode = if name.ends_with(".key") { 0o600 } else { 0o644 };
+        let err = |source| CertsError::Write {
+            path: path.clone(),
+            source,
+        };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(err)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! The extender over HTTPS, and who may bind.
+//!
+//! The bind verb writes a signed assignment and creates the pod's Binding with the extender's
+//! ServiceAccount: whoever can call it places any pending pod on any node with room, past every
+//! check kube-scheduler makes itself (node selectors, affinity, taints). So bind answers only
+//! a caller the extender knows is kube-scheduler: one whose TLS client certificate chains to
+//! `--client-ca-file` (kube-scheduler's extender `tlsConfig` `certFile`/`keyFile`), or, without
+//! a client CA, any caller of an extender listening on a loopback address (a sidecar of
+//! kube-scheduler, reachable from its pod alone). A client certificate is asked for but not
+//! required at the handshake, so that probes and Prometheus, which present none, still reach
+//! `/healthz`, `/readyz`, `/metrics`, `/filter` and `/prioritize` (which change nothing).
+//!
+//! Each connection's handshake runs in a task of its own with a deadline: a client that opens
+//! a connection and never finishes its handshake holds up no one else.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::TcpListener;
+
+/// How long a client has to finish its TLS handshake.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// What the extender knows of the caller of a request, from its connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    /// The caller is kube-scheduler as the configuration identifies it: bind is open to it.
+    pub may_bind: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{flag} {}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{flag} {}: no certificate in it", path.display())]
+    NoCertificate { flag: &'static str, path: PathBuf },
+    #[error("--client-ca-file {}", path.display())]
+    ClientCa {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("--client-ca-file {}", path.display())]
+    Verifier {
+        path: PathBuf,
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error("--tls-cert-file {} with --tls-private-key-file {}", cert.display(), key.display())]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        source: rustls::Error,
+    },
+}
+
+/// The files of the extender's TLS: its certificate chain and key, and the CA that signs
+/// kube-scheduler's client certificate.
+pub struct TlsFiles<'a> {
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub client_ca: Option<&'a Path>,
+}
+
+fn certificates(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let read = |source| TlsError::Read {
+        flag,
+        path: path.to_path_buf(),
+        source,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(read)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(read)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            flag,
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+/// The server's TLS configuration from `files`, with ring as its cryptography (the one the
+/// API client uses too).
+pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = certificates("--tls-cert-file", files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(files.key).map_err(|source| TlsError::Read {
+        flag: "--tls-private-key-file",
+        path: files.key.to_path_buf(),
+        source,
+    })?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Pair {
+            cert: files.cert.to_path_buf(),
+            key: files.key.to_path_buf(),
+            source,
+        })?;
+    let builder = match files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certificates("--client-ca-file", ca)? {
+                roots.add(cert).map_err(|source| TlsError::ClientCa {
+                    path: ca.to_path_buf(),
+                    source,
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|source| TlsError::Verifier {
+                    path: ca.to_path_buf(),
+                    source,
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|source| TlsError::Pair {
+            cert: files.cert.to_path_buf(),
+            key: files.key.to_path_buf(),
+            source,
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serves `app` over plain HTTP on `listener`; bind is open to every caller when `may_bind`.
+pub async fn serve_plain(
+    listener: TcpListener,
+    app: Router,
+    may_bind: bool,
+) -> std::io::Result<()> {
+    axum::serve(listener, app.layer(axum::Extension(Caller { may_bind }))).await
+}
+
+/// Serves `app` over HTTPS on `listener` with `config`. With a client CA, bind is open to the
+/// connections whose client certificate it verified; without one, to every caller when
+/// `loopback_binds`.
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    config: Arc<rustls::ServerConfig>,
+    verifies_clients: bool,
+    loopback_binds: bool,
+) -> std::io::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors and the like: the next accept may succeed.
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            if let Err(e) = connection(acceptor, tcp, app, verifies_clients, loopback_binds).await {
+                tracing::debug!(%peer, "connection: {e}");
+            }
+        });
+    }
+}
+
+async fn connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    app: Router,
+    verifies_clients: bool,
+    loopback_binds: bool,
+) -> Result<(), String> {
+    let tls = tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp))
+        .await
+        .map_err(|_| format!("no TLS handshake within {HANDSHAKE_DEADLINE:?}"))?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    // With a client verifier, a certificate is there only if it chained to the client CA.
+    let presented = tls.get_ref().1.peer_certificates().is_some();
+    let may_bind = if verifies_clients {
+        presented
+    } else {
+        loopback_binds
+    };
+    let app = app.layer(axum::Extension(Caller { may_bind }));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Whether bind can be served on `listen` as configured: refused when anyone who can reach a
+/// non-loopback address could call it.
+pub fn check_bind_reach(listen: SocketAddr, client_ca: bool) -> Result<(), String> {
+    if client_ca || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "--listen {listen} is reachable from other pods and hosts, and bind places any pod on \
+         any node with the extender's own rights: give --client-ca-file (with \
+         --tls-cert-file and --tls-private-key-file) so that bind answers kube-scheduler's \
+         client certificate only, or listen on a loopback address (the extender beside \
+         kube-scheduler in its pod)"
+    ))
+}

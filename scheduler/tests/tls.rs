@@ -1,0 +1,247 @@
+//! The extender over HTTPS with the certificates `gpuslice-scheduler tls-certs` makes, called
+//! by curl as kube-scheduler calls it (its extender `tlsConfig`: the CA, a client certificate
+//! and key): bind answers only a caller presenting kube-scheduler's client certificate, while
+//! probes and the read-only verbs need none; an extender others can reach refuses to serve
+//! bind without client certificates; a connection stalled in its handshake holds up no one.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Extender, GIB};
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_testsupport::apiserver::ApiServer;
+use serde_json::json;
+
+const KEY: &[u8] = b"shared between the scheduler and the agents";
+
+/// A directory of certificates from `gpuslice-scheduler tls-certs`.
+fn certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+        .args(["tls-certs", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+/// The TLS flags of `serve` for the certificates in `dir`, client CA included.
+fn tls_args(dir: &Path) -> Vec<String> {
+    let f = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    vec![
+        "--tls-cert-file".into(),
+        f("tls.crt"),
+        "--tls-private-key-file".into(),
+        f("tls.key"),
+        "--client-ca-file".into(),
+        f("ca.crt"),
+    ]
+}
+
+/// curl's exit code, the HTTP status and the body of a request to `path` at `addr` over
+/// HTTPS, trusting the CA in `ca_dir`, presenting the client certificate in `client_dir` if
+/// any, POSTing `body` if any.
+fn curl(
+    addr: &str,
+    path: &str,
+    ca_dir: &Path,
+    client_dir: Option<&Path>,
+    body: Option<&str>,
+) -> (i32, String, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "30",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(ca_dir.join("ca.crt"));
+    if let Some(c) = client_dir {
+        cmd.arg("--cert")
+            .arg(c.join("client.crt"))
+            .arg("--key")
+            .arg(c.join("client.key"));
+    }
+    if let Some(b) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    }
+    let out = cmd.arg(format!("https://{addr}{path}")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        out.status.code().unwrap_or(-1),
+        status.to_string(),
+        format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+fn publish_one_gpu(api: &ApiServer) {
+    let publication = NodePublication {
+        topology: None,
+        max_sharers: 16,
+        version: 1,
+        claimed: Vec::new(),
+        gpus: vec![PublishedGpu {
+            index: None,
+            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
+            model: "Tesla T4".into(),
+            memory_total: 15 * GIB,
+            memory_allocated: 0,
+            cores_allocated: 0,
+            sharers: 0,
+            exclusive: false,
+        }],
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+}
+
+fn put_pod(api: &ApiServer, name: &str) {
+    api.put_pod(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                     "resourceVersion": "1", "annotations": {"gpuslice.io/memory": "4Gi"}},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}],
+                 "runtimeClassName": "gpuslice"},
+        "status": {"phase": "Pending"}
+    }));
+}
+
+fn binding(name: &str) -> String {
+    json!({"PodName": name, "PodNamespace": "default", "PodUID": format!("uid-{name}"),
+           "Node": "gpu-node-1"})
+    .to_string()
+}
+
+fn key_file(dir: &Path) -> PathBuf {
+    let key = dir.join("assignment-key");
+    std::fs::write(&key, KEY).unwrap();
+    key
+}
+
+#[test]
+fn bind_answers_only_a_caller_presenting_kube_schedulers_client_certificate() {
+    let api = ApiServer::start();
+    publish_one_gpu(&api);
+    put_pod(&api, "web");
+    let dir = certs();
+    let key = key_file(dir.path());
+    let mut args = vec![
+        "--api-server".to_string(),
+        api.url.clone(),
+        "--assignment-key".into(),
+        key.to_str().unwrap().into(),
+    ];
+    args.extend(tls_args(dir.path()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Probes present no client certificate: /readyz answers them.
+    let ext = Extender::start_until(&args, |addr| {
+        curl(addr, "/readyz", dir.path(), None, None).1 == "200"
+    });
+
+    // Any other pod of the cluster: filter answers, bind refuses and binds nothing.
+    let filter = json!({"Pod": {"metadata": {"name": "web", "namespace": "default",
+        "uid": "uid-web", "annotations": {"gpuslice.io/memory": "4Gi"}}},
+        "NodeNames": ["gpu-node-1"]})
+    .to_string();
+    let (rc, status, body) = curl(&ext.addr, "/filter", dir.path(), None, Some(&filter));
+    assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
+    assert!(body.contains("gpu-node-1"), "{body}");
+    let (rc, status, body) = curl(&ext.addr, "/bind", dir.path(), None, Some(&binding("web")));
+    assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
+    assert!(body.contains("--client-ca-file"), "{body}");
+    assert!(
+        api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null(),
+        "bound by a caller without a client certificate"
+    );
+    assert!(api.objects.lock().unwrap().bindings.is_empty());
+
+    // A client certificate from another CA fails the handshake.
+    let other = certs();
+    let (rc, _, body) = curl(
+        &ext.addr,
+        "/bind",
+        dir.path(),
+        Some(other.path()),
+        Some(&binding("web")),
+    );
+    assert_ne!(rc, 0, "a certificate of another CA was accepted: {body}");
+    assert!(api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null());
+
+    // kube-scheduler's certificate: bound.
+    let (rc, status, body) = curl(
+        &ext.addr,
+        "/bind",
+        dir.path(),
+        Some(dir.path()),
+        Some(&binding("web")),
+    );
+    assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
+    let answer: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(answer["Error"], "", "{body}");
+    assert_eq!(
+        api.pod("default", "web").unwrap()["spec"]["nodeName"],
+        "gpu-node-1"
+    );
+}
+
+#[test]
+fn an_extender_others_can_reach_refuses_to_serve_bind_without_client_certificates() {
+    let dir = certs();
+    let key = key_file(dir.path());
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuslice-scheduler"))
+            .args(["serve", "--listen", listen, "--assignment-key"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{listen}: served");
+        assert!(err.contains(&format!("--listen {listen}")), "{err}");
+        assert!(
+            err.contains("--client-ca-file") && err.contains("loopback"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_connection_stalled_in_its_handshake_holds_up_no_other_caller() {
+    let dir = certs();
+    let args = tls_args(dir.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ext = Extender::start_until(&args, |addr| {
+        curl(addr, "/healthz", dir.path(), None, None).1 == "200"
+    });
+    // Connections that never send a byte of their handshake.
+    let stalled: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(&ext.addr).unwrap())
+        .collect();
+    let (rc, status, body) = curl(&ext.addr, "/healthz", dir.path(), None, None);
+    assert_eq!((rc, status.as_str(), body.trim()), (0, "200", "ok"));
+    // Answered while every stalled connection was still waiting for its handshake (an
+    // extender that handshook one connection at a time would have answered only after giving
+    // up on each, closing it).
+    for mut s in stalled {
+        s.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let e = s
+            .read(&mut byte)
+            .expect_err("the stalled connection was closed or answered");
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+    }
+}
