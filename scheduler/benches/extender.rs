@@ -126,7 +126,10 @@ fn main() {
                 .unwrap();
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind(&addr).await.unwrap();
-                axum::serve(l, http::router(ext)).await.unwrap();
+                // As the extender serves plain HTTP on a loopback address.
+                gpuslice_scheduler::extender::tls::serve_plain(l, http::router(ext), true)
+                    .await
+                    .unwrap();
             });
         })
     };

@@ -1,8 +1,9 @@
 //! The extender over HTTPS with the certificates `gpuslice-scheduler tls-certs` makes, called
 //! by curl as kube-scheduler calls it (its extender `tlsConfig`: the CA, a client certificate
-//! and key): bind answers only a caller presenting kube-scheduler's client certificate, while
-//! probes and the read-only verbs need none; an extender others can reach refuses to serve
-//! bind without client certificates; a connection stalled in its handshake holds up no one.
+//! and key): filter, prioritize and bind answer only a caller presenting kube-scheduler's client
+//! certificate, while probes and Prometheus need none; an extender others can reach refuses to
+//! serve bind without client certificates; a connection stalled in its handshake holds up no
+//! one.
 
 mod common;
 
@@ -134,7 +135,7 @@ fn key_file(dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn bind_answers_only_a_caller_presenting_kube_schedulers_client_certificate() {
+fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate() {
     let api = ApiServer::start();
     publish_one_gpu(&api);
     put_pod(&api, "web");
@@ -153,14 +154,17 @@ fn bind_answers_only_a_caller_presenting_kube_schedulers_client_certificate() {
         curl(addr, "/readyz", dir.path(), None, None).1 == "200"
     });
 
-    // Any other pod of the cluster: filter answers, bind refuses and binds nothing.
+    // Any other pod of the cluster: filter and bind refuse, nothing is bound.
     let filter = json!({"Pod": {"metadata": {"name": "web", "namespace": "default",
         "uid": "uid-web", "annotations": {"gpuslice.io/memory": "4Gi"}}},
         "NodeNames": ["gpu-node-1"]})
     .to_string();
     let (rc, status, body) = curl(&ext.addr, "/filter", dir.path(), None, Some(&filter));
-    assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
-    assert!(body.contains("gpu-node-1"), "{body}");
+    assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
+    assert!(
+        body.contains("filter answers kube-scheduler only"),
+        "{body}"
+    );
     let (rc, status, body) = curl(&ext.addr, "/bind", dir.path(), None, Some(&binding("web")));
     assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
     assert!(body.contains("--client-ca-file"), "{body}");
@@ -169,6 +173,14 @@ fn bind_answers_only_a_caller_presenting_kube_schedulers_client_certificate() {
         "bound by a caller without a client certificate"
     );
     assert!(api.objects.lock().unwrap().bindings.is_empty());
+    // Prometheus, without a certificate, reads the refusals.
+    let (_, status, metrics) = curl(&ext.addr, "/metrics", dir.path(), None, None);
+    assert_eq!(status, "200", "{metrics}");
+    for verb in ["filter", "bind"] {
+        let line =
+            format!("gpuslice_scheduler_requests_total{{verb=\"{verb}\",outcome=\"refused\"}} 1");
+        assert!(metrics.contains(&line), "no {line} in {metrics}");
+    }
 
     // A client certificate from another CA fails the handshake.
     let other = certs();
@@ -182,7 +194,17 @@ fn bind_answers_only_a_caller_presenting_kube_schedulers_client_certificate() {
     assert_ne!(rc, 0, "a certificate of another CA was accepted: {body}");
     assert!(api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null());
 
-    // kube-scheduler's certificate: bound.
+    // kube-scheduler's certificate: filtered, then bound.
+    let (rc, status, body) = curl(
+        &ext.addr,
+        "/filter",
+        dir.path(),
+        Some(dir.path()),
+        Some(&filter),
+    );
+    assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
+    let answer: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(answer["NodeNames"], json!(["gpu-node-1"]), "{body}");
     let (rc, status, body) = curl(
         &ext.addr,
         "/bind",

@@ -1,17 +1,17 @@
 //! The extender over HTTP: `POST /filter`, `POST /prioritize`, `POST /bind` (paths are the
 //! `filterVerb`, `prioritizeVerb` and `bindVerb` of kube-scheduler's extender configuration),
 //! `GET /healthz` (alive), `GET /readyz` (the watches have listed the cluster), `GET /metrics`
-//! (OpenMetrics). Bind answers only the callers [`super::tls`] lets it. A body that
+//! (OpenMetrics). The verbs answer only the callers [`super::tls`] lets them. A body that
 //! is not an `ExtenderArgs` is answered in the protocol, with `Error` set (filter) or HTTP
 //! 400 (prioritize, whose answer has no error field).
 
 use std::sync::Arc;
 
-use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 
@@ -53,6 +53,48 @@ pub fn router_with_bind(extender: Arc<Extender>, binder: Option<Arc<Binder>>) ->
         })
 }
 
+/// A verb's caller that [`super::tls`] lets ask it (`BIND`: bind; else filter and
+/// prioritize). Taken from the request's head, before its body is read: anyone else gets
+/// HTTP 403 with the extender protocol's `Error` (counted as refused) for nothing more than
+/// the head. A router served without a word on its callers answers no one.
+pub struct FromKubeScheduler<const BIND: bool>;
+
+impl<const BIND: bool> FromRequestParts<Served> for FromKubeScheduler<BIND> {
+    type Rejection = axum::response::Response;
+
+    async fn from_request_parts(parts: &mut Parts, s: &Served) -> Result<Self, Self::Rejection> {
+        let caller = parts.extensions.get::<Caller>().copied();
+        let allowed = if BIND {
+            caller.is_some_and(Caller::may_bind)
+        } else {
+            caller.is_some_and(Caller::may_ask)
+        };
+        if allowed {
+            return Ok(Self);
+        }
+        let verb = match parts.uri.path() {
+            "/bind" => "bind",
+            "/filter" => "filter",
+            _ => "prioritize",
+        };
+        s.metrics.count_refused(verb);
+        let why = match caller {
+            Some(Caller::Unknown { .. }) => {
+                "the extender has no --client-ca-file to know it by and does not listen on a \
+                 loopback address"
+            }
+            _ => {
+                "this connection presented no client certificate signed by the extender's \
+                  --client-ca-file"
+            }
+        };
+        let refused = ExtenderBindingResult {
+            error: format!("gpuslice: {verb} answers kube-scheduler only: {why}"),
+        };
+        Err((StatusCode::FORBIDDEN, Json(refused)).into_response())
+    }
+}
+
 /// Ready once the node cache and the pod watch have listed the cluster (at once without
 /// API access): before that, answers would come from a partial cluster.
 async fn readyz(State(s): State<Served>) -> axum::response::Response {
@@ -79,38 +121,28 @@ async fn metrics(State(s): State<Served>) -> axum::response::Response {
 }
 
 async fn bind(
+    _: FromKubeScheduler<true>,
     State(s): State<Served>,
-    caller: Option<Extension<Caller>>,
     body: Bytes,
-) -> axum::response::Response {
-    let refuse = |status, error: String| {
-        s.metrics.count("bind", false);
-        (status, Json(ExtenderBindingResult { error })).into_response()
-    };
-    let Some(binder) = &s.binder else {
-        let error = "gpuslice: bind is not configured (start with --assignment-key and API access)";
-        return refuse(StatusCode::OK, error.into());
-    };
-    // Served without a word on the caller (not by tls::serve_*): nobody may bind.
-    if !caller.is_some_and(|Extension(c)| c.may_bind) {
-        s.metrics.count_refused("bind");
-        let refused = ExtenderBindingResult {
-            error: "gpuslice: bind answers kube-scheduler only: this connection presented no \
-                    client certificate signed by the extender's --client-ca-file"
-                .into(),
-        };
-        return (StatusCode::FORBIDDEN, Json(refused)).into_response();
-    }
+) -> Json<ExtenderBindingResult> {
     let args: ExtenderBindingArgs = match serde_json::from_slice(&body) {
         Ok(a) => a,
         Err(e) => {
-            let error = format!("gpuslice: request is not ExtenderBindingArgs: {e}");
-            return refuse(StatusCode::OK, error);
+            s.metrics.count("bind", false);
+            return Json(ExtenderBindingResult {
+                error: format!("gpuslice: request is not ExtenderBindingArgs: {e}"),
+            });
         }
     };
-    let result = s.extender.bind(binder, &args).await;
+    let result = match &s.binder {
+        Some(b) => s.extender.bind(b, &args).await,
+        None => ExtenderBindingResult {
+            error: "gpuslice: bind is not configured (start with --assignment-key and API access)"
+                .into(),
+        },
+    };
     s.metrics.count("bind", result.error.is_empty());
-    Json(result).into_response()
+    Json(result)
 }
 
 fn args(body: &Bytes) -> Result<ExtenderArgs<'_>, String> {
@@ -129,7 +161,11 @@ fn json<T: serde::Serialize>(value: &T) -> axum::response::Response {
     }
 }
 
-async fn filter(State(s): State<Served>, body: Bytes) -> axum::response::Response {
+async fn filter(
+    _: FromKubeScheduler<false>,
+    State(s): State<Served>,
+    body: Bytes,
+) -> axum::response::Response {
     let args = args(&body);
     let result = match &args {
         Ok(a) => s.extender.filter(a),
@@ -142,7 +178,11 @@ async fn filter(State(s): State<Served>, body: Bytes) -> axum::response::Respons
     json(&result)
 }
 
-async fn prioritize(State(s): State<Served>, body: Bytes) -> axum::response::Response {
+async fn prioritize(
+    _: FromKubeScheduler<false>,
+    State(s): State<Served>,
+    body: Bytes,
+) -> axum::response::Response {
     let args = args(&body);
     s.metrics.count("prioritize", args.is_ok());
     match &args {

@@ -15,7 +15,7 @@ pub struct RequestLabels {
     /// `filter`, `prioritize` or `bind`.
     pub verb: &'static str,
     /// `ok`, `error` when the answer carried an error (a broken body, a failed bind), or
-    /// `refused` for a bind from a caller that is not kube-scheduler.
+    /// `refused` for a caller that is not kube-scheduler.
     pub outcome: &'static str,
 }
 

@@ -6,9 +6,11 @@
 //! a caller the extender knows is kube-scheduler: one whose TLS client certificate chains to
 //! `--client-ca-file` (kube-scheduler's extender `tlsConfig` `certFile`/`keyFile`), or, without
 //! a client CA, any caller of an extender listening on a loopback address (a sidecar of
-//! kube-scheduler, reachable from its pod alone). A client certificate is asked for but not
-//! required at the handshake, so that probes and Prometheus, which present none, still reach
-//! `/healthz`, `/readyz`, `/metrics`, `/filter` and `/prioritize` (which change nothing).
+//! kube-scheduler, reachable from its pod alone). With a client CA, filter and prioritize
+//! answer that certificate only too (refused before their bodies are read: no one else can
+//! make the extender read and decide on megabytes of nodes). A client certificate is asked for
+//! but not required at the handshake, so that probes and Prometheus, which present none, still
+//! reach `/healthz`, `/readyz` and `/metrics`.
 //!
 //! Each connection's handshake runs in a task of its own with a deadline: a client that opens
 //! a connection and never finishes its handshake holds up no one else.
@@ -28,10 +30,30 @@ use tokio::net::TcpListener;
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What the extender knows of the caller of a request, from its connection.
-#[derive(Clone, Copy, Debug)]
-pub struct Caller {
-    /// The caller is kube-scheduler as the configuration identifies it: bind is open to it.
-    pub may_bind: bool,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// Its client certificate chained to `--client-ca-file`: kube-scheduler.
+    KubeScheduler,
+    /// A client CA is configured and the caller presented no certificate: a probe, Prometheus,
+    /// or anyone else.
+    Anonymous,
+    /// No client CA is configured, so callers cannot be told apart; on a loopback listener
+    /// (`loopback`), only kube-scheduler's pod reaches the extender.
+    Unknown { loopback: bool },
+}
+
+impl Caller {
+    /// Whether the caller may ask filter and prioritize.
+    #[must_use]
+    pub fn may_ask(self) -> bool {
+        self != Self::Anonymous
+    }
+
+    /// Whether the caller may bind.
+    #[must_use]
+    pub fn may_bind(self) -> bool {
+        matches!(self, Self::KubeScheduler | Self::Unknown { loopback: true })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,24 +159,27 @@ pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<rustls::ServerConfig>, 
     Ok(Arc::new(config))
 }
 
-/// Serves `app` over plain HTTP on `listener`; bind is open to every caller when `may_bind`.
+/// Serves `app` over plain HTTP on `listener`, a loopback address or not.
 pub async fn serve_plain(
     listener: TcpListener,
     app: Router,
-    may_bind: bool,
+    loopback: bool,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app.layer(axum::Extension(Caller { may_bind }))).await
+    axum::serve(
+        listener,
+        app.layer(axum::Extension(Caller::Unknown { loopback })),
+    )
+    .await
 }
 
-/// Serves `app` over HTTPS on `listener` with `config`. With a client CA, bind is open to the
-/// connections whose client certificate it verified; without one, to every caller when
-/// `loopback_binds`.
+/// Serves `app` over HTTPS on `listener` with `config`, which verifies client certificates
+/// (`verifies_clients`: it has a client CA) or not, on a `loopback` address or not.
 pub async fn serve_tls(
     listener: TcpListener,
     app: Router,
     config: Arc<rustls::ServerConfig>,
     verifies_clients: bool,
-    loopback_binds: bool,
+    loopback: bool,
 ) -> std::io::Result<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     loop {
@@ -169,7 +194,7 @@ pub async fn serve_tls(
         };
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(acceptor, tcp, app, verifies_clients, loopback_binds).await {
+            if let Err(e) = connection(acceptor, tcp, app, verifies_clients, loopback).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
         });
@@ -181,20 +206,19 @@ async fn connection(
     tcp: tokio::net::TcpStream,
     app: Router,
     verifies_clients: bool,
-    loopback_binds: bool,
+    loopback: bool,
 ) -> Result<(), String> {
     let tls = tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp))
         .await
         .map_err(|_| format!("no TLS handshake within {HANDSHAKE_DEADLINE:?}"))?
         .map_err(|e| format!("TLS handshake: {e}"))?;
     // With a client verifier, a certificate is there only if it chained to the client CA.
-    let presented = tls.get_ref().1.peer_certificates().is_some();
-    let may_bind = if verifies_clients {
-        presented
-    } else {
-        loopback_binds
+    let caller = match (verifies_clients, tls.get_ref().1.peer_certificates()) {
+        (true, Some(_)) => Caller::KubeScheduler,
+        (true, None) => Caller::Anonymous,
+        (false, _) => Caller::Unknown { loopback },
     };
-    let app = app.layer(axum::Extension(Caller { may_bind }));
+    let app = app.layer(axum::Extension(caller));
     let service = hyper_util::service::TowerToHyperService::new(app);
     hyper::server::conn::http1::Builder::new()
         .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
