@@ -366,7 +366,13 @@ fn kernels_longer_than_the_cycle_are_held_to_the_share_on_average() {
         })
         .collect();
     setups.push(control());
-    let busy = measured_together(&setups.iter().collect::<Vec<_>>(), WARMUP_MS + MEASURED_MS);
+    // Measured over twice the usual time: the measured part ends where the last kernel does,
+    // so it leaves out the gap that would follow it, and one kernel of 250 ms is 6 points of
+    // 4 s (a 70% window measured at 76.3% once, one kernel more than its share), 3 of 8 s.
+    let busy = measured_together(
+        &setups.iter().collect::<Vec<_>>(),
+        WARMUP_MS + 2 * MEASURED_MS,
+    );
     eprintln!(
         "kernels of {kernels_ms:?} ms in windows of {LEVELS:?}% and a {CONTROL_WINDOW}% window: \
          busy {busy:.1?}"
