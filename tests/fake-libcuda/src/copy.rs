@@ -34,7 +34,7 @@ pub(crate) fn device_range(ptr: CUdeviceptr, n: usize) -> Result<(), CUresult> {
     match allocation_of(d, ptr) {
         Some((base, len, _)) if ptr + n as u64 <= base + len => Ok(()),
         _ if n == 0
-            || crate::paths::mapped_range(ptr, n)
+            || crate::vmm::mapped_range(ptr, n)
             || crate::graph_memory::held_range(ptr, n) =>
         {
             Ok(())

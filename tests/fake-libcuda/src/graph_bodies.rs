@@ -216,7 +216,7 @@ fn conditional(p: *mut CUDA_CONDITIONAL_NODE_PARAMS) -> Result<Op, CUresult> {
 /// The operation `cuGraphAddNode` makes from a `CUgraphNodeParams` (kernel, memset, memcpy,
 /// child graph and conditional nodes modelled).
 fn node_from_params(params: *mut CUgraphNodeParamsHead) -> Result<Op, CUresult> {
-    let (typ, body) = crate::graph::node_params(params)?;
+    let (typ, body) = crate::graph_updates::node_params(params)?;
     match typ {
         CU_GRAPH_NODE_TYPE_KERNEL => {
             crate::graph::kernel_op(body.cast::<CUDA_KERNEL_NODE_PARAMS_v2>(), true)

@@ -226,7 +226,7 @@ pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(
 
 /// Gives the memcpy node `node` new parameters in `e` alone, as the driver does.
 pub(crate) fn set_exec_memcpy(e: CUgraphExec, node: CUgraphNode, op: Op) -> Result<(), CUresult> {
-    crate::graph::set_exec_op(e, node, op, |old| matches!(old, Op::Memcpy { .. }))
+    crate::graph_updates::set_exec_op(e, node, op, |old| matches!(old, Op::Memcpy { .. }))
 }
 
 #[unsafe(no_mangle)]

@@ -58,7 +58,7 @@ pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(
 
 /// Gives the memset node `node` new parameters in `e` alone, as the driver does.
 pub(crate) fn set_exec_memset(e: CUgraphExec, node: CUgraphNode, op: Op) -> Result<(), CUresult> {
-    crate::graph::set_exec_op(e, node, op, |old| matches!(old, Op::Memset { .. }))
+    crate::graph_updates::set_exec_op(e, node, op, |old| matches!(old, Op::Memset { .. }))
 }
 
 #[unsafe(no_mangle)]

@@ -95,7 +95,7 @@ fn launch(f: CUfunction, w: c_uint, h: c_uint, stream: CUstream) -> CUresult {
     let [bx, by, bz] = s.block;
     // SAFETY: no parameters are passed (the simulated kernels read none).
     unsafe {
-        crate::paths::cuLaunchKernel(
+        crate::launch::cuLaunchKernel(
             f,
             w,
             h,
@@ -151,7 +151,7 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernelMultiDevice(
     for p in entries {
         // SAFETY: the entry's own fields, as cuLaunchCooperativeKernel takes them.
         let r = unsafe {
-            crate::paths::cuLaunchCooperativeKernel(
+            crate::launch::cuLaunchCooperativeKernel(
                 p.function,
                 p.grid_dim_x,
                 p.grid_dim_y,
