@@ -70,50 +70,80 @@ fn params(
     Ok(p)
 }
 
-/// A CA valid for `days` and, signed by it, the extender's certificate for `server_names` and
-/// kube-scheduler's (named `client_name`), valid as long.
-pub fn make(server_names: &[String], client_name: &str, days: u32) -> Result<Certs, CertsError> {
-    if days == 0 {
-        return Err(CertsError::Days(days));
-    }
-    let make = |what| move |source| CertsError::Make { what, source };
-    let ca_key = KeyPair::generate().map_err(make("CA's key"))?;
-    let mut ca = params("gpuslice-scheduler CA", Vec::new(), days, "CA")?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca.self_signed(&ca_key).map_err(make("CA"))?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca, ca_key);
+/// A certificate authority of the extender's own, issuing certificates valid as long as it.
+pub struct Authority {
+    pub pem: Pem,
+    issuer: Issuer<'static, KeyPair>,
+    days: u32,
+}
 
-    let leaf = |name: &str, names: Vec<String>, usage, what| -> Result<Pem, CertsError> {
-        let key = KeyPair::generate().map_err(make(what))?;
-        let mut p = params(name, names, days, what)?;
+fn make_error(what: &'static str) -> impl Fn(rcgen::Error) -> CertsError {
+    move |source| CertsError::Make { what, source }
+}
+
+impl Authority {
+    /// A new CA valid for `days`.
+    pub fn new(days: u32) -> Result<Self, CertsError> {
+        if days == 0 {
+            return Err(CertsError::Days(days));
+        }
+        let key = KeyPair::generate().map_err(make_error("CA's key"))?;
+        let mut params = params("gpuslice-scheduler CA", Vec::new(), days, "CA")?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).map_err(make_error("CA"))?;
+        let pem = Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        };
+        Ok(Self {
+            pem,
+            issuer: Issuer::new(params, key),
+            days,
+        })
+    }
+
+    fn issue(
+        &self,
+        name: &str,
+        names: Vec<String>,
+        usage: ExtendedKeyUsagePurpose,
+        what: &'static str,
+    ) -> Result<Pem, CertsError> {
+        let key = KeyPair::generate().map_err(make_error(what))?;
+        let mut p = params(name, names, self.days, what)?;
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         p.extended_key_usages = vec![usage];
-        let cert = p.signed_by(&key, &issuer).map_err(make(what))?;
+        let cert = p.signed_by(&key, &self.issuer).map_err(make_error(what))?;
         Ok(Pem {
             cert: cert.pem(),
             key: key.serialize_pem(),
         })
-    };
-    let first = server_names.first().cloned().unwrap_or_default();
-    let server = leaf(
-        &first,
-        server_names.to_vec(),
-        ExtendedKeyUsagePurpose::ServerAuth,
-        "server certificate",
-    )?;
-    let client = leaf(
-        client_name,
-        Vec::new(),
-        ExtendedKeyUsagePurpose::ClientAuth,
-        "client certificate",
-    )?;
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses), the first its common
+    /// name.
+    pub fn server(&self, names: &[String]) -> Result<Pem, CertsError> {
+        let first = names.first().cloned().unwrap_or_default();
+        let usage = ExtendedKeyUsagePurpose::ServerAuth;
+        self.issue(&first, names.to_vec(), usage, "server certificate")
+    }
+
+    /// A client certificate whose common name is `name`.
+    pub fn client(&self, name: &str) -> Result<Pem, CertsError> {
+        let usage = ExtendedKeyUsagePurpose::ClientAuth;
+        self.issue(name, Vec::new(), usage, "client certificate")
+    }
+}
+
+/// A CA valid for `days` and, signed by it, the extender's certificate for `server_names` and
+/// kube-scheduler's (named `client_name`), valid as long.
+pub fn make(server_names: &[String], client_name: &str, days: u32) -> Result<Certs, CertsError> {
+    let ca = Authority::new(days)?;
+    let server = ca.server(server_names)?;
+    let client = ca.client(client_name)?;
     Ok(Certs {
-        ca: Pem {
-            cert: ca_cert.pem(),
-            key: ca_key_pem,
-        },
+        ca: ca.pem,
         server,
         client,
     })

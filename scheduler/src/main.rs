@@ -84,6 +84,12 @@ struct ServeArgs {
     /// Without it, bind is served only on a loopback --listen address
     #[arg(long, requires = "tls_cert_file")]
     client_ca_file: Option<PathBuf>,
+    /// Common names a client certificate of --client-ca-file must have (comma-separated), as
+    /// kube-apiserver's --requestheader-allowed-names; empty: any certificate of that CA. Set
+    /// it when the CA signs others' certificates too (a cluster's CA: kube-scheduler's is
+    /// system:kube-scheduler)
+    #[arg(long, requires = "client_ca_file", value_delimiter = ',')]
+    client_allowed_names: Vec<String>,
 }
 
 #[derive(Parser)]
@@ -436,8 +442,12 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         match tls_config {
             Some(config) => {
                 tracing::info!("serving the extender on {} (HTTPS)", listener.local_addr()?);
-                let verifies = args.client_ca_file.is_some();
-                tls::serve_tls(listener, app, config, verifies, loopback).await
+                let callers = tls::Callers {
+                    verifies: args.client_ca_file.is_some(),
+                    allowed_names: args.client_allowed_names,
+                    loopback,
+                };
+                tls::serve_tls(listener, app, config, callers).await
             }
             None => {
                 tracing::info!("serving the extender on {}", listener.local_addr()?);

@@ -221,6 +221,75 @@ fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate(
     );
 }
 
+/// As [`certs`], from `gpuslice_scheduler::certs` directly, with a second client certificate
+/// of the same CA named `other` in `other/client.{crt,key}`.
+fn certs_with_another_client(other: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = gpuslice_scheduler::certs::Authority::new(1).unwrap();
+    let server = ca.server(&["127.0.0.1".to_string()]).unwrap();
+    let client = ca.client("system:kube-scheduler").unwrap();
+    let stranger = ca.client(other).unwrap();
+    std::fs::create_dir(dir.path().join("other")).unwrap();
+    for (name, text) in [
+        ("ca.crt", &ca.pem.cert),
+        ("tls.crt", &server.cert),
+        ("tls.key", &server.key),
+        ("client.crt", &client.cert),
+        ("client.key", &client.key),
+        ("other/client.crt", &stranger.cert),
+        ("other/client.key", &stranger.key),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_certificate_of_the_client_ca_by_a_name_not_allowed_does_not_bind() {
+    // The cluster's CA as client CA signs every kubelet's and user's certificate too:
+    // --client-allowed-names keeps bind to kube-scheduler's.
+    let api = ApiServer::start();
+    publish_one_gpu(&api);
+    put_pod(&api, "web");
+    let dir = certs_with_another_client("system:node:gpu-node-1");
+    let key = key_file(dir.path());
+    let mut args = vec![
+        "--api-server".to_string(),
+        api.url.clone(),
+        "--assignment-key".into(),
+        key.to_str().unwrap().into(),
+        "--client-allowed-names=kube-scheduler,system:kube-scheduler".into(),
+    ];
+    args.extend(tls_args(dir.path()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ext = Extender::start_until(&args, |addr| {
+        curl(addr, "/readyz", dir.path(), None, None).1 == "200"
+    });
+    let other = dir.path().join("other");
+    let (rc, status, body) = curl(
+        &ext.addr,
+        "/bind",
+        dir.path(),
+        Some(&other),
+        Some(&binding("web")),
+    );
+    assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
+    assert!(body.contains("--client-allowed-names"), "{body}");
+    assert!(api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null());
+    let (rc, status, body) = curl(
+        &ext.addr,
+        "/bind",
+        dir.path(),
+        Some(dir.path()),
+        Some(&binding("web")),
+    );
+    assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
+    assert_eq!(
+        api.pod("default", "web").unwrap()["spec"]["nodeName"],
+        "gpu-node-1"
+    );
+}
+
 #[test]
 fn an_extender_others_can_reach_refuses_to_serve_bind_without_client_certificates() {
     let dir = certs();

@@ -79,6 +79,10 @@ impl<const BIND: bool> FromRequestParts<Served> for FromKubeScheduler<BIND> {
         };
         s.metrics.count_refused(verb);
         let why = match caller {
+            Some(Caller::Unlisted) => {
+                "the common name of this connection's client certificate is not among the \
+                 extender's --client-allowed-names"
+            }
             Some(Caller::Unknown { .. }) => {
                 "the extender has no --client-ca-file to know it by and does not listen on a \
                  loopback address"

@@ -37,6 +37,9 @@ pub enum Caller {
     /// A client CA is configured and the caller presented no certificate: a probe, Prometheus,
     /// or anyone else.
     Anonymous,
+    /// Its certificate chained to the client CA, but its common name is not among
+    /// `--client-allowed-names` (the CA signs others' certificates too).
+    Unlisted,
     /// No client CA is configured, so callers cannot be told apart; on a loopback listener
     /// (`loopback`), only kube-scheduler's pod reaches the extender.
     Unknown { loopback: bool },
@@ -46,7 +49,7 @@ impl Caller {
     /// Whether the caller may ask filter and prioritize.
     #[must_use]
     pub fn may_ask(self) -> bool {
-        self != Self::Anonymous
+        !matches!(self, Self::Anonymous | Self::Unlisted)
     }
 
     /// Whether the caller may bind.
@@ -172,15 +175,64 @@ pub async fn serve_plain(
     .await
 }
 
-/// Serves `app` over HTTPS on `listener` with `config`, which verifies client certificates
-/// (`verifies_clients`: it has a client CA) or not, on a `loopback` address or not.
+/// Who a connection's caller is taken to be.
+#[derive(Clone, Debug)]
+pub struct Callers {
+    /// The server configuration verifies client certificates (it has a client CA).
+    pub verifies: bool,
+    /// Common names a verified certificate must have to be kube-scheduler's; empty: any
+    /// certificate of the client CA (as kube-apiserver's `--requestheader-allowed-names`).
+    pub allowed_names: Vec<String>,
+    /// The extender listens on a loopback address.
+    pub loopback: bool,
+}
+
+impl Callers {
+    /// The caller of a connection that presented `certificates` (as the TLS server verified
+    /// them: none without a client CA).
+    #[must_use]
+    pub fn caller(&self, certificates: Option<&[CertificateDer<'_>]>) -> Caller {
+        match (self.verifies, certificates.and_then(<[_]>::first)) {
+            (false, _) => Caller::Unknown {
+                loopback: self.loopback,
+            },
+            (true, None) => Caller::Anonymous,
+            (true, Some(_)) if self.allowed_names.is_empty() => Caller::KubeScheduler,
+            (true, Some(cert)) => {
+                let named = common_names(cert)
+                    .iter()
+                    .any(|n| self.allowed_names.iter().any(|a| a == n));
+                if named {
+                    Caller::KubeScheduler
+                } else {
+                    Caller::Unlisted
+                }
+            }
+        }
+    }
+}
+
+/// The common names of a certificate's subject (none where it does not parse).
+fn common_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Vec::new();
+    };
+    parsed
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+        .collect()
+}
+
+/// Serves `app` over HTTPS on `listener` with `config`, telling its callers apart by
+/// `callers`.
 pub async fn serve_tls(
     listener: TcpListener,
     app: Router,
     config: Arc<rustls::ServerConfig>,
-    verifies_clients: bool,
-    loopback: bool,
+    callers: Callers,
 ) -> std::io::Result<()> {
+    let callers = Arc::new(callers);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -192,9 +244,9 @@ pub async fn serve_tls(
                 continue;
             }
         };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
+        let (acceptor, app, callers) = (acceptor.clone(), app.clone(), callers.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(acceptor, tcp, app, verifies_clients, loopback).await {
+            if let Err(e) = connection(acceptor, tcp, app, &callers).await {
                 tracing::debug!(%peer, "connection: {e}");
             }
         });
@@ -205,19 +257,14 @@ async fn connection(
     acceptor: tokio_rustls::TlsAcceptor,
     tcp: tokio::net::TcpStream,
     app: Router,
-    verifies_clients: bool,
-    loopback: bool,
+    callers: &Callers,
 ) -> Result<(), String> {
     let tls = tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(tcp))
         .await
         .map_err(|_| format!("no TLS handshake within {HANDSHAKE_DEADLINE:?}"))?
         .map_err(|e| format!("TLS handshake: {e}"))?;
     // With a client verifier, a certificate is there only if it chained to the client CA.
-    let caller = match (verifies_clients, tls.get_ref().1.peer_certificates()) {
-        (true, Some(_)) => Caller::KubeScheduler,
-        (true, None) => Caller::Anonymous,
-        (false, _) => Caller::Unknown { loopback },
-    };
+    let caller = callers.caller(tls.get_ref().1.peer_certificates());
     let app = app.layer(axum::Extension(caller));
     let service = hyper_util::service::TowerToHyperService::new(app);
     hyper::server::conn::http1::Builder::new()
@@ -239,4 +286,47 @@ pub fn check_bind_reach(listen: SocketAddr, client_ca: bool) -> Result<(), Strin
          client certificate only, or listen on a loopback address (the extender beside \
          kube-scheduler in its pod)"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs::Authority;
+
+    fn der(pem: &str) -> CertificateDer<'static> {
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_caller_is_kube_scheduler_only_by_a_verified_certificate_of_an_allowed_name() {
+        let ca = Authority::new(1).unwrap();
+        let scheduler = [der(&ca.client("system:kube-scheduler").unwrap().cert)];
+        let kubelet = [der(&ca.client("system:node:gpu-node-1").unwrap().cert)];
+        let named = Callers {
+            verifies: true,
+            allowed_names: vec!["kube-scheduler".into(), "system:kube-scheduler".into()],
+            loopback: false,
+        };
+        assert_eq!(named.caller(Some(&scheduler)), Caller::KubeScheduler);
+        assert_eq!(named.caller(Some(&kubelet)), Caller::Unlisted);
+        assert_eq!(named.caller(None), Caller::Anonymous);
+        let any = Callers {
+            allowed_names: Vec::new(),
+            ..named.clone()
+        };
+        assert_eq!(any.caller(Some(&kubelet)), Caller::KubeScheduler);
+        for loopback in [false, true] {
+            let unverified = Callers {
+                verifies: false,
+                allowed_names: Vec::new(),
+                loopback,
+            };
+            assert_eq!(unverified.caller(None), Caller::Unknown { loopback });
+            assert_eq!(unverified.caller(None).may_bind(), loopback);
+            assert!(unverified.caller(None).may_ask());
+        }
+        assert!(!Caller::Unlisted.may_ask() && !Caller::Unlisted.may_bind());
+        assert!(!Caller::Anonymous.may_ask() && !Caller::Anonymous.may_bind());
+        assert!(Caller::KubeScheduler.may_ask() && Caller::KubeScheduler.may_bind());
+    }
 }
