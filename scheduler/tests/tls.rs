@@ -134,25 +134,33 @@ fn key_file(dir: &Path) -> PathBuf {
     key
 }
 
-#[test]
-fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate() {
+/// A stand-in API server with node gpu-node-1 (one free T4) and the pending pod `web`, and
+/// the extender binding there over HTTPS with the certificates in `dir` and `extra` flags,
+/// once it is ready (asked without a client certificate, as a probe asks).
+fn binding_extender(dir: &Path, extra: &[&str]) -> (ApiServer, Extender) {
     let api = ApiServer::start();
     publish_one_gpu(&api);
     put_pod(&api, "web");
-    let dir = certs();
-    let key = key_file(dir.path());
+    let key = key_file(dir);
     let mut args = vec![
         "--api-server".to_string(),
         api.url.clone(),
         "--assignment-key".into(),
         key.to_str().unwrap().into(),
     ];
-    args.extend(tls_args(dir.path()));
+    args.extend(tls_args(dir));
+    args.extend(extra.iter().map(|a| (*a).to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    // Probes present no client certificate: /readyz answers them.
     let ext = Extender::start_until(&args, |addr| {
-        curl(addr, "/readyz", dir.path(), None, None).1 == "200"
+        curl(addr, "/readyz", dir, None, None).1 == "200"
     });
+    (api, ext)
+}
+
+#[test]
+fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate() {
+    let dir = certs();
+    let (api, ext) = binding_extender(dir.path(), &[]);
 
     // Any other pod of the cluster: filter and bind refuse, nothing is bound.
     let filter = json!({"Pod": {"metadata": {"name": "web", "namespace": "default",
@@ -248,23 +256,11 @@ fn certs_with_another_client(other: &str) -> tempfile::TempDir {
 fn a_certificate_of_the_client_ca_by_a_name_not_allowed_does_not_bind() {
     // The cluster's CA as client CA signs every kubelet's and user's certificate too:
     // --client-allowed-names keeps bind to kube-scheduler's.
-    let api = ApiServer::start();
-    publish_one_gpu(&api);
-    put_pod(&api, "web");
     let dir = certs_with_another_client("system:node:gpu-node-1");
-    let key = key_file(dir.path());
-    let mut args = vec![
-        "--api-server".to_string(),
-        api.url.clone(),
-        "--assignment-key".into(),
-        key.to_str().unwrap().into(),
-        "--client-allowed-names=kube-scheduler,system:kube-scheduler".into(),
-    ];
-    args.extend(tls_args(dir.path()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ext = Extender::start_until(&args, |addr| {
-        curl(addr, "/readyz", dir.path(), None, None).1 == "200"
-    });
+    let (api, ext) = binding_extender(
+        dir.path(),
+        &["--client-allowed-names=kube-scheduler,system:kube-scheduler"],
+    );
     let other = dir.path().join("other");
     let (rc, status, body) = curl(
         &ext.addr,
