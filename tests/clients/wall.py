@@ -8,7 +8,9 @@ Usage: wall.py CLIENT MODE BYTES [API]
           captured CUDA graph; PYTORCH_CUDA_ALLOC_CONF chooses the allocator as usual),
           cupy-async (CuPy with its stream-ordered pool, cudaMallocAsync), jax (JAX arrays;
           XLA_PYTHON_CLIENT_* choose the allocator as usual), rmm (RAPIDS' memory manager;
-          API names its memory resource: cuda, pool, async or managed)
+          API names its memory resource: cuda, pool, async or managed), onnxruntime (ONNX
+          Runtime's CUDA execution provider running a model, then OrtValues in its arena; in
+          PyTorch's environment; total and free are not read: 0)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; peak: the same, waiting for stdin to close
           before freeing; hold: allocate BYTES once, print, and wait for stdin to close
@@ -460,6 +462,45 @@ def rmm_client(mode, size, resource):
     return total, free, held, error, held.clear
 
 
+def onnxruntime_client(mode, size):
+    # PyTorch first: it loads the CUDA 12 runtime, cuBLAS and cuDNN from its environment, as
+    # ONNX Runtime's documentation has users do.
+    import torch  # noqa: F401
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    # A model of one matrix product (cuBLAS) and a ReLU, on the CUDA execution provider.
+    n = 512
+    weight = numpy_helper.from_array(np.ones((n, n), dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "product",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, n])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, n])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+    SEEN["provider"] = session.get_providers()[0]
+    SEEN["output"] = "x".join(map(str, session.run(None, {"x": np.ones((4, n), np.float32)})[0].shape))
+    settle()
+    held, error = [], ""
+    while True:
+        try:
+            # Device memory from the CUDA provider's arena (BFCArena, cudaMalloc beneath).
+            held.append(ort.OrtValue.ortvalue_from_shape_and_type([size // 4], np.float32, "cuda", 0))
+        except RuntimeError as e:
+            if "Failed to allocate memory" not in str(e):
+                raise
+            error = "FailedToAllocate"
+            break
+        if mode == "hold":
+            break
+    return 0, 0, held, error, held.clear
+
+
 def nvml(_mode, _size):
     import pynvml
 
@@ -486,6 +527,7 @@ def main():
             "cupy-async": lambda m, n: cupy_client(m, n, "async"),
             "jax": jax_client,
             "nvml": nvml,
+            "onnxruntime": onnxruntime_client,
             "torch": torch_client,
         }
         total, free, held, error, release = clients[client](mode, size)
