@@ -382,10 +382,11 @@ fn rapids_memory_manager_sees_its_slice_and_each_of_its_memory_resources_stops_a
 }
 
 #[test]
-fn onnx_runtime_runs_a_model_on_its_cuda_provider_and_its_arena_stops_at_the_limit() {
+fn onnx_runtime_runs_a_convolution_and_a_product_on_its_cuda_provider_and_its_arena_stops_at_the_limit()
+ {
     // ONNX Runtime 1.23 (CUDA 12, cuDNN 9) in PyTorch's environment: a session on the CUDA
-    // execution provider runs a matrix product through cuBLAS, then its arena gives out
-    // device memory 64 MiB at a time until it fails.
+    // execution provider runs a convolution through cuDNN and a matrix product through
+    // cuBLAS, then its arena gives out device memory 64 MiB at a time until it fails.
     let slice = Slice::new(GIB, 0);
     let f = fill(&slice, "onnxruntime", 64 * MIB);
     assert_eq!(f.get("provider"), "CUDAExecutionProvider", "{:?}", f.0);
@@ -394,7 +395,11 @@ fn onnx_runtime_runs_a_model_on_its_cuda_provider_and_its_arena_stops_at_the_lim
     // The session's weights and cuBLAS's workspace take some of the slice; the card's
     // 15 GiB would give some 230 chunks.
     let chunks = f.num("chunks");
-    assert!((14..=16).contains(&chunks), "{chunks} chunks of 64 MiB: {:?}", f.0);
+    assert!(
+        (14..=16).contains(&chunks),
+        "{chunks} chunks of 64 MiB: {:?}",
+        f.0
+    );
 }
 
 /// `tests/clients/kernels.cu` compiled by nvcc 11.8 to an object in `dir`, with `defines`

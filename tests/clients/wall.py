@@ -9,7 +9,8 @@ Usage: wall.py CLIENT MODE BYTES [API]
           cupy-async (CuPy with its stream-ordered pool, cudaMallocAsync), jax (JAX arrays;
           XLA_PYTHON_CLIENT_* choose the allocator as usual), rmm (RAPIDS' memory manager;
           API names its memory resource: cuda, pool, async or managed), onnxruntime (ONNX
-          Runtime's CUDA execution provider running a model, then OrtValues in its arena; in
+          Runtime's CUDA execution provider running a model through cuDNN and cuBLAS, then
+          OrtValues in its arena; in
           PyTorch's environment; total and free are not read: 0)
   MODE    fill: allocate BYTES at a time until the client's own out-of-memory error, free
           everything, and print what it saw; peak: the same, waiting for stdin to close
@@ -470,21 +471,30 @@ def onnxruntime_client(mode, size):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    # A model of one matrix product (cuBLAS) and a ReLU, on the CUDA execution provider.
-    n = 512
-    weight = numpy_helper.from_array(np.ones((n, n), dtype=np.float32), "w")
+    # A model of a convolution (cuDNN), a ReLU and a matrix product (cuBLAS), on the CUDA
+    # execution provider. The product is 512 x 512: for most other shapes ONNX Runtime's
+    # cuBLAS calls into a table of the driver the simulated one does not describe.
+    filters = numpy_helper.from_array(np.ones((2, 3, 3, 3), dtype=np.float32), "filters")
+    weight = numpy_helper.from_array(np.ones((2 * 16 * 16, 512), dtype=np.float32), "weight")
+    nodes = [
+        helper.make_node("Conv", ["x", "filters"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("MatMul", ["f", "weight"], ["y"]),
+    ]
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
-        "product",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, n])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, n])],
-        [weight],
+        nodes,
+        "model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 512])],
+        [filters, weight],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
     SEEN["provider"] = session.get_providers()[0]
-    SEEN["output"] = "x".join(map(str, session.run(None, {"x": np.ones((4, n), np.float32)})[0].shape))
+    x = np.ones((4, 3, 16, 16), np.float32)
+    SEEN["output"] = "x".join(map(str, session.run(None, {"x": x})[0].shape))
     settle()
     held, error = [], ""
     while True:
