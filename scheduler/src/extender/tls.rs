@@ -28,6 +28,10 @@ use tokio::net::TcpListener;
 
 /// How long a client has to finish its TLS handshake.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a request's head may take once it has begun, and an idle connection may stay
+/// (longer than a kube-scheduler's pause between two calls of a busy cluster, shorter than
+/// its client's 90 s: it reconnects when it needs to).
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the extender knows of the caller of a request, from its connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,7 +271,10 @@ async fn connection(
     let caller = callers.caller(tls.get_ref().1.peer_certificates());
     let app = app.layer(axum::Extension(caller));
     let service = hyper_util::service::TowerToHyperService::new(app);
+    // A caller trickling a request's head in holds its connection a minute at the most.
     hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_DEADLINE)
         .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
         .await
         .map_err(|e| e.to_string())
