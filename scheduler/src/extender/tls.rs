@@ -28,9 +28,7 @@ use tokio::net::TcpListener;
 
 /// How long a client has to finish its TLS handshake.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// How long a request's head may take once it has begun, and an idle connection may stay
-/// (longer than a kube-scheduler's pause between two calls of a busy cluster, shorter than
-/// its client's 90 s: it reconnects when it needs to).
+/// How long a connection may take to send a request's head (hyper's header read timeout).
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the extender knows of the caller of a request, from its connection.
