@@ -374,11 +374,11 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)?;
     }
     let tls_config = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(tls::server_config(&tls::TlsFiles {
-            cert,
-            key,
-            client_ca: args.client_ca_file.as_deref(),
-        })?),
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(tls::Reloading::new(tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca_file.clone(),
+        })?)),
         _ => None,
     };
     let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));

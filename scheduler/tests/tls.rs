@@ -332,3 +332,61 @@ fn a_connection_stalled_in_its_handshake_holds_up_no_other_caller() {
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
     }
 }
+
+#[test]
+fn renewed_certificates_and_client_ca_are_served_without_a_restart() {
+    // The extender's files in a directory of their own, first the old certificates'.
+    let (old, new, served) = (certs(), certs(), tempfile::tempdir().unwrap());
+    let files = ["tls.crt", "tls.key", "ca.crt"];
+    for f in files {
+        std::fs::copy(old.path().join(f), served.path().join(f)).unwrap();
+    }
+    let args = tls_args(served.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ext = Extender::start_until(&args, |addr| {
+        curl(addr, "/healthz", old.path(), None, None).1 == "200"
+    });
+    // A renewed Secret: every file replaced, each by a rename, as the kubelet swaps a Secret
+    // volume's files.
+    let staged = served.path().join("staged");
+    std::fs::create_dir(&staged).unwrap();
+    for f in files {
+        std::fs::copy(new.path().join(f), staged.join(f)).unwrap();
+        std::fs::rename(staged.join(f), served.path().join(f)).unwrap();
+    }
+    let served_new = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(30), || {
+        curl(&ext.addr, "/healthz", new.path(), None, None).1 == "200"
+    });
+    assert!(served_new, "the renewed certificate was not served");
+    let (rc, _, body) = curl(&ext.addr, "/healthz", old.path(), None, None);
+    assert_ne!(rc, 0, "the old CA still verifies the server: {body}");
+    // The client CA too: the new client certificate passes the check of filter and
+    // prioritize (its body is then refused as no ExtenderArgs: 400, not 403).
+    let (rc, status, body) = curl(
+        &ext.addr,
+        "/prioritize",
+        new.path(),
+        Some(new.path()),
+        Some("{}"),
+    );
+    assert_eq!((rc, status.as_str()), (0, "400"), "{body}");
+}
+
+#[test]
+fn certificate_files_that_make_no_configuration_leave_the_one_before_served() {
+    let dir = certs();
+    let args = tls_args(dir.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ext = Extender::start_until(&args, |addr| {
+        curl(addr, "/healthz", dir.path(), None, None).1 == "200"
+    });
+    // A key that is not the certificate's.
+    let other = certs();
+    std::fs::copy(other.path().join("tls.key"), dir.path().join("tls.key")).unwrap();
+    let warned = gpuslice_testsupport::wait_for(std::time::Duration::from_secs(30), || {
+        ext.logged("make no configuration")
+    });
+    assert!(warned, "the broken files were not reported");
+    let (rc, status, body) = curl(&ext.addr, "/healthz", dir.path(), None, None);
+    assert_eq!((rc, status.as_str(), body.trim()), (0, "200", "ok"));
+}

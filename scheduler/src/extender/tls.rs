@@ -91,10 +91,96 @@ pub enum TlsError {
 
 /// The files of the extender's TLS: its certificate chain and key, and the CA that signs
 /// kube-scheduler's client certificate.
-pub struct TlsFiles<'a> {
-    pub cert: &'a Path,
-    pub key: &'a Path,
-    pub client_ca: Option<&'a Path>,
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// What tells one version of the files from another: each file's inode, size and time of
+    /// change (a Secret volume swaps in new files by renaming a link).
+    fn stamp(&self) -> Vec<Option<(u64, u64, i64, i64)>> {
+        use std::os::unix::fs::MetadataExt;
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                std::fs::metadata(p)
+                    .ok()
+                    .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect()
+    }
+}
+
+/// How often the extender looks whether its certificate files changed.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
+
+/// The server's TLS configuration, read again from its files when they change: a renewed
+/// certificate or client CA (cert-manager, a rotated Secret) is served from the next
+/// connection on, without a restart. Files that do not make a configuration (half written, a
+/// key that does not match) are reported and the configuration before them kept.
+pub struct Reloading {
+    files: TlsFiles,
+    current: std::sync::RwLock<(Vec<Option<(u64, u64, i64, i64)>>, Arc<rustls::ServerConfig>)>,
+}
+
+impl Reloading {
+    /// The configuration from `files`, which must make one now.
+    pub fn new(files: TlsFiles) -> Result<Self, TlsError> {
+        let stamp = files.stamp();
+        let config = server_config(&files)?;
+        Ok(Self {
+            files,
+            current: std::sync::RwLock::new((stamp, config)),
+        })
+    }
+
+    /// The configuration a new connection is served with.
+    #[must_use]
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        match self.current.read() {
+            Ok(c) => c.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
+        }
+    }
+
+    /// Reads the files again if they changed since they were last read.
+    pub fn reload_if_changed(&self) {
+        let stamp = self.files.stamp();
+        let Ok(mut current) = self.current.write() else {
+            return;
+        };
+        if current.0 == stamp {
+            return;
+        }
+        current.0 = stamp;
+        match server_config(&self.files) {
+            Ok(config) => {
+                current.1 = config;
+                tracing::info!("the TLS certificate files changed: serving the new ones");
+            }
+            Err(e) => tracing::warn!(
+                "the TLS certificate files changed but make no configuration, the one before \
+                 is kept: {}",
+                with_sources(&e)
+            ),
+        }
+    }
+}
+
+/// An error with its sources, on one line.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn certificates(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -118,10 +204,10 @@ fn certificates(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
 
 /// The server's TLS configuration from `files`, with ring as its cryptography (the one the
 /// API client uses too).
-pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = certificates("--tls-cert-file", files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(files.key).map_err(|source| TlsError::Read {
+    let chain = certificates("--tls-cert-file", &files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| TlsError::Read {
         flag: "--tls-private-key-file",
         path: files.key.to_path_buf(),
         source,
@@ -133,7 +219,7 @@ pub fn server_config(files: &TlsFiles<'_>) -> Result<Arc<rustls::ServerConfig>, 
             key: files.key.to_path_buf(),
             source,
         })?;
-    let builder = match files.client_ca {
+    let builder = match &files.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
@@ -226,16 +312,23 @@ fn common_names(cert: &CertificateDer<'_>) -> Vec<String> {
         .collect()
 }
 
-/// Serves `app` over HTTPS on `listener` with `config`, telling its callers apart by
-/// `callers`.
+/// Serves `app` over HTTPS on `listener` with `tls`'s configuration as it is at each
+/// connection, telling its callers apart by `callers`.
 pub async fn serve_tls(
     listener: TcpListener,
     app: Router,
-    config: Arc<rustls::ServerConfig>,
+    tls: Arc<Reloading>,
     callers: Callers,
 ) -> std::io::Result<()> {
     let callers = Arc::new(callers);
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let watched = tls.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(RELOAD_EVERY);
+        loop {
+            every.tick().await;
+            watched.reload_if_changed();
+        }
+    });
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -246,7 +339,8 @@ pub async fn serve_tls(
                 continue;
             }
         };
-        let (acceptor, app, callers) = (acceptor.clone(), app.clone(), callers.clone());
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+        let (app, callers) = (app.clone(), callers.clone());
         tokio::spawn(async move {
             if let Err(e) = connection(acceptor, tcp, app, &callers).await {
                 tracing::debug!(%peer, "connection: {e}");

@@ -101,6 +101,11 @@ impl Extender {
         e
     }
 
+    /// Whether the extender has logged a line containing `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.log.lock().unwrap().iter().any(|l| l.contains(text))
+    }
+
     /// The extender's process id.
     #[must_use]
     pub fn pid(&self) -> u32 {
