@@ -98,10 +98,12 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// What tells one version of the files from another: each file's inode, size and time of
+/// change (a Secret volume swaps in new files by renaming a link); None for a missing file.
+type Stamp = Vec<Option<(u64, u64, i64, i64)>>;
+
 impl TlsFiles {
-    /// What tells one version of the files from another: each file's inode, size and time of
-    /// change (a Secret volume swaps in new files by renaming a link).
-    fn stamp(&self) -> Vec<Option<(u64, u64, i64, i64)>> {
+    fn stamp(&self) -> Stamp {
         use std::os::unix::fs::MetadataExt;
         [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
             .into_iter()
@@ -124,7 +126,7 @@ pub const RELOAD_EVERY: Duration = Duration::from_secs(2);
 /// key that does not match) are reported and the configuration before them kept.
 pub struct Reloading {
     files: TlsFiles,
-    current: std::sync::RwLock<(Vec<Option<(u64, u64, i64, i64)>>, Arc<rustls::ServerConfig>)>,
+    current: std::sync::RwLock<(Stamp, Arc<rustls::ServerConfig>)>,
 }
 
 impl Reloading {
