@@ -157,6 +157,29 @@ fn binding_extender(dir: &Path, extra: &[&str]) -> (ApiServer, Extender) {
     (api, ext)
 }
 
+/// The extender over HTTPS with the certificates in `dir` (no API access), once it answers
+/// `/healthz`.
+fn tls_extender(dir: &Path) -> Extender {
+    let args = tls_args(dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Extender::start_until(&args, |addr| {
+        curl(addr, "/healthz", dir, None, None).1 == "200"
+    })
+}
+
+/// Asks `ext` to bind the pod `web` presenting the client certificate in `client` (if any):
+/// curl's exit code, the HTTP status and the body.
+fn bind_web(ext: &Extender, ca: &Path, client: Option<&Path>) -> (i32, String, String) {
+    curl(&ext.addr, "/bind", ca, client, Some(&binding("web")))
+}
+
+/// The node the pod `web` is bound to, if any.
+fn node_of_web(api: &ApiServer) -> Option<String> {
+    api.pod("default", "web").unwrap()["spec"]["nodeName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
 #[test]
 fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate() {
     let dir = certs();
@@ -173,12 +196,13 @@ fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate(
         body.contains("filter answers kube-scheduler only"),
         "{body}"
     );
-    let (rc, status, body) = curl(&ext.addr, "/bind", dir.path(), None, Some(&binding("web")));
+    let (rc, status, body) = bind_web(&ext, dir.path(), None);
     assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
     assert!(body.contains("--client-ca-file"), "{body}");
-    assert!(
-        api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null(),
-        "bound by a caller without a client certificate"
+    assert_eq!(
+        node_of_web(&api),
+        None,
+        "bound without a client certificate"
     );
     assert!(api.objects.lock().unwrap().bindings.is_empty());
     // Prometheus, without a certificate, reads the refusals.
@@ -192,15 +216,9 @@ fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate(
 
     // A client certificate from another CA fails the handshake.
     let other = certs();
-    let (rc, _, body) = curl(
-        &ext.addr,
-        "/bind",
-        dir.path(),
-        Some(other.path()),
-        Some(&binding("web")),
-    );
+    let (rc, _, body) = bind_web(&ext, dir.path(), Some(other.path()));
     assert_ne!(rc, 0, "a certificate of another CA was accepted: {body}");
-    assert!(api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null());
+    assert_eq!(node_of_web(&api), None);
 
     // kube-scheduler's certificate: filtered, then bound.
     let (rc, status, body) = curl(
@@ -213,20 +231,11 @@ fn the_verbs_answer_only_a_caller_presenting_kube_schedulers_client_certificate(
     assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
     let answer: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
     assert_eq!(answer["NodeNames"], json!(["gpu-node-1"]), "{body}");
-    let (rc, status, body) = curl(
-        &ext.addr,
-        "/bind",
-        dir.path(),
-        Some(dir.path()),
-        Some(&binding("web")),
-    );
+    let (rc, status, body) = bind_web(&ext, dir.path(), Some(dir.path()));
     assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
     let answer: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
     assert_eq!(answer["Error"], "", "{body}");
-    assert_eq!(
-        api.pod("default", "web").unwrap()["spec"]["nodeName"],
-        "gpu-node-1"
-    );
+    assert_eq!(node_of_web(&api).as_deref(), Some("gpu-node-1"));
 }
 
 /// As [`certs`], from `gpuslice_scheduler::certs` directly, with a second client certificate
@@ -262,28 +271,13 @@ fn a_certificate_of_the_client_ca_by_a_name_not_allowed_does_not_bind() {
         &["--client-allowed-names=kube-scheduler,system:kube-scheduler"],
     );
     let other = dir.path().join("other");
-    let (rc, status, body) = curl(
-        &ext.addr,
-        "/bind",
-        dir.path(),
-        Some(&other),
-        Some(&binding("web")),
-    );
+    let (rc, status, body) = bind_web(&ext, dir.path(), Some(&other));
     assert_eq!((rc, status.as_str()), (0, "403"), "{body}");
     assert!(body.contains("--client-allowed-names"), "{body}");
-    assert!(api.pod("default", "web").unwrap()["spec"]["nodeName"].is_null());
-    let (rc, status, body) = curl(
-        &ext.addr,
-        "/bind",
-        dir.path(),
-        Some(dir.path()),
-        Some(&binding("web")),
-    );
+    assert_eq!(node_of_web(&api), None);
+    let (rc, status, body) = bind_web(&ext, dir.path(), Some(dir.path()));
     assert_eq!((rc, status.as_str()), (0, "200"), "{body}");
-    assert_eq!(
-        api.pod("default", "web").unwrap()["spec"]["nodeName"],
-        "gpu-node-1"
-    );
+    assert_eq!(node_of_web(&api).as_deref(), Some("gpu-node-1"));
 }
 
 #[test]
@@ -309,11 +303,7 @@ fn an_extender_others_can_reach_refuses_to_serve_bind_without_client_certificate
 #[test]
 fn a_connection_stalled_in_its_handshake_holds_up_no_other_caller() {
     let dir = certs();
-    let args = tls_args(dir.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ext = Extender::start_until(&args, |addr| {
-        curl(addr, "/healthz", dir.path(), None, None).1 == "200"
-    });
+    let ext = tls_extender(dir.path());
     // Connections that never send a byte of their handshake.
     let stalled: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(&ext.addr).unwrap())
@@ -375,11 +365,7 @@ fn renewed_certificates_and_client_ca_are_served_without_a_restart() {
 #[test]
 fn certificate_files_that_make_no_configuration_leave_the_one_before_served() {
     let dir = certs();
-    let args = tls_args(dir.path());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ext = Extender::start_until(&args, |addr| {
-        curl(addr, "/healthz", dir.path(), None, None).1 == "200"
-    });
+    let ext = tls_extender(dir.path());
     // A key that is not the certificate's.
     let other = certs();
     std::fs::copy(other.path().join("tls.key"), dir.path().join("tls.key")).unwrap();
