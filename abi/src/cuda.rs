@@ -102,6 +102,10 @@ pub const CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: c_int = 132;
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE` of `CUmemLocationType`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+/// `CU_MEM_LOCATION_TYPE_HOST`: host memory, no NUMA node named (pools: CUDA 13).
+pub const CU_MEM_LOCATION_TYPE_HOST: c_int = 2;
+/// `CU_MEM_LOCATION_TYPE_HOST_NUMA`: host memory of the NUMA node the id names.
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_int = 3;
 
 /// `cuGetProcAddress` flags.
 pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1 << 0;

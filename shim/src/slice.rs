@@ -95,6 +95,16 @@ impl Part {
     }
 }
 
+/// Where a memory pool holds its memory, as the call that made it or gave it out said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolPlace {
+    /// On this device: charged to it.
+    Device(CUdevice),
+    /// In host memory (a pool located on the host or a host NUMA node): not device memory,
+    /// not charged.
+    Host,
+}
+
 pub struct Slice {
     /// Every part's GPUs, in the order of the parts.
     pub gpus: Vec<GpuLimit>,
@@ -106,7 +116,8 @@ pub struct Slice {
     positions: [AtomicI32; ORDINALS],
     nvml_positions: Mutex<HashMap<usize, Option<usize>>>,
     charges: Mutex<HashMap<(Kind, u64), Charge>>,
-    pub pools: Mutex<HashMap<usize, CUdevice>>,
+    /// Where each memory pool the library saw given out holds its memory.
+    pub pools: Mutex<HashMap<usize, PoolPlace>>,
     pub primary: Mutex<HashMap<CUdevice, Primary>>,
     /// Mappings of the virtual-memory API, so that a released handle stays charged until its
     /// last unmap.

@@ -96,6 +96,30 @@ fn a_pool_that_keeps_what_is_freed_stays_charged_reuses_it_and_gives_it_back_whe
 }
 
 #[test]
+fn memory_from_a_pool_in_host_memory_is_not_charged_and_a_gpu_pool_in_its_place_is() {
+    // Page-locked host memory from a pool on host NUMA node 0: four times the slice is
+    // granted, and the GPU still has all of its slice.
+    let slice = Slice::new(256 * MIB, 0);
+    let program = common::compile(&slice.sim, "host_pool");
+    let run = |mode: &str| {
+        let out = slice
+            .command(&program)
+            .args([mode, &(64 * MIB).to_string(), "16"])
+            .output()
+            .unwrap();
+        common::Facts::parse(&String::from_utf8_lossy(&out.stdout))
+    };
+    let f = run("host");
+    assert_eq!(f.num("host"), 16, "{:?}", f.0);
+    assert_eq!(f.num("device"), 256, "{:?}", f.0);
+    // A pool on the GPU made where a destroyed host pool was, the same handle or not, is
+    // charged as the GPU's.
+    let f = run("reuse");
+    assert_eq!(f.num("device"), 256, "{:?}", f.0);
+    assert_eq!(slice.usage().totals(), vec![0]);
+}
+
+#[test]
 fn pitched_rows_are_charged_with_their_padding() {
     let slice = Slice::new(64 * MIB, 2 * MIB);
     let f = slice.wall("link", "pitch", slice.remaining());

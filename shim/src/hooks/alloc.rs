@@ -20,7 +20,7 @@ use std::ffi::c_uint;
 use super::{charged, charged_in, graph, pool_reserve, real_or_return, uncharged};
 use crate::api::real;
 use crate::ffi::*;
-use crate::slice::{self, Kind};
+use crate::slice::{self, Kind, PoolPlace};
 
 macro_rules! slice_or_pass {
     ($call:expr) => {
@@ -253,10 +253,14 @@ unsafe fn alloc_from_pool(
     if capturing(stream, ptsz) {
         return call();
     }
-    let known = super::pools::device_of(s, pool);
-    let dev = match known.map_or_else(|| s.current_device(), Ok) {
-        Ok(d) => d,
-        Err(e) => return e,
+    let dev = match super::pools::place_of(s, pool) {
+        // Page-locked host memory: nothing of the device.
+        Some(PoolPlace::Host) => return call(),
+        Some(PoolPlace::Device(d)) => d,
+        None => match s.current_device() {
+            Ok(d) => d,
+            Err(e) => return e,
+        },
     };
     from_pool(s, dev, Some(pool), ptsz, dptr, bytes, stream, &call)
 }

@@ -32,6 +32,12 @@ pub(crate) fn hold() -> Passage {
     DECIDED.shared()
 }
 
+/// While it lives, no hook is between its question and the driver's answer (for a call that
+/// changes the answer: a pool destroyed, whose handle a new pool may get).
+pub(crate) fn alone() -> Passage {
+    DECIDED.alone()
+}
+
 pub unsafe fn stream_end_capture(stream: CUstream, graph: *mut CUgraph) -> CUresult {
     let f = real_or_return!(cuStreamEndCapture);
     let _alone = DECIDED.alone();
@@ -70,9 +76,9 @@ pub unsafe fn mem_set_mem_pool(
     // SAFETY: the caller's arguments, the location as copied.
     let r = unsafe { f(given, kind, pool) };
     if r == CUDA_SUCCESS
-        && let Some(dev) = super::pools::located_device(given, kind)
+        && let Some(place) = super::pools::place_at(given, kind)
     {
-        super::pools::remember(pool, dev);
+        super::pools::remember(pool, place);
     }
     r
 }

@@ -7,44 +7,59 @@
 //! from every call that gives a pool out (`cuMemPoolCreate` with a device location,
 //! `cuDeviceGetDefaultMemPool`, `cuDeviceGetMemPool`, and CUDA 13's `cuMemGetDefaultMemPool`
 //! and `cuMemGetMemPool`) or makes one current (`cuMemSetMemPool`, in [`super::capture`]),
-//! and finds a stream's device from its context ([`super::streams`]). A pool it does not know
-//! (one in host memory) is charged to the current context's device: the wall errs on the side
-//! of holding.
+//! and finds a stream's device from its context ([`super::streams`]). A pool made in host
+//! memory (located on the host or a host NUMA node: `cuMemPoolCreate`, and CUDA 13's calls
+//! by location) gives out page-locked host memory, which is not charged. A pool it does not
+//! know (one imported from another process) is charged to the current context's device: the
+//! wall errs on the side of holding. Destroying a pool waits for the stream-ordered
+//! allocations being decided ([`super::capture`]), so that no allocation judged to come from
+//! a host pool is made from a device pool given the same handle in between.
 
 use crate::ffi::*;
-use crate::slice::{self, Slice};
+use crate::slice::{self, PoolPlace, Slice};
 
 use super::alloc::written;
 use super::{pool_reserve, real_or_return};
 
-/// `CU_MEM_ALLOCATION_TYPE_PINNED`: device memory (the only kind a device's pools hold).
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`: page-locked memory, of a device or of the host.
 const PINNED: std::ffi::c_int = 1;
 
-/// Records that `pool` is on device `dev`.
-pub(super) fn remember(pool: CUmemoryPool, dev: CUdevice) {
+/// Records where `pool` holds its memory.
+pub(super) fn remember(pool: CUmemoryPool, place: PoolPlace) {
     if let Some(s) = slice::get()
         && let Ok(mut pools) = s.pools.lock()
     {
-        pools.insert(pool as usize, dev);
+        pools.insert(pool as usize, place);
     }
 }
 
-/// The device pool `pool` is on, where a call that gave it out said.
-pub(super) fn device_of(s: &Slice, pool: CUmemoryPool) -> Option<CUdevice> {
+/// Where `pool` holds its memory, where a call that made it or gave it out said.
+pub(super) fn place_of(s: &Slice, pool: CUmemoryPool) -> Option<PoolPlace> {
     s.pools
         .lock()
         .ok()
         .and_then(|p| p.get(&(pool as usize)).copied())
 }
 
-/// The device a location names for pinned memory, if it names one.
-pub(super) fn located_device(
-    location: *const CUmemLocation,
-    kind: std::ffi::c_int,
-) -> Option<CUdevice> {
+/// Where a pool of `kind` memory at `location` holds it: the device it names (managed memory
+/// too, which prefers it), or host memory for pinned memory on the host or a host NUMA node;
+/// None for anything else (managed memory on the host, which may move to a device, or a
+/// location the driver refuses).
+pub(super) fn located_place(location: CUmemLocation, kind: std::ffi::c_int) -> Option<PoolPlace> {
+    match (location.typ, kind) {
+        (CU_MEM_LOCATION_TYPE_DEVICE, _) => Some(PoolPlace::Device(location.id)),
+        (CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA, PINNED) => {
+            Some(PoolPlace::Host)
+        }
+        _ => None,
+    }
+}
+
+/// As [`located_place`], for the caller's location.
+pub(super) fn place_at(location: *const CUmemLocation, kind: std::ffi::c_int) -> Option<PoolPlace> {
     // SAFETY: read only if non-null; the caller's CUmemLocation.
     let l = unsafe { location.as_ref() }.copied()?;
-    (l.typ == CU_MEM_LOCATION_TYPE_DEVICE && kind == PINNED).then_some(l.id)
+    located_place(l, kind)
 }
 
 pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHead) -> CUresult {
@@ -61,9 +76,9 @@ pub unsafe fn mem_pool_create(pool: *mut CUmemoryPool, props: *const CUmemPropHe
     if r != CUDA_SUCCESS {
         return r;
     }
-    let location = copy.map(|p| (p.head.location.typ, p.head.location.id));
-    if let (Some((CU_MEM_LOCATION_TYPE_DEVICE, dev)), Some(p)) = (location, written(pool)) {
-        remember(p, dev);
+    let place = copy.and_then(|p| located_place(p.head.location, p.head.typ));
+    if let (Some(place), Some(p)) = (place, written(pool)) {
+        remember(p, place);
     }
     r
 }
@@ -77,7 +92,7 @@ fn device_pool(f: DevicePool, pool: *mut CUmemoryPool, dev: CUdevice) -> CUresul
     if r == CUDA_SUCCESS
         && let Some(p) = written(pool)
     {
-        remember(p, dev);
+        remember(p, PoolPlace::Device(dev));
     }
     r
 }
@@ -109,9 +124,9 @@ fn located_pool(
     // SAFETY: the caller's arguments, the location as copied.
     let r = unsafe { f(pool, given, kind) };
     if r == CUDA_SUCCESS
-        && let (Some(dev), Some(p)) = (located_device(given, kind), written(pool))
+        && let (Some(place), Some(p)) = (place_at(given, kind), written(pool))
     {
-        remember(p, dev);
+        remember(p, place);
     }
     r
 }
@@ -151,6 +166,7 @@ pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> CUresult {
 
 pub unsafe fn mem_pool_destroy(pool: CUmemoryPool) -> CUresult {
     let f = real_or_return!(cuMemPoolDestroy);
+    let _decided = super::capture::alone();
     // SAFETY: the caller's argument, passed on unchanged.
     let r = unsafe { f(pool) };
     if r == CUDA_SUCCESS

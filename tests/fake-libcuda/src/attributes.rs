@@ -220,15 +220,16 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
         130 => 0,       // NUMA_CONFIG (none)
         131 => -1,      // NUMA_ID
         132 | 133 => 0, // MULTICAST_SUPPORTED, MPS_ENABLED
-        134 => -1,      // HOST_NUMA_ID
+        134 => int(gpu.numa_node.unwrap_or(0)), // HOST_NUMA_ID: the host's node nearest the GPU
         135 => 0,       // D3D12_CIG_SUPPORTED
         136 | 137 => 0, // MEM_DECOMPRESS_ALGORITHM_MASK, _MAXIMUM_LENGTH: no decompression engine
         138 => 0,       // VULKAN_CIG_SUPPORTED
         139 => bits(pci_ids().0), // GPU_PCI_DEVICE_ID
         140 => bits(pci_ids().1), // GPU_PCI_SUBSYSTEM_ID
-        // HOST_NUMA_ and HOST_ locations for virtual memory and pools, multi-node IPC, dma_buf
-        // of host allocations: not simulated, so not offered.
-        141..=146 => 0,
+        // HOST_NUMA_ locations for pools (simulated: host memory, not charged); for virtual
+        // memory, multi-node IPC, dma_buf of host allocations: not simulated, so not offered.
+        142 => 1,
+        141 | 143..=146 => 0,
         147 => 0, // ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED (PCIe: none at all, HOST_NATIVE_ATOMIC 0)
         _ => return None,
     })

@@ -29,6 +29,8 @@ pub(crate) struct Pinned {
     pub(crate) ctx: usize,
     /// Allocated here (freed by `cuMemFreeHost`), not registered.
     allocated: bool,
+    /// Allocated from a pool in host memory (freed by `cuMemFreeAsync` or `cuMemFree_v2`).
+    from_pool: bool,
 }
 
 static PINNED: LazyLock<Mutex<BTreeMap<usize, Pinned>>> =
@@ -44,6 +46,51 @@ pub(crate) fn range_of(ptr: u64) -> Option<(usize, Pinned)> {
     let map = PINNED.lock().ok()?;
     let (&base, &p) = map.range(..=ptr).next_back()?;
     (ptr < base + p.len).then_some((base, p))
+}
+
+/// Page-locked host memory of `bytes` from a pool in host memory, in the current context;
+/// its address, the device's and the host's alike.
+pub(crate) fn allocate_from_pool(bytes: usize) -> Result<u64, CUresult> {
+    let ctx = current()?;
+    // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let entry = Pinned {
+        len: bytes,
+        flags: CU_MEMHOSTALLOC_DEVICEMAP,
+        ctx,
+        allocated: true,
+        from_pool: true,
+    };
+    pinned()?.insert(p as usize, entry);
+    Ok(p as u64)
+}
+
+/// Frees `ptr` if a host pool gave it out; whether it did.
+pub(crate) fn free_from_pool(ptr: CUdeviceptr) -> Result<bool, CUresult> {
+    let mut map = pinned()?;
+    let Some(e) = usize::try_from(ptr).ok().and_then(|p| map.get(&p).copied()) else {
+        return Ok(false);
+    };
+    if !e.from_pool {
+        return Ok(false);
+    }
+    map.remove(&(ptr as usize));
+    drop(map);
+    // SAFETY: the mapping allocate_from_pool made at `ptr`, `len` bytes, now forgotten.
+    unsafe { libc::munmap(ptr as *mut c_void, e.len) };
+    Ok(true)
 }
 
 /// A current context is needed to pin memory, as with the driver.
@@ -84,6 +131,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
             flags,
             ctx,
             allocated: true,
+            from_pool: false,
         };
         pinned()?.insert(p as usize, entry);
         out(pp, p)
@@ -102,7 +150,7 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     guard(|| {
         let mut map = pinned()?;
         match map.get(&(p as usize)) {
-            Some(e) if e.allocated => {
+            Some(e) if e.allocated && !e.from_pool => {
                 let len = e.len;
                 map.remove(&(p as usize));
                 drop(map);
@@ -143,6 +191,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, flags: c_ui
                 flags,
                 ctx,
                 allocated: false,
+                from_pool: false,
             },
         );
         Ok(())

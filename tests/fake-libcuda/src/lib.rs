@@ -278,7 +278,7 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
         if ipc::is_imported(dptr) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        if graph_memory::release(dptr)? {
+        if graph_memory::release(dptr)? || host::free_from_pool(dptr)? {
             return Ok(());
         }
         state::get()?.free(dptr)?;

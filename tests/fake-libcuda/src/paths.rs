@@ -26,15 +26,17 @@ pub const PITCH_ALIGNMENT: usize = 512;
 pub const VMM_GRANULARITY: usize = 2 << 20;
 
 pub use gpuslice_cuda_abi::cuda::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY_MEMORY_REQUIREMENTS,
-    CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUfunction, CUlaunchConfig, CUmemAccessDesc,
-    CUmemGenericAllocationHandle, CUmemPropHead, CUmemoryPool, CUmipmappedArray, CUmodule,
-    CUstream,
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA,
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY_MEMORY_REQUIREMENTS, CUDA_ARRAY3D_DESCRIPTOR, CUarray,
+    CUfunction, CUlaunchConfig, CUmemAccessDesc, CUmemGenericAllocationHandle, CUmemPropHead,
+    CUmemoryPool, CUmipmappedArray, CUmodule, CUstream,
 };
 
-/// A memory pool: the device it allocates on.
+/// A memory pool: the device it allocates on, or host memory (whose attributes and access
+/// are answered as a pool of GPU 0's would be).
 pub struct Pool {
     node_index: usize,
+    host: bool,
 }
 
 /// The node GPU a pool allocates on; `pool` is a handle this library gave out (the API's
@@ -134,9 +136,12 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
     guard(|| {
         let index = state::get()?.node_index(dev)?;
         let mut pools = DEFAULT_POOLS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-        let p = *pools
-            .entry(index)
-            .or_insert_with(|| Box::into_raw(Box::new(Pool { node_index: index })) as usize);
+        let p = *pools.entry(index).or_insert_with(|| {
+            Box::into_raw(Box::new(Pool {
+                node_index: index,
+                host: false,
+            })) as usize
+        });
         out(pool, p as CUmemoryPool)
     })
 }
@@ -155,9 +160,12 @@ fn current_pool(index: usize) -> Result<usize, CUresult> {
         return Ok(*p);
     }
     let mut pools = DEFAULT_POOLS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
-    Ok(*pools
-        .entry(index)
-        .or_insert_with(|| Box::into_raw(Box::new(Pool { node_index: index })) as usize))
+    Ok(*pools.entry(index).or_insert_with(|| {
+        Box::into_raw(Box::new(Pool {
+            node_index: index,
+            host: false,
+        })) as usize
+    }))
 }
 
 #[unsafe(no_mangle)]
@@ -209,13 +217,39 @@ pub unsafe extern "C" fn cuMemPoolCreate(
         }
         // SAFETY: non-null, points at the caller's CUmemPoolProps, whose prefix we read.
         let props = unsafe { &*props };
-        if props.location.typ != CU_MEM_LOCATION_TYPE_DEVICE {
-            return Err(CUDA_ERROR_NOT_SUPPORTED);
-        }
-        let index = d.node_index(props.location.id)?;
+        let l = props.location;
+        // Host memory: of a NUMA node of the host (CUDA 12.2; the nodes the GPUs are on, at
+        // least node 0), or of no node named (13.0, not shareable with other processes), as
+        // cuda.h describes them.
+        let host_nodes = d
+            .spec
+            .gpus
+            .iter()
+            .filter_map(|g| g.numa_node)
+            .max()
+            .unwrap_or(0);
+        let host = match l.typ {
+            CU_MEM_LOCATION_TYPE_DEVICE => false,
+            CU_MEM_LOCATION_TYPE_HOST_NUMA
+                if u32::try_from(l.id).is_ok_and(|n| n <= host_nodes) =>
+            {
+                true
+            }
+            CU_MEM_LOCATION_TYPE_HOST
+                if d.spec.cuda_driver_version >= 13000 && props.handle_types == 0 =>
+            {
+                true
+            }
+            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        };
+        let index = if host { 0 } else { d.node_index(l.id)? };
         out(
             pool,
-            Box::into_raw(Box::new(Pool { node_index: index })).cast(),
+            Box::into_raw(Box::new(Pool {
+                node_index: index,
+                host,
+            }))
+            .cast(),
         )
     })
 }
@@ -251,7 +285,15 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: a pool handle this library gave out.
-        let index = unsafe { (*pool.cast::<Pool>()).node_index };
+        let (index, host) = unsafe {
+            (
+                (*pool.cast::<Pool>()).node_index,
+                (*pool.cast::<Pool>()).host,
+            )
+        };
+        if host {
+            return out(dptr, crate::host::allocate_from_pool(bytesize)?);
+        }
         out(
             dptr,
             crate::pool_books::allocate(pool as usize, index, bytesize as u64)?,
@@ -319,7 +361,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresul
                 .map(|_| ());
         }
         drop(held);
-        if crate::graph_memory::release(dptr)? {
+        if crate::graph_memory::release(dptr)? || crate::host::free_from_pool(dptr)? {
             return Ok(());
         }
         state::get()?.free(dptr)?;
