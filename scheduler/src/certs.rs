@@ -22,6 +22,8 @@ pub enum CertsError {
     },
     #[error("--days {0}: the certificates must be valid for at least one day")]
     Days(u32),
+    #[error("{} is already there: not replacing it, nor writing the others", path.display())]
+    Exists { path: std::path::PathBuf },
     #[error("writing {}", path.display())]
     Write {
         path: std::path::PathBuf,
@@ -149,8 +151,8 @@ pub fn make(server_names: &[String], client_name: &str, days: u32) -> Result<Cer
     })
 }
 
-/// Writes `certs` into `dir` as [`FILES`] (keys readable by the owner only), refusing to
-/// replace files already there.
+/// Writes `certs` into `dir` as [`FILES`] (keys readable by the owner only); refused, writing
+/// none, if any of them is already there.
 pub fn write(certs: &Certs, dir: &Path) -> Result<(), CertsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -162,6 +164,14 @@ pub fn write(certs: &Certs, dir: &Path) -> Result<(), CertsError> {
         &certs.client.cert,
         &certs.client.key,
     ];
+    // None is written while one is there: no half of a new set beside half of an old one.
+    if let Some(path) = FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.symlink_metadata().is_ok())
+    {
+        return Err(CertsError::Exists { path });
+    }
     for (name, text) in FILES.iter().zip(contents) {
         let path = dir.join(name);
         let mode = if name.ends_with(".key") { 0o600 } else { 0o644 };
@@ -178,4 +188,48 @@ pub fn write(certs: &Certs, dir: &Path) -> Result<(), CertsError> {
             .map_err(err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_keys_are_the_owners_alone_and_no_file_already_there_is_replaced_or_joined() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = make(&["localhost".into()], "kube-scheduler", 1).unwrap();
+        write(&certs, dir.path()).unwrap();
+        for f in FILES {
+            let mode = std::fs::metadata(dir.path().join(f))
+                .unwrap()
+                .permissions()
+                .mode();
+            if f.ends_with(".key") {
+                assert_eq!(mode & 0o077, 0, "{f}: {mode:o}");
+            }
+        }
+        let first = std::fs::read_to_string(dir.path().join("ca.crt")).unwrap();
+        let again = make(&["localhost".into()], "kube-scheduler", 1).unwrap();
+        assert!(matches!(
+            write(&again, dir.path()),
+            Err(CertsError::Exists { .. })
+        ));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("ca.crt")).unwrap(),
+            first
+        );
+        // One file of another set there: none of this one is written beside it.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join("tls.key"), "kept").unwrap();
+        assert!(matches!(
+            write(&again, other.path()),
+            Err(CertsError::Exists { .. })
+        ));
+        assert!(!other.path().join("ca.crt").exists());
+        assert!(matches!(
+            make(&[], "kube-scheduler", 0),
+            Err(CertsError::Days(0))
+        ));
+    }
 }
