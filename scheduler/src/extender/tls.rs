@@ -164,25 +164,14 @@ impl Reloading {
                 current.1 = config;
                 tracing::info!("the TLS certificate files changed: serving the new ones");
             }
+            // The error's sources as tracing records an error value: its `sources` field.
             Err(e) => tracing::warn!(
+                error = &e as &(dyn std::error::Error + 'static),
                 "the TLS certificate files changed but make no configuration, the one before \
-                 is kept: {}",
-                with_sources(&e)
+                 is kept"
             ),
         }
     }
-}
-
-/// An error with its sources, on one line.
-fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn certificates(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -27,10 +27,18 @@ pub(crate) struct Pinned {
     pub(crate) flags: c_uint,
     /// The context it was pinned in (its handle).
     pub(crate) ctx: usize,
-    /// Allocated here (freed by `cuMemFreeHost`), not registered.
-    allocated: bool,
-    /// Allocated from a pool in host memory (freed by `cuMemFreeAsync` or `cuMemFree_v2`).
-    from_pool: bool,
+    origin: Origin,
+}
+
+/// How a page-locked range came to be, which says what gives it back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The program's own memory (`cuMemHostRegister_v2`; `cuMemHostUnregister`).
+    Registered,
+    /// Allocated here (`cuMemHostAlloc`; `cuMemFreeHost`).
+    Allocated,
+    /// Allocated from a pool in host memory (`cuMemFreeAsync` or `cuMemFree_v2`).
+    Pool,
 }
 
 static PINNED: LazyLock<Mutex<BTreeMap<usize, Pinned>>> =
@@ -48,9 +56,9 @@ pub(crate) fn range_of(ptr: u64) -> Option<(usize, Pinned)> {
     (ptr < base + p.len).then_some((base, p))
 }
 
-/// Page-locked host memory of `bytes` from a pool in host memory, in the current context;
+/// Maps `bytes` of host memory, page-locked as `origin` in the current context with `flags`;
 /// its address, the device's and the host's alike.
-pub(crate) fn allocate_from_pool(bytes: usize) -> Result<u64, CUresult> {
+fn allocate(bytes: usize, flags: c_uint, origin: Origin) -> Result<usize, CUresult> {
     let ctx = current()?;
     // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
     let p = unsafe {
@@ -68,29 +76,36 @@ pub(crate) fn allocate_from_pool(bytes: usize) -> Result<u64, CUresult> {
     }
     let entry = Pinned {
         len: bytes,
-        flags: CU_MEMHOSTALLOC_DEVICEMAP,
+        flags,
         ctx,
-        allocated: true,
-        from_pool: true,
+        origin,
     };
     pinned()?.insert(p as usize, entry);
-    Ok(p as u64)
+    Ok(p as usize)
+}
+
+/// Unmaps the range [`allocate`] made at `p` as `origin`; whether there was one.
+fn free(p: usize, origin: Origin) -> Result<bool, CUresult> {
+    let mut map = pinned()?;
+    let len = match map.get(&p) {
+        Some(e) if e.origin == origin => e.len,
+        _ => return Ok(false),
+    };
+    map.remove(&p);
+    drop(map);
+    // SAFETY: the mapping allocate made at `p`, `len` bytes, now forgotten.
+    unsafe { libc::munmap(p as *mut c_void, len) };
+    Ok(true)
+}
+
+/// Page-locked host memory of `bytes` from a pool in host memory, in the current context.
+pub(crate) fn allocate_from_pool(bytes: usize) -> Result<u64, CUresult> {
+    allocate(bytes, CU_MEMHOSTALLOC_DEVICEMAP, Origin::Pool).map(|p| p as u64)
 }
 
 /// Frees `ptr` if a host pool gave it out; whether it did.
 pub(crate) fn free_from_pool(ptr: CUdeviceptr) -> Result<bool, CUresult> {
-    let mut map = pinned()?;
-    let Some(e) = usize::try_from(ptr).ok().and_then(|p| map.get(&p).copied()) else {
-        return Ok(false);
-    };
-    if !e.from_pool {
-        return Ok(false);
-    }
-    map.remove(&(ptr as usize));
-    drop(map);
-    // SAFETY: the mapping allocate_from_pool made at `ptr`, `len` bytes, now forgotten.
-    unsafe { libc::munmap(ptr as *mut c_void, e.len) };
-    Ok(true)
+    usize::try_from(ptr).map_or(Ok(false), |p| free(p, Origin::Pool))
 }
 
 /// A current context is needed to pin memory, as with the driver.
@@ -111,30 +126,10 @@ pub unsafe extern "C" fn cuMemHostAlloc(
         if pp.is_null() || bytes == 0 || flags & !known != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = current()?;
-        // SAFETY: a fresh anonymous private mapping; nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let entry = Pinned {
-            len: bytes,
-            flags,
-            ctx,
-            allocated: true,
-            from_pool: false,
-        };
-        pinned()?.insert(p as usize, entry);
-        out(pp, p)
+        out(
+            pp,
+            allocate(bytes, flags, Origin::Allocated)? as *mut c_void,
+        )
     })
 }
 
@@ -148,17 +143,10 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     guard(|| {
-        let mut map = pinned()?;
-        match map.get(&(p as usize)) {
-            Some(e) if e.allocated && !e.from_pool => {
-                let len = e.len;
-                map.remove(&(p as usize));
-                drop(map);
-                // SAFETY: the mapping cuMemHostAlloc made at `p`, `len` bytes, now forgotten.
-                unsafe { libc::munmap(p, len) };
-                Ok(())
-            }
-            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        if free(p as usize, Origin::Allocated)? {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
         }
     })
 }
@@ -190,8 +178,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytes: usize, flags: c_ui
                 len: bytes,
                 flags,
                 ctx,
-                allocated: false,
-                from_pool: false,
+                origin: Origin::Registered,
             },
         );
         Ok(())
@@ -204,7 +191,7 @@ pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> CUresult {
     guard(|| {
         let mut map = pinned()?;
         match map.get(&(p as usize)) {
-            Some(e) if !e.allocated => {
+            Some(e) if e.origin == Origin::Registered => {
                 map.remove(&(p as usize));
                 Ok(())
             }
