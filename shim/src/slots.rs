@@ -16,7 +16,8 @@
 //! measures how far it ran past the window's end. All of it goes into a balance: what ran
 //! past the end outside the slice's own later windows (a kernel longer than the cycle runs
 //! through them) is owed (later windows open that much late, a window owed in full is
-//! skipped; a window the work still running took pays nothing), what the window left
+//! skipped; a window the work still running ran into opens where it ended, and only the
+//! rest of it pays), what the window left
 //! unused is kept, at most a window,
 //! and lets a later launch end that much past the end (at most one launch's time), so that
 //! launches that do not divide the window are held to the share on average. The margin moves
@@ -125,11 +126,11 @@ impl Slot {
         self.end_us - self.start_us
     }
 
-    /// How late the window opens in `cycle`, asked `t` into it: the debt, up to the window's
-    /// length, taken once per cycle, whoever asks first. A window gone by idle pays it; one
-    /// the work launched before still ran through was the slice's own ([`Slot::ended`]) and
-    /// pays nothing.
-    fn late_in(&self, cycle: u64, t: u64) -> u64 {
+    /// How late the window opens in `cycle`: where the work launched before ran into it, the
+    /// part it ran through was the slice's own, used ([`Slot::ended`]), and the window opens
+    /// after it at the earliest; then the debt, up to what is left of the window, is paid by
+    /// that much of it going by idle. Decided once per cycle, by whoever asks first.
+    fn late_in(&self, cycle: u64) -> u64 {
         let mask = (1u64 << LATE_BITS) - 1;
         let opened = self.start_us + cycle * CYCLE_US;
         loop {
@@ -137,21 +138,20 @@ impl Slot {
             if seen != u64::MAX && seen >> LATE_BITS == cycle {
                 return seen & mask;
             }
-            if t >= self.len_us() && self.ran_until_us.load(Relaxed) > opened {
-                return 0;
-            }
+            let used = (self.ran_until_us.load(Relaxed).saturating_sub(opened)).min(self.len_us());
             let debt = u64::try_from(self.balance_us.load(Relaxed)).unwrap_or(0);
-            let take = debt.min(self.len_us()).min(mask);
+            let take = debt.min(self.len_us() - used);
+            let late = (used + take).min(mask);
             if self
                 .late
-                .compare_exchange(seen, cycle << LATE_BITS | take, Relaxed, Relaxed)
+                .compare_exchange(seen, cycle << LATE_BITS | late, Relaxed, Relaxed)
                 .is_ok()
             {
                 let take_i = i64::try_from(take).unwrap_or(0);
                 let _ = self
                     .balance_us
                     .fetch_update(Relaxed, Relaxed, |b| Some(b - take_i.min(b.max(0))));
-                return take;
+                return late;
             }
         }
     }
@@ -171,7 +171,7 @@ impl Slot {
     /// how late the window opens in it.
     fn now(&self) -> (u64, u64, u64) {
         let (cycle, t) = self.cycle_now();
-        (cycle, t, self.late_in(cycle, t))
+        (cycle, t, self.late_in(cycle))
     }
 
     /// The cycle now falls in (counted from the window's start) and the time into it.
@@ -264,7 +264,7 @@ impl Slot {
                 }
                 continue;
             }
-            let late = self.late_in(cycle, t);
+            let late = self.late_in(cycle);
             if t < late {
                 // Paying debt: the window opens late.
                 std::thread::sleep(Duration::from_micros(late - t));
@@ -436,13 +436,13 @@ mod tests {
         // are lost whole and the third opens 5 ms late; each cycle's delay is taken once.
         let s = Slot::new(SmWindow { start: 0, len: 10 });
         s.follow_overrun(25_000, 25_000);
-        let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c, 0)).collect();
+        let late: Vec<u64> = [7, 7, 8, 9, 10].iter().map(|&c| s.late_in(c)).collect();
         assert_eq!(late, [10_000, 10_000, 10_000, 5_000, 0]);
         // Ending early owes nothing and keeps at most a window; a debt never exceeds thirty
         // windows.
         s.follow_overrun(-8_000, -8_000);
         s.follow_overrun(-8_000, -8_000);
-        assert_eq!((s.late_in(11, 0), s.balance_us.load(Relaxed)), (0, -10_000));
+        assert_eq!((s.late_in(11), s.balance_us.load(Relaxed)), (0, -10_000));
         s.follow_overrun(10_000_000, 10_000_000);
         assert_eq!(s.balance_us.load(Relaxed), 30 * 10_000);
     }
@@ -450,16 +450,32 @@ mod tests {
     #[test]
     fn a_window_the_work_ran_through_pays_nothing_back_and_one_gone_by_idle_does() {
         // Work launched in cycle 2's 10 ms window ended 40 ms into cycle 3: 130 ms past the
-        // window's end, 10 of them in cycle 3's window, its own; 120 ms owed. Asked after its
-        // end, cycle 3's window takes none of the debt; the next ones open late instead.
+        // window's end, 10 of them in cycle 3's window, its own; 120 ms owed. Cycle 3's
+        // window, used whole, takes none of the debt; the next ones open late instead.
         let s = Slot::new(SmWindow { start: 0, len: 10 });
         s.ended(2, 3 * CYCLE_US + 40_000);
         assert_eq!(s.balance_us.load(Relaxed), 120_000);
-        assert_eq!(s.late_in(3, 50_000), 0);
-        assert_eq!(s.late_in(4, 0), 10_000);
+        assert_eq!(s.late_in(3), 10_000);
+        assert_eq!(s.balance_us.load(Relaxed), 120_000);
+        assert_eq!(s.late_in(4), 10_000);
         // Cycle 5's window went by with nothing running: it paid, as a late one does.
-        assert_eq!(s.late_in(5, 50_000), 10_000);
+        assert_eq!(s.late_in(5), 10_000);
         assert_eq!(s.balance_us.load(Relaxed), 100_000);
+    }
+
+    #[test]
+    fn only_the_part_of_a_window_gone_by_idle_pays_debt() {
+        // A 250 ms kernel from the opening of cycle 5's 70 ms window ran 60 ms of the others'
+        // time (30 ms after each of its next windows) and ended 50 ms into cycle 7's window:
+        // those 50 ms were its own, used, so the window opens after them, 10 ms later, and
+        // the 20 ms left after that go by idle and pay 20 of the 60 owed.
+        let s = Slot::new(SmWindow { start: 0, len: 70 });
+        s.ended(5, 5 * CYCLE_US + 250_000);
+        assert_eq!(s.balance_us.load(Relaxed), 60_000);
+        assert_eq!(s.late_in(7), 70_000);
+        assert_eq!(s.balance_us.load(Relaxed), 40_000);
+        assert_eq!(s.late_in(8), 40_000);
+        assert_eq!(s.balance_us.load(Relaxed), 0);
     }
 
     #[test]
