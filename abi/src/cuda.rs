@@ -147,6 +147,8 @@ pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: c_int = 2;
 pub const CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: c_int = 3;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED` of `CUmemAllocationType`.
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED` (CUDA 13): a managed memory pool.
+pub const CU_MEM_ALLOCATION_TYPE_MANAGED: c_int = 2;
 /// `CUstreamCaptureStatus` of a stream being captured.
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: c_int = 1;
 /// `CUstreamCaptureMode`: a thread in this mode may make calls that are unsafe during a

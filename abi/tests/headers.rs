@@ -1,7 +1,7 @@
 //! Every declaration of this crate against NVIDIA's headers: for each size, field offset and
 //! constant, a C program built with the real `cuda.h` and `nvml.h` prints the header's value
-//! and the test compares it with the Rust one. Headers: CUDA 12.9 (NVIDIA's wheels) and
-//! Debian's CUDA 11.8, from `scripts/reference-driver`'s cache.
+//! and the test compares it with the Rust one. Headers: CUDA 13.0 and 12.9 (NVIDIA's wheels)
+//! and Debian's CUDA 11.8, from `scripts/reference-driver`'s cache.
 
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
@@ -413,6 +413,8 @@ fn checks() -> Vec<Check> {
     constant!(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 12030);
     constant!(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 12010);
     constant!(CU_MEM_LOCATION_TYPE_DEVICE);
+    constant!(CU_MEM_LOCATION_TYPE_HOST, 12020);
+    constant!(CU_MEM_LOCATION_TYPE_HOST_NUMA, 12020);
     constant!(CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     constant!(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     constant!(CU_GET_PROC_ADDRESS_SUCCESS, 12000);
@@ -444,6 +446,7 @@ fn checks() -> Vec<Check> {
     constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
     constant!(CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
     constant!(CU_MEM_ALLOCATION_TYPE_PINNED);
+    constant!(CU_MEM_ALLOCATION_TYPE_MANAGED, 13000);
     constant!(CU_STREAM_CAPTURE_STATUS_ACTIVE);
     constant!(CU_STREAM_CAPTURE_MODE_RELAXED);
     constant!(CU_EVENT_BLOCKING_SYNC);
@@ -520,7 +523,9 @@ fn reference_dir() -> PathBuf {
             Path::new(&std::env::var_os("HOME").unwrap()).join(".cache/gpuslice/reference")
         });
     assert!(
-        dir.join("driver/.done").exists() && dir.join("cuda12/.done").exists(),
+        ["driver", "cuda12", "cuda13"]
+            .iter()
+            .all(|d| dir.join(d).join(".done").exists()),
         "{} lacks NVIDIA's headers: run scripts/reference-driver (scripts/test does)",
         dir.display()
     );
@@ -594,4 +599,17 @@ fn every_declaration_matches_the_cuda_12_headers() {
 #[test]
 fn every_declaration_matches_the_cuda_11_8_headers() {
     compare(&[reference_dir().join("driver/usr/include")], 11080);
+}
+
+#[test]
+fn every_declaration_matches_the_cuda_13_headers() {
+    // NVIDIA's CUDA 13.0 wheel has no nvml.h: CUDA 12.9's stands beside its cuda.h.
+    let r = reference_dir();
+    compare(
+        &[
+            r.join("cuda13/nvidia/cu13/include"),
+            r.join("cuda12/nvidia/nvml_dev/include"),
+        ],
+        13000,
+    );
 }

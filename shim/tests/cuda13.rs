@@ -131,3 +131,31 @@ fn contexts_made_through_cuda_bindings_13_are_charged_and_the_host_sees_the_proc
     assert_eq!(f.num("host_used"), held, "{:?}", f.0);
     assert!(held <= slice.limit, "{:?}", f.0);
 }
+
+#[test]
+fn memory_from_the_hosts_pools_by_location_is_not_charged_and_a_gpu_pool_named_the_hosts_is() {
+    // CUDA 13 names pools by location. The host's default pool, its current one (the default
+    // until one is set) and a host pool of the tenant's own made current there give out
+    // page-locked host memory: 16 chunks of 64 MiB, and the GPU still has all that the
+    // context leaves of the slice. Before the simulated driver answered host locations, each
+    // was CUDA_ERROR_NOT_SUPPORTED there, and the library's handling of them never ran.
+    let slice = slice();
+    let program = common::compile(&slice.sim, "host_pool");
+    let chunk = (64 * MIB).to_string();
+    let run = |mode: &str| slice.facts(&program, &[mode, &chunk, "16"]);
+    let left = slice.remaining() / MIB;
+    for mode in ["default13", "current13", "set13"] {
+        let f = run(mode);
+        assert_eq!(
+            (f.num("host"), f.num("device")),
+            (16, left),
+            "{mode}: {:?}",
+            f.0
+        );
+    }
+    // A pool on the GPU named as the host's current pool: the driver refuses it
+    // (CUDA_ERROR_INVALID_VALUE, as cuda.h says), and the GPU's pool is charged all the same.
+    let f = run("forged13");
+    assert_eq!((f.get("set"), f.num("device")), ("1", left), "{:?}", f.0);
+    assert_eq!(slice.usage().totals(), vec![0]);
+}

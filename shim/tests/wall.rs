@@ -101,14 +101,8 @@ fn memory_from_a_pool_in_host_memory_is_not_charged_and_a_gpu_pool_in_its_place_
     // granted, and the GPU still has all of its slice.
     let slice = Slice::new(256 * MIB, 0);
     let program = common::compile(&slice.sim, "host_pool");
-    let run = |mode: &str| {
-        let out = slice
-            .command(&program)
-            .args([mode, &(64 * MIB).to_string(), "16"])
-            .output()
-            .unwrap();
-        common::Facts::parse(&String::from_utf8_lossy(&out.stdout))
-    };
+    let chunk = (64 * MIB).to_string();
+    let run = |mode: &str| slice.facts(&program, &[mode, &chunk, "16"]);
     let f = run("host");
     assert_eq!(f.num("host"), 16, "{:?}", f.0);
     assert_eq!(f.num("device"), 256, "{:?}", f.0);

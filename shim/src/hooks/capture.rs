@@ -15,6 +15,7 @@
 use std::cell::Cell;
 
 use crate::ffi::*;
+use crate::slice::PoolPlace;
 
 use super::gate::{Gate, Passage};
 use super::real_or_return;
@@ -75,8 +76,10 @@ pub unsafe fn mem_set_mem_pool(
     let _alone = DECIDED.alone();
     // SAFETY: the caller's arguments, the location as copied.
     let r = unsafe { f(given, kind, pool) };
+    // Only a device location is recorded: a pool is not taken as host memory on the caller's
+    // word ([`super::pools::mem_get_mem_pool`]).
     if r == CUDA_SUCCESS
-        && let Some(place) = super::pools::place_at(given, kind)
+        && let Some(place @ PoolPlace::Device(_)) = super::pools::place_at(given, kind)
     {
         super::pools::remember(pool, place);
     }

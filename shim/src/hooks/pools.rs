@@ -8,8 +8,10 @@
 //! `cuDeviceGetDefaultMemPool`, `cuDeviceGetMemPool`, and CUDA 13's `cuMemGetDefaultMemPool`
 //! and `cuMemGetMemPool`) or makes one current (`cuMemSetMemPool`, in [`super::capture`]),
 //! and finds a stream's device from its context ([`super::streams`]). A pool made in host
-//! memory (located on the host or a host NUMA node: `cuMemPoolCreate`, and CUDA 13's calls
-//! by location) gives out page-locked host memory, which is not charged. A pool it does not
+//! memory (located on the host or a host NUMA node: `cuMemPoolCreate`, and CUDA 13's default
+//! pool of such a location) gives out page-locked host memory, which is not charged; a pool
+//! is never taken as one in host memory because the caller named it with a host location
+//! (`cuMemSetMemPool`, or `cuMemGetMemPool` after it) unless it is one of those. A pool it does not
 //! know (one imported from another process) is charged to the current context's device: the
 //! wall errs on the side of holding. Destroying a pool waits for the stream-ordered
 //! allocations being decided ([`super::capture`]), so that no allocation judged to come from
@@ -109,12 +111,14 @@ type LocatedPool =
     unsafe extern "C" fn(*mut CUmemoryPool, *mut CUmemLocation, std::ffi::c_int) -> CUresult;
 
 /// A pool of a location given out by `f` (CUDA 13): the driver is given the library's copy of
-/// the location, the one it records the pool under.
+/// the location, and `place` decides from it where the pool given out is recorded (None:
+/// nowhere new).
 fn located_pool(
     f: LocatedPool,
     pool: *mut CUmemoryPool,
     location: *mut CUmemLocation,
     kind: std::ffi::c_int,
+    place: impl FnOnce(CUmemoryPool, CUmemLocation) -> Option<PoolPlace>,
 ) -> CUresult {
     // SAFETY: read only if non-null; the caller's CUmemLocation.
     let mut copy = unsafe { location.as_ref() }.copied();
@@ -124,32 +128,58 @@ fn located_pool(
     // SAFETY: the caller's arguments, the location as copied.
     let r = unsafe { f(pool, given, kind) };
     if r == CUDA_SUCCESS
-        && let (Some(place), Some(p)) = (place_at(given, kind), written(pool))
+        && let (Some(l), Some(p)) = (copy, written(pool))
+        && let Some(place) = place(p, l)
     {
         remember(p, place);
     }
     r
 }
 
+/// Whether `pool` is the driver's own default pool of host location `location`.
+fn is_default_host_pool(
+    pool: CUmemoryPool,
+    mut location: CUmemLocation,
+    kind: std::ffi::c_int,
+) -> bool {
+    let Some(f) = crate::api::real::cuMemGetDefaultMemPool() else {
+        return false;
+    };
+    let mut default: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: one pool handle to write, and a location of the library's own.
+    let r = unsafe { f(&raw mut default, &raw mut location, kind) };
+    r == CUDA_SUCCESS && default == pool
+}
+
+/// The driver's default pool of a location: where the location says (a host location's
+/// default pool is the driver's own, in host memory).
 pub unsafe fn mem_get_default_mem_pool(
     pool: *mut CUmemoryPool,
     location: *mut CUmemLocation,
     kind: std::ffi::c_int,
 ) -> CUresult {
-    located_pool(
-        real_or_return!(cuMemGetDefaultMemPool),
-        pool,
-        location,
-        kind,
-    )
+    let f = real_or_return!(cuMemGetDefaultMemPool);
+    located_pool(f, pool, location, kind, |_, l| located_place(l, kind))
 }
 
+/// The pool current for a location, which the caller may have made current
+/// (`cuMemSetMemPool`): a device's is recorded on that device; for a host location, the pool
+/// counts as host memory only where the library knows it as such already (made in host
+/// memory) or it is the driver's default pool there, never by the location alone (a driver
+/// that took a device pool as a host location's would otherwise let its memory go
+/// uncharged).
 pub unsafe fn mem_get_mem_pool(
     pool: *mut CUmemoryPool,
     location: *mut CUmemLocation,
     kind: std::ffi::c_int,
 ) -> CUresult {
-    located_pool(real_or_return!(cuMemGetMemPool), pool, location, kind)
+    let f = real_or_return!(cuMemGetMemPool);
+    located_pool(f, pool, location, kind, |p, l| {
+        match located_place(l, kind)? {
+            PoolPlace::Host => is_default_host_pool(p, l, kind).then_some(PoolPlace::Host),
+            device => Some(device),
+        }
+    })
 }
 
 pub unsafe fn mem_pool_trim_to(pool: CUmemoryPool, keep: usize) -> CUresult {

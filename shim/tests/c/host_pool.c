@@ -5,11 +5,19 @@
  *   reuse    a host pool made, allocated from, freed and destroyed, then a pool on the GPU
  *            made in its place (the driver may give it the same handle), and CHUNK bytes
  *            from that pool until one is refused, then 1 MiB ones by cuMemAlloc.
+ * CUDA 13's pools by location, the host's (no NUMA node named):
+ *   default13  the host's default pool (cuMemGetDefaultMemPool), then as "host";
+ *   current13  the host's current pool (cuMemGetMemPool; none set: the default), the same;
+ *   set13      a host pool of its own made the host's current one (cuMemSetMemPool), then
+ *              asked for again (cuMemGetMemPool), the same;
+ *   forged13   a pool on the GPU named the host's current pool (cuMemSetMemPool; "set=" the
+ *              driver's answer), the host's current pool asked for, then CHUNK bytes from
+ *              the GPU's pool until one is refused, then 1 MiB ones by cuMemAlloc.
  * Prints "host=N device=M [same=S]": allocations granted from the host pool and from the
  * GPU (chunks of the GPU's pool counted in MiB), and whether the GPU's pool had the host
  * pool's handle.
  *
- *   host_pool host|reuse CHUNK [HOST_MAX] */
+ *   host_pool host|reuse|default13|current13|set13|forged13 CHUNK [HOST_MAX] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +45,11 @@ int cuMemFreeAsync(CUdeviceptr, CUstream);
 int cuMemAlloc_v2(CUdeviceptr *, size_t);
 int cuMemPoolCreate(CUmemoryPool *, const CUmemPoolProps *);
 int cuMemPoolDestroy(CUmemoryPool);
+int cuMemGetDefaultMemPool(CUmemoryPool *, CUmemLocation *, int);
+int cuMemGetMemPool(CUmemoryPool *, CUmemLocation *, int);
+int cuMemSetMemPool(CUmemLocation *, int, CUmemoryPool);
 
-enum { PINNED = 1, LOCATION_DEVICE = 1, LOCATION_HOST_NUMA = 3 };
+enum { PINNED = 1, LOCATION_DEVICE = 1, LOCATION_HOST = 2, LOCATION_HOST_NUMA = 3 };
 
 static int pool_at(CUmemoryPool *pool, int type) {
     CUmemPoolProps props;
@@ -64,13 +75,28 @@ int main(int argc, char **argv) {
         printf("error=init\n");
         return 1;
     }
-    if ((r = pool_at(&host, LOCATION_HOST_NUMA))) {
+    CUmemLocation the_host = {LOCATION_HOST, 0};
+    if (strcmp(mode, "default13") == 0) r = cuMemGetDefaultMemPool(&host, &the_host, PINNED);
+    else if (strcmp(mode, "current13") == 0) r = cuMemGetMemPool(&host, &the_host, PINNED);
+    else if (strcmp(mode, "set13") == 0) {
+        if (!(r = pool_at(&host, LOCATION_HOST)) && !(r = cuMemSetMemPool(&the_host, PINNED, host)))
+            r = cuMemGetMemPool(&host, &the_host, PINNED);
+    } else if (strcmp(mode, "forged13") == 0) {
+        if (!(r = pool_at(&device, LOCATION_DEVICE))) {
+            printf("set=%d ", cuMemSetMemPool(&the_host, PINNED, device));
+            r = cuMemGetMemPool(&host, &the_host, PINNED);
+        }
+    } else r = pool_at(&host, LOCATION_HOST_NUMA);
+    if (r) {
         printf("error=host-pool-%d\n", r);
         return 1;
     }
     long host_chunks = 0, device_mib = 0;
     int same = 0;
-    if (strcmp(mode, "host") == 0) {
+    if (strcmp(mode, "forged13") == 0) {
+        while (cuMemAllocFromPoolAsync(&p, chunk, device, stream) == 0)
+            device_mib += (long)(chunk >> 20);
+    } else if (strcmp(mode, "reuse") != 0) {
         while (host_chunks < host_max && cuMemAllocFromPoolAsync(&p, chunk, host, stream) == 0)
             host_chunks++;
     } else {

@@ -129,6 +129,12 @@ impl Slice {
         Facts::parse(&text)
     }
 
+    /// Runs `program` with `args` in this slice to its end and returns what it printed.
+    pub fn facts(&self, program: &Path, args: &[&str]) -> Facts {
+        let out = self.command(program).args(args).output().unwrap();
+        Facts::parse(&String::from_utf8_lossy(&out.stdout))
+    }
+
     /// Starts a wall program that keeps running ("hold", "fill", "churn"), once it has printed.
     pub fn start(&self, path: &str, bytes: u64) -> Running {
         let mut cmd = self.command(&self.wall);

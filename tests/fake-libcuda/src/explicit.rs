@@ -1,19 +1,24 @@
 //! Variants of CUDA 12.5–13.0 drivers that name what their older form took implicitly: the
 //! context (`cuCtxGetDevice_v2`, `cuCtxSynchronize_v2`), a stream's device or green context
 //! (`cuStreamGetDevice`, `cuStreamGetCtx_v2`), or a memory location for the pool calls
-//! (`cuMemGetDefaultMemPool`, `cuMemGetMemPool`, `cuMemSetMemPool`). The CUDA 13 runtime
-//! asks for them by these versions; each does what the older call does on what it names.
+//! (`cuMemGetDefaultMemPool`, `cuMemGetMemPool`, `cuMemSetMemPool`, which also name host
+//! locations: [`crate::host_pools`]). The CUDA 13 runtime asks for them by these versions;
+//! each does what the older call does on what it names.
 //! `cuGetProcAddress` gives them only on nodes whose driver has them (580).
 
 use std::ffi::{c_float, c_int};
 
 use gpuslice_cuda_abi::cuda::{
-    CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CUevent, CUmemLocation,
+    CU_MEM_ALLOCATION_TYPE_MANAGED, CU_MEM_ALLOCATION_TYPE_PINNED, CUevent, CUmemLocation,
 };
 
 use crate::codes::*;
 use crate::context::{self, cuCtxPopCurrent_v2, cuCtxPushCurrent_v2};
-use crate::paths::{CUstream, cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool};
+use crate::host_pools;
+use crate::paths::{
+    CUstream, HostPlace, cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool,
+    pool_host_place, pool_node_index,
+};
 use crate::stream::{cuEventElapsedTime, cuStreamGetCtx};
 use crate::{CUcontext, CUdevice, CUresult, guard, ok, out};
 
@@ -93,35 +98,27 @@ same_as! {
     cuEventElapsedTime_v2 => cuEventElapsedTime(ms: *mut c_float, start: CUevent, end: CUevent);
 }
 
-/// The device a pool call names: a device location of a pinned pool. Host and host-NUMA
-/// locations, and managed pools, are not simulated (their device attributes read 0).
-fn device_of(location: *const CUmemLocation, kind: c_int) -> Result<CUdevice, CUresult> {
+/// What a pool call names: a device's pinned pools, or a host location's ([`host_pools`]).
+/// Managed pools are not simulated.
+enum Named {
+    Device(CUdevice),
+    Host(HostPlace),
+}
+
+fn named(location: *const CUmemLocation, kind: c_int) -> Result<Named, CUresult> {
     if location.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null, and a CUmemLocation per the API.
-    let l = unsafe { &*location };
-    match (l.typ, kind) {
-        (CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ALLOCATION_TYPE_PINNED) => Ok(l.id),
-        // CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA, _HOST_NUMA_CURRENT; CU_MEM_ALLOCATION_TYPE_MANAGED
-        (2..=4, CU_MEM_ALLOCATION_TYPE_PINNED) | (CU_MEM_LOCATION_TYPE_DEVICE, 2) => {
-            Err(CUDA_ERROR_NOT_SUPPORTED)
-        }
-        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    let l = unsafe { *location };
+    match kind {
+        CU_MEM_ALLOCATION_TYPE_PINNED => {}
+        CU_MEM_ALLOCATION_TYPE_MANAGED => return Err(CUDA_ERROR_NOT_SUPPORTED),
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
     }
-}
-
-/// A device's pool, asked for by location: `by_device` on the device named.
-fn pool_at(
-    pool: *mut CUmemoryPool,
-    location: *const CUmemLocation,
-    kind: c_int,
-    by_device: unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult,
-) -> CUresult {
-    guard(|| {
-        let dev = device_of(location, kind)?;
-        // SAFETY: the caller's out-parameter, passed on.
-        ok(unsafe { by_device(pool, dev) })
+    Ok(match host_pools::place_of(crate::state::get()?, l)? {
+        Some(place) => Named::Host(place),
+        None => Named::Device(l.id),
     })
 }
 
@@ -131,7 +128,11 @@ pub unsafe extern "C" fn cuMemGetDefaultMemPool(
     location: *const CUmemLocation,
     kind: c_int,
 ) -> CUresult {
-    pool_at(pool, location, kind, cuDeviceGetDefaultMemPool)
+    guard(|| match named(location, kind)? {
+        // SAFETY: the caller's out-parameter, passed on.
+        Named::Device(dev) => ok(unsafe { cuDeviceGetDefaultMemPool(pool, dev) }),
+        Named::Host(place) => out(pool, host_pools::default_pool(place)? as CUmemoryPool),
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -140,9 +141,16 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     location: *const CUmemLocation,
     kind: c_int,
 ) -> CUresult {
-    pool_at(pool, location, kind, cuDeviceGetMemPool)
+    guard(|| match named(location, kind)? {
+        // SAFETY: the caller's out-parameter, passed on.
+        Named::Device(dev) => ok(unsafe { cuDeviceGetMemPool(pool, dev) }),
+        Named::Host(place) => out(pool, host_pools::current_pool(place)? as CUmemoryPool),
+    })
 }
 
+/// Makes `pool` current for the location; the pool must be of that location and kind, or
+/// the call answers `CUDA_ERROR_INVALID_VALUE` (not `cuDeviceSetMemPool`'s
+/// `CUDA_ERROR_INVALID_DEVICE`), as cuda.h says.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemSetMemPool(
     location: *const CUmemLocation,
@@ -150,8 +158,20 @@ pub unsafe extern "C" fn cuMemSetMemPool(
     pool: CUmemoryPool,
 ) -> CUresult {
     guard(|| {
-        let dev = device_of(location, kind)?;
-        // SAFETY: the caller's pool handle, passed on.
-        ok(unsafe { cuDeviceSetMemPool(dev, pool) })
+        let host = pool_host_place(pool)?;
+        match named(location, kind)? {
+            Named::Device(dev) => {
+                let index = crate::state::get()?.node_index(dev)?;
+                if host.is_some() || pool_node_index(pool)? != index {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                // SAFETY: the caller's pool handle, passed on.
+                ok(unsafe { cuDeviceSetMemPool(dev, pool) })
+            }
+            Named::Host(place) if host == Some(place) => {
+                host_pools::set_current(place, pool as usize)
+            }
+            Named::Host(_) => Err(CUDA_ERROR_INVALID_VALUE),
+        }
     })
 }

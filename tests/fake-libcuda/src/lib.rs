@@ -44,6 +44,7 @@ mod graph_memset;
 mod graph_updates;
 mod green;
 mod host;
+mod host_pools;
 mod ipc;
 mod kernels;
 mod launch;

@@ -26,17 +26,45 @@ pub const PITCH_ALIGNMENT: usize = 512;
 pub const VMM_GRANULARITY: usize = 2 << 20;
 
 pub use gpuslice_cuda_abi::cuda::{
-    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CU_MEM_LOCATION_TYPE_HOST_NUMA,
-    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY_MEMORY_REQUIREMENTS, CUDA_ARRAY3D_DESCRIPTOR, CUarray,
-    CUfunction, CUlaunchConfig, CUmemAccessDesc, CUmemGenericAllocationHandle, CUmemPropHead,
-    CUmemoryPool, CUmipmappedArray, CUmodule, CUstream,
+    CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_HOST, CUDA_ARRAY_DESCRIPTOR,
+    CUDA_ARRAY_MEMORY_REQUIREMENTS, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUfunction, CUlaunchConfig,
+    CUmemAccessDesc, CUmemGenericAllocationHandle, CUmemPropHead, CUmemoryPool, CUmipmappedArray,
+    CUmodule, CUstream,
 };
 
 /// A memory pool: the device it allocates on, or host memory (whose attributes and access
 /// are answered as a pool of GPU 0's would be).
 pub struct Pool {
     node_index: usize,
-    host: bool,
+    host: Option<HostPlace>,
+}
+
+/// Where in host memory a host pool is: `CU_MEM_LOCATION_TYPE_HOST` (id 0), or
+/// `CU_MEM_LOCATION_TYPE_HOST_NUMA` and the node.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct HostPlace {
+    pub typ: c_int,
+    pub id: c_int,
+}
+
+impl Pool {
+    /// A new pool of host memory at `place`, as a handle.
+    pub(crate) fn new_host(place: HostPlace) -> usize {
+        Box::into_raw(Box::new(Pool {
+            node_index: 0,
+            host: Some(place),
+        })) as usize
+    }
+}
+
+/// Where in host memory `pool` is, if it is a host pool; `pool` is a handle this library
+/// gave out.
+pub(crate) fn pool_host_place(pool: CUmemoryPool) -> Result<Option<HostPlace>, CUresult> {
+    if pool.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: a pool from cuMemPoolCreate or a default pool, per the API's contract.
+    Ok(unsafe { &*pool.cast::<Pool>() }.host)
 }
 
 /// The node GPU a pool allocates on; `pool` is a handle this library gave out (the API's
@@ -139,7 +167,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
         let p = *pools.entry(index).or_insert_with(|| {
             Box::into_raw(Box::new(Pool {
                 node_index: index,
-                host: false,
+                host: None,
             })) as usize
         });
         out(pool, p as CUmemoryPool)
@@ -163,7 +191,7 @@ fn current_pool(index: usize) -> Result<usize, CUresult> {
     Ok(*pools.entry(index).or_insert_with(|| {
         Box::into_raw(Box::new(Pool {
             node_index: index,
-            host: false,
+            host: None,
         })) as usize
     }))
 }
@@ -194,7 +222,9 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -
         }
         // SAFETY: a pool handle from cuMemPoolCreate or cuDeviceGetDefaultMemPool, as the
         // API requires; the driver reads its device the same way.
-        if unsafe { &*pool.cast::<Pool>() }.node_index != index {
+        let p = unsafe { &*pool.cast::<Pool>() };
+        // A pool of another device, or of host memory, is not local to this device.
+        if p.node_index != index || p.host.is_some() {
             return Err(CUDA_ERROR_INVALID_DEVICE);
         }
         CURRENT_POOLS
@@ -218,39 +248,19 @@ pub unsafe extern "C" fn cuMemPoolCreate(
         // SAFETY: non-null, points at the caller's CUmemPoolProps, whose prefix we read.
         let props = unsafe { &*props };
         let l = props.location;
-        // Host memory: of a NUMA node of the host (CUDA 12.2; the nodes the GPUs are on, at
-        // least node 0), or of no node named (13.0, not shareable with other processes), as
-        // cuda.h describes them.
-        let host_nodes = d
-            .spec
-            .gpus
-            .iter()
-            .filter_map(|g| g.numa_node)
-            .max()
-            .unwrap_or(0);
-        let host = match l.typ {
-            CU_MEM_LOCATION_TYPE_DEVICE => false,
-            CU_MEM_LOCATION_TYPE_HOST_NUMA
-                if u32::try_from(l.id).is_ok_and(|n| n <= host_nodes) =>
-            {
-                true
-            }
-            CU_MEM_LOCATION_TYPE_HOST
-                if d.spec.cuda_driver_version >= 13000 && props.handle_types == 0 =>
-            {
-                true
-            }
-            _ => return Err(CUDA_ERROR_INVALID_VALUE),
+        let host = crate::host_pools::place_of(d, l)?;
+        if host.is_some_and(|h| h.typ == CU_MEM_LOCATION_TYPE_HOST) && props.handle_types != 0 {
+            // A pool of the host, no node named, cannot be shared with other processes.
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = match host {
+            Some(place) => Pool::new_host(place),
+            None => Box::into_raw(Box::new(Pool {
+                node_index: d.node_index(l.id)?,
+                host: None,
+            })) as usize,
         };
-        let index = if host { 0 } else { d.node_index(l.id)? };
-        out(
-            pool,
-            Box::into_raw(Box::new(Pool {
-                node_index: index,
-                host,
-            }))
-            .cast(),
-        )
+        out(pool, p as CUmemoryPool)
     })
 }
 
@@ -263,10 +273,17 @@ pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
                 .map_err(|_| CUDA_ERROR_UNKNOWN)?
                 .values()
                 .any(|p| *p == pool as usize)
+            || crate::host_pools::is_default(pool as usize)?
         {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         crate::pool_books::destroyed(pool as usize)?;
+        // The current pool of a place it was goes back to that place's default.
+        CURRENT_POOLS
+            .lock()
+            .map_err(|_| CUDA_ERROR_UNKNOWN)?
+            .retain(|_, p| *p != pool as usize);
+        crate::host_pools::destroyed(pool as usize)?;
         // SAFETY: a pool from cuMemPoolCreate, destroyed once by the API's contract.
         drop(unsafe { Box::from_raw(pool.cast::<Pool>()) });
         Ok(())
@@ -291,7 +308,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
                 (*pool.cast::<Pool>()).host,
             )
         };
-        if host {
+        if host.is_some() {
             return out(dptr, crate::host::allocate_from_pool(bytesize)?);
         }
         out(

@@ -297,7 +297,8 @@ fn a_cuda_13_runtime_finds_what_it_asks_of_a_580_driver_and_a_550_driver_says_wh
         "device_of_a=0:0 device_current=0:1 ",
         "synchronize_a=0 synchronize_bogus=201 ",
         "stream_device=0:1 stream_ctx_is_b=0:1 green_null=1 ",
-        "default_pool=0:1 host_pool=801 managed_pool=801 bad_location=1 ",
+        "default_pool=0:1 host_pool=0:0:1 managed_pool=801 bad_location=1 ",
+        "host_pool_for_device=1 device_pool_for_host=1 ",
         "set_pool=0 current_is_mine=0:1 ",
         // The error log (12.9): a callback registered once, the tail at 0, an empty dump.
         "logs_register=0:1 logs_register_null=1 logs_current=0:0 ",

@@ -90,17 +90,24 @@ int main(void) {
     CUresult (*set_pool)(const CUmemLocation *, int, CUmemoryPool) = get("cuMemSetMemPool");
     if (get_default && get_pool && set_pool) {
         CUmemoryPool by_device = 0, by_location = 0, mine = 0, now = 0;
+        CUresult r2;
         const CUmemLocation dev1 = {1, 1}, host = {2, 0}, bad = {7, 0};
         cuDeviceGetDefaultMemPool(&by_device, 1);
         r = get_default(&by_location, &dev1, 1);
         printf("default_pool=%d:%d ", r, by_location == by_device);
-        printf("host_pool=%d managed_pool=%d bad_location=%d ",
-               get_default(&by_location, &host, 1), get_default(&by_location, &dev1, 2),
-               get_default(&by_location, &bad, 1));
+        CUmemoryPool host_default = 0, host_current = 0;
+        r = get_default(&host_default, &host, 1);
+        r2 = get_pool(&host_current, &host, 1);
+        printf("host_pool=%d:%d:%d managed_pool=%d bad_location=%d ", r, r2,
+               host_default != 0 && host_current == host_default,
+               get_default(&by_location, &dev1, 2), get_default(&by_location, &bad, 1));
+        /* The host's default pool named a device's, and a device's named the host's. */
+        printf("host_pool_for_device=%d device_pool_for_host=%d ",
+               set_pool(&dev1, 1, host_default), set_pool(&host, 1, by_device));
         struct { int alloc, handles; CUmemLocation location; char rest[64]; } props = {1, 0, {1, 1}};
         cuMemPoolCreate(&mine, &props);
         r = set_pool(&dev1, 1, mine);
-        CUresult r2 = get_pool(&now, &dev1, 1);
+        r2 = get_pool(&now, &dev1, 1);
         printf("set_pool=%d current_is_mine=%d:%d ", r, r2, now == mine);
     }
 
