@@ -19,6 +19,7 @@ pub mod gc;
 pub mod held;
 pub mod ledger;
 pub mod metrics;
+pub mod metrics_http;
 pub mod placement;
 pub mod private;
 pub mod publish;

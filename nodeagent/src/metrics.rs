@@ -79,6 +79,8 @@ pub struct Metrics {
     pub released: Family<CauseLabels, Counter>,
     /// Containers found over their slice by the backstop, by container and action.
     pub over_limit: Family<OverLimitLabels, Counter>,
+    /// Requests for `/metrics` refused: no client certificate the agent knows its scraper by.
+    pub scrapes_refused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,6 +118,7 @@ impl Metrics {
             refused: Family::default(),
             released: Family::default(),
             over_limit: Family::default(),
+            scrapes_refused: Counter::default(),
         };
         registry.register(
             "gpuslice_gpu_memory_capacity_bytes",
@@ -178,6 +181,11 @@ impl Metrics {
             m.claims.clone(),
         );
         registry.register(
+            "gpuslice_metrics_scrapes_refused",
+            "Requests for /metrics refused for want of a client certificate the agent knows its scraper by",
+            m.scrapes_refused.clone(),
+        );
+        registry.register(
             "gpuslice_claims_admitted",
             "Claims admitted",
             m.admitted.clone(),
@@ -206,6 +214,11 @@ impl Metrics {
             });
         }
         Self { registry, ..m }
+    }
+
+    /// A request for `/metrics` was refused ([`crate::metrics_http`]).
+    pub fn count_metrics_refused(&self) {
+        self.scrapes_refused.inc();
     }
 
     pub fn count_refusal(&self, reason: RefusalReason) {

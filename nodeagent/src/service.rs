@@ -7,9 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
 use gpuslice_core::Policy;
 use gpuslice_core::fit::Rules;
 use sd_notify::NotifyState;
@@ -37,6 +34,8 @@ pub struct Config {
     /// on the bus.
     pub private_socket: Option<PathBuf>,
     pub metrics_address: Option<SocketAddr>,
+    /// HTTPS for the metrics endpoint (`None`: plain HTTP).
+    pub metrics_tls: Option<crate::metrics_http::MetricsTls>,
     pub rules: Rules,
     pub default_policy: Policy,
     pub gc_interval: Duration,
@@ -161,19 +160,7 @@ pub async fn run(cfg: Config) -> Result<()> {
     }
 
     if let Some(addr) = cfg.metrics_address {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("failed to listen on {addr} for metrics"))?;
-        tracing::info!(address = %listener.local_addr()?, "serving metrics");
-        let app = axum::Router::new()
-            .route("/metrics", axum::routing::get(metrics))
-            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-            .with_state(Arc::clone(&shared));
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("metrics server stopped: {e}");
-            }
-        });
+        crate::metrics_http::start(addr, Arc::clone(&shared), cfg.metrics_tls.clone()).await?;
     }
 
     // Clients fall back to the bus without it: a socket that cannot be made is a warning.
@@ -681,13 +668,6 @@ pub fn collect_garbage(shared: &Shared, evidence: &Evidence) {
             Err(e) => tracing::error!(container = %id, "failed to release claim: {e}"),
         }
     }
-}
-
-async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let body = tokio::task::spawn_blocking(move || shared.metrics.render(&shared.snapshot()))
-        .await
-        .unwrap_or_default();
-    ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }
 
 /// Pings the systemd watchdog while the ledger can still be locked; a deadlocked agent stops

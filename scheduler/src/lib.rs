@@ -2,7 +2,8 @@
 //! trace-replay simulator, over the cluster placement code of [`cluster`], which decides fit with the
 //! node agents' own fit model (`gpuslice_core::fit`).
 
-pub mod certs;
+/// The certificates of `tls-certs`, made by [`gpuslice_tls::certs`].
+pub use gpuslice_tls::certs;
 pub mod cluster;
 pub mod extender;
 pub mod plot;

@@ -374,11 +374,14 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)?;
     }
     let tls_config = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(std::sync::Arc::new(tls::Reloading::new(tls::TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: args.client_ca_file.clone(),
-        })?)),
+        (Some(cert), Some(key)) => Some(std::sync::Arc::new(gpuslice_tls::Reloading::new(
+            tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.client_ca_file.clone(),
+                flags: &tls::FLAGS,
+            },
+        )?)),
         _ => None,
     };
     let extender = std::sync::Arc::new(gpuslice_scheduler::extender::Extender::new(policy));
@@ -442,12 +445,7 @@ fn serve_cmd(args: ServeArgs) -> Result<()> {
         match tls_config {
             Some(config) => {
                 tracing::info!("serving the extender on {} (HTTPS)", listener.local_addr()?);
-                let callers = tls::Callers {
-                    verifies: args.client_ca_file.is_some(),
-                    allowed_names: args.client_allowed_names,
-                    loopback,
-                };
-                tls::serve_tls(listener, app, config, callers).await
+                tls::serve_tls(listener, app, config, args.client_allowed_names, loopback).await
             }
             None => {
                 tracing::info!("serving the extender on {}", listener.local_addr()?);

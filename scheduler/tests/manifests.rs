@@ -176,6 +176,73 @@ fn no_overlay_carries_a_secret_that_applying_it_again_would_put_over_the_real_ke
 }
 
 #[test]
+fn in_every_overlay_the_agents_metrics_answer_only_the_certificate_prometheus_scrapes_with() {
+    // The ServiceMonitor scrapes over HTTPS, trusting the CA of the agents' Secret for the
+    // Service's name, and presents the scraper's client certificate.
+    let monitors = render("monitoring");
+    let monitor = monitors
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor" && d["metadata"]["name"] == "gpuslice-agent")
+        .unwrap();
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    let tls = &endpoint["tlsConfig"];
+    let agents_secret = tls["ca"]["secret"]["name"].as_str().unwrap();
+    assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
+    assert_eq!(tls["serverName"], "gpuslice-agent-metrics.kube-system.svc");
+    let scraper = tls["cert"]["secret"]["name"].as_str().unwrap();
+    assert_eq!(tls["keySecret"]["name"], scraper);
+    assert_ne!(
+        scraper, agents_secret,
+        "the agents need not hold the scraper's key"
+    );
+    for overlay in ["extender", "dra"] {
+        let docs = render(overlay);
+        let ds: DaemonSet = named(&docs, "DaemonSet", "gpuslice-agent");
+        let agent = container(&ds, "agent");
+        let args = agent.args.clone().unwrap();
+        let value = |flag: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+                .unwrap_or_else(|| panic!("{overlay}: the agent runs without {flag}: {args:?}"))
+        };
+        assert_eq!(value("--metrics-client-allowed-names"), "prometheus");
+        // Each file is in the mount of the agents' Secret, under the key the monitor reads.
+        let mounts = agent.volume_mounts.clone().unwrap_or_default();
+        let volumes = ds
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .clone()
+            .unwrap();
+        for (flag, key) in [
+            ("--metrics-tls-cert-file", "tls.crt"),
+            ("--metrics-tls-private-key-file", "tls.key"),
+            ("--metrics-client-ca-file", "ca.crt"),
+        ] {
+            let path = std::path::Path::new(value(flag));
+            assert_eq!(path.file_name().unwrap(), key, "{overlay}: {flag}");
+            let mount = mounts
+                .iter()
+                .find(|m| path.parent() == Some(std::path::Path::new(&m.mount_path)))
+                .unwrap_or_else(|| panic!("{overlay}: nothing mounted where {flag} reads"));
+            let volume = volumes.iter().find(|v| v.name == mount.name).unwrap();
+            assert_eq!(
+                volume
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.secret_name.as_deref()),
+                Some(agents_secret),
+                "{overlay}: {flag}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_extender_stanza_names_the_verbs_port_and_resources_the_extender_serves() {
     let docs = render("extender");
     let map: k8s_openapi::api::core::v1::ConfigMap =

@@ -15,6 +15,7 @@ use std::process::Command;
 use common::{Extender, GIB};
 use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
 use gpuslice_testsupport::apiserver::ApiServer;
+use gpuslice_testsupport::http::curl;
 use serde_json::json;
 
 const KEY: &[u8] = b"shared between the scheduler and the agents";
@@ -46,45 +47,6 @@ fn tls_args(dir: &Path) -> Vec<String> {
         "--client-ca-file".into(),
         f("ca.crt"),
     ]
-}
-
-/// curl's exit code, the HTTP status and the body of a request to `path` at `addr` over
-/// HTTPS, trusting the CA in `ca_dir`, presenting the client certificate in `client_dir` if
-/// any, POSTing `body` if any.
-fn curl(
-    addr: &str,
-    path: &str,
-    ca_dir: &Path,
-    client_dir: Option<&Path>,
-    body: Option<&str>,
-) -> (i32, String, String) {
-    let mut cmd = Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--max-time",
-        "30",
-        "-w",
-        "\n%{http_code}",
-        "--cacert",
-    ])
-    .arg(ca_dir.join("ca.crt"));
-    if let Some(c) = client_dir {
-        cmd.arg("--cert")
-            .arg(c.join("client.crt"))
-            .arg("--key")
-            .arg(c.join("client.key"));
-    }
-    if let Some(b) = body {
-        cmd.args(["-H", "Content-Type: application/json", "--data-binary", b]);
-    }
-    let out = cmd.arg(format!("https://{addr}{path}")).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
-    (
-        out.status.code().unwrap_or(-1),
-        status.to_string(),
-        format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
-    )
 }
 
 fn publish_one_gpu(api: &ApiServer) {

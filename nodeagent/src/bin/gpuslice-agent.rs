@@ -9,6 +9,7 @@ use gpuslice_core::Policy;
 use gpuslice_core::fit::Rules;
 use gpuslice_nodeagent::duration;
 use gpuslice_nodeagent::gc::{self, Evidence};
+use gpuslice_nodeagent::metrics_http::{self, MetricsTls};
 use gpuslice_nodeagent::service::{self, Config};
 use gpuslice_nodeagent::throttle::{ShareAction, ShareBackstop};
 
@@ -69,6 +70,23 @@ struct Args {
     /// Address for the Prometheus endpoint (/metrics), or "off".
     #[arg(long, default_value = "127.0.0.1:9401")]
     metrics_address: String,
+    /// Serve the metrics endpoint over HTTPS with this certificate chain (PEM; with
+    /// --metrics-tls-private-key-file)
+    #[arg(long, requires = "metrics_tls_private_key_file")]
+    metrics_tls_cert_file: Option<PathBuf>,
+    /// The private key of --metrics-tls-cert-file (PEM)
+    #[arg(long, requires = "metrics_tls_cert_file")]
+    metrics_tls_private_key_file: Option<PathBuf>,
+    /// CA (PEM) whose client certificates may read /metrics (Prometheus's, from its scrape
+    /// configuration's tls_config); others are refused (HTTP 403), /healthz answers everyone.
+    /// /metrics names every container and pod with a slice on the node: give it where the
+    /// endpoint is reachable beyond the node
+    #[arg(long, requires = "metrics_tls_cert_file")]
+    metrics_client_ca_file: Option<PathBuf>,
+    /// Common names a client certificate of --metrics-client-ca-file must have (comma
+    /// separated; empty: any of that CA). Set it when the CA signs others' certificates too
+    #[arg(long, requires = "metrics_client_ca_file", value_delimiter = ',')]
+    metrics_client_allowed_names: Vec<String>,
     /// Most slices on one GPU.
     #[arg(long, default_value_t = 16)]
     max_sharers: u32,
@@ -223,6 +241,21 @@ fn main() -> Result<std::process::ExitCode> {
         cdi_dir: (args.cdi_dir != "off").then(|| PathBuf::from(&args.cdi_dir)),
         bus_address: args.bus_address,
         metrics_address,
+        metrics_tls: match (
+            args.metrics_tls_cert_file,
+            args.metrics_tls_private_key_file,
+        ) {
+            (Some(cert), Some(key)) => Some(MetricsTls {
+                files: gpuslice_tls::TlsFiles {
+                    cert,
+                    key,
+                    client_ca: args.metrics_client_ca_file,
+                    flags: &metrics_http::FLAGS,
+                },
+                allowed_names: args.metrics_client_allowed_names,
+            }),
+            _ => None,
+        },
         rules: Rules {
             max_sharers: args.max_sharers,
         },

@@ -1,5 +1,6 @@
 //! Plain HTTP/1.1 GET and POST, enough to scrape a metrics endpoint and to call an extender
-//! as kube-scheduler does.
+//! as kube-scheduler does; and HTTPS with a client certificate through curl ([`curl`]), as
+//! kube-scheduler and Prometheus call the extender and the agents.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -42,4 +43,48 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port")
+}
+
+/// curl's exit code, the HTTP status and the body (with curl's complaints after it) of a
+/// request to `path` at `addr` over HTTPS, trusting `ca.crt` of `ca_dir`, presenting
+/// `client.crt` and `client.key` of `client_dir` if any (the files `gpuslice-scheduler
+/// tls-certs` writes), POSTing the JSON `body` if any.
+#[must_use]
+pub fn curl(
+    addr: &str,
+    path: &str,
+    ca_dir: &std::path::Path,
+    client_dir: Option<&std::path::Path>,
+    body: Option<&str>,
+) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "30",
+        "-w",
+        "\n%{http_code}",
+        "--cacert",
+    ])
+    .arg(ca_dir.join("ca.crt"));
+    if let Some(c) = client_dir {
+        cmd.arg("--cert")
+            .arg(c.join("client.crt"))
+            .arg("--key")
+            .arg(c.join("client.key"));
+    }
+    if let Some(b) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    }
+    let out = cmd
+        .arg(format!("https://{addr}{path}"))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        out.status.code().unwrap_or(-1),
+        status.to_string(),
+        format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
+    )
 }

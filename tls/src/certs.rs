@@ -1,9 +1,10 @@
-//! Certificates for the extender's mutual TLS (`gpuslice-scheduler tls-certs`): a CA of its
-//! own, the extender's server certificate (for the names kube-scheduler dials) and
-//! kube-scheduler's client certificate, each signed by that CA. The extender trusts the CA for
-//! client certificates (`--client-ca-file`) and kube-scheduler for the server
-//! (`tlsConfig.caFile`); a cluster with its own CA (cert-manager, kubeadm's) can issue the
-//! same two certificates instead.
+//! Certificates for a service's mutual TLS (`gpuslice-scheduler tls-certs`): a CA of its own,
+//! the service's server certificate (for the names its callers dial) and its caller's client
+//! certificate, each signed by that CA: the extender's and kube-scheduler's, or the node
+//! agent's metrics endpoint's and Prometheus's. The service trusts the CA for client
+//! certificates (its client CA flag) and the caller trusts it for the server (kube-scheduler's
+//! `tlsConfig.caFile`, a ServiceMonitor's `tlsConfig.ca`); a cluster with its own CA
+//! (cert-manager, kubeadm's) can issue the same two certificates instead.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -49,9 +50,9 @@ pub struct Pem {
 
 pub struct Certs {
     pub ca: Pem,
-    /// The extender's.
+    /// The service's.
     pub server: Pem,
-    /// kube-scheduler's.
+    /// Its caller's.
     pub client: Pem,
 }
 
@@ -72,7 +73,7 @@ fn params(
     Ok(p)
 }
 
-/// A certificate authority of the extender's own, issuing certificates valid as long as it.
+/// A certificate authority of a service's own, issuing certificates valid as long as it.
 pub struct Authority {
     pub pem: Pem,
     issuer: Issuer<'static, KeyPair>,
@@ -90,7 +91,7 @@ impl Authority {
             return Err(CertsError::Days(days));
         }
         let key = KeyPair::generate().map_err(make_error("CA's key"))?;
-        let mut params = params("gpuslice-scheduler CA", Vec::new(), days, "CA")?;
+        let mut params = params("gpuslice CA", Vec::new(), days, "CA")?;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let cert = params.self_signed(&key).map_err(make_error("CA"))?;
@@ -138,8 +139,8 @@ impl Authority {
     }
 }
 
-/// A CA valid for `days` and, signed by it, the extender's certificate for `server_names` and
-/// kube-scheduler's (named `client_name`), valid as long.
+/// A CA valid for `days` and, signed by it, the service's certificate for `server_names` and
+/// its caller's (named `client_name`), valid as long.
 pub fn make(server_names: &[String], client_name: &str, days: u32) -> Result<Certs, CertsError> {
     let ca = Authority::new(days)?;
     let server = ca.server(server_names)?;
