@@ -1,17 +1,18 @@
-//! The agent's metrics endpoint over HTTPS, scraped by curl as Prometheus scrapes it (its
-//! `tls_config`: the CA, a client certificate and key). `/metrics` names the node's containers
-//! and pods and what each holds: with a client CA, only the scraper's certificate reads it,
-//! while `/healthz` answers everyone; files that make no configuration stop the agent at
-//! start, naming the flag.
+//! The agent's metrics endpoint over HTTPS, scraped by Prometheus itself (Debian's
+//! `prometheus`) and by curl presenting what a scrape configuration's `tls_config` names (the
+//! CA, a client certificate and key). `/metrics` names the node's containers and pods and what
+//! each holds: with a client CA, only the scraper's certificate reads it, while `/healthz`
+//! answers everyone; files that make no configuration stop the agent at start, naming the flag.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use gpuslice_testsupport::http::{self, curl};
-use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode};
+use gpuslice_testsupport::{agent::Agent, bus::Bus, sim::SimNode, wait_for};
 use gpuslice_tls::certs::{Authority, Pem};
 
 /// Writes `pem` into `dir` as `name.crt` and `name.key`.
@@ -46,26 +47,32 @@ fn file(dir: &Path, name: &str) -> String {
     dir.join(name).display().to_string()
 }
 
+/// An agent serving /metrics over HTTPS with the certificates in `dir` ([`certs`]),
+/// answering the client certificate named `prometheus` only.
+fn tls_agent(sim: &SimNode, bus: &Bus, dir: &Path) -> Agent {
+    Agent::start(
+        &agent_exe(),
+        bus,
+        sim,
+        &[
+            "--metrics-tls-cert-file",
+            &file(dir, "tls.crt"),
+            "--metrics-tls-private-key-file",
+            &file(dir, "tls.key"),
+            "--metrics-client-ca-file",
+            &file(dir, "ca.crt"),
+            "--metrics-client-allowed-names",
+            "prometheus",
+        ],
+    )
+}
+
 #[test]
 fn with_a_client_ca_only_the_scrapers_certificate_reads_the_metrics_and_health_answers_everyone() {
     let (dir, ca) = certs();
     let sim = SimNode::new(1, "T4", None);
     let bus = Bus::start();
-    let agent = Agent::start(
-        &agent_exe(),
-        &bus,
-        &sim,
-        &[
-            "--metrics-tls-cert-file",
-            &file(dir.path(), "tls.crt"),
-            "--metrics-tls-private-key-file",
-            &file(dir.path(), "tls.key"),
-            "--metrics-client-ca-file",
-            &file(dir.path(), "ca.crt"),
-            "--metrics-client-allowed-names",
-            "prometheus",
-        ],
-    );
+    let agent = tls_agent(&sim, &bus, dir.path());
     let out = cli(
         &bus.address,
         &["claim", "web-1", "-a", "gpuslice.io/memory=2Gi"],
@@ -137,4 +144,136 @@ fn a_metrics_key_that_is_not_its_certificates_stops_the_agent_at_start_naming_bo
             && err.contains(&format!("--metrics-tls-private-key-file {key}")),
         "{err}"
     );
+}
+
+/// Prometheus itself (Debian's `prometheus`), run for a test with `config` in a directory of
+/// its own, killed when dropped.
+struct Prometheus {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let addr = format!("127.0.0.1:{}", http::free_port());
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+            .spawn()
+            .expect("run prometheus (Debian's prometheus package)");
+        Self {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// The JSON `data` of `GET path` on Prometheus's API, once it answers.
+    fn api(&self, path: &str) -> Option<serde_json::Value> {
+        let (status, _, body) = http::get(&self.addr, path).ok()?;
+        if !status.contains("200") {
+            return None;
+        }
+        let body: serde_json::Value = serde_json::from_str(&body).ok()?;
+        Some(body["data"].clone())
+    }
+
+    /// Each job's target (one a job), once every one of them was scraped: its health and last
+    /// error.
+    fn scraped_targets(&self) -> Option<Vec<(String, String, String)>> {
+        let data = self.api("/api/v1/targets")?;
+        let targets: Vec<(String, String, String)> = data["activeTargets"]
+            .as_array()?
+            .iter()
+            .map(|t| {
+                let s = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+                (
+                    t["labels"]["job"].as_str().unwrap_or_default().to_string(),
+                    s("health"),
+                    s("lastError"),
+                )
+            })
+            .collect();
+        (!targets.is_empty() && targets.iter().all(|t| t.1 != "unknown")).then_some(targets)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_agent_with_its_client_certificate_and_without_one_is_refused() {
+    let (dir, _) = certs();
+    let sim = SimNode::new(1, "T4", None);
+    let bus = Bus::start();
+    let agent = tls_agent(&sim, &bus, dir.path());
+    assert_success(&cli(
+        &bus.address,
+        &["claim", "web-1", "-a", "gpuslice.io/memory=2Gi"],
+    ));
+    // Two jobs on the same agent, as a scrape configuration's tls_config names the files: one
+    // with the scraper's client certificate, one trusting the server and presenting none.
+    let f = |name: &str| file(dir.path(), name);
+    let config = format!(
+        r#"global: {{scrape_interval: 1s, scrape_timeout: 1s}}
+scrape_configs:
+  - job_name: scraper
+    scheme: https
+    tls_config: {{ca_file: "{ca}", cert_file: "{cert}", key_file: "{key}"}}
+    static_configs: [{{targets: ["{addr}"]}}]
+  - job_name: anyone
+    scheme: https
+    tls_config: {{ca_file: "{ca}"}}
+    static_configs: [{{targets: ["{addr}"]}}]
+"#,
+        ca = f("ca.crt"),
+        cert = f("client.crt"),
+        key = f("client.key"),
+        addr = agent.metrics_address,
+    );
+    let prometheus = Prometheus::start(&config);
+    let mut targets = None;
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            targets = prometheus.scraped_targets();
+            targets.is_some()
+        }),
+        "Prometheus scraped nothing in 30 s"
+    );
+    let targets = targets.unwrap();
+    let job = |name: &str| targets.iter().find(|t| t.0 == name).unwrap().clone();
+    let (_, health, error) = job("scraper");
+    assert_eq!(health, "up", "{error}");
+    let (_, health, error) = job("anyone");
+    assert_eq!(health, "down");
+    assert!(error.contains("403"), "{error}");
+    // What the scraper read is in Prometheus: the slice's wall, by container.
+    let query = "/api/v1/query?query=gpuslice_slice_memory_limit_bytes";
+    let mut walls = Vec::new();
+    assert!(wait_for(Duration::from_secs(10), || {
+        walls = prometheus
+            .api(query)
+            .and_then(|d| d["result"].as_array().cloned())
+            .unwrap_or_default();
+        !walls.is_empty()
+    }));
+    assert_eq!(walls[0]["metric"]["container"], "web-1", "{walls:?}");
+    assert_eq!(walls[0]["metric"]["job"], "scraper", "{walls:?}");
+    assert_eq!(walls[0]["value"][1], (2u64 << 30).to_string(), "{walls:?}");
 }
