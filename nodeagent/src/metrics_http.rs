@@ -61,7 +61,11 @@ pub async fn start(addr: SocketAddr, shared: Arc<Shared>, tls: Option<MetricsTls
     tokio::spawn(async move {
         let served = match tls {
             Some((tls, allowed_names)) => {
-                tracing::info!(address = %local, clients_checked = tls.verifies_clients(), "serving metrics over HTTPS");
+                tracing::info!(
+                    address = %local,
+                    clients_checked = tls.verifies_clients(),
+                    "serving metrics over HTTPS"
+                );
                 let check = ClientCheck {
                     verifies: tls.verifies_clients(),
                     allowed_names,

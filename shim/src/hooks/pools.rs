@@ -11,11 +11,11 @@
 //! memory (located on the host or a host NUMA node: `cuMemPoolCreate`, and CUDA 13's default
 //! pool of such a location) gives out page-locked host memory, which is not charged; a pool
 //! is never taken as one in host memory because the caller named it with a host location
-//! (`cuMemSetMemPool`, or `cuMemGetMemPool` after it) unless it is one of those. A pool it does not
-//! know (one imported from another process) is charged to the current context's device: the
-//! wall errs on the side of holding. Destroying a pool waits for the stream-ordered
-//! allocations being decided ([`super::capture`]), so that no allocation judged to come from
-//! a host pool is made from a device pool given the same handle in between.
+//! (`cuMemSetMemPool`, or `cuMemGetMemPool` after it) unless it is one of those. A pool it
+//! does not know (one imported from another process) is charged to the current context's
+//! device: the wall errs on the side of holding. Destroying a pool waits for the
+//! stream-ordered allocations being decided ([`super::capture`]), so that no allocation judged
+//! to come from a host pool is made from a device pool given the same handle in between.
 
 use crate::ffi::*;
 use crate::slice::{self, PoolPlace, Slice};
