@@ -159,3 +159,28 @@ fn memory_from_the_hosts_pools_by_location_is_not_charged_and_a_gpu_pool_named_t
     assert_eq!((f.get("set"), f.num("device")), ("1", left), "{:?}", f.0);
     assert_eq!(slice.usage().totals(), vec![0]);
 }
+
+#[test]
+fn cuda_cores_pinned_memory_resources_take_host_memory_and_leave_the_slice_to_the_gpu() {
+    // NVIDIA's cuda.core: its PinnedMemoryResource on the host's current pool, on a pool of
+    // its own on the host, and on one on host NUMA node 0, 16 × 64 MiB each; then its
+    // DeviceMemoryResource gets all that the context leaves of the slice, in those chunks.
+    // Before the simulated driver offered host pools (HOST_MEMORY_POOLS_SUPPORTED 0, host
+    // locations not answered), cuda.core refused the first two outright.
+    let slice = slice();
+    let chunks = (slice.remaining() / (64 * MIB)) * 64;
+    for mode in ["current", "host", "numa"] {
+        let f = run_client(
+            &slice,
+            "host_pools.py",
+            &[mode, &(64 * MIB).to_string(), "16"],
+        );
+        assert_eq!(
+            (f.num("pinned"), f.num("device")),
+            (16, chunks),
+            "{mode}: {:?}",
+            f.0
+        );
+    }
+    assert_eq!(slice.usage().totals(), vec![0]);
+}

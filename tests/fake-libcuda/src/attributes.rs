@@ -226,10 +226,11 @@ pub fn value(gpu: &SimGpu, attribute: c_int) -> Option<c_int> {
         138 => 0,       // VULKAN_CIG_SUPPORTED
         139 => bits(pci_ids().0), // GPU_PCI_DEVICE_ID
         140 => bits(pci_ids().1), // GPU_PCI_SUBSYSTEM_ID
-        // HOST_NUMA_ locations for pools (simulated: host memory, not charged); for virtual
-        // memory, multi-node IPC, dma_buf of host allocations: not simulated, so not offered.
-        142 => 1,
-        141 | 143..=146 => 0,
+        // HOST_NUMA and (CUDA 13) HOST locations for pools (simulated: host memory, not
+        // charged); for virtual memory, multi-node IPC, dma_buf of host allocations: not
+        // simulated, so not offered.
+        142 | 144 => 1,
+        141 | 143 | 145 | 146 => 0,
         147 => 0, // ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED (PCIe: none at all, HOST_NATIVE_ATOMIC 0)
         _ => return None,
     })
