@@ -12,8 +12,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Extender, GIB};
-use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use common::{Extender, publish_one_gpu};
 use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::http::curl;
 use serde_json::json;
@@ -49,30 +48,6 @@ fn tls_args(dir: &Path) -> Vec<String> {
     ]
 }
 
-fn publish_one_gpu(api: &ApiServer) {
-    let publication = NodePublication {
-        topology: None,
-        max_sharers: 16,
-        version: 1,
-        claimed: Vec::new(),
-        gpus: vec![PublishedGpu {
-            index: None,
-            uuid: "GPU-00000000-0000-4000-8000-000000000001".into(),
-            model: "Tesla T4".into(),
-            memory_total: 15 * GIB,
-            memory_allocated: 0,
-            cores_allocated: 0,
-            sharers: 0,
-            exclusive: false,
-        }],
-    };
-    api.put_node(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "gpu-node-1", "annotations": {
-            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
-    }));
-}
-
 fn put_pod(api: &ApiServer, name: &str) {
     api.put_pod(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -101,7 +76,7 @@ fn key_file(dir: &Path) -> PathBuf {
 /// once it is ready (asked without a client certificate, as a probe asks).
 fn binding_extender(dir: &Path, extra: &[&str]) -> (ApiServer, Extender) {
     let api = ApiServer::start();
-    publish_one_gpu(&api);
+    publish_one_gpu(&api, 0, &[]);
     put_pod(&api, "web");
     let key = key_file(dir);
     let mut args = vec![

@@ -7,8 +7,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gpuslice_core::publication::{NODE_STATE_ANNOTATION, NodePublication, PublishedGpu};
+use gpuslice_testsupport::apiserver::ApiServer;
 use gpuslice_testsupport::http::{get, post_json};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const GIB: u64 = 1 << 30;
 
@@ -189,4 +191,45 @@ pub fn claim_as_container(
         .arg(format!("io.kubernetes.cri.sandbox-uid={pod_uid}"))
         .output()
         .unwrap()
+}
+
+/// A 15 GiB T4 as its agent publishes it, with `allocated` bytes taken (by one slice).
+pub fn t4(uuid: &str, allocated: u64) -> PublishedGpu {
+    PublishedGpu {
+        index: None,
+        uuid: uuid.into(),
+        model: "Tesla T4".into(),
+        memory_total: 15 * GIB,
+        memory_allocated: allocated,
+        cores_allocated: 0,
+        sharers: u32::from(allocated > 0),
+        exclusive: false,
+    }
+}
+
+/// Node gpu-node-1 as its agent publishes `gpus`, with the scheduler-assigned containers it
+/// lists as `claimed`.
+pub fn publish(api: &ApiServer, gpus: Vec<PublishedGpu>, claimed: &[&str]) -> NodePublication {
+    let publication = NodePublication {
+        topology: None,
+        max_sharers: 16,
+        version: 1,
+        claimed: claimed.iter().map(|c| (*c).to_string()).collect(),
+        gpus,
+    };
+    api.put_node(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-node-1", "annotations": {
+            NODE_STATE_ANNOTATION: serde_json::to_string(&publication).unwrap()}}
+    }));
+    publication
+}
+
+/// Node gpu-node-1 with one 15 GiB GPU with `allocated` bytes taken.
+pub fn publish_one_gpu(api: &ApiServer, allocated: u64, claimed: &[&str]) {
+    publish(
+        api,
+        vec![t4("GPU-00000000-0000-4000-8000-000000000001", allocated)],
+        claimed,
+    );
 }

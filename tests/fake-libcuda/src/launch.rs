@@ -53,25 +53,6 @@ pub unsafe extern "C" fn cuLaunchKernel(
 }
 
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: same contract.
-    unsafe { cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
-}
-
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuLaunchKernelEx(
     config: *const CUlaunchConfig,
     f: CUfunction,
@@ -106,17 +87,6 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: same contract.
-    unsafe { cuLaunchKernelEx(config, f, params, extra) }
-}
-
-#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     f: CUfunction,
@@ -148,20 +118,8 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     }
 }
 
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> CUresult {
-    // SAFETY: same contract.
-    unsafe { cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params) }
+same_as! {
+    cuLaunchKernel_ptsz => cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchKernelEx_ptsz => cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void);
+    cuLaunchCooperativeKernel_ptsz => cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void);
 }
