@@ -430,6 +430,16 @@ impl crate::slots::Container for Queue {
         self.slice.queued_total(self.gpu)
     }
 
+    /// Looks at this process's events now rather than when the watching thread wakes: a
+    /// program that waited for its work and launches again at once is ahead of that thread.
+    fn settle(&self) {
+        let Some(query) = real::cuEventQuery() else {
+            return;
+        };
+        let mut q = self.lock();
+        self.give_back_finished(&mut q, query, false);
+    }
+
     fn launch_us(&self) -> u64 {
         Queue::launch_us(self)
     }

@@ -17,10 +17,15 @@
 //! past the end outside the slice's own later windows (a kernel longer than the cycle runs
 //! through them) is owed (later windows open that much late, a window owed in full is
 //! skipped; a window the work still running ran into opens where it ended, and only the
-//! rest of it pays), what the window left
-//! unused is kept, at most a window,
-//! and lets a later launch end that much past the end (at most one launch's time), so that
-//! launches that do not divide the window are held to the share on average. The margin moves
+//! rest of it pays), what the window left unused once it opened (not what the work before it
+//! ran through, nor the debt it paid) is kept, at most a window, and lets a later launch end
+//! that much past the end (at most one launch's time), so that launches that do not divide
+//! the window are held to the share on average. A launch let through that waited for its
+//! place (the container's work before it) into a later cycle goes back to wait there: the
+//! window it was let through in is measured before the later one is placed or counted as
+//! launched in. Where the prediction refuses a launch behind launches the program already
+//! waited for, it is made again once the process has looked at its events (the thread that
+//! watches them may not have seen them finish yet). The margin moves
 //! by half of how far the work ran past its end, or past its predicted end where that was
 //! later: it takes back what the prediction missed.
 //! Every process of the container measures the same end, so they settle on the same margin.
@@ -54,6 +59,9 @@ pub trait Container {
     fn wait_until_drained(&self, until_us: u64);
     /// How many are unfinished or about to be launched.
     fn queued(&self) -> u64;
+    /// Counts as finished those of this process's launches that have finished, where that
+    /// is not yet counted.
+    fn settle(&self) {}
     /// Whether any of them is unfinished.
     fn unfinished(&self) -> bool {
         self.queued() > 0
@@ -156,6 +164,17 @@ impl Slot {
         }
     }
 
+    /// How late the window of `cycle` opened, where that was decided (0 where not, or where
+    /// a later cycle's has been decided since).
+    fn late_of(&self, cycle: u64) -> u64 {
+        let seen = self.late.load(Relaxed);
+        if seen != u64::MAX && seen >> LATE_BITS == cycle {
+            seen & ((1u64 << LATE_BITS) - 1)
+        } else {
+            0
+        }
+    }
+
     /// How many launches the container may have unfinished on the GPU.
     pub fn depth(&self) -> usize {
         self.depth.load(Relaxed)
@@ -201,12 +220,19 @@ impl Slot {
     /// longer than the window goes at its opening, not later); otherwise the window closes
     /// for this process until the next cycle.
     pub fn launching(&self, container: &impl Container) -> bool {
+        let (cycle, _) = self.cycle_now();
+        if self.unmeasured_before(cycle) {
+            // The launch waited (for its place) into a later cycle: the earlier window's work
+            // is measured first ([`Slot::wait`]), so that this window is placed after what it
+            // ran and owes, and this cycle does not take that window's place.
+            return false;
+        }
         let (cycle, t, late) = self.now();
         let launch_us = container.launch_us();
         let open = late <= t
             && t < self.open_until(launch_us)
             && self.closed_cycle.load(Relaxed) != cycle
-            && (launch_us == 0 || self.fits(cycle, t, late, launch_us, container.queued().max(1)));
+            && (launch_us == 0 || self.fits_settled(cycle, t, late, launch_us, container));
         if open {
             self.launched_cycle.fetch_max(cycle, Relaxed);
         }
@@ -224,13 +250,7 @@ impl Slot {
     /// `cycle`, end in time (see [`Slot::launching`]); if not, closes the window for this
     /// cycle.
     fn fits(&self, cycle: u64, t: u64, late: u64, launch_us: u64, queued: u64) -> bool {
-        let margin = u64::try_from(self.margin_us.load(Relaxed)).unwrap_or(0);
-        let credit = u64::try_from(-self.balance_us.load(Relaxed))
-            .unwrap_or(0)
-            .min(launch_us);
-        let ends = t.saturating_add(queued.saturating_mul(launch_us));
-        let first_at_opening = queued == 1 && t < late + self.opening_us();
-        if ends <= (self.len_us() + credit).saturating_sub(margin) || first_at_opening {
+        if let Some(ends) = self.predicted_end(t, late, launch_us, queued) {
             let at = self.start_us + cycle * CYCLE_US + ends;
             self.planned_end_us.fetch_max(at, Relaxed);
             return true;
@@ -239,6 +259,40 @@ impl Slot {
         // The window was wanted: what it left unused is measured and kept.
         self.launched_cycle.fetch_max(cycle, Relaxed);
         false
+    }
+
+    /// When `queued` launches of `launch_us` each, starting at `t`, are predicted to end (µs
+    /// into the cycle), where that is in time: by the window's end (less the margin, plus
+    /// what earlier windows left unused, at most one launch's time), or a launch alone at the
+    /// window's opening.
+    fn predicted_end(&self, t: u64, late: u64, launch_us: u64, queued: u64) -> Option<u64> {
+        let margin = u64::try_from(self.margin_us.load(Relaxed)).unwrap_or(0);
+        let credit = u64::try_from(-self.balance_us.load(Relaxed))
+            .unwrap_or(0)
+            .min(launch_us);
+        let ends = t.saturating_add(queued.saturating_mul(launch_us));
+        let first_at_opening = queued == 1 && t < late + self.opening_us();
+        (ends <= (self.len_us() + credit).saturating_sub(margin) || first_at_opening)
+            .then_some(ends)
+    }
+
+    /// [`Slot::fits`] for the container's queued work; where that would not end in time,
+    /// counted again once the container has looked at what finished (a program that waited
+    /// for its work may launch again before the library has seen it finish).
+    fn fits_settled(
+        &self,
+        cycle: u64,
+        t: u64,
+        late: u64,
+        launch_us: u64,
+        container: &impl Container,
+    ) -> bool {
+        let mut queued = container.queued().max(1);
+        if queued > 1 && self.predicted_end(t, late, launch_us, queued).is_none() {
+            container.settle();
+            queued = container.queued().max(1);
+        }
+        self.fits(cycle, t, late, launch_us, queued)
     }
 
     /// Returns once a launch may go to the GPU: inside this process's part of the window
@@ -280,6 +334,14 @@ impl Slot {
             }
             std::thread::sleep(Duration::from_micros(CYCLE_US - t));
         }
+    }
+
+    /// Whether a window before `cycle` was launched in and its work is not measured yet (nor
+    /// being measured).
+    fn unmeasured_before(&self, cycle: u64) -> bool {
+        let last = self.launched_cycle.load(Relaxed);
+        let measured = self.measured_cycle.load(Relaxed);
+        last != 0 && last < cycle && (measured == u64::MAX || measured < last)
     }
 
     /// Whether the calling thread is the one to measure `cycle` (never one measured, nor
@@ -325,7 +387,15 @@ impl Slot {
             0 => 0,
             n => (n - 1) * self.len_us() + into_last.min(self.len_us()),
         };
-        let overrun = signed(done) - signed(end) - signed(own_later);
+        // Where the work ended before the window's end, what is kept is only what the window
+        // left unused once it opened: not the part the work before it ran through or the
+        // debt paid (its opening late).
+        let from = done.max(opened + self.late_of(cycle));
+        let overrun = if from < end {
+            signed(from) - signed(end)
+        } else {
+            signed(done) - signed(end) - signed(own_later)
+        };
         self.ran_until_us.fetch_max(done, Relaxed);
         self.follow_overrun(overrun, signed(done) - signed(end.max(planned)));
     }
@@ -534,6 +604,88 @@ mod tests {
         // Work that ended in the window keeps what it left unused.
         s.ended(6, 6 * CYCLE_US + 20_000);
         assert_eq!(s.balance_us.load(Relaxed), -20_000);
+    }
+
+    #[test]
+    fn what_a_window_left_unused_is_kept_only_from_where_it_opened() {
+        // Cycle 3's 50 ms window paid 40 ms of debt, opening 40 ms late; the work before it
+        // ended 5 ms in and nothing was launched in it after: 10 ms were left unused, not 45.
+        let s = Slot::new(SmWindow { start: 0, len: 50 });
+        s.follow_overrun(40_000, 0);
+        assert_eq!(s.late_in(3), 40_000);
+        s.ended(3, 3 * CYCLE_US + 5_000);
+        assert_eq!(s.balance_us.load(Relaxed), -10_000);
+    }
+
+    /// A container whose launches all finished at a given time.
+    struct FinishedAt(u64);
+
+    impl Container for FinishedAt {
+        fn wait_until_drained(&self, _until_us: u64) {}
+        fn queued(&self) -> u64 {
+            0
+        }
+        fn launch_us(&self) -> u64 {
+            0
+        }
+        fn finished_us(&self) -> Option<u64> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn a_launch_that_waited_into_a_later_cycle_lets_the_earlier_window_be_measured_first() {
+        // A launch let through in the last cycle waited for its place (the work before it)
+        // into this one: this cycle neither counts as launched in, nor has its window placed,
+        // before the last window's work is measured.
+        let s = Slot::new(SmWindow { start: 0, len: 100 });
+        let last = realtime_us() / CYCLE_US - 1;
+        s.launched_cycle.store(last, Relaxed);
+        let work = FinishedAt(last * CYCLE_US + 60_000);
+        assert!(!s.launching(&work));
+        assert_eq!(s.launched_cycle.load(Relaxed), last);
+        assert_eq!(s.late.load(Relaxed), u64::MAX, "no window placed yet");
+        // Waiting measures it (its work ended 60 ms into its window: 40 ms left unused);
+        // then the launch goes.
+        s.wait(&work);
+        assert_eq!(s.measured_cycle.load(Relaxed), last);
+        assert_eq!(s.balance_us.load(Relaxed), -40_000);
+        assert!(s.launching(&work));
+        assert!(s.launched_cycle.load(Relaxed) > last);
+    }
+
+    /// A container whose count still holds a launch that has finished, until it looks.
+    struct Unsettled(AtomicU64);
+
+    impl Container for Unsettled {
+        fn wait_until_drained(&self, _until_us: u64) {}
+        fn queued(&self) -> u64 {
+            self.0.load(Relaxed)
+        }
+        fn settle(&self) {
+            self.0.store(1, Relaxed);
+        }
+        fn launch_us(&self) -> u64 {
+            60_000
+        }
+        fn finished_us(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_launch_behind_work_already_finished_is_predicted_once_the_events_are_looked_at() {
+        // 60 ms kernels in a 70 ms window, 55 ms of it kept from earlier windows: the one
+        // launched 60 ms in fits on them, unless it is counted behind the one the program
+        // has just waited for.
+        let s = Slot::new(SmWindow { start: 0, len: 70 });
+        s.follow_overrun(-55_000, -55_000);
+        let work = Unsettled(AtomicU64::new(2));
+        assert!(s.fits_settled(3, 60_000, 0, 60_000, &work));
+        assert_eq!(work.0.load(Relaxed), 1);
+        // Behind one still running, it does not.
+        let running = Unsettled(AtomicU64::new(2));
+        assert!(!s.fits(4, 60_000, 0, 60_000, running.queued()));
     }
 
     #[test]
