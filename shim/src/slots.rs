@@ -11,9 +11,9 @@
 //! launch that would not closes the window for the process until the next cycle, except alone
 //! at the window's opening (its first eighth, at least 2 ms: a launch longer than the window
 //! cannot end in it; it goes there rather than later). Until it is known, launching stops
-//! a margin before the end. Once per cycle, the first launch after the window waits for the
-//! context's work, then for the rest of what the container launched in the window, and
-//! measures how far it ran past the window's end. All of it goes into a balance: what ran
+//! a margin before the end. Once per cycle, the first launch after the window waits for what
+//! the container launched in the window (through the library's events: a synchronization
+//! of the context would invalidate a capture another thread holds open), and measures how far it ran past the window's end. All of it goes into a balance: what ran
 //! past the end outside the slice's own later windows (a kernel longer than the cycle runs
 //! through them) is owed (later windows open that much late, a window owed in full is
 //! skipped; a window the work still running ran into opens where it ended, and only the
@@ -46,7 +46,6 @@ use std::time::Duration;
 
 use gpuslice_core::limits::{SM_CYCLE_MS, SmWindow};
 
-use crate::api::real;
 use crate::pacing::realtime_us;
 use crate::queued::DEPTH;
 
@@ -356,17 +355,13 @@ impl Slot {
     }
 
     /// Waits for the work launched in the window that opened in cycle `cycle` (counted from
-    /// the window's start): this process's, then the container's (`drained`), and takes how
-    /// far it ran past the window's end (or ended before it) into the balance, and how far
-    /// it ran past its predicted end, where it was predicted to end past the window's, into
-    /// the margin.
+    /// the window's start): the container's launches, this process's among them, each
+    /// followed by an event of the library's (`drained`; not a synchronization of the
+    /// context, which would invalidate a capture another thread of the program holds open),
+    /// and takes how far it ran past the window's end (or ended before it) into the
+    /// balance, and how far it ran past its predicted end, where it was predicted to end
+    /// past the window's, into the margin.
     fn measure_overrun(&self, cycle: u64, container: &impl Container) {
-        let Some(sync) = real::cuCtxSynchronize() else {
-            return;
-        };
-        // SAFETY: cuCtxSynchronize takes no arguments; it waits for the calling thread's
-        // current context.
-        unsafe { sync() };
         container.wait_until_drained(self.start_us + (cycle + 1) * CYCLE_US);
         self.ended(cycle, realtime_us());
     }

@@ -766,3 +766,29 @@ fn graph_launches_are_paced_like_the_kernels_they_hold() {
         "cuGraphLaunch: {paced:.1}% busy"
     );
 }
+
+#[test]
+fn a_capture_in_another_thread_outlives_the_windows_measurements() {
+    // The library measures each window's work from a launching thread; a synchronization of
+    // the context there (the driver refuses it and invalidates every capture open in the
+    // global mode, as PyTorch's graphs are captured by default) would break a capture that
+    // another thread of the program holds open meanwhile.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+    let windowed = setup_windowed(sim, 30, 0);
+    let out = windowed
+        .command(true)
+        .env("SPIN_CAPTURE_BESIDE", "1")
+        .output()
+        .unwrap();
+    let busy = busy_percent(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |k: &str| -> i64 {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {text:?}"))
+    };
+    eprintln!("a 30% window beside captures: {busy:.1}% busy; {text}");
+    assert!(field("captures=") >= 5, "{text}");
+    assert_eq!(field("invalidated="), 0, "{text}");
+    assert!((25.0..=35.0).contains(&busy), "{busy:.1}% busy");
+}

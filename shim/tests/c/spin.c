@@ -35,6 +35,11 @@
  * that synchronizes after each step does. With SPIN_OTHER_GPU=1, the kernel is a library's
  * (cuLibraryLoadData, context-less) launched on a stream of GPU 1's context while GPU 0's
  * context is current: the driver runs it on GPU 1 (one thread, "kernel" launches only).
+ * With SPIN_CAPTURE_BESIDE=1, one more thread captures a launch on a stream of its own in the
+ * global mode, over and over through the part measured, each capture held open for 150 ms
+ * (windows end meanwhile), and "captures=N invalidated=M" is printed too: a
+ * synchronization made by the interception library while a capture is open would
+ * invalidate it.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -149,6 +154,36 @@ static CUresult launch_until(CUstream stream, const long long *until,
         if (r) return r;
         *count += blocks;
         if (batch && ++n % batch == 0) wait_for_work(stream);
+    }
+    return 0;
+}
+
+/* SPIN_CAPTURE_BESIDE: captures made, and how many of them ended invalidated. */
+static int captures, invalidated;
+
+/* Captures one launch at a time in the global mode, each open for 150 ms, from 100 ms
+ * after the warm-up until 300 ms before the end (the program's own synchronizations, at
+ * the warm-up's end and after the run, are left out). */
+static void *capture_beside(void *arg) {
+    (void)arg;
+    CUstream s;
+    if (cuCtxSetCurrent(ctx) || cuStreamCreate(&s, 1)) {
+        invalidated = -1;
+        return 0;
+    }
+    struct timespec pause = {0, 150000000};
+    while (now_ns() < start + (warmup_ms + 100) * 1000000LL) nanosleep(&pause, 0);
+    while (now_ns() < end - 300 * 1000000LL) {
+        CUgraph g = 0;
+        if (cuStreamBeginCapture_v2(s, 0 /* CU_STREAM_CAPTURE_MODE_GLOBAL */) ||
+            cuLaunchKernel(kernel, 1, 1, 1, 128, 1, 1, 0, s, 0, 0)) {
+            invalidated = -1;
+            return 0;
+        }
+        nanosleep(&pause, 0);
+        captures++;
+        if (cuStreamEndCapture(s, &g)) invalidated++;
+        if (g) cuGraphDestroy(g);
     }
     return 0;
 }
@@ -281,7 +316,12 @@ int main(int argc, char **argv) {
     Tally *tallies = calloc((size_t)threads, sizeof *tallies);
     pthread_t *ids = calloc((size_t)threads, sizeof *ids);
     for (int i = 1; i < threads; i++) pthread_create(&ids[i], 0, run, &tallies[i]);
+    const char *beside = getenv("SPIN_CAPTURE_BESIDE");
+    pthread_t capturer;
+    int capturing = beside && strcmp(beside, "1") == 0 &&
+                    pthread_create(&capturer, 0, capture_beside, 0) == 0;
     run(&tallies[0]);
+    if (capturing) pthread_join(capturer, 0);
     unsigned long long launched = 0, warm_launched = 0;
     for (int i = 0; i < threads; i++) {
         if (i > 0) pthread_join(ids[i], 0);
@@ -296,5 +336,6 @@ int main(int argc, char **argv) {
     long long done = now_ns();
     printf("blocks=%llu elapsed_ns=%lld warm_blocks=%llu warm_elapsed_ns=%lld\n", launched,
            done - start, warm_launched, done - warm);
+    if (capturing) printf("captures=%d invalidated=%d\n", captures, invalidated);
     return 0;
 }
