@@ -171,7 +171,8 @@ impl Queue {
         while let Some(&r) = q.pending.front() {
             // SAFETY: an event this library created in a context not yet gone.
             match unsafe { query(r.event as CUevent) } {
-                CUDA_ERROR_NOT_READY => break,
+                // Not finished, or not to be asked now (a capture forbids it): kept.
+                CUDA_ERROR_NOT_READY | CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => break,
                 CUDA_SUCCESS => {
                     q.free.push(r);
                     finished += 1;
@@ -244,7 +245,7 @@ impl Queue {
             }
             if !looked {
                 looked = true;
-                self.give_back_finished(&mut q, query, false);
+                relaxed(|| self.give_back_finished(&mut q, query, false));
                 continue;
             }
             looked = false;
@@ -413,6 +414,23 @@ fn create(ctx: usize) -> Option<Recorded> {
     })
 }
 
+/// Runs `f` with the calling thread (a program's) in the relaxed capture mode, then gives
+/// the thread its own mode back: the library's queries of its events are then not calls that
+/// a capture another thread holds open in the global mode forbids (the driver refuses them
+/// from a thread in the global mode, the default, and invalidates that capture).
+fn relaxed<T>(f: impl FnOnce() -> T) -> T {
+    let Some(exchange) = real::cuThreadExchangeStreamCaptureMode() else {
+        return f();
+    };
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: one mode to swap in, for this thread only; the thread's own comes back in it.
+    unsafe { exchange(&raw mut mode) };
+    let r = f();
+    // SAFETY: the thread's own mode, given back.
+    unsafe { exchange(&raw mut mode) };
+    r
+}
+
 impl crate::slots::Container for Queue {
     /// Counts the container's launches here, unfinished or about to be launched, until there
     /// are none.
@@ -437,7 +455,7 @@ impl crate::slots::Container for Queue {
             return;
         };
         let mut q = self.lock();
-        self.give_back_finished(&mut q, query, false);
+        relaxed(|| self.give_back_finished(&mut q, query, false));
     }
 
     fn launch_us(&self) -> u64 {

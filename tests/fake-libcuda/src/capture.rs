@@ -120,6 +120,18 @@ pub(crate) fn refuse_during_global_capture() -> Result<(), CUresult> {
     Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
 }
 
+/// A call a thread may make while another thread's global-mode capture is open only in
+/// the relaxed mode (`cuEventQuery`, `cuEventSynchronize`; PyTorch's and NCCL's watchdog
+/// threads switch to it for that): from a thread in the global mode, the default, it
+/// invalidates every such capture and is refused, as a synchronization is. A thread in the
+/// thread-local mode is let through (it would be held only by a capture of its own).
+pub(crate) fn refuse_unless_relaxed_during_global_capture() -> Result<(), CUresult> {
+    if CAPTURE_MODE.with(Cell::get) != CAPTURE_MODE_GLOBAL {
+        return Ok(());
+    }
+    refuse_during_global_capture()
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: CUstream, mode: c_int) -> CUresult {
     guard(|| {

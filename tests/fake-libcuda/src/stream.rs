@@ -393,6 +393,7 @@ pub extern "C" fn cuEventRecordWithFlags(e: CUevent, s: CUstream, _flags: c_uint
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
     guard(|| {
+        crate::capture::refuse_unless_relaxed_during_global_capture()?;
         let at = event(e)?.recorded().load(Ordering::Acquire);
         if at > gpuslice_simnode::procs::monotonic_ns() {
             return Err(CUDA_ERROR_NOT_READY);
@@ -404,6 +405,7 @@ pub extern "C" fn cuEventQuery(e: CUevent) -> CUresult {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(e: CUevent) -> CUresult {
     guard(|| {
+        crate::capture::refuse_unless_relaxed_during_global_capture()?;
         let ev = event(e)?;
         ev.waiters.fetch_add(1, Ordering::AcqRel);
         let at = ev.recorded().load(Ordering::Acquire);

@@ -163,6 +163,21 @@ fn a_kernels_attributes_and_occupancy_follow_the_devices_limits() {
 }
 
 #[test]
+fn an_event_queried_during_a_global_capture_invalidates_it_unless_the_thread_is_relaxed() {
+    // PyTorch's and NCCL's threads that watch events switch to the relaxed mode for this, as
+    // the interception library's do: from the default mode the driver refuses the query
+    // (900) and invalidates the capture (status 2; ending it answers 901).
+    let sim = SimNode::new(1, "A10", None);
+    let exe = common::compile(&sim, "capture_modes", &["cuda"]);
+    let text = common::run(&sim, &exe, &[]);
+    assert_eq!(
+        text.trim(),
+        "exchanged=0 was=0 relaxed_query=0 relaxed_sync=0 relaxed_status=1 global_query=900 \
+         global_status=2 end=901 after=0"
+    );
+}
+
+#[test]
 fn a_caller_asking_for_cuda_12_3_gets_the_capture_query_with_edge_data() {
     let sim = SimNode::new(1, "A10", None);
     let exe = common::compile(&sim, "capture_info", &["cuda"]);
