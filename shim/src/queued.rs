@@ -61,6 +61,8 @@ const WAKE_AT_LEAST: Duration = Duration::from_millis(10);
 struct Recorded {
     event: usize,
     ctx: usize,
+    /// When it was last recorded (CLOCK_REALTIME µs).
+    at_us: u64,
 }
 
 #[derive(Default)]
@@ -310,6 +312,7 @@ impl Queue {
         if q.pending.is_empty() {
             q.running_since_us = crate::pacing::realtime_us();
         }
+        r.at_us = crate::pacing::realtime_us();
         q.pending.push_back(r);
         if !q.watched {
             q.watched = std::thread::Builder::new()
@@ -411,6 +414,7 @@ fn create(ctx: usize) -> Option<Recorded> {
     Some(Recorded {
         event: event as usize,
         ctx,
+        at_us: 0,
     })
 }
 
@@ -441,6 +445,26 @@ impl crate::slots::Container for Queue {
                 return;
             }
             std::thread::sleep(DRAIN_POLL.min(Duration::from_micros(until_us - now)));
+        }
+    }
+
+    fn wait_until_own_finished(&self, recorded_before_us: u64) {
+        let Some(query) = real::cuEventQuery() else {
+            return;
+        };
+        loop {
+            let mut q = self.lock();
+            if !q.watched {
+                // No thread gives the places back: looked at here.
+                relaxed(|| self.give_back_finished(&mut q, query, false));
+            }
+            // Launches recorded later (other threads launch on in later windows) are not
+            // the window's.
+            if q.pending.iter().all(|r| r.at_us >= recorded_before_us) {
+                return;
+            }
+            drop(q);
+            std::thread::sleep(DRAIN_POLL);
         }
     }
 

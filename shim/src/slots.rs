@@ -56,6 +56,10 @@ pub trait Container {
     /// Returns once none of the container's launches there is unfinished, or at `until_us`
     /// (CLOCK_REALTIME).
     fn wait_until_drained(&self, until_us: u64);
+    /// Returns once none of this process's launches there recorded before
+    /// `recorded_before_us` (CLOCK_REALTIME) is unfinished, however long that takes (a
+    /// kernel longer than the cycle is waited for to its end).
+    fn wait_until_own_finished(&self, _recorded_before_us: u64) {}
     /// How many are unfinished or about to be launched.
     fn queued(&self) -> u64;
     /// Counts as finished those of this process's launches that have finished, where that
@@ -355,13 +359,17 @@ impl Slot {
     }
 
     /// Waits for the work launched in the window that opened in cycle `cycle` (counted from
-    /// the window's start): the container's launches, this process's among them, each
-    /// followed by an event of the library's (`drained`; not a synchronization of the
-    /// context, which would invalidate a capture another thread of the program holds open),
-    /// and takes how far it ran past the window's end (or ended before it) into the
+    /// the window's start): this process's launches to their end, then the container's
+    /// (`drained`, at most until the next window), each followed by an event of the
+    /// library's (not a synchronization of the context, which would invalidate a capture
+    /// another thread of the program holds open), and takes how far it ran past the window's end (or ended before it) into the
     /// balance, and how far it ran past its predicted end, where it was predicted to end
     /// past the window's, into the margin.
     fn measure_overrun(&self, cycle: u64, container: &impl Container) {
+        // The window's launches: those recorded by its end (a launch let through at the
+        // very end is recorded just after it).
+        let window_end = self.start_us + cycle * CYCLE_US + self.len_us();
+        container.wait_until_own_finished(window_end + OPENING_US);
         container.wait_until_drained(self.start_us + (cycle + 1) * CYCLE_US);
         self.ended(cycle, realtime_us());
     }

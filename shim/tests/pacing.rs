@@ -356,20 +356,23 @@ fn kernels_longer_than_the_cycle_are_held_to_the_share_on_average() {
     // past its window is owed, and later windows are skipped to pay it back. The same from
     // eight threads, each waiting for its own kernel: a launch let through in one window
     // that waited for its place into a later one must not leave the first unmeasured (a 50%
-    // window read 59.1 and 62.7% when it did).
+    // window read 59.1 and 62.7% when it did). And from a program that never waits: the
+    // window's work is measured to its end, past the next window's opening (a 10% window
+    // read 18.2% when it was measured only that far).
     let shapes = [
-        (10, 200u32, 1u32),
-        (30, 150, 1),
-        (50, 200, 1),
-        (70, 250, 1),
-        (50, 200, 8),
+        (10, 200u32, 1u32, 1u32),
+        (30, 150, 1, 1),
+        (50, 200, 1, 1),
+        (70, 250, 1, 1),
+        (50, 200, 8, 1),
+        (10, 200, 1, 0),
     ];
     let mut setups: Vec<Setup> = shapes
         .iter()
-        .map(|&(cores, ms, threads)| {
+        .map(|&(cores, ms, threads, batch)| {
             let sim = SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK);
             let mut s = setup_windowed(std::sync::Arc::new(sim), cores, 0);
-            (s.blocks, s.batch, s.threads) = (ms * 1_000, 1, threads);
+            (s.blocks, s.batch, s.threads) = (ms * 1_000, batch, threads);
             s
         })
         .collect();
@@ -382,11 +385,13 @@ fn kernels_longer_than_the_cycle_are_held_to_the_share_on_average() {
         WARMUP_MS + 2 * MEASURED_MS,
     );
     eprintln!(
-        "(share, kernel ms, threads) {shapes:?} and a {CONTROL_WINDOW}% window: busy {busy:.1?}"
+        "(share, kernel ms, threads, batch) {shapes:?} and a {CONTROL_WINDOW}% window: busy \
+         {busy:.1?}"
     );
     let usable = usable(busy[shapes.len()]);
-    for (&(share, ms, threads), b) in shapes.iter().zip(&busy) {
-        let what = format!("with kernels of {ms} ms from {threads} threads");
+    for (&(share, ms, threads, batch), b) in shapes.iter().zip(&busy) {
+        let what =
+            format!("with kernels of {ms} ms from {threads} threads waited for every {batch}");
         assert_window_kept(f64::from(share), *b, usable, &what);
     }
 }
