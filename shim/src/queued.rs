@@ -309,10 +309,10 @@ impl Queue {
             return false;
         }
         r.ctx = ctx;
-        if q.pending.is_empty() {
-            q.running_since_us = crate::pacing::realtime_us();
-        }
         r.at_us = crate::pacing::realtime_us();
+        if q.pending.is_empty() {
+            q.running_since_us = r.at_us;
+        }
         q.pending.push_back(r);
         if !q.watched {
             q.watched = std::thread::Builder::new()

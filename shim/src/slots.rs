@@ -12,13 +12,15 @@
 //! at the window's opening (its first eighth, at least 2 ms: a launch longer than the window
 //! cannot end in it; it goes there rather than later). Until it is known, launching stops
 //! a margin before the end. Once per cycle, the first launch after the window waits for what
-//! the container launched in the window (through the library's events: a synchronization
-//! of the context would invalidate a capture another thread holds open), and measures how far it ran past the window's end. All of it goes into a balance: what ran
-//! past the end outside the slice's own later windows (a kernel longer than the cycle runs
-//! through them) is owed (later windows open that much late, a window owed in full is
-//! skipped; a window the work still running ran into opens where it ended, and only the
-//! rest of it pays), what the window left unused once it opened (not what the work before it
-//! ran through, nor the debt it paid) is kept, at most a window, and lets a later launch end
+//! the process launched in the window to end, then for the rest of the container's (at most
+//! until the next window), through the library's events (a synchronization of the context
+//! would invalidate a capture another thread holds open), and measures how far it ran past
+//! the window's end. All of it goes into a balance: what ran past the end outside the
+//! slice's own later windows (a kernel longer than the cycle runs through them) is owed
+//! (later windows open that much late, a window owed in full is skipped; a window the work
+//! still running ran into opens where it ended, and only the rest of it pays), what the
+//! window left unused once it opened (not what the work before it ran through, nor the debt
+//! it paid) is kept, at most a window, and lets a later launch end
 //! that much past the end (at most one launch's time), so that launches that do not divide
 //! the window are held to the share on average. A launch let through that waited for its
 //! place (the container's work before it) into a later cycle goes back to wait there: the
@@ -107,6 +109,17 @@ pub struct Slot {
 
 /// Bits of [`Slot::late`] that hold the delay (a window is at most a cycle, 100,000 µs).
 const LATE_BITS: u32 = 20;
+/// Whether `cycle` is still to be measured where `measured` is the last cycle measured
+/// (`u64::MAX`: none yet).
+fn measurable(measured: u64, cycle: u64) -> bool {
+    measured == u64::MAX || measured < cycle
+}
+
+/// The delay [`Slot::late`] holds (`seen`) where it was decided for `cycle`.
+fn late_decided(seen: u64, cycle: u64) -> Option<u64> {
+    (seen != u64::MAX && seen >> LATE_BITS == cycle).then_some(seen & ((1u64 << LATE_BITS) - 1))
+}
+
 /// How long after the window opens a launch still counts as at its opening, at least.
 const OPENING_US: u64 = 2_000;
 /// The most debt kept, in windows (three seconds of them): enough for a kernel of a third of
@@ -146,8 +159,8 @@ impl Slot {
         let opened = self.start_us + cycle * CYCLE_US;
         loop {
             let seen = self.late.load(Relaxed);
-            if seen != u64::MAX && seen >> LATE_BITS == cycle {
-                return seen & mask;
+            if let Some(late) = late_decided(seen, cycle) {
+                return late;
             }
             let used = (self.ran_until_us.load(Relaxed).saturating_sub(opened)).min(self.len_us());
             let debt = u64::try_from(self.balance_us.load(Relaxed)).unwrap_or(0);
@@ -170,12 +183,7 @@ impl Slot {
     /// How late the window of `cycle` opened, where that was decided (0 where not, or where
     /// a later cycle's has been decided since).
     fn late_of(&self, cycle: u64) -> u64 {
-        let seen = self.late.load(Relaxed);
-        if seen != u64::MAX && seen >> LATE_BITS == cycle {
-            seen & ((1u64 << LATE_BITS) - 1)
-        } else {
-            0
-        }
+        late_decided(self.late.load(Relaxed), cycle).unwrap_or(0)
     }
 
     /// How many launches the container may have unfinished on the GPU.
@@ -343,15 +351,14 @@ impl Slot {
     /// being measured).
     fn unmeasured_before(&self, cycle: u64) -> bool {
         let last = self.launched_cycle.load(Relaxed);
-        let measured = self.measured_cycle.load(Relaxed);
-        last != 0 && last < cycle && (measured == u64::MAX || measured < last)
+        last != 0 && last < cycle && measurable(self.measured_cycle.load(Relaxed), last)
     }
 
     /// Whether the calling thread is the one to measure `cycle` (never one measured, nor
     /// one before a cycle measured).
     fn claim_measurement(&self, cycle: u64) -> bool {
         let m = self.measured_cycle.load(Relaxed);
-        (m == u64::MAX || m < cycle)
+        measurable(m, cycle)
             && self
                 .measured_cycle
                 .compare_exchange(m, cycle, Relaxed, Relaxed)
@@ -362,9 +369,9 @@ impl Slot {
     /// the window's start): this process's launches to their end, then the container's
     /// (`drained`, at most until the next window), each followed by an event of the
     /// library's (not a synchronization of the context, which would invalidate a capture
-    /// another thread of the program holds open), and takes how far it ran past the window's end (or ended before it) into the
-    /// balance, and how far it ran past its predicted end, where it was predicted to end
-    /// past the window's, into the margin.
+    /// another thread of the program holds open), and takes how far it ran past the
+    /// window's end (or ended before it) into the balance, and how far it ran past its
+    /// predicted end, where it was predicted to end past the window's, into the margin.
     fn measure_overrun(&self, cycle: u64, container: &impl Container) {
         // The window's launches: those recorded by its end (a launch let through at the
         // very end is recorded just after it).
@@ -443,19 +450,60 @@ impl Slot {
 mod tests {
     use super::*;
 
-    /// A container with nothing unfinished.
-    struct Idle;
+    /// A container as a test sets it: how many of its launches are counted (and how many are
+    /// left once it looks at its events), how long one keeps the GPU, and when its last one
+    /// finished.
+    struct Work {
+        queued: AtomicU64,
+        left_once_looked: u64,
+        launch_us: u64,
+        finished_us: Option<u64>,
+    }
 
-    impl Container for Idle {
+    impl Work {
+        /// Nothing unfinished, nothing measured.
+        fn idle() -> Self {
+            Self::finished(None)
+        }
+
+        /// Its launches all finished at `us`.
+        fn finished_at(us: u64) -> Self {
+            Self::finished(Some(us))
+        }
+
+        fn finished(finished_us: Option<u64>) -> Self {
+            Self {
+                queued: AtomicU64::new(0),
+                left_once_looked: 0,
+                launch_us: 0,
+                finished_us,
+            }
+        }
+
+        /// 60 ms launches, two counted of which one has finished, until it looks.
+        fn one_finished_unseen() -> Self {
+            Self {
+                queued: AtomicU64::new(2),
+                left_once_looked: 1,
+                launch_us: 60_000,
+                finished_us: None,
+            }
+        }
+    }
+
+    impl Container for Work {
         fn wait_until_drained(&self, _until_us: u64) {}
         fn queued(&self) -> u64 {
-            0
+            self.queued.load(Relaxed)
+        }
+        fn settle(&self) {
+            self.queued.store(self.left_once_looked, Relaxed);
         }
         fn launch_us(&self) -> u64 {
-            0
+            self.launch_us
         }
         fn finished_us(&self) -> Option<u64> {
-            None
+            self.finished_us
         }
     }
 
@@ -620,22 +668,6 @@ mod tests {
         assert_eq!(s.balance_us.load(Relaxed), -10_000);
     }
 
-    /// A container whose launches all finished at a given time.
-    struct FinishedAt(u64);
-
-    impl Container for FinishedAt {
-        fn wait_until_drained(&self, _until_us: u64) {}
-        fn queued(&self) -> u64 {
-            0
-        }
-        fn launch_us(&self) -> u64 {
-            0
-        }
-        fn finished_us(&self) -> Option<u64> {
-            Some(self.0)
-        }
-    }
-
     #[test]
     fn a_launch_that_waited_into_a_later_cycle_lets_the_earlier_window_be_measured_first() {
         // A launch let through in the last cycle waited for its place (the work before it)
@@ -644,7 +676,7 @@ mod tests {
         let s = Slot::new(SmWindow { start: 0, len: 100 });
         let last = realtime_us() / CYCLE_US - 1;
         s.launched_cycle.store(last, Relaxed);
-        let work = FinishedAt(last * CYCLE_US + 60_000);
+        let work = Work::finished_at(last * CYCLE_US + 60_000);
         assert!(!s.launching(&work));
         assert_eq!(s.launched_cycle.load(Relaxed), last);
         assert_eq!(s.late.load(Relaxed), u64::MAX, "no window placed yet");
@@ -657,25 +689,6 @@ mod tests {
         assert!(s.launched_cycle.load(Relaxed) > last);
     }
 
-    /// A container whose count still holds a launch that has finished, until it looks.
-    struct Unsettled(AtomicU64);
-
-    impl Container for Unsettled {
-        fn wait_until_drained(&self, _until_us: u64) {}
-        fn queued(&self) -> u64 {
-            self.0.load(Relaxed)
-        }
-        fn settle(&self) {
-            self.0.store(1, Relaxed);
-        }
-        fn launch_us(&self) -> u64 {
-            60_000
-        }
-        fn finished_us(&self) -> Option<u64> {
-            None
-        }
-    }
-
     #[test]
     fn a_launch_behind_work_already_finished_is_predicted_once_the_events_are_looked_at() {
         // 60 ms kernels in a 70 ms window, 55 ms of it kept from earlier windows: the one
@@ -683,11 +696,11 @@ mod tests {
         // has just waited for.
         let s = Slot::new(SmWindow { start: 0, len: 70 });
         s.follow_overrun(-55_000, -55_000);
-        let work = Unsettled(AtomicU64::new(2));
+        let work = Work::one_finished_unseen();
         assert!(s.fits_settled(3, 60_000, 0, 60_000, &work));
-        assert_eq!(work.0.load(Relaxed), 1);
+        assert_eq!(work.queued.load(Relaxed), 1);
         // Behind one still running, it does not.
-        let running = Unsettled(AtomicU64::new(2));
+        let running = Work::one_finished_unseen();
         assert!(!s.fits(4, 60_000, 0, 60_000, running.queued()));
     }
 
@@ -708,13 +721,13 @@ mod tests {
     fn a_cycle_counts_as_launched_in_only_once_a_launch_goes() {
         // A window as long as the cycle is always open.
         let s = Slot::new(SmWindow { start: 0, len: 100 });
-        s.wait(&Idle);
+        s.wait(&Work::idle());
         assert_eq!(
             s.launched_cycle.load(Relaxed),
             0,
             "waiting launched nothing"
         );
-        assert!(s.launching(&Idle));
+        assert!(s.launching(&Work::idle()));
         let cycle = realtime_us() / CYCLE_US;
         assert!((cycle - 1..=cycle).contains(&s.launched_cycle.load(Relaxed)));
     }
@@ -723,7 +736,7 @@ mod tests {
     fn a_launch_waits_for_its_window_and_goes_at_once_inside_it() {
         let s = Slot::new(SmWindow { start: 0, len: 20 });
         for _ in 0..3 {
-            s.wait(&Idle);
+            s.wait(&Work::idle());
             let t = realtime_us() % CYCLE_US;
             assert!(t < 20_000 + 2_000, "launched at {t} µs into the cycle");
         }
