@@ -344,14 +344,12 @@ table! {
         Cuda fn cuCtxFromGreenCtx(ctx: *mut CUcontext, green: CUgreenCtx) -> CUresult;
         Cuda fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, f: CUfunction) -> CUresult;
         Cuda fn cuKernelGetAttribute(value: *mut c_int, attribute: c_int, kernel: CUfunction, dev: CUdevice) -> CUresult;
-        Cuda fn cuCtxSynchronize() -> CUresult;
-        Cuda fn cuStreamSynchronize(stream: CUstream) -> CUresult;
-        Cuda fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult;
         Cuda fn cuStreamGetCtx(stream: CUstream, ctx: *mut CUcontext) -> CUresult;
         Cuda fn cuStreamGetCtx_ptsz(stream: CUstream, ctx: *mut CUcontext) -> CUresult;
         Cuda fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult;
         Cuda fn cuCtxPopCurrent_v2(ctx: *mut CUcontext) -> CUresult;
         Cuda fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> CUresult;
+        Cuda fn cuDeviceGetGraphMemAttribute(dev: CUdevice, attr: c_int, value: *mut c_void) -> CUresult;
         Cuda fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CUresult;
         Cuda fn cuGraphNodeGetType(node: CUgraphNode, typ: *mut c_int) -> CUresult;
         Cuda fn cuGraphMemAllocNodeGetParams(node: CUgraphNode, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;

@@ -247,7 +247,7 @@ impl Queue {
             }
             if !looked {
                 looked = true;
-                relaxed(|| self.give_back_finished(&mut q, query, false));
+                crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
                 continue;
             }
             looked = false;
@@ -418,23 +418,6 @@ fn create(ctx: usize) -> Option<Recorded> {
     })
 }
 
-/// Runs `f` with the calling thread (a program's) in the relaxed capture mode, then gives
-/// the thread its own mode back: the library's queries of its events are then not calls that
-/// a capture another thread holds open in the global mode forbids (the driver refuses them
-/// from a thread in the global mode, the default, and invalidates that capture).
-fn relaxed<T>(f: impl FnOnce() -> T) -> T {
-    let Some(exchange) = real::cuThreadExchangeStreamCaptureMode() else {
-        return f();
-    };
-    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: one mode to swap in, for this thread only; the thread's own comes back in it.
-    unsafe { exchange(&raw mut mode) };
-    let r = f();
-    // SAFETY: the thread's own mode, given back.
-    unsafe { exchange(&raw mut mode) };
-    r
-}
-
 impl crate::slots::Container for Queue {
     /// Counts the container's launches here, unfinished or about to be launched, until there
     /// are none.
@@ -456,7 +439,7 @@ impl crate::slots::Container for Queue {
             let mut q = self.lock();
             if !q.watched {
                 // No thread gives the places back: looked at here.
-                relaxed(|| self.give_back_finished(&mut q, query, false));
+                crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
             }
             // Launches recorded later (other threads launch on in later windows) are not
             // the window's.
@@ -479,7 +462,7 @@ impl crate::slots::Container for Queue {
             return;
         };
         let mut q = self.lock();
-        relaxed(|| self.give_back_finished(&mut q, query, false));
+        crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
     }
 
     fn launch_us(&self) -> u64 {

@@ -63,3 +63,19 @@ fn graph_allocations_are_charged_at_launch_and_the_pool_stays_charged_until_a_tr
     // The process has exited: nothing stays charged.
     assert_eq!(slice.usage().totals()[0], 0);
 }
+
+#[test]
+fn a_trim_gives_the_pool_back_without_breaking_a_capture_another_thread_holds_open() {
+    // 100 MiB launched and freed into the graph pool, then trimmed from a second thread while
+    // the first captures in the global mode. The library once waited for the context's work
+    // before giving the pool back, a synchronization the driver refuses during such a capture
+    // and ends it for (901, invalidated).
+    let slice = Slice::new(512 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "capture_beside");
+    let f = slice.facts(&program, &["trim", &(100 * MIB).to_string()]);
+    // Free MiB of the slice: 512 less the context's 2 and the captured stream's 1 MiB buffer.
+    assert_eq!(f.get("free_before"), "409", "{:?}", f.0);
+    assert_eq!(f.get("call"), "0", "{:?}", f.0);
+    assert_eq!(f.get("free_after"), "509", "the pool went back: {:?}", f.0);
+    assert_eq!(f.get("end"), "0", "the capture ended intact: {:?}", f.0);
+}

@@ -797,3 +797,37 @@ fn a_capture_in_another_thread_outlives_the_windows_measurements() {
     assert_eq!(field("invalidated="), 0, "{text}");
     assert!((25.0..=35.0).contains(&busy), "{busy:.1}% busy");
 }
+
+#[test]
+fn pytorch_captures_graphs_in_one_thread_while_another_launches_in_a_window() {
+    // As the test above, with PyTorch (`tests/clients/capture_beside.py`): ten graphs captured
+    // in the global mode and each held open 50 ms, while a second thread launches matrix
+    // products in a 30% window. Each window's measurement and each look at the library's
+    // events runs on that thread; a synchronization there, or an event queried in the
+    // global mode, would end the capture invalidated and PyTorch raise at its end.
+    let sim = std::sync::Arc::new(SimNode::with_kernel_time(1, "T4", None, NS_PER_BLOCK));
+    let windowed = setup_windowed(sim, 30, 0);
+    let unmodelled = windowed.dir.path().join("unmodelled.log");
+    let out = Command::new(common::torch_python())
+        .arg(common::client_script("capture_beside.py"))
+        .args(["10", "50"])
+        .env("LD_LIBRARY_PATH", windowed.sim.fronted_lib_dir())
+        .env("GPUSLICE_LIMITS", windowed.dir.path().join("limits"))
+        .env("GPUSLICE_LOG", "1")
+        .env("GPUSLICE_SIM_UNMODELLED_LOG", &unmodelled)
+        .output()
+        .unwrap();
+    common::print_unmodelled("capture_beside", &unmodelled);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}{log}");
+    let f = common::Facts::parse(&text);
+    let windows = log.matches("SM window: the work ran").count();
+    eprintln!("{text} windows measured: {windows}");
+    assert_eq!(f.get("failed"), "0", "{text}");
+    assert_eq!(f.get("captured"), "10", "{text}");
+    assert!(f.num("launches") > 0, "{text}");
+    // The captures took over half a second: the serving thread's windows were measured
+    // meanwhile.
+    assert!(windows >= 5, "{windows} windows measured");
+}

@@ -73,6 +73,21 @@ fn a_stream_ordered_allocation_whose_pool_step_would_not_fit_is_refused_and_leav
 }
 
 #[test]
+fn a_pool_step_refused_beside_a_capture_another_thread_holds_open_leaves_the_capture_intact() {
+    // 61 MiB left once the captured stream's 1 MiB buffer is taken: 61 MiB from the default
+    // pool take two 32 MiB steps. Refused, the library waits for the stream before it trims
+    // the pool; it once synchronized it, which the driver refuses while another thread
+    // captures in the global mode and ends that capture for (901, invalidated).
+    let slice = Slice::new(64 * MIB, 2 * MIB);
+    let program = common::compile(&slice.sim, "capture_beside");
+    let f = slice.facts(&program, &["pool", &(61 * MIB).to_string()]);
+    assert_eq!(f.get("free_before"), "61", "{:?}", f.0);
+    assert_eq!(f.get("call"), "2", "refused for the step: {:?}", f.0);
+    assert_eq!(f.get("free_after"), "61", "the step went back: {:?}", f.0);
+    assert_eq!(f.get("end"), "0", "the capture ended intact: {:?}", f.0);
+}
+
+#[test]
 fn a_pool_that_keeps_what_is_freed_stays_charged_reuses_it_and_gives_it_back_when_trimmed() {
     let slice = Slice::new(66 * MIB, 2 * MIB);
     let r = slice.remaining();

@@ -14,6 +14,7 @@
 
 use std::cell::Cell;
 
+use crate::api::real;
 use crate::ffi::*;
 use crate::slice::PoolPlace;
 
@@ -83,5 +84,22 @@ pub unsafe fn mem_set_mem_pool(
     {
         super::pools::remember(pool, place);
     }
+    r
+}
+
+/// Runs `f` with the calling thread (a program's) in the relaxed capture mode, then gives
+/// the thread its own mode back: the library's waits on its own events are then not calls that
+/// a capture another thread holds open in the global mode forbids (the driver refuses them
+/// from a thread in the global mode, the default, and invalidates that capture).
+pub(crate) fn relaxed<T>(f: impl FnOnce() -> T) -> T {
+    let Some(exchange) = real::cuThreadExchangeStreamCaptureMode() else {
+        return f();
+    };
+    let mut mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: one mode to swap in, for this thread only; the thread's own comes back in it.
+    unsafe { exchange(&raw mut mode) };
+    let r = f();
+    // SAFETY: the thread's own mode, given back.
+    unsafe { exchange(&raw mut mode) };
     r
 }

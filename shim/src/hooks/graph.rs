@@ -15,8 +15,10 @@
 //!   graph's frees take their allocations (graph or stream-ordered memory) off the books.
 //!   An upload (`cuGraphUpload`, or the instantiate flag) reserves the same way.
 //! - **frees** by `cuMemFree`/`cuMemFreeAsync` return a graph allocation to the pool;
-//!   **trim** waits for the context's work (so that no launched graph still uses memory the
-//!   books already count as free), then gives back what the pool holds beyond its allocations.
+//!   **trim** gives back what the pool held beyond its allocations and the launches under
+//!   way, down to what the driver itself still reserves after it (a graph launched and not
+//!   finished keeps memory the books already count as free). It waits for no work: a
+//!   synchronization would break a capture another thread holds open in the global mode.
 //!
 //! Pool figures are in 2 MiB pages, the driver's mapping granularity, so the books never hold
 //! less than the driver does. A launch on a stream being captured is recorded into the outer
@@ -56,6 +58,8 @@ use crate::log::log;
 use crate::slice::{self, Kind, Slice};
 
 const PAGE: u64 = 2 << 20;
+/// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`.
+const RESERVED_MEM_CURRENT: c_int = 2;
 /// How deep child graphs are followed; a deeper graph is refused.
 const MAX_DEPTH: u32 = 32;
 
@@ -99,6 +103,10 @@ impl ExecMemory {
 struct Pool {
     used: u64,
     reserved: u64,
+    /// The allocations of graphs being launched or uploaded, from when the books reserved
+    /// for them until the driver has the call: the pool must hold them meanwhile (those a
+    /// graph frees itself are already out of `used`, and an upload's are in it not at all).
+    launching: u64,
 }
 
 /// This process's graph memory.
@@ -366,6 +374,31 @@ impl Books {
         }
     }
 
+    /// Counts a graph's allocations `allocs` as being launched or uploaded
+    /// ([`Pool::launching`]) until [`Books::launched`] with what it returns: per GPU, their
+    /// bytes.
+    fn launching(&mut self, allocs: &[(CUdeviceptr, Allocation)]) -> Vec<(usize, u64)> {
+        let mut per_gpu: Vec<(usize, u64)> = Vec::new();
+        for (_, a) in allocs {
+            match per_gpu.iter_mut().find(|(gpu, _)| *gpu == a.gpu) {
+                Some((_, bytes)) => *bytes += a.bytes,
+                None => per_gpu.push((a.gpu, a.bytes)),
+            }
+        }
+        for &(gpu, bytes) in &per_gpu {
+            self.pools.entry(gpu).or_default().launching += bytes;
+        }
+        per_gpu
+    }
+
+    /// The driver has the launch or upload [`Books::launching`] counted.
+    fn launched(&mut self, under_way: &[(usize, u64)]) {
+        for &(gpu, bytes) in under_way {
+            let pool = self.pools.entry(gpu).or_default();
+            pool.launching = pool.launching.saturating_sub(bytes);
+        }
+    }
+
     /// Takes a graph allocation off the books into its pool; None: not a live one.
     fn free(&mut self, ptr: CUdeviceptr) -> Option<Allocation> {
         let a = self.live.remove(&ptr)?;
@@ -446,22 +479,26 @@ fn launch(
             freed.push((*ptr, a));
         }
     }
+    let under_way = b.launching(&e.allocs);
     drop(b);
     let r = call();
-    if r != CUDA_SUCCESS {
-        // Undone in the reverse order.
+    if !under_way.is_empty() || r != CUDA_SUCCESS {
         let mut b = books(s);
-        for (ptr, a) in freed {
-            b.allocate(ptr, a);
+        b.launched(&under_way);
+        if r != CUDA_SUCCESS {
+            // Undone in the reverse order.
+            for (ptr, a) in freed {
+                b.allocate(ptr, a);
+            }
+            for ptr in allocated {
+                b.free(ptr);
+            }
+            for (ptr, a) in auto_freed {
+                b.allocate(ptr, a);
+            }
+            b.unreserve(s, &grown);
+            return r;
         }
-        for ptr in allocated {
-            b.free(ptr);
-        }
-        for (ptr, a) in auto_freed {
-            b.allocate(ptr, a);
-        }
-        b.unreserve(s, &grown);
-        return r;
     }
     // Stream-ordered memory made outside the graph and freed by it.
     for ptr in &e.frees {
@@ -500,10 +537,13 @@ fn upload(exec: CUgraphExec, call: impl FnOnce() -> CUresult) -> CUresult {
     let Some(grown) = b.reserve(s, &e.allocs) else {
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
+    let under_way = b.launching(&e.allocs);
     drop(b);
     let r = call();
+    let mut b = books(s);
+    b.launched(&under_way);
     if r != CUDA_SUCCESS {
-        books(s).unreserve(s, &grown);
+        b.unreserve(s, &grown);
     }
     r
 }
@@ -856,18 +896,31 @@ pub unsafe fn device_graph_mem_trim(dev: CUdevice) -> CUresult {
     let Some(gpu) = s.position(dev) else {
         return call();
     };
-    // A graph launched and not finished may still use memory the books count as free: the
-    // pool is given back only once the context's work is done.
-    // SAFETY: no arguments; waits for the current context's work.
-    let idle = real::cuCtxSynchronize().is_some_and(|sync| unsafe { sync() } == CUDA_SUCCESS);
+    // Held through the trim: no launch reserves or ends meanwhile.
+    let mut b = books(s);
     let r = call();
-    if r == CUDA_SUCCESS && idle {
-        let mut b = books(s);
-        let pool = b.pools.entry(gpu).or_default();
-        let spare = pool.reserved.saturating_sub(pool.used);
-        pool.reserved -= spare;
-        drop(b);
-        s.refund(gpu, spare);
+    if r != CUDA_SUCCESS {
+        return r;
     }
+    // What the driver keeps after the trim is in use by a graph launched and not finished;
+    // where it cannot say, nothing is given back.
+    let Some(kept) = driver_reserved(dev) else {
+        return r;
+    };
+    let pool = b.pools.entry(gpu).or_default();
+    let keep = pages(kept).max(pool.used.saturating_add(pool.launching));
+    let spare = pool.reserved.saturating_sub(keep);
+    pool.reserved -= spare;
+    drop(b);
+    s.refund(gpu, spare);
     r
+}
+
+/// What the driver's graph pool on `dev` reserves for this process.
+fn driver_reserved(dev: CUdevice) -> Option<u64> {
+    let f = real::cuDeviceGetGraphMemAttribute()?;
+    let mut v: u64 = 0;
+    // SAFETY: the attribute is a cuuint64_t, written to a local.
+    let r = unsafe { f(dev, RESERVED_MEM_CURRENT, (&raw mut v).cast()) };
+    (r == CUDA_SUCCESS).then_some(v)
 }

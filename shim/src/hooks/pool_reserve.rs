@@ -7,7 +7,8 @@
 //!
 //! An allocation first uses the surplus already charged (memory the pool holds and hands out
 //! again). One whose new step would take the container over its limit is freed again, its
-//! stream waited for, the pool trimmed, and refused: the slice holds on the host's figure.
+//! stream waited for (through an event, in the relaxed capture mode), the pool trimmed, and
+//! refused: the slice holds on the host's figure.
 //! What the pool gives back when the program trims it leaves the books at once; what it gives
 //! back on its own (at a synchronization, above its release threshold), at the pool's next
 //! allocation, free or trim.
@@ -155,11 +156,6 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
     } else {
         real::cuMemFreeAsync()
     };
-    let sync = if call.ptsz {
-        real::cuStreamSynchronize_ptsz()
-    } else {
-        real::cuStreamSynchronize()
-    };
     let freed = free.is_some_and(|f| {
         // SAFETY: freeing the allocation just made, on the stream it was made on.
         unsafe { f(ptr, call.stream) == CUDA_SUCCESS }
@@ -169,10 +165,7 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
         book.asked -= bytes;
         books.of.remove(&ptr);
     }
-    if let Some(f) = sync {
-        // SAFETY: the caller's stream, still live.
-        unsafe { f(call.stream) };
-    }
+    wait_for_stream(call.stream, call.ptsz);
     if let Some(f) = real::cuMemPoolTrimTo() {
         // SAFETY: the caller's pool, still live.
         unsafe { f(call.pool, 0) };
@@ -183,6 +176,44 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
         unsafe { *call.dptr = 0 };
     }
     CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// Waits for what `stream` holds now, through an event of its own waited on in the relaxed
+/// capture mode: synchronizing the stream would break a capture another thread of the
+/// program holds open in the global mode (the driver refuses it and invalidates the capture).
+fn wait_for_stream(stream: CUstream, ptsz: bool) {
+    let record = if ptsz {
+        real::cuEventRecord_ptsz()
+    } else {
+        real::cuEventRecord()
+    };
+    let (Some(create), Some(record), Some(wait), Some(destroy)) = (
+        real::cuEventCreate(),
+        record,
+        real::cuEventSynchronize(),
+        real::cuEventDestroy_v2(),
+    ) else {
+        return;
+    };
+    let mut event: CUevent = std::ptr::null_mut();
+    // SAFETY: cuEventCreate writes one event handle, made in the current context (the
+    // stream's: the allocation on it was just made there).
+    if unsafe {
+        create(
+            &raw mut event,
+            CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING,
+        )
+    } != CUDA_SUCCESS
+    {
+        return;
+    }
+    // SAFETY: the event just made, on the caller's stream, still live.
+    if unsafe { record(event, stream) } == CUDA_SUCCESS {
+        // SAFETY: the event just recorded; the thread's capture mode is swapped back after.
+        super::capture::relaxed(|| unsafe { wait(event) });
+    }
+    // SAFETY: the event just made, no longer waited on.
+    unsafe { destroy(event) };
 }
 
 /// The books, where they are this process's (a forked child's inherited ones are not).
