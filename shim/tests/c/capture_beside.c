@@ -1,13 +1,15 @@
-/* Calls of one thread that the interception library answers with a wait of its own, made
- * while another thread of the program holds a stream capture open in the global mode (the
- * default, PyTorch's): the program synchronizes nothing, so its capture must end intact.
+/* Calls of one thread that the interception library once answered with a synchronization,
+ * made while another thread of the program holds a stream capture open in the global mode
+ * (the default, PyTorch's): the program synchronizes nothing, so its capture must end intact.
  *
- * With "trim", cuDeviceGraphMemTrim, after a graph's allocation of BYTES was launched and
- * freed into the device's graph pool (the slice charges the pool until the trim). With
- * "pool", a stream-ordered allocation of BYTES on a stream of the thread's own, whose pool's
- * new step may not fit the slice (refused so, the library waits for the stream before it
- * trims the pool). Prints the call's CUresult, the MiB the slice has free before and after
- * it, and how the capture ended (0: a graph; 901: invalidated).
+ * With "trim", cuDeviceGraphMemTrim, after a graph that allocates BYTES, runs a kernel of
+ * 200,000 thread blocks and frees them was launched (the slice charges the graph pool until a
+ * trim; a trim gives back nothing the graph still uses while its kernel runs), then, once the
+ * capture has ended and the graph's stream is done, another trim ("free_end": the MiB free
+ * after it). With "pool", a stream-ordered allocation of BYTES on a stream of the thread's
+ * own, whose pool's new step may not fit the slice (refused so, the library waits for the
+ * stream before it trims the pool). Prints the call's CUresult, the MiB the slice has free
+ * before and after it, and how the capture ended (0: a graph; 901: invalidated).
  *
  *   capture_beside trim|pool BYTES */
 #include <pthread.h>
@@ -20,6 +22,8 @@
 int cuMemGetInfo_v2(size_t *, size_t *);
 int cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
 int cuMemFree_v2(CUdeviceptr);
+int cuMemFreeAsync(CUdeviceptr, CUstream);
+int cuStreamSynchronize(CUstream);
 int cuDeviceGraphMemTrim(CUdevice);
 
 static CUcontext ctx;
@@ -50,18 +54,25 @@ static void *beside(void *unused) {
     return NULL;
 }
 
-/* A graph allocation of `n` bytes launched and freed: its pool keeps it. */
-static int pool_a_graph_allocation(CUstream s, size_t n) {
+/* A graph that allocates `n` bytes, runs a long kernel and frees them, launched on `s`: its
+ * pool keeps the allocation once the graph has run. */
+static int launch_a_graph_allocation(CUstream s, size_t n) {
+    static const char image[] = "spin";
+    CUmodule module;
+    CUfunction kernel;
     CUgraph g;
     CUgraphExec e;
     CUdeviceptr p = 0;
-    int r = cuStreamBeginCapture_v2(s, 2);
+    int r = cuModuleLoadData(&module, image);
+    if (!r) r = cuModuleGetFunction(&kernel, module, "spin");
+    if (!r) r = cuStreamBeginCapture_v2(s, 2);
     if (!r) r = cuMemAllocAsync(&p, n, s);
+    if (!r) r = cuLaunchKernel(kernel, 200000, 1, 1, 128, 1, 1, 0, s, 0, 0);
+    if (!r) r = cuMemFreeAsync(p, s);
     int end = cuStreamEndCapture(s, &g);
     if (!r) r = end;
     if (!r) r = cuGraphInstantiateWithFlags(&e, g, 0);
     if (!r) r = cuGraphLaunch(e, s);
-    if (!r) r = cuMemFree_v2(p);
     return r;
 }
 
@@ -78,7 +89,8 @@ int main(int argc, char **argv) {
         printf("error=init\n");
         return 1;
     }
-    if (!strcmp(what, "trim") && pool_a_graph_allocation(s, bytes)) {
+    int trim = !strcmp(what, "trim");
+    if (trim && launch_a_graph_allocation(s, bytes)) {
         printf("error=graph\n");
         return 1;
     }
@@ -94,7 +106,12 @@ int main(int argc, char **argv) {
     pthread_create(&t, NULL, beside, NULL);
     pthread_join(t, NULL);
     int end = cuStreamEndCapture(captured, &g);
-    printf("call=%d free_before=%zu free_after=%zu end=%d\n", result, free_before, free_after,
-           end);
+    printf("call=%d free_before=%zu free_after=%zu end=%d", result, free_before, free_after, end);
+    if (trim) {
+        int done = cuStreamSynchronize(s);
+        int again = cuDeviceGraphMemTrim(0);
+        printf(" done=%d again=%d free_end=%zu", done, again, free_mib());
+    }
+    printf("\n");
     return 0;
 }

@@ -286,7 +286,7 @@ pub(crate) fn run_in(op: Op, ctx: Option<&crate::context::Ctx>) -> Result<(), CU
         Op::Empty => {}
         Op::MemAlloc { ptr } => graph_memory::take(ptr)?,
         Op::MemFree { ptr } => {
-            if !graph_memory::release(ptr)? {
+            if !graph_memory::release_in_graph(ptr)? {
                 state::get()?.free(ptr)?;
                 crate::pool_books::freed(ptr)?;
             }

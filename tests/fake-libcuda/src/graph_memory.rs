@@ -6,6 +6,9 @@
 //! driver's mapping granularity), and a free (a free node, `cuMemFree`, `cuMemFreeAsync`)
 //! returns the memory to the pool, not to the device. The pool keeps what it reserved for later
 //! launches until `cuDeviceGraphMemTrim` gives the unused part back, or the process exits.
+//! Memory a free node of a graph returned is in use until the work queued before it on the
+//! device has run (a launch returns before its graph runs), and a trim meanwhile keeps it, as
+//! the driver keeps what a graph executing or scheduled to execute uses.
 //! `cuDeviceGetGraphMemAttribute` reports the pool's figures.
 
 use std::collections::HashMap;
@@ -46,6 +49,9 @@ struct Books {
     allocations: HashMap<u64, Allocation>,
     /// By node GPU.
     pools: HashMap<usize, Pool>,
+    /// By node GPU: bytes a graph's free node returned to the pool, and until when (monotonic
+    /// ns) the work before that node keeps them in use.
+    in_use: HashMap<usize, Vec<(u64, u64)>>,
 }
 
 static BOOKS: LazyLock<Mutex<Books>> = LazyLock::new(Mutex::default);
@@ -137,6 +143,23 @@ pub(crate) fn release(ptr: u64) -> Result<bool, CUresult> {
     Ok(true)
 }
 
+/// A graph's free node reached by its launch: `ptr` goes back into its pool as [`release`]
+/// does, still in use until the work queued on its device so far has run.
+pub(crate) fn release_in_graph(ptr: u64) -> Result<bool, CUresult> {
+    if !release(ptr)? {
+        return Ok(false);
+    }
+    let mut b = books();
+    let Some(a) = b.allocations.get(&ptr) else {
+        return Ok(true);
+    };
+    let (index, bytes) = (a.index, pages(a.bytes));
+    let until = gpuslice_simnode::procs::monotonic_ns()
+        .saturating_add(state::get()?.until_idle(index).as_nanos() as u64);
+    b.in_use.entry(index).or_default().push((until, bytes));
+    Ok(true)
+}
+
 /// Whether `[ptr, ptr + n)` lies in a graph allocation a launch holds (between its
 /// allocation node and its free): a copy or memset of the graph, or of work after its launch,
 /// may use it then.
@@ -166,9 +189,14 @@ pub extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
         let d = state::get()?;
         let index = d.node_index(dev)?;
         let mut b = books();
+        let now = gpuslice_simnode::procs::monotonic_ns();
+        let in_use = b.in_use.entry(index).or_default();
+        in_use.retain(|&(until, _)| until > now);
+        let running: u64 = in_use.iter().map(|&(_, bytes)| bytes).sum();
         if let Some(p) = b.pools.get_mut(&index) {
-            d.uncharge(&mut d.lock(), index, p.reserved - p.used);
-            p.reserved = p.used;
+            let keep = p.used.saturating_add(running).min(p.reserved);
+            d.uncharge(&mut d.lock(), index, p.reserved - keep);
+            p.reserved = keep;
         }
         Ok(())
     })
