@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use crate::api::real;
 use crate::ffi::*;
+use crate::hooks::capture::relaxed;
 use crate::slice::Slice;
 
 /// Launches a container may have unfinished on a paced GPU before its next launch waits.
@@ -247,7 +248,7 @@ impl Queue {
             }
             if !looked {
                 looked = true;
-                crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
+                relaxed(|| self.give_back_finished(&mut q, query, false));
                 continue;
             }
             looked = false;
@@ -439,7 +440,7 @@ impl crate::slots::Container for Queue {
             let mut q = self.lock();
             if !q.watched {
                 // No thread gives the places back: looked at here.
-                crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
+                relaxed(|| self.give_back_finished(&mut q, query, false));
             }
             // Launches recorded later (other threads launch on in later windows) are not
             // the window's.
@@ -462,7 +463,7 @@ impl crate::slots::Container for Queue {
             return;
         };
         let mut q = self.lock();
-        crate::hooks::capture::relaxed(|| self.give_back_finished(&mut q, query, false));
+        relaxed(|| self.give_back_finished(&mut q, query, false));
     }
 
     fn launch_us(&self) -> u64 {

@@ -88,9 +88,10 @@ pub unsafe fn mem_set_mem_pool(
 }
 
 /// Runs `f` with the calling thread (a program's) in the relaxed capture mode, then gives
-/// the thread its own mode back: the library's waits on its own events are then not calls that
-/// a capture another thread holds open in the global mode forbids (the driver refuses them
-/// from a thread in the global mode, the default, and invalidates that capture).
+/// the thread its own mode back: the library's queries of and waits on its own events are
+/// then not calls that a capture another thread holds open in the global mode forbids (the
+/// driver refuses them from a thread in the global mode, the default, and invalidates that
+/// capture).
 pub(crate) fn relaxed<T>(f: impl FnOnce() -> T) -> T {
     let Some(exchange) = real::cuThreadExchangeStreamCaptureMode() else {
         return f();
