@@ -94,3 +94,48 @@ fn a_trim_keeps_what_a_running_graph_uses_and_breaks_no_capture_another_thread_h
         "the pool went back once the graph had run: {what}"
     );
 }
+
+#[test]
+fn graphs_that_may_run_at_once_are_charged_memory_of_their_own() {
+    // Four graphs of 100 MiB each (allocated, used by a 100 ms kernel, freed), each launched
+    // on a stream of its own while the others run, in a slice with room for three: the
+    // driver gives each graph memory of its own, so the fourth launch is refused. Then, once
+    // all have run, the four on one stream reuse the same memory, and all four go.
+    let sim = SimNode::with_kernel_time(1, "T4", None, 1_000);
+    let context = sim.spec.gpus[0].context_bytes;
+    let slice = Slice::on(sim, context + 310 * MIB);
+    let program = common::compile(&slice.sim, "graph_streams");
+    let f = slice.facts(&program, &["4", &(100 * MIB).to_string()]);
+    let what = format!("{:?}", f.0);
+    let launch = |k: &str| -> (String, u64, u64) {
+        let v: Vec<&str> = f.get(k).split(',').collect();
+        (
+            v[0].to_string(),
+            v[1].parse().unwrap(),
+            v[2].parse().unwrap(),
+        )
+    };
+    for i in 0..3 {
+        let (r, free, pool) = launch(&format!("apart{i}"));
+        assert_eq!(r, "0", "launch {i} apart: {what}");
+        assert_eq!(
+            pool,
+            100 * (i + 1),
+            "the driver's pool after launch {i}: {what}"
+        );
+        assert_eq!(
+            free,
+            310 - pool,
+            "launch {i} apart is charged the pool: {what}"
+        );
+    }
+    let (r, _, pool) = launch("apart3");
+    assert_eq!(r, "2", "the fourth graph at once has no room: {what}");
+    assert_eq!(pool, 300, "{what}");
+    for i in 0..4 {
+        let (r, _, pool) = launch(&format!("inline{i}"));
+        assert_eq!(r, "0", "launch {i} on one stream: {what}");
+        assert_eq!(pool, 300, "the pool is reused on one stream: {what}");
+    }
+    assert_eq!(slice.usage().totals()[0], 0, "{what}");
+}

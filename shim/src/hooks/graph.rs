@@ -120,6 +120,8 @@ pub struct Books {
     live: HashMap<CUdeviceptr, Allocation>,
     /// By slice position.
     pools: HashMap<usize, Pool>,
+    /// Launches that may still run, and what their own frees gave back.
+    running: super::graph_running::Running,
 }
 
 impl Books {
@@ -326,18 +328,23 @@ fn kernel_params(node: CUgraphNode) -> Option<CUDA_KERNEL_NODE_PARAMS_v2> {
 }
 
 impl Books {
-    /// Reserves what `allocs` need on top of what the pools hold now, charging the slice.
-    /// Returns the growth per GPU (to undo), or None if the slice has no room.
+    /// Reserves what `allocs` need on top of what the pools hold now and, on each GPU they
+    /// allocate on, what graphs the launch may run beside hold there (`beside`), charging the
+    /// slice. Returns the growth per GPU (to undo), or None if the slice has no room.
     fn reserve(
         &mut self,
         s: &Slice,
         allocs: &[(CUdeviceptr, Allocation)],
+        beside: &HashMap<usize, u64>,
     ) -> Option<Vec<(usize, u64)>> {
         let mut need: HashMap<usize, u64> = HashMap::new();
         for (ptr, a) in allocs {
             if !self.live.contains_key(ptr) {
                 *need.entry(a.gpu).or_default() += a.bytes;
             }
+        }
+        for (gpu, bytes) in &mut need {
+            *bytes += beside.get(gpu).copied().unwrap_or(0);
         }
         let mut grown = Vec::new();
         for (gpu, bytes) in need {
@@ -460,7 +467,12 @@ fn launch(
             }
         }
     }
-    let Some(grown) = b.reserve(s, &e.allocs) else {
+    let beside = if e.allocs.is_empty() {
+        HashMap::new()
+    } else {
+        b.running.held_beside(exec as usize, stream as usize)
+    };
+    let Some(grown) = b.reserve(s, &e.allocs, &beside) else {
         for (ptr, a) in auto_freed {
             b.allocate(ptr, a);
         }
@@ -499,6 +511,11 @@ fn launch(
             b.unreserve(s, &grown);
             return r;
         }
+        let freed_inside = own_frees(&e);
+        if !freed_inside.is_empty() {
+            b.running
+                .launched(exec as usize, stream, ptsz, freed_inside);
+        }
     }
     // Stream-ordered memory made outside the graph and freed by it.
     for ptr in &e.frees {
@@ -508,6 +525,21 @@ fn launch(
         }
     }
     r
+}
+
+/// Per slice GPU, the bytes of the allocations a graph frees itself.
+fn own_frees(e: &ExecMemory) -> Vec<(usize, u64)> {
+    let mut per_gpu: Vec<(usize, u64)> = Vec::new();
+    for (ptr, a) in &e.allocs {
+        if !e.frees.contains(ptr) {
+            continue;
+        }
+        match per_gpu.iter_mut().find(|(gpu, _)| *gpu == a.gpu) {
+            Some((_, bytes)) => *bytes += a.bytes,
+            None => per_gpu.push((a.gpu, a.bytes)),
+        }
+    }
+    per_gpu
 }
 
 pub unsafe fn graph_launch(exec: CUgraphExec, stream: CUstream) -> CUresult {
@@ -534,7 +566,7 @@ fn upload(exec: CUgraphExec, call: impl FnOnce() -> CUresult) -> CUresult {
         drop(b);
         return call();
     };
-    let Some(grown) = b.reserve(s, &e.allocs) else {
+    let Some(grown) = b.reserve(s, &e.allocs, &HashMap::new()) else {
         return CUDA_ERROR_OUT_OF_MEMORY;
     };
     let under_way = b.launching(&e.allocs);
@@ -592,7 +624,7 @@ fn instantiate(
         return call();
     }
     let grown = if upload_stream {
-        match books(s).reserve(s, &memory.allocs) {
+        match books(s).reserve(s, &memory.allocs, &HashMap::new()) {
             Some(g) => g,
             None => return CUDA_ERROR_OUT_OF_MEMORY,
         }
@@ -622,9 +654,15 @@ fn remember(s: &Slice, exec: CUgraphExec, mut memory: ExecMemory) {
     }
 }
 
+/// `ctx` is about to be destroyed: the events the books keep in it go with it.
+pub fn forget_context(s: &Slice, ctx: CUcontext) {
+    books(s).running.forget_context(ctx as usize);
+}
+
 fn forget(s: &Slice, exec: CUgraphExec) {
     let mut books = books(s);
     books.node_blocks.remove(&(exec as usize));
+    books.running.forget_exec(exec as usize);
     if books.execs.remove(&(exec as usize)).is_some() {
         TRACKED_EXECS.fetch_sub(1, Ordering::AcqRel);
     }

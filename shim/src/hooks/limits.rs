@@ -204,6 +204,7 @@ fn true_up(s: &Slice, gpu: usize, charged: u64, took: u64) {
 pub fn leaving(s: &Slice, ctx: CUcontext) -> Vec<(c_int, crate::slice::Charge)> {
     super::stack::forget_context(ctx);
     crate::pacing::forget_context(ctx);
+    super::graph::forget_context(s, ctx);
     BACKED
         .iter()
         .filter_map(|&l| s.take(Kind::Limit, key(ctx, l)).map(|c| (l, c)))

@@ -10,6 +10,7 @@ pub mod graph;
 pub mod graph_bodies;
 pub mod graph_edits;
 pub mod graph_exec_params;
+pub mod graph_running;
 pub mod info;
 pub mod launch;
 pub mod limits;

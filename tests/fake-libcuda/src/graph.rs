@@ -645,10 +645,11 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
                 }
             }
         }
-        for op in &ops {
-            run(*op)?;
-        }
-        Ok(())
+        let launch = graph_memory::Launch {
+            stream: s as usize,
+            exec: e as usize,
+        };
+        graph_memory::as_launch(launch, || ops.iter().try_for_each(|op| run(*op)))
     })
 }
 

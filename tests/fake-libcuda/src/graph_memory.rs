@@ -7,8 +7,12 @@
 //! returns the memory to the pool, not to the device. The pool keeps what it reserved for later
 //! launches until `cuDeviceGraphMemTrim` gives the unused part back, or the process exits.
 //! Memory a free node of a graph returned is in use until the work queued before it on the
-//! device has run (a launch returns before its graph runs), and a trim meanwhile keeps it, as
-//! the driver keeps what a graph executing or scheduled to execute uses.
+//! device has run (a launch returns before its graph runs): a trim meanwhile keeps it, as the
+//! driver keeps what a graph executing or scheduled to execute uses, and only a launch that
+//! runs after it for certain (on the same stream, or of the same executable graph, whose
+//! launches the driver orders) takes it again: graphs that may run at once need memory of
+//! their own, so each graph launched on a stream of its own while the others run grows the
+//! pool, as the driver's does.
 //! `cuDeviceGetGraphMemAttribute` reports the pool's figures.
 
 use std::collections::HashMap;
@@ -49,9 +53,57 @@ struct Books {
     allocations: HashMap<u64, Allocation>,
     /// By node GPU.
     pools: HashMap<usize, Pool>,
-    /// By node GPU: bytes a graph's free node returned to the pool, and until when (monotonic
-    /// ns) the work before that node keeps them in use.
-    in_use: HashMap<usize, Vec<(u64, u64)>>,
+    /// By node GPU: memory a graph's free node returned to the pool that the work before that
+    /// node still uses.
+    in_use: HashMap<usize, Vec<InUse>>,
+}
+
+struct InUse {
+    /// Until when (monotonic ns).
+    until: u64,
+    bytes: u64,
+    /// The launch that freed it.
+    by: Launch,
+}
+
+/// A graph's launch: its stream and executable graph (as addresses).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Launch {
+    pub stream: usize,
+    pub exec: usize,
+}
+
+impl Launch {
+    /// Whether this launch runs after `earlier` for certain.
+    fn ordered_after(self, earlier: Launch) -> bool {
+        self.stream == earlier.stream || self.exec == earlier.exec
+    }
+}
+
+thread_local! {
+    /// The graph launch this thread is running the nodes of.
+    static LAUNCHING: std::cell::Cell<Launch> = const {
+        std::cell::Cell::new(Launch { stream: 0, exec: 0 })
+    };
+}
+
+/// Runs `f` (a graph's nodes) as launch `launch`.
+pub(crate) fn as_launch<T>(launch: Launch, f: impl FnOnce() -> T) -> T {
+    let outer = LAUNCHING.with(|l| l.replace(launch));
+    let r = f();
+    LAUNCHING.with(|l| l.set(outer));
+    r
+}
+
+/// What `in_use` holds that a launch `by` cannot take, once what has run is dropped.
+fn in_use_by_others(in_use: &mut Vec<InUse>, by: Launch) -> u64 {
+    let now = gpuslice_simnode::procs::monotonic_ns();
+    in_use.retain(|u| u.until > now);
+    in_use
+        .iter()
+        .filter(|u| !by.ordered_after(u.by))
+        .map(|u| u.bytes)
+        .sum()
 }
 
 static BOOKS: LazyLock<Mutex<Books>> = LazyLock::new(Mutex::default);
@@ -109,12 +161,17 @@ pub(crate) fn take(ptr: u64) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let (index, need) = (a.index, pages(a.bytes));
+    let others = in_use_by_others(
+        b.in_use.entry(index).or_default(),
+        LAUNCHING.with(std::cell::Cell::get),
+    );
     let mut pool = b.pools.get(&index).copied().unwrap_or_default();
     pool.used = pool.used.saturating_add(need);
-    if pool.used > pool.reserved {
+    let must_hold = pool.used.saturating_add(others);
+    if must_hold > pool.reserved {
         let d = state::get()?;
-        d.charge(&mut d.lock(), index, pool.used - pool.reserved)?;
-        pool.reserved = pool.used;
+        d.charge(&mut d.lock(), index, must_hold - pool.reserved)?;
+        pool.reserved = must_hold;
     }
     pool.used_high = pool.used_high.max(pool.used);
     pool.reserved_high = pool.reserved_high.max(pool.reserved);
@@ -156,7 +213,11 @@ pub(crate) fn release_in_graph(ptr: u64) -> Result<bool, CUresult> {
     let (index, bytes) = (a.index, pages(a.bytes));
     let until = gpuslice_simnode::procs::monotonic_ns()
         .saturating_add(state::get()?.until_idle(index).as_nanos() as u64);
-    b.in_use.entry(index).or_default().push((until, bytes));
+    let by = LAUNCHING.with(std::cell::Cell::get);
+    b.in_use
+        .entry(index)
+        .or_default()
+        .push(InUse { until, bytes, by });
     Ok(true)
 }
 
@@ -191,8 +252,8 @@ pub extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> CUresult {
         let mut b = books();
         let now = gpuslice_simnode::procs::monotonic_ns();
         let in_use = b.in_use.entry(index).or_default();
-        in_use.retain(|&(until, _)| until > now);
-        let running: u64 = in_use.iter().map(|&(_, bytes)| bytes).sum();
+        in_use.retain(|u| u.until > now);
+        let running: u64 = in_use.iter().map(|u| u.bytes).sum();
         if let Some(p) = b.pools.get_mut(&index) {
             let keep = p.used.saturating_add(running).min(p.reserved);
             d.uncharge(&mut d.lock(), index, p.reserved - keep);
