@@ -138,4 +138,16 @@ fn graphs_that_may_run_at_once_are_charged_memory_of_their_own() {
         assert_eq!(pool, 300, "the pool is reused on one stream: {what}");
     }
     assert_eq!(slice.usage().totals()[0], 0, "{what}");
+    // The same four, each launched by a thread of its own on its per-thread default stream:
+    // one handle, four streams.
+    let f = slice.facts(&program, &["4", &(100 * MIB).to_string(), "threads"]);
+    let what = format!("{:?}", f.0);
+    for i in 0..3 {
+        assert_eq!(
+            f.get(&format!("threads{i}")),
+            format!("0,{}", 100 * (i + 1)),
+            "{what}"
+        );
+    }
+    assert_eq!(f.get("threads3"), "2,300", "{what}");
 }

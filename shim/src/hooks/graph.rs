@@ -470,7 +470,8 @@ fn launch(
     let beside = if e.allocs.is_empty() {
         HashMap::new()
     } else {
-        b.running.held_beside(exec as usize, stream as usize)
+        let on = super::graph_running::stream_key(stream, ptsz);
+        b.running.held_beside(exec as usize, on)
     };
     let Some(grown) = b.reserve(s, &e.allocs, &beside) else {
         for (ptr, a) in auto_freed {

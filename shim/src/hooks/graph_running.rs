@@ -35,8 +35,9 @@ pub struct Running {
 }
 
 impl Running {
-    /// Per slice GPU, what the launches a launch of `exec` on `stream` may run beside hold,
-    /// once those whose events have passed are dropped.
+    /// Per slice GPU, what the launches a launch of `exec` on the stream named `stream`
+    /// ([`stream_key`]) may run beside hold, once those whose events have passed are
+    /// dropped.
     pub fn held_beside(&mut self, exec: usize, stream: usize) -> HashMap<usize, u64> {
         self.drop_finished();
         let mut held = HashMap::new();
@@ -80,7 +81,7 @@ impl Running {
         }
         let launch = Launch {
             exec,
-            stream: stream as usize,
+            stream: stream_key(stream, ptsz),
             event,
             ctx,
             freed,
@@ -124,6 +125,27 @@ impl Running {
                 _ => false,
             }
         });
+    }
+}
+
+/// The last number given a thread's per-thread default stream.
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// Names this thread's per-thread default stream: a number no other thread of the
+    /// process had, with the top bit set (no stream handle has it).
+    static THREAD: usize =
+        THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1 << (usize::BITS - 1);
+}
+
+/// What names `stream` (`ptsz`: passed to the per-thread default stream's variant) among the
+/// launches: the per-thread default stream is each thread's own, the legacy one is one.
+pub fn stream_key(stream: CUstream, ptsz: bool) -> usize {
+    match stream as usize {
+        2 => THREAD.with(|t| *t),
+        0 if ptsz => THREAD.with(|t| *t),
+        0 | 1 => 1,
+        other => other,
     }
 }
 

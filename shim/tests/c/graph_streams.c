@@ -5,9 +5,15 @@
  * it freed). Prints, per launch, its CUresult, the MiB the slice has free after it and the
  * MiB the driver's graph pool reserves: "apart<i>=r,free,pool" and "inline<i>=r,free,pool".
  *
- *   graph_streams N BYTES */
+ * With "threads", each graph is instead launched by a thread of its own on that thread's
+ * per-thread default stream (CU_STREAM_PER_THREAD: one handle, a stream per thread), the
+ * threads one after the other; prints "threads<i>=r,pool" and then "end".
+ *
+ *   graph_streams N BYTES [threads] */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "driver.h"
 
@@ -44,15 +50,29 @@ static int instantiate(CUgraphExec *e, CUstream s, CUfunction kernel, size_t n) 
     return r;
 }
 
+static CUcontext ctx;
+
+struct per_thread {
+    CUgraphExec exec;
+    int result;
+};
+
+static void *launch_per_thread(void *arg) {
+    struct per_thread *t = arg;
+    cuCtxSetCurrent(ctx);
+    t->result = cuGraphLaunch(t->exec, (CUstream)2 /* CU_STREAM_PER_THREAD */);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3 || atoi(argv[1]) < 1 || atoi(argv[1]) > MOST) {
-        fprintf(stderr, "usage: graph_streams N(1-%d) BYTES\n", MOST);
+    int threads = argc == 4 && !strcmp(argv[3], "threads");
+    if ((argc != 3 && !threads) || atoi(argv[1]) < 1 || atoi(argv[1]) > MOST) {
+        fprintf(stderr, "usage: graph_streams N(1-%d) BYTES [threads]\n", MOST);
         return 2;
     }
     int n = atoi(argv[1]);
     size_t bytes = strtoull(argv[2], NULL, 10);
     static const char image[] = "spin";
-    CUcontext ctx;
     CUmodule module;
     CUfunction kernel;
     CUstream streams[MOST];
@@ -67,6 +87,18 @@ int main(int argc, char **argv) {
             printf("error=graph\n");
             return 1;
         }
+    }
+    if (threads) {
+        for (int i = 0; i < n; i++) {
+            struct per_thread t = {execs[i], -1};
+            pthread_t thread;
+            pthread_create(&thread, NULL, launch_per_thread, &t);
+            pthread_join(thread, NULL);
+            printf("threads%d=%d,%llu ", i, t.result, pool_mib());
+        }
+        cuCtxSynchronize();
+        printf("end=%zu\n", free_mib());
+        return 0;
     }
     for (int i = 0; i < n; i++) {
         int r = cuGraphLaunch(execs[i], streams[i]);

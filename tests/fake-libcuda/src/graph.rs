@@ -624,6 +624,11 @@ pub(crate) fn exec_of(e: CUgraphExec) -> Result<&'static Exec, CUresult> {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
+    launch_graph(e, s, false)
+}
+
+/// Launches `e` on `s` (`ptsz`: through the per-thread default stream's variant).
+fn launch_graph(e: CUgraphExec, s: CUstream, ptsz: bool) -> CUresult {
     guard(|| {
         let ex = exec_of(e)?;
         let ops = ex.ops.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?.clone();
@@ -646,7 +651,7 @@ pub extern "C" fn cuGraphLaunch(e: CUgraphExec, s: CUstream) -> CUresult {
             }
         }
         let launch = graph_memory::Launch {
-            stream: s as usize,
+            stream: graph_memory::stream_key(s, ptsz),
             exec: e as usize,
         };
         graph_memory::as_launch(launch, || ops.iter().try_for_each(|op| run(*op)))
@@ -675,7 +680,7 @@ pub extern "C" fn cuGraphExecDestroy(e: CUgraphExec) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphLaunch_ptsz(e: CUgraphExec, s: CUstream) -> CUresult {
-    cuGraphLaunch(e, s)
+    launch_graph(e, s, true)
 }
 
 #[unsafe(no_mangle)]

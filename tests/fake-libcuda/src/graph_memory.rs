@@ -87,6 +87,27 @@ thread_local! {
     };
 }
 
+/// The last number given a thread's per-thread default stream.
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// Names this thread's per-thread default stream: a number no other thread of the
+    /// process had, with the top bit set (no stream handle has it).
+    static THREAD: usize =
+        THREADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | 1 << (usize::BITS - 1);
+}
+
+/// What names stream `s` (`ptsz`: passed to a per-thread default stream variant) among the
+/// launches: each thread's per-thread default stream is its own, the legacy stream is one.
+pub(crate) fn stream_key(s: crate::paths::CUstream, ptsz: bool) -> usize {
+    match s as usize {
+        2 => THREAD.with(|t| *t),
+        0 if ptsz => THREAD.with(|t| *t),
+        0 | 1 => 1,
+        other => other,
+    }
+}
+
 /// Runs `f` (a graph's nodes) as launch `launch`.
 pub(crate) fn as_launch<T>(launch: Launch, f: impl FnOnce() -> T) -> T {
     let outer = LAUNCHING.with(|l| l.replace(launch));
