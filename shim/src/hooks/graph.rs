@@ -385,13 +385,7 @@ impl Books {
     /// ([`Pool::launching`]) until [`Books::launched`] with what it returns: per GPU, their
     /// bytes.
     fn launching(&mut self, allocs: &[(CUdeviceptr, Allocation)]) -> Vec<(usize, u64)> {
-        let mut per_gpu: Vec<(usize, u64)> = Vec::new();
-        for (_, a) in allocs {
-            match per_gpu.iter_mut().find(|(gpu, _)| *gpu == a.gpu) {
-                Some((_, bytes)) => *bytes += a.bytes,
-                None => per_gpu.push((a.gpu, a.bytes)),
-            }
-        }
+        let per_gpu = bytes_per_gpu(allocs.iter().map(|(_, a)| a));
         for &(gpu, bytes) in &per_gpu {
             self.pools.entry(gpu).or_default().launching += bytes;
         }
@@ -530,11 +524,18 @@ fn launch(
 
 /// Per slice GPU, the bytes of the allocations a graph frees itself.
 fn own_frees(e: &ExecMemory) -> Vec<(usize, u64)> {
+    bytes_per_gpu(
+        e.allocs
+            .iter()
+            .filter(|(ptr, _)| e.frees.contains(ptr))
+            .map(|(_, a)| a),
+    )
+}
+
+/// The bytes of `allocs`, summed per slice GPU.
+fn bytes_per_gpu<'a>(allocs: impl Iterator<Item = &'a Allocation>) -> Vec<(usize, u64)> {
     let mut per_gpu: Vec<(usize, u64)> = Vec::new();
-    for (ptr, a) in &e.allocs {
-        if !e.frees.contains(ptr) {
-            continue;
-        }
+    for a in allocs {
         match per_gpu.iter_mut().find(|(gpu, _)| *gpu == a.gpu) {
             Some((_, bytes)) => *bytes += a.bytes,
             None => per_gpu.push((a.gpu, a.bytes)),

@@ -64,7 +64,7 @@ impl Running {
         let at = self.launches.iter().position(|l| l.exec == exec);
         let (event, ctx) = match at {
             Some(i) => (self.launches[i].event, self.launches[i].ctx),
-            None => match create() {
+            None => match create(CU_EVENT_DISABLE_TIMING) {
                 Some(made) => made,
                 None => return,
             },
@@ -149,8 +149,8 @@ pub fn stream_key(stream: CUstream, ptsz: bool) -> usize {
     }
 }
 
-/// An event made in the current context, and that context.
-fn create() -> Option<(usize, usize)> {
+/// An event of the library's, made with `flags` in the current context, and that context.
+pub(super) fn create(flags: std::ffi::c_uint) -> Option<(usize, usize)> {
     let (f, current) = (real::cuEventCreate()?, real::cuCtxGetCurrent()?);
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: cuCtxGetCurrent writes one context handle.
@@ -159,21 +159,22 @@ fn create() -> Option<(usize, usize)> {
     }
     let mut event: CUevent = std::ptr::null_mut();
     // SAFETY: cuEventCreate writes one event handle, made in the current context.
-    let r = unsafe { f(&raw mut event, CU_EVENT_DISABLE_TIMING) };
+    let r = unsafe { f(&raw mut event, flags) };
     (r == CUDA_SUCCESS && !event.is_null()).then_some((event as usize, ctx as usize))
 }
 
-fn record(event: usize, stream: CUstream, ptsz: bool) -> bool {
+/// Records `event` on `stream` (`ptsz`: the per-thread default stream's variant).
+pub(super) fn record(event: usize, stream: CUstream, ptsz: bool) -> bool {
     let f = if ptsz {
         real::cuEventRecord_ptsz()
     } else {
         real::cuEventRecord()
     };
-    // SAFETY: an event of the library's, on the stream the program just launched on.
+    // SAFETY: an event of the library's, on a stream the program just used.
     f.is_some_and(|f| unsafe { f(event as CUevent, stream) } == CUDA_SUCCESS)
 }
 
-fn destroy(event: usize) {
+pub(super) fn destroy(event: usize) {
     if let Some(f) = real::cuEventDestroy_v2() {
         // SAFETY: an event of the library's, no longer used.
         unsafe { f(event as CUevent) };

@@ -182,38 +182,18 @@ pub fn allocate(s: &Slice, gpu: usize, bytes: u64, call: &PoolCall<'_>) -> CUres
 /// capture mode: synchronizing the stream would break a capture another thread of the
 /// program holds open in the global mode (the driver refuses it and invalidates the capture).
 fn wait_for_stream(stream: CUstream, ptsz: bool) {
-    let record = if ptsz {
-        real::cuEventRecord_ptsz()
-    } else {
-        real::cuEventRecord()
-    };
-    let (Some(create), Some(record), Some(wait), Some(destroy)) = (
-        real::cuEventCreate(),
-        record,
-        real::cuEventSynchronize(),
-        real::cuEventDestroy_v2(),
-    ) else {
+    use super::graph_running::{create, destroy, record};
+    let Some(wait) = real::cuEventSynchronize() else {
         return;
     };
-    let mut event: CUevent = std::ptr::null_mut();
-    // SAFETY: cuEventCreate writes one event handle, made in the current context (the
-    // stream's: the allocation on it was just made there).
-    if unsafe {
-        create(
-            &raw mut event,
-            CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING,
-        )
-    } != CUDA_SUCCESS
-    {
+    let Some((event, _)) = create(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING) else {
         return;
-    }
-    // SAFETY: the event just made, on the caller's stream, still live.
-    if unsafe { record(event, stream) } == CUDA_SUCCESS {
+    };
+    if record(event, stream, ptsz) {
         // SAFETY: the event just recorded; the thread's capture mode is swapped back after.
-        super::capture::relaxed(|| unsafe { wait(event) });
+        super::capture::relaxed(|| unsafe { wait(event as CUevent) });
     }
-    // SAFETY: the event just made, no longer waited on.
-    unsafe { destroy(event) };
+    destroy(event);
 }
 
 /// The books, where they are this process's (a forked child's inherited ones are not).
